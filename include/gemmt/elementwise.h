@@ -1,0 +1,49 @@
+// Launch interface of the memory-bound ops (kernels/elementwise.cu, kernels/image.cu).
+//
+// Every output is a fresh contiguous tensor. An input is either contiguous (layout ==
+// nullptr) or described by a StridedLayout; the kernels take a 16-byte vector path only
+// when every pointer involved is 16-byte aligned and contiguous, and a scalar path
+// otherwise (storage offset 1, strided views) and for the tail. Indexing is 64-bit.
+// numel == 0 launches nothing. All launchers return the launch status.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "gemmt/types.h"
+
+namespace gemmt {
+
+// StridedLayout (types.h) describes a non-contiguous input.
+
+// out = a + b (same dtype: float32, float16, bfloat16; computed in float32, rounded once).
+cudaError_t add_run(ScalarType dtype, int64_t numel, const void* a, const StridedLayout* a_layout,
+                    const void* b, const StridedLayout* b_layout, void* out, cudaStream_t stream);
+
+// out = x * x
+cudaError_t square_run(ScalarType dtype, int64_t numel, const void* x,
+                       const StridedLayout* x_layout, void* out, cudaStream_t stream);
+
+// out = x * factor (factor rounded to float32 first, as PyTorch does for a float32 tensor)
+cudaError_t scale_run(ScalarType dtype, int64_t numel, const void* x,
+                      const StridedLayout* x_layout, float factor, void* out,
+                      cudaStream_t stream);
+
+// out = 2 * x * grad: the backward of square.
+cudaError_t square_backward_run(ScalarType dtype, int64_t numel, const void* grad,
+                                const StridedLayout* grad_layout, const void* x,
+                                const StridedLayout* x_layout, void* out, cudaStream_t stream);
+
+// Luma of packed 8-bit pixels: in has `pixels` * 3 bytes (channel innermost), out `pixels`
+// bytes. gray = floor((299 R + 587 G + 114 B + 500) / 1000): round(0.299R+0.587G+0.114B)
+// with halves rounded up, exact in integers. bgr = true reads the channels as B, G, R.
+// in_layout (over the full [..., H, W, 3] shape) is nullptr when the input is contiguous.
+cudaError_t rgb_to_gray_run(int64_t pixels, const uint8_t* in, const StridedLayout* in_layout,
+                            bool bgr, uint8_t* out, cudaStream_t stream);
+
+// out = float(vol) / max_val (IEEE division, so bit-identical to vol.float() / max_val).
+// dtype is kUInt8 or kUInt16.
+cudaError_t normalize_volume_run(ScalarType dtype, int64_t numel, const void* vol,
+                                 const StridedLayout* vol_layout, float max_val, float* out,
+                                 cudaStream_t stream);
+
+}  // namespace gemmt

@@ -1,0 +1,71 @@
+// The GEMM family's launch interface: C = alpha * A @ B + beta * C.
+//
+// Contract between pytorch_wrapper/ (validation, layout canonicalisation) and kernels/:
+//   * A is m x k with element (i, p) at a[i * a_stride_m + p * a_stride_k] (any strides,
+//     so transposed views arrive without a copy);
+//   * B is k x n with element (p, j) at b[p * b_stride_k + j * b_stride_n];
+//   * C is m x n, row-major with unit stride along n: c[i * ldc + j], ldc >= n.
+//     The wrapper guarantees this (it solves C^T = B^T A^T for a column-major C).
+//   * A, B and C share one dtype; accumulation is float32 for every dtype.
+//   * m, n >= 1 when a kernel is launched; k may be 0 (then C = beta * C).
+//   * Pointers do not alias C (the wrapper refuses overlap).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "gemmt/gemm_variant.h"
+#include "gemmt/types.h"
+
+namespace gemmt {
+
+struct GemmArgs {
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  int64_t a_stride_m = 0, a_stride_k = 0;
+  const void* b = nullptr;
+  int64_t b_stride_k = 0, b_stride_n = 0;
+  void* c = nullptr;
+  int64_t ldc = 0;
+  float alpha = 1.f, beta = 0.f;
+  ScalarType dtype = ScalarType::kFloat32;
+  // float32 only: the caller allows inputs rounded to TF32 on the tensor cores.
+  bool allow_tf32 = false;
+  // Caller asks for run-to-run bitwise reproducibility (torch.use_deterministic_algorithms).
+  bool deterministic = false;
+  // Properties of the device the pointers live on (the wrapper fills these from a cache).
+  int sm_count = 1;
+  int cc_major = 0, cc_minor = 0;
+};
+
+// What kAuto resolves to for these arguments (never kAuto).
+GemmVariant gemm_pick(const GemmArgs& args);
+
+// True when `v` can run these arguments on this device (dtype, layout, alignment, arch).
+bool gemm_supports(const GemmArgs& args, GemmVariant v);
+
+// Scratch bytes the variant needs for these arguments (0 for most). The caller passes a
+// device buffer of at least this size, 256-byte aligned, to gemm_run.
+std::size_t gemm_workspace_bytes(const GemmArgs& args, GemmVariant v);
+
+// Enqueues the product on `stream`. Returns cudaErrorNotSupported when the variant
+// cannot run these arguments, otherwise the launch status. Launches nothing when
+// m == 0 or n == 0.
+cudaError_t gemm_run(const GemmArgs& args, GemmVariant v, void* workspace, cudaStream_t stream);
+
+// ---- Per-family entry points, used by gemm_dispatch.cu ---------------------------------
+// SIMT family (kernels/gemm_simt.cu): kNaive .. kGemv, any dtype, any strides.
+bool gemm_simt_supports(const GemmArgs& args, GemmVariant v);
+std::size_t gemm_simt_workspace_bytes(const GemmArgs& args, GemmVariant v);
+cudaError_t gemm_simt_run(const GemmArgs& args, GemmVariant v, void* workspace, cudaStream_t stream);
+// Scales C by beta (the k == 0 case, and the epilogue-free paths).
+cudaError_t gemm_scale_c(const GemmArgs& args, cudaStream_t stream);
+
+// mma.sync family (kernels/gemm_sm80_mma.cu): bf16, fp16, tf32 (float32 with allow_tf32).
+bool gemm_sm80_supports(const GemmArgs& args);
+cudaError_t gemm_sm80_run(const GemmArgs& args, cudaStream_t stream);
+
+// Hopper family (kernels/gemm_sm90_wgmma.cu): compiled to real code only for sm_90a.
+bool gemm_sm90_supports(const GemmArgs& args);
+cudaError_t gemm_sm90_run(const GemmArgs& args, cudaStream_t stream);
+
+}  // namespace gemmt

@@ -1,0 +1,66 @@
+// Chooses and launches a GEMM kernel: the `auto` policy lives here, the kernels in
+// gemm_simt.cu (exact FP32 ladder, split-k, gemv), gemm_sm80_mma.cu and gemm_sm90_wgmma.cu.
+#include "gemmt/gemm.h"
+
+namespace gemmt {
+namespace {
+
+bool is_tensor_core_problem(const GemmArgs& a) {
+  return a.dtype == ScalarType::kFloat16 || a.dtype == ScalarType::kBFloat16 ||
+         (a.dtype == ScalarType::kFloat32 && a.allow_tf32);
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Split-k pays when the output has too few 128x128 tiles to occupy every SM while k is long
+// enough that each slice still streams a deep panel.
+bool wants_split_k(const GemmArgs& a) {
+  const int64_t tiles = ceil_div(a.m, 128) * ceil_div(a.n, 128);
+  return tiles * 2 <= a.sm_count && a.k >= 4096;
+}
+
+}  // namespace
+
+bool gemm_supports(const GemmArgs& args, GemmVariant v) {
+  switch (v) {
+    case GemmVariant::kAuto: return true;
+    case GemmVariant::kMmaSync: return args.cc_major >= 8 && gemm_sm80_supports(args);
+    case GemmVariant::kWgmma: return gemm_sm90_supports(args);
+    case GemmVariant::kCount: return false;
+    default: return gemm_simt_supports(args, v);
+  }
+}
+
+GemmVariant gemm_pick(const GemmArgs& args) {
+  if (args.m == 1 || args.n == 1) return GemmVariant::kGemv;
+  if (is_tensor_core_problem(args)) {
+    if (gemm_supports(args, GemmVariant::kWgmma)) return GemmVariant::kWgmma;
+    if (gemm_supports(args, GemmVariant::kMmaSync)) return GemmVariant::kMmaSync;
+  }
+  if (wants_split_k(args) && gemm_supports(args, GemmVariant::kSplitK)) return GemmVariant::kSplitK;
+  return GemmVariant::kPipelined;
+}
+
+std::size_t gemm_workspace_bytes(const GemmArgs& args, GemmVariant v) {
+  if (v == GemmVariant::kAuto) v = gemm_pick(args);
+  switch (v) {
+    case GemmVariant::kMmaSync:
+    case GemmVariant::kWgmma:
+    case GemmVariant::kCount: return 0;
+    default: return gemm_simt_workspace_bytes(args, v);
+  }
+}
+
+cudaError_t gemm_run(const GemmArgs& args, GemmVariant v, void* workspace, cudaStream_t stream) {
+  if (args.m <= 0 || args.n <= 0) return cudaSuccess;
+  if (v == GemmVariant::kAuto) v = gemm_pick(args);
+  if (!gemm_supports(args, v)) return cudaErrorNotSupported;
+  if (args.k == 0) return gemm_scale_c(args, stream);
+  switch (v) {
+    case GemmVariant::kMmaSync: return gemm_sm80_run(args, stream);
+    case GemmVariant::kWgmma: return gemm_sm90_run(args, stream);
+    default: return gemm_simt_run(args, v, workspace, stream);
+  }
+}
+
+}  // namespace gemmt

@@ -1,0 +1,138 @@
+"""Just-in-time builds from source with ``torch.utils.cpp_extension``.
+
+:func:`load` compiles the same ``kernels/`` and ``pytorch_wrapper/`` files as the CMake and
+pip builds (cached by torch under ``~/.cache/torch_extensions`` or
+``$TORCH_EXTENSIONS_DIR``). :func:`load_inline` compiles a user's prototype from strings
+with gemmt's ``include/`` headers on the include path.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Sequence
+
+import torch
+import torch.utils.cpp_extension as cpp_extension
+
+from gemmt import _native
+
+
+def source_root() -> Path:
+    """Directory holding ``include/``, ``kernels/`` and ``pytorch_wrapper/``.
+
+    A source checkout (``python/gemmt`` beside ``kernels/``) or the copy installed with
+    the package (``gemmt/_src``).
+    """
+    here = Path(__file__).resolve().parent
+    for root in (here.parent.parent, here / "_src"):
+        if (root / "kernels").is_dir() and (root / "pytorch_wrapper").is_dir():
+            return root
+    raise FileNotFoundError("gemmt.jit: cannot find gemmt's kernels/ and pytorch_wrapper/ sources")
+
+
+def include_dir() -> Path:
+    """The ``include/`` directory with gemmt's shared headers (``gemmt/*.h``, ``*.cuh``)."""
+    return source_root() / "include"
+
+
+def cuda_available_for_build() -> bool:
+    """True when torch has CUDA and nvcc can be found (CUDA_HOME)."""
+    return torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
+
+
+def _arch_flags() -> tuple[list[str], bool]:
+    """nvcc -gencode flags and whether sm_90a (the wgmma kernels) is among them."""
+    arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST", "").replace(" ", ";")
+    archs = [a for a in arch_list.split(";") if a]
+    if not archs and torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        archs = [f"{major}.{minor}" + ("a" if (major, minor) == (9, 0) else "")]
+    if not archs:
+        archs = ["8.0", "9.0a"]
+    flags, has90a = [], False
+    for arch in archs:
+        ptx = arch.endswith("+PTX")
+        num = arch.replace("+PTX", "").replace(".", "")
+        has90a |= num == "90a"
+        code = f"[sm_{num},compute_{num}]" if ptx else f"sm_{num}"
+        flags.append(f"-gencode=arch=compute_{num},code={code}")
+    return flags, has90a
+
+
+def sources(with_cuda: bool) -> list[str]:
+    """Every source file of the library for this kind of build."""
+    root = source_root()
+    files = sorted(str(p) for p in (root / "pytorch_wrapper").glob("*.cpp"))
+    if with_cuda:
+        files += sorted(str(p) for p in (root / "kernels").glob("*.cu"))
+    return files
+
+
+def load(
+    *,
+    name: str = "gemmt_jit",
+    with_cuda: bool | None = None,
+    verbose: bool = False,
+    build_directory: str | None = None,
+) -> ModuleType:
+    """Compile gemmt from source (cached) and load it as this process's native library.
+
+    After this, ``torch.ops.gemmt.*`` and the ``gemmt.*`` functions use the JIT build.
+    ``with_cuda`` defaults to :func:`cuda_available_for_build`. Raises if another copy of
+    the library is already loaded (one per process: it registers the ``gemmt`` namespace).
+    """
+    if _native.is_loaded():
+        raise RuntimeError(
+            "gemmt.jit.load: a gemmt library is already loaded in this process; "
+            "call gemmt.jit.load() before any other gemmt op, in a fresh process"
+        )
+    if with_cuda is None:
+        with_cuda = cuda_available_for_build()
+    root = source_root()
+    defines = ['-DGEMMT_BUILD_SYSTEM=\\"jit\\"', f"-DTORCH_EXTENSION_NAME={name}"]
+    cuda_flags: list[str] = []
+    if with_cuda:
+        arch_flags, has90a = _arch_flags()
+        defines.append("-DGEMMT_WITH_CUDA")
+        if has90a:
+            defines.append("-DGEMMT_HAS_SM90A")
+        arch_names = ",".join(f.split("arch=compute_")[1].split(",")[0] for f in arch_flags)
+        defines.append(f'-DGEMMT_CUDA_ARCHITECTURES=\\"{arch_names}\\"')
+        cuda_flags = ["-O3", "-lineinfo", "--expt-relaxed-constexpr", *arch_flags, *defines]
+    module = cpp_extension.load(
+        name=name,
+        sources=sources(with_cuda),
+        extra_include_paths=[str(root / "include"), str(root / "pytorch_wrapper")],
+        extra_cflags=["-O3", *defines],
+        extra_cuda_cflags=cuda_flags,
+        with_cuda=with_cuda,
+        build_directory=build_directory,
+        verbose=verbose,
+    )
+    _native.adopt(module)
+    return module
+
+
+def load_inline(
+    name: str,
+    cpp_sources: str | Sequence[str],
+    cuda_sources: str | Sequence[str] | None = None,
+    functions: str | Sequence[str] | None = None,
+    **kwargs: Any,
+) -> ModuleType:
+    """``torch.utils.cpp_extension.load_inline`` with gemmt's headers on the include path.
+
+    Prototype a kernel as strings and ``#include "gemmt/vector_access.cuh"`` (or any other
+    header of gemmt's ``include/``) to reuse the library's vector loads and checks.
+    """
+    include_paths = [str(include_dir()), *kwargs.pop("extra_include_paths", [])]
+    return cpp_extension.load_inline(
+        name=name,
+        cpp_sources=cpp_sources,
+        cuda_sources=cuda_sources,
+        functions=functions,
+        extra_include_paths=include_paths,
+        **kwargs,
+    )

@@ -1,0 +1,108 @@
+#include "common.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace gemmt::wrapper {
+
+std::string describe(const at::Tensor& t) {
+  if (!t.defined()) return "an undefined tensor";
+  std::ostringstream s;
+  s << "a " << t.dim() << "-D " << t.scalar_type() << " tensor of shape " << t.sym_sizes()
+    << " on " << t.device();
+  return s.str();
+}
+
+std::string dtype_list(std::initializer_list<at::ScalarType> dtypes) {
+  std::ostringstream s;
+  bool first = true;
+  for (auto d : dtypes) {
+    s << (first ? "" : ", ") << d;
+    first = false;
+  }
+  return s.str();
+}
+
+void check_defined(const char* op, const char* arg, const at::Tensor& t) {
+  TORCH_CHECK(t.defined(), op, ": argument '", arg, "' expected a tensor, got None");
+}
+
+void check_dtype(const char* op, const char* arg, const at::Tensor& t,
+                 std::initializer_list<at::ScalarType> allowed) {
+  check_defined(op, arg, t);
+  bool ok = std::find(allowed.begin(), allowed.end(), t.scalar_type()) != allowed.end();
+  TORCH_CHECK_TYPE(ok, op, ": argument '", arg, "' expected dtype ", dtype_list(allowed),
+                   ", got ", describe(t));
+}
+
+void check_dim(const char* op, const char* arg, const at::Tensor& t, int64_t dim) {
+  check_defined(op, arg, t);
+  TORCH_CHECK(t.dim() == dim, op, ": argument '", arg, "' expected a ", dim, "-D tensor, got ",
+              describe(t));
+}
+
+void check_same_shape(const char* op, const char* arg_a, const at::Tensor& a, const char* arg_b,
+                      const at::Tensor& b) {
+  TORCH_CHECK(a.sym_sizes() == b.sym_sizes(), op, ": arguments '", arg_a, "' and '", arg_b,
+              "' expected the same shape, got ", describe(a), " and ", describe(b));
+}
+
+void check_same_dtype(const char* op, const char* arg_a, const at::Tensor& a, const char* arg_b,
+                      const at::Tensor& b) {
+  TORCH_CHECK_TYPE(a.scalar_type() == b.scalar_type(), op, ": arguments '", arg_a, "' and '",
+                   arg_b, "' expected the same dtype, got ", describe(a), " and ", describe(b));
+}
+
+void check_same_device(const char* op, const char* arg_a, const at::Tensor& a, const char* arg_b,
+                       const at::Tensor& b) {
+  TORCH_CHECK(a.device() == b.device(), op, ": arguments '", arg_a, "' and '", arg_b,
+              "' expected tensors on the same device, got ", describe(a), " and ", describe(b));
+}
+
+std::initializer_list<at::ScalarType> float_dtypes_for(const at::Tensor& t) {
+  static const std::initializer_list<at::ScalarType> kCuda = {at::kFloat, at::kHalf, at::kBFloat16};
+  static const std::initializer_list<at::ScalarType> kCpu = {at::kFloat, at::kHalf, at::kBFloat16,
+                                                             at::kDouble};
+  return t.is_cuda() ? kCuda : kCpu;
+}
+
+ScalarType to_kernel_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return ScalarType::kFloat32;
+    case at::kHalf: return ScalarType::kFloat16;
+    case at::kBFloat16: return ScalarType::kBFloat16;
+    case at::kByte: return ScalarType::kUInt8;
+    case at::kUInt16: return ScalarType::kUInt16;
+    default: TORCH_CHECK(false, "gemmt: no kernel dtype for ", t);
+  }
+}
+
+StridedLayout strided_layout(const char* op, const char* arg, const at::Tensor& t) {
+  // Collect (size, stride) pairs, innermost last, skipping size-1 dims.
+  std::vector<std::pair<int64_t, int64_t>> dims;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) != 1) dims.emplace_back(t.size(d), t.stride(d));
+  }
+  // Merge an outer dim into the next inner one when it steps exactly over it.
+  std::vector<std::pair<int64_t, int64_t>> merged;
+  for (auto& d : dims) {
+    if (!merged.empty() && merged.back().second == d.first * d.second) {
+      merged.back() = {merged.back().first * d.first, d.second};
+    } else {
+      merged.push_back(d);
+    }
+  }
+  TORCH_CHECK(static_cast<int64_t>(merged.size()) <= kMaxDims, op, ": argument '", arg,
+              "' expected a tensor whose strides collapse to at most ", kMaxDims,
+              " dimensions, got ", describe(t), " with strides ", t.strides(),
+              " (call .contiguous() first)");
+  StridedLayout layout;
+  layout.ndim = static_cast<int>(merged.size());
+  for (size_t i = 0; i < merged.size(); ++i) {
+    layout.sizes[i] = merged[i].first;
+    layout.strides[i] = merged[i].second;
+  }
+  return layout;
+}
+
+}  // namespace gemmt::wrapper

@@ -1,0 +1,78 @@
+// Helpers shared by every op wrapper: argument checks with messages that name the op,
+// the argument, what was expected and what was given; dtype mapping; launch-status checks.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <initializer_list>
+#include <sstream>
+#include <string>
+
+#include "gemmt/gemm_variant.h"
+#include "gemmt/types.h"
+
+#ifdef GEMMT_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#endif
+
+namespace gemmt::wrapper {
+
+// "a float32 tensor of shape [2, 3] on cpu" — what the user gave, for error messages.
+std::string describe(const at::Tensor& t);
+
+std::string dtype_list(std::initializer_list<at::ScalarType> dtypes);
+
+void check_defined(const char* op, const char* arg, const at::Tensor& t);
+
+void check_dtype(const char* op, const char* arg, const at::Tensor& t,
+                 std::initializer_list<at::ScalarType> allowed);
+
+void check_dim(const char* op, const char* arg, const at::Tensor& t, int64_t dim);
+
+void check_same_shape(const char* op, const char* arg_a, const at::Tensor& a, const char* arg_b,
+                      const at::Tensor& b);
+
+void check_same_dtype(const char* op, const char* arg_a, const at::Tensor& a, const char* arg_b,
+                      const at::Tensor& b);
+
+void check_same_device(const char* op, const char* arg_a, const at::Tensor& a, const char* arg_b,
+                       const at::Tensor& b);
+
+// Floating dtypes each backend computes in: CUDA kernels take float32/16/bf16; the CPU
+// kernels also take float64 (for gradcheck).
+std::initializer_list<at::ScalarType> float_dtypes_for(const at::Tensor& t);
+
+ScalarType to_kernel_dtype(at::ScalarType t);
+
+// Describes a non-contiguous tensor for the strided kernel path: size-1 dimensions are
+// dropped and dimensions that are contiguous with each other are merged. Refuses, naming
+// the op, a tensor that still has more than kMaxDims dimensions after that.
+StridedLayout strided_layout(const char* op, const char* arg, const at::Tensor& t);
+
+#ifdef GEMMT_WITH_CUDA
+// nullptr tells a launcher the input is contiguous (vector path when aligned).
+struct CudaInput {
+  CudaInput(const char* op, const char* arg, const at::Tensor& t)
+      : ptr(t.const_data_ptr()), contiguous(t.is_contiguous()) {
+    if (!contiguous) layout = strided_layout(op, arg, t);
+  }
+  const StridedLayout* layout_or_null() const { return contiguous ? nullptr : &layout; }
+  const void* ptr;
+  bool contiguous;
+  StridedLayout layout;
+};
+
+inline cudaStream_t stream_for(const at::Tensor& t) {
+  return at::cuda::getCurrentCUDAStream(t.get_device()).stream();
+}
+
+// Turns a launcher's status into an error that names the op.
+inline void check_launch(const char* op, cudaError_t status) {
+  TORCH_CHECK(status == cudaSuccess, op, ": CUDA kernel launch failed: ",
+              cudaGetErrorString(status));
+}
+#endif
+
+}  // namespace gemmt::wrapper

@@ -1,0 +1,97 @@
+// rgb_to_gray (uint8 [..., H, W, 3] -> uint8 [..., H, W]) and normalize_volume
+// (uint8/uint16 of any rank -> float32 vol / max_val).
+#include <cmath>
+
+#include "common.h"
+#include "cpu_loops.h"
+#include "ops.h"
+
+#ifdef GEMMT_WITH_CUDA
+#include "gemmt/elementwise.h"
+#endif
+
+namespace gemmt::wrapper {
+namespace {
+
+constexpr const char* kRgbToGray = "gemmt::rgb_to_gray";
+constexpr const char* kNormalizeVolume = "gemmt::normalize_volume";
+
+// Integer luma with halves rounded up: exact, and identical on CPU and CUDA.
+inline uint8_t luma(uint32_t r, uint32_t g, uint32_t b) {
+  return static_cast<uint8_t>((299u * r + 587u * g + 114u * b + 500u) / 1000u);
+}
+
+}  // namespace
+
+at::Tensor rgb_to_gray_meta(const at::Tensor& img, bool /*bgr*/) {
+  check_dtype(kRgbToGray, "img", img, {at::kByte});
+  TORCH_CHECK(img.dim() >= 3, kRgbToGray,
+              ": argument 'img' expected a tensor of shape [..., H, W, 3] (at least 3-D), got ",
+              describe(img));
+  TORCH_CHECK(img.sym_size(-1) == 3, kRgbToGray,
+              ": argument 'img' expected the last dimension to be 3 (channels), got ",
+              describe(img));
+  auto sizes = img.sym_sizes();
+  return at::empty_symint(sizes.slice(0, sizes.size() - 1), img.options());
+}
+
+at::Tensor rgb_to_gray_cpu(const at::Tensor& img, bool bgr) {
+  at::Tensor out = rgb_to_gray_meta(img, bgr);
+  // Iterate over pixels through the view of channel 0; the channel stride steps to G and B.
+  const at::Tensor pixels = img.select(-1, 0);
+  const int64_t cs = img.stride(-1);
+  const int64_t r = bgr ? 2 * cs : 0, b = bgr ? 0 : 2 * cs;
+  cpu_unary<uint8_t, uint8_t>(kRgbToGray, pixels, out, [&](const uint8_t& p) {
+    const uint8_t* px = &p;
+    return luma(px[r], px[cs], px[b]);
+  });
+  return out;
+}
+
+at::Tensor normalize_volume_meta(const at::Tensor& vol, double max_val) {
+  check_dtype(kNormalizeVolume, "vol", vol, {at::kUInt16, at::kByte});
+  TORCH_CHECK(max_val > 0.0, kNormalizeVolume,
+              ": argument 'max_val' expected a positive number, got ", max_val);
+  return at::empty_symint(vol.sym_sizes(), vol.options().dtype(at::kFloat));
+}
+
+at::Tensor normalize_volume_cpu(const at::Tensor& vol, double max_val) {
+  at::Tensor out = normalize_volume_meta(vol, max_val);
+  const float m = static_cast<float>(max_val);
+  if (vol.scalar_type() == at::kByte) {
+    cpu_unary<uint8_t, float>(kNormalizeVolume, vol, out,
+                              [m](uint8_t v) { return static_cast<float>(v) / m; });
+  } else {
+    cpu_unary<uint16_t, float>(kNormalizeVolume, vol, out,
+                               [m](uint16_t v) { return static_cast<float>(v) / m; });
+  }
+  return out;
+}
+
+#ifdef GEMMT_WITH_CUDA
+at::Tensor rgb_to_gray_cuda(const at::Tensor& img, bool bgr) {
+  at::Tensor out = rgb_to_gray_meta(img, bgr);
+  if (out.numel() == 0) return out;
+  const at::cuda::CUDAGuard guard(img.device());
+  CudaInput in(kRgbToGray, "img", img);
+  check_launch(kRgbToGray,
+               rgb_to_gray_run(out.numel(), static_cast<const uint8_t*>(in.ptr),
+                               in.layout_or_null(), bgr, out.mutable_data_ptr<uint8_t>(),
+                               stream_for(img)));
+  return out;
+}
+
+at::Tensor normalize_volume_cuda(const at::Tensor& vol, double max_val) {
+  at::Tensor out = normalize_volume_meta(vol, max_val);
+  if (out.numel() == 0) return out;
+  const at::cuda::CUDAGuard guard(vol.device());
+  CudaInput in(kNormalizeVolume, "vol", vol);
+  check_launch(kNormalizeVolume,
+               normalize_volume_run(to_kernel_dtype(vol.scalar_type()), out.numel(), in.ptr,
+                                    in.layout_or_null(), static_cast<float>(max_val),
+                                    out.mutable_data_ptr<float>(), stream_for(vol)));
+  return out;
+}
+#endif
+
+}  // namespace gemmt::wrapper

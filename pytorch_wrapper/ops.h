@@ -1,0 +1,47 @@
+// Every op's backend kernels, as registered in registration.cpp.
+// Naming: <op>_cpu, <op>_cuda, <op>_meta. Each wrapper file owns one op family.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string_view>
+
+namespace gemmt::wrapper {
+
+// ---- GEMM family (gemm_ops.cpp) ----
+void gemm_cpu(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double alpha,
+              double beta, std::string_view variant);
+void gemm_cuda(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double alpha,
+               double beta, std::string_view variant);
+void gemm_meta(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double alpha,
+               double beta, std::string_view variant);
+at::Tensor mm_cpu(const at::Tensor& a, const at::Tensor& b);
+at::Tensor mm_cuda(const at::Tensor& a, const at::Tensor& b);
+at::Tensor mm_meta(const at::Tensor& a, const at::Tensor& b);
+
+// ---- Elementwise family (elementwise_ops.cpp) ----
+at::Tensor add_cpu(const at::Tensor& a, const at::Tensor& b);
+at::Tensor add_cuda(const at::Tensor& a, const at::Tensor& b);
+at::Tensor add_meta(const at::Tensor& a, const at::Tensor& b);
+at::Tensor square_cpu(const at::Tensor& x);
+at::Tensor square_cuda(const at::Tensor& x);
+at::Tensor square_meta(const at::Tensor& x);
+at::Tensor square_backward_cpu(const at::Tensor& grad, const at::Tensor& x);
+at::Tensor square_backward_cuda(const at::Tensor& grad, const at::Tensor& x);
+at::Tensor square_backward_meta(const at::Tensor& grad, const at::Tensor& x);
+at::Tensor scale_cpu(const at::Tensor& x, double factor);
+at::Tensor scale_cuda(const at::Tensor& x, double factor);
+at::Tensor scale_meta(const at::Tensor& x, double factor);
+
+// ---- Image family (image_ops.cpp) ----
+at::Tensor rgb_to_gray_cpu(const at::Tensor& img, bool bgr);
+at::Tensor rgb_to_gray_cuda(const at::Tensor& img, bool bgr);
+at::Tensor rgb_to_gray_meta(const at::Tensor& img, bool bgr);
+at::Tensor normalize_volume_cpu(const at::Tensor& vol, double max_val);
+at::Tensor normalize_volume_cuda(const at::Tensor& vol, double max_val);
+at::Tensor normalize_volume_meta(const at::Tensor& vol, double max_val);
+
+// ---- Library information (build_info.cpp) ----
+std::string build_info_json();
+
+}  // namespace gemmt::wrapper
