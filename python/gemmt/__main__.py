@@ -1,0 +1,111 @@
+"""``python -m gemmt``: the main job, and the benchmark entry points.
+
+    python -m gemmt                 run every op on the best device, compare with PyTorch
+    python -m gemmt info            print build_info() as JSON
+    python -m gemmt bench gemm      GEMM ladder and tensor-core benchmark (JSON + PNG)
+    python -m gemmt bench memory    memory-bound ops against the copy bandwidth
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Callable
+
+import torch
+
+import gemmt
+from gemmt._timing import median_ms
+
+
+def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out64, ref64 = out.double(), ref.double()
+    denom = ref64.norm().item()
+    return (out64 - ref64).norm().item() / (denom if denom > 0 else 1.0)
+
+
+def _cases(dev: str) -> list[tuple[str, Callable[[], torch.Tensor], Callable[[], torch.Tensor], torch.Tensor, float]]:
+    """(name, ours, torch equivalent, float64 reference, error bound) for every op."""
+    big = dev == "cuda"
+    n = 4096 if big else 384
+    a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
+    ah, bh = a.to(torch.bfloat16), b.to(torch.bfloat16)
+    c = torch.empty(n, n, device=dev)
+    x = torch.randn(1 << (26 if big else 20), device=dev)
+    y = torch.randn_like(x)
+    img = torch.randint(0, 256, (2160 if big else 270, 3840 if big else 480, 3), dtype=torch.uint8,
+                        device=dev)
+    vol = torch.randint(0, 4096, (256 if big else 32, 256, 256), dtype=torch.int32,
+                        device=dev).to(torch.uint16)
+    f = img.double()
+    gray_ref = torch.floor(0.299 * f[..., 0] + 0.587 * f[..., 1] + 0.114 * f[..., 2] + 0.5)
+
+    def ours_gemm() -> torch.Tensor:
+        gemmt.gemm(c, a, b)
+        return c
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return [
+        ("gemm fp32", ours_gemm, lambda: torch.matmul(a, b), a.double() @ b.double(), 1e-5),
+        ("mm bf16", lambda: gemmt.mm(ah, bh), lambda: torch.matmul(ah, bh),
+         ah.double() @ bh.double(), 1e-2),
+        ("add fp32", lambda: gemmt.add(x, y), lambda: torch.add(x, y), x.double() + y.double(),
+         1e-7),
+        ("square fp32", lambda: gemmt.square(x), lambda: torch.square(x), x.double() ** 2, 1e-7),
+        ("scale fp32", lambda: gemmt.scale(x, 2.0), lambda: x * 2.0, x.double() * 2.0, 1e-7),
+        ("rgb_to_gray u8", lambda: gemmt.rgb_to_gray(img),
+         lambda: (0.299 * img[..., 0] + 0.587 * img[..., 1] + 0.114 * img[..., 2]).round().to(
+             torch.uint8), gray_ref, 1e-2),
+        ("normalize_volume u16", lambda: gemmt.normalize_volume(vol, 4095.0),
+         lambda: vol.float() / 4095.0, vol.double() / 4095.0, 1e-7),
+    ]
+
+
+def demo() -> int:
+    """Runs every op on CUDA if present (else CPU) and compares it with PyTorch."""
+    info = gemmt.build_info()
+    dev = "cuda" if torch.cuda.is_available() and info.get("cuda") else "cpu"
+    print("gemmt build:", json.dumps(info))
+    name = torch.cuda.get_device_name() if dev == "cuda" else "CPU"
+    print(f"device: {dev} ({name}), torch {torch.__version__}\n")
+    header = f"{'op':<22}{'device':<8}{'rel err':>11}{'bound':>9}{'gemmt ms':>11}{'torch ms':>11}{'speedup':>9}  ok"
+    print(header)
+    print("-" * len(header))
+    failures = 0
+    for label, ours, theirs, ref, bound in _cases(dev):
+        out = ours()
+        err = _rel_err(out, ref)
+        ok = err <= bound and out.shape == ref.shape
+        failures += not ok
+        t_ours = median_ms(ours, dev, reps=10, budget_s=1.0)
+        t_ref = median_ms(theirs, dev, reps=10, budget_s=1.0)
+        print(f"{label:<22}{dev:<8}{err:>11.2e}{bound:>9.0e}{t_ours:>11.3f}{t_ref:>11.3f}"
+              f"{t_ref / t_ours:>8.2f}x  {'yes' if ok else 'NO'}")
+    print(f"\n{'all ops match PyTorch' if not failures else f'{failures} op(s) FAILED'}")
+    return 1 if failures else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gemmt", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd")
+    sub.add_parser("demo", help="run every op and compare with PyTorch (the default)")
+    sub.add_parser("info", help="print build_info() as JSON")
+    bench = sub.add_parser("bench", help="benchmarks: JSON, table and PNG plot")
+    bench.add_argument("suite", choices=["gemm", "memory", "all"])
+    bench.add_argument("--out", default="benchmarks/results", help="output directory")
+    bench.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
+    args = parser.parse_args(argv)
+    if args.cmd == "info":
+        print(json.dumps(gemmt.build_info(), indent=2))
+        return 0
+    if args.cmd == "bench":
+        from gemmt import bench as bench_mod
+
+        return bench_mod.run(args.suite, args.out, quick=args.quick)
+    return demo()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,335 @@
+"""Benchmarks: the GEMM ladder and tensor-core paths against cuBLAS (``torch.matmul``), and
+the memory-bound ops against the device-to-device copy bandwidth, measured in the same run.
+
+Every time is the median of CUDA-event timings after warm-up, on random data. Results go to
+``<out>/<suite>_<gpu>_<date>.json`` with a PNG plot beside, and a table on stdout.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import platform
+import re
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import torch
+
+import gemmt
+from gemmt._timing import median_ms, per_call_us
+
+try:
+    from tqdm import tqdm as _tqdm
+except ImportError:  # pragma: no cover - optional
+    _tqdm = None
+
+
+def _progress(items: list[Any], desc: str) -> Iterable[Any]:
+    if _tqdm is not None:
+        return _tqdm(items, desc=desc, ncols=100)
+    total = len(items)
+
+    def gen() -> Iterable[Any]:
+        for i, item in enumerate(items):
+            print(f"\r{desc}: {i + 1}/{total}", end="", flush=True)
+            yield item
+        print()
+
+    return gen()
+
+
+def environment() -> dict[str, Any]:
+    """What produced the numbers: GPU, versions, date, and how gemmt was built."""
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "device_name": props.name,
+        "sm_count": props.multi_processor_count,
+        "compute_capability": f"{props.major}.{props.minor}",
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "python": platform.python_version(),
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "gemmt": gemmt.build_info(),
+    }
+
+
+def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    d = ref.double()
+    return ((out.double() - d).norm() / d.norm()).item()
+
+
+# ---- GEMM ---------------------------------------------------------------------------------
+FP32_LADDER = ["naive", "smem_tiled", "register_blocked", "warptiled", "pipelined", "auto"]
+TC_VARIANTS = ["mma_sync", "wgmma", "auto"]
+
+
+def _operands(m: int, n: int, k: int, dtype: torch.dtype, layout: str):
+    def mat(rows: int, cols: int, t: str) -> torch.Tensor:
+        if t == "t":
+            return torch.randn(cols, rows, device="cuda").to(dtype).t()
+        return torch.randn(rows, cols, device="cuda").to(dtype)
+
+    return mat(m, k, layout[0]), mat(k, n, layout[1])
+
+
+def _gemm_cases(quick: bool) -> list[dict[str, Any]]:
+    squares = [1024, 2048, 4096] if quick else [1024, 2048, 4096, 6144, 8192]
+    awkward = [
+        (4097, 4097, 4097, "nn"), (1000, 1000, 1000, "nn"), (127, 8192, 511, "nn"),
+        (8192, 64, 8192, "nn"), (256, 256, 65536, "nn"), (1, 4096, 4096, "nn"),
+        (4096, 1, 4096, "nn"), (4096, 4096, 4096, "tn"), (4096, 4096, 4096, "nt"),
+        (4096, 4096, 4096, "tt"),
+    ]
+    if quick:
+        awkward = awkward[:3]
+    cases: list[dict[str, Any]] = []
+    for s in squares:
+        for v in FP32_LADDER:
+            # The first rungs are far too slow to time at the largest sizes; they teach,
+            # and 4096 shows the gap.
+            if v in ("naive", "smem_tiled") and s > 4096:
+                continue
+            cases.append(dict(dtype="float32", m=s, n=s, k=s, layout="nn", variant=v))
+    for m, n, k, lay in awkward:
+        cases.append(dict(dtype="float32", m=m, n=n, k=k, layout=lay, variant="auto"))
+    tc_sizes = [2048, 4096] if quick else [2048, 4096, 8192]
+    for dt in ("bfloat16", "float16", "tf32"):
+        for s in tc_sizes:
+            for v in TC_VARIANTS:
+                cases.append(dict(dtype=dt, m=s, n=s, k=s, layout="nn", variant=v))
+        for m, n, k, lay in awkward:
+            cases.append(dict(dtype=dt, m=m, n=n, k=k, layout=lay, variant="auto"))
+    return cases
+
+
+def _run_gemm_case(case: dict[str, Any]) -> dict[str, Any]:
+    dt = case["dtype"]
+    tf32 = dt == "tf32"
+    dtype = {"float32": torch.float32, "tf32": torch.float32, "bfloat16": torch.bfloat16,
+             "float16": torch.float16}[dt]
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    m, n, k = case["m"], case["n"], case["k"]
+    a, b = _operands(m, n, k, dtype, case["layout"])
+    c = torch.empty(m, n, device="cuda", dtype=dtype)
+    rec = dict(case, op="gemm")
+    try:
+        c.fill_(float("nan"))  # every element must be written
+        gemmt.gemm(c, a, b, variant=case["variant"])
+        torch.cuda.synchronize()
+        ref = a.double() @ b.double() if m * n * k <= 2**33 else None
+        rec["rel_err"] = _rel_err(c, ref) if ref is not None else None
+        rec["all_written"] = bool(not c.isnan().any().item())
+        ours = median_ms(lambda: gemmt.gemm(c, a, b, variant=case["variant"]), "cuda",
+                         warmup=3, reps=30, budget_s=1.5)
+    except RuntimeError as exc:
+        rec.update(error=str(exc).splitlines()[0], ours_ms=None)
+        ours = None
+    ref_ms = median_ms(lambda: torch.matmul(a, b, out=c), "cuda", warmup=3, reps=30,
+                       budget_s=1.5)
+    flop = 2.0 * m * n * k
+    rec.update(ours_ms=ours, ref_ms=ref_ms, ref_tflops=flop / ref_ms / 1e9)
+    if ours is not None:
+        rec.update(tflops=flop / ours / 1e9, ratio=ref_ms / ours)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return rec
+
+
+# ---- memory-bound ops ---------------------------------------------------------------------
+def _memory_cases(quick: bool) -> list[tuple[str, str, Callable[[], dict[str, Any]]]]:
+    n = 1 << (26 if quick else 28)  # 2^28 float32 = 1 GiB per tensor
+    cases: list[tuple[str, str, Callable[[], dict[str, Any]]]] = []
+
+    def elementwise(op: str, dtype: torch.dtype) -> Callable[[], dict[str, Any]]:
+        def make() -> dict[str, Any]:
+            x = torch.randn(n, device="cuda").to(dtype)
+            y = torch.randn(n, device="cuda").to(dtype)
+            es = x.element_size()
+            table = {
+                "add": (lambda: gemmt.add(x, y), lambda: torch.add(x, y), 3 * es * n),
+                "square": (lambda: gemmt.square(x), lambda: torch.square(x), 2 * es * n),
+                "scale": (lambda: gemmt.scale(x, 2.0), lambda: x * 2.0, 2 * es * n),
+                "square_backward": (lambda: torch.ops.gemmt.square_backward(y, x),
+                                    lambda: y * (2 * x), 3 * es * n),
+            }
+            ours, ref, nbytes = table[op]
+            exact = torch.equal(ours(), ref()) if op != "square_backward" else None
+            return dict(ours=ours, ref=ref, bytes=nbytes, numel=n, shape=[n], exact=exact)
+
+        return make
+
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        for op in ("add", "square", "scale", "square_backward"):
+            cases.append((op, str(dtype).replace("torch.", ""), elementwise(op, dtype)))
+
+    def gray() -> dict[str, Any]:
+        h, w = (8192, 8192) if quick else (16384, 16384)
+        img = torch.randint(0, 256, (h, w, 3), dtype=torch.uint8, device="cuda")
+
+        def ref() -> torch.Tensor:
+            r, g, b = img[..., 0], img[..., 1], img[..., 2]
+            return (0.299 * r + 0.587 * g + 0.114 * b).round().to(torch.uint8)
+
+        diff = (gemmt.rgb_to_gray(img).int() - ref().int()).abs().max().item()
+        return dict(ours=lambda: gemmt.rgb_to_gray(img), ref=ref, bytes=4 * h * w,
+                    numel=h * w, shape=[h, w, 3], max_abs_diff_vs_torch=diff)
+
+    def volume() -> dict[str, Any]:
+        shape = (128, 512, 1024) if quick else (512, 512, 1024)
+        vol = torch.randint(0, 65536, shape, dtype=torch.int32, device="cuda").to(torch.uint16)
+        ours, ref = (lambda: gemmt.normalize_volume(vol, 4095.0)), (lambda: vol.float() / 4095.0)
+        numel = vol.numel()
+        return dict(ours=ours, ref=ref, bytes=6 * numel, numel=numel, shape=list(shape),
+                    exact=torch.equal(ours(), ref()))
+
+    cases.append(("rgb_to_gray", "uint8", gray))
+    cases.append(("normalize_volume", "uint16", volume))
+    return cases
+
+
+def _copy_gbps(nbytes: int) -> float:
+    src = torch.randn(nbytes // 4, device="cuda")
+    dst = torch.empty_like(src)
+    ms = median_ms(lambda: dst.copy_(src), "cuda", warmup=5, reps=50, budget_s=2.0)
+    return 2 * nbytes / ms / 1e6
+
+
+def _small_call_overhead() -> dict[str, Any]:
+    x, y = torch.randn(1, device="cuda"), torch.randn(1, device="cuda")
+    ours = per_call_us(lambda: torch.ops.gemmt.add(x, y), "cuda")
+    ref = per_call_us(lambda: torch.add(x, y), "cuda")
+    return dict(op="add", dtype="float32", numel=1, ours_us=ours, ref_us=ref, ratio=ours / ref,
+                note="host time per call, back-to-back calls, 1-element tensors")
+
+
+# ---- driver -------------------------------------------------------------------------------
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_").lower()
+
+
+def _write(out_dir: Path, suite: str, env: dict[str, Any], records: list[dict[str, Any]],
+           extra: dict[str, Any] | None = None) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = env["date"][:10]
+    path = out_dir / f"{suite}_{_slug(env['device_name'])}_{stamp}.json"
+    for r in records:
+        for key in ("device_name", "torch_version", "date"):
+            r.setdefault(key, env[key])
+    payload = {"suite": suite, "environment": env, "records": records, **(extra or {})}
+    path.write_text(json.dumps(payload, indent=1))
+    return path
+
+
+def _plot_gemm(records: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dtypes = ["float32", "bfloat16", "float16", "tf32"]
+    fig, axes = plt.subplots(1, 4, figsize=(22, 5))
+    for ax, dt in zip(axes, dtypes):
+        sq = [r for r in records if r["dtype"] == dt and r["m"] == r["n"] == r["k"]
+              and r["layout"] == "nn" and r.get("tflops")]
+        for v in sorted({r["variant"] for r in sq}, key=lambda s: (s == "auto", s)):
+            pts = sorted((r["m"], r["tflops"]) for r in sq if r["variant"] == v)
+            ax.plot(*zip(*pts), marker="o", label=f"gemmt {v}")
+        ref = {}
+        for r in sq:
+            ref.setdefault(r["m"], []).append(r["ref_tflops"])
+        pts = sorted((s, max(v)) for s, v in ref.items())
+        if pts:
+            ax.plot(*zip(*pts), "k--", marker="s", label="cuBLAS (torch.matmul)")
+        ax.set_title(f"{dt} GEMM, M=N=K")
+        ax.set_xlabel("size")
+        ax.set_ylabel("TFLOP/s")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def _plot_memory(records: list[dict[str, Any]], copy_gbps: float, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['op']}\n{r['dtype']}" for r in records]
+    fig, ax = plt.subplots(figsize=(max(10, len(records) * 0.8), 5))
+    xs = range(len(records))
+    ax.bar([x - 0.2 for x in xs], [r["gbps"] for r in records], width=0.4, label="gemmt")
+    ax.bar([x + 0.2 for x in xs], [r["ref_gbps"] for r in records], width=0.4,
+           label="PyTorch eager")
+    ax.axhline(copy_gbps, color="k", ls="--", label=f"D2D copy {copy_gbps:.0f} GB/s")
+    ax.axhline(0.92 * copy_gbps, color="r", ls=":", label="92% of copy")
+    ax.set_xticks(list(xs), labels, fontsize=7)
+    ax.set_ylabel("GB/s (bytes read + written)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def run_gemm(out_dir: Path, quick: bool) -> list[dict[str, Any]]:
+    env = environment()
+    records = [_run_gemm_case(c) for c in _progress(_gemm_cases(quick), "gemm")]
+    path = _write(out_dir, "gemm", env, records)
+    try:
+        _plot_gemm(records, path.with_suffix(".png"))
+    except ImportError:
+        print("matplotlib missing: no plot")
+    print(f"\n{'dtype':<9}{'m':>6}{'n':>6}{'k':>7}{'lay':>4} {'variant':<17}{'gemmt TF/s':>11}"
+          f"{'cuBLAS TF/s':>12}{'ratio':>7}{'rel err':>10}")
+    for r in records:
+        tf = f"{r['tflops']:.1f}" if r.get("tflops") else r.get("error", "-")[:30]
+        ratio = f"{r['ratio']:.3f}" if r.get("ratio") else "-"
+        err = f"{r['rel_err']:.1e}" if r.get("rel_err") is not None else "-"
+        print(f"{r['dtype']:<9}{r['m']:>6}{r['n']:>6}{r['k']:>7}{r['layout']:>4} "
+              f"{r['variant']:<17}{tf:>11}{r['ref_tflops']:>12.1f}{ratio:>7}{err:>10}")
+    print(f"wrote {path}")
+    return records
+
+
+def run_memory(out_dir: Path, quick: bool) -> list[dict[str, Any]]:
+    env = environment()
+    copy = _copy_gbps(1 << (28 if quick else 30))
+    records = []
+    for op, dt, make in _progress(_memory_cases(quick), "memory"):
+        case = make()
+        ours = median_ms(case.pop("ours"), "cuda", warmup=3, reps=30, budget_s=1.5)
+        ref = median_ms(case.pop("ref"), "cuda", warmup=3, reps=30, budget_s=1.5)
+        nbytes = case["bytes"]
+        rec = dict(op=op, dtype=dt, ours_ms=ours, ref_ms=ref, gbps=nbytes / ours / 1e6,
+                   ref_gbps=nbytes / ref / 1e6, copy_gbps=copy, **case)
+        rec["fraction_of_copy"] = rec["gbps"] / copy
+        rec["speedup_vs_torch"] = ref / ours
+        records.append(rec)
+        torch.cuda.empty_cache()
+    small = _small_call_overhead()
+    path = _write(out_dir, "memory", env, records, {"copy_gbps": copy, "small_tensor": small})
+    try:
+        _plot_memory(records, copy, path.with_suffix(".png"))
+    except ImportError:
+        print("matplotlib missing: no plot")
+    print(f"\ncopy bandwidth (same run): {copy:.0f} GB/s")
+    print(f"{'op':<18}{'dtype':<10}{'GB/s':>8}{'of copy':>9}{'torch GB/s':>11}{'vs torch':>9}")
+    for r in records:
+        print(f"{r['op']:<18}{r['dtype']:<10}{r['gbps']:>8.0f}{r['fraction_of_copy']:>9.3f}"
+              f"{r['ref_gbps']:>11.0f}{r['speedup_vs_torch']:>8.2f}x")
+    print(f"1-element add: gemmt {small['ours_us']:.2f} us/call, torch.add "
+          f"{small['ref_us']:.2f} us/call, ratio {small['ratio']:.2f}")
+    print(f"wrote {path}")
+    return records
+
+
+def run(suite: str, out: str, quick: bool = False) -> int:
+    """Entry point of ``python -m gemmt bench``."""
+    if not torch.cuda.is_available():
+        print("the benchmarks need a CUDA device")
+        return 1
+    out_dir = Path(out)
+    if suite in ("gemm", "all"):
+        run_gemm(out_dir, quick)
+    if suite in ("memory", "all"):
+        run_memory(out_dir, quick)
+    return 0

@@ -1,0 +1,59 @@
+"""Shared fixtures: the devices to test on, float64 references and error measures."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+import gemmt
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+HAS_CUDA = torch.cuda.is_available() and bool(gemmt.build_info().get("cuda"))
+
+DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
+FLOAT_DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    skip_cuda = pytest.mark.skip(reason="needs a CUDA device and a CUDA build of gemmt")
+    for item in items:
+        if "cuda" in item.keywords and not HAS_CUDA:
+            item.add_marker(skip_cuda)
+        # Parametrised over devices: mark CUDA cases so `-m cuda` selects them.
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("device") == "cuda":
+            item.add_marker(pytest.mark.cuda)
+
+
+@pytest.fixture(params=DEVICES)
+def device(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    torch.manual_seed(int(os.environ.get("GEMMT_TEST_SEED", "1234")))
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """Relative Frobenius error ||out - ref|| / ||ref|| in float64 (NaN fails any bound)."""
+    out64, ref64 = out.double().cpu(), ref.double().cpu()
+    denom = ref64.norm().item()
+    err = (out64 - ref64).norm().item()
+    return err / denom if denom > 0 else err
+
+
+def tol_for(dtype: torch.dtype, allow_tf32: bool = False) -> float:
+    """Relative-error bound of a float32-accumulated product in `dtype`."""
+    if dtype in (torch.float16, torch.bfloat16):
+        return 1e-2
+    if dtype == torch.float32:
+        return 5e-3 if allow_tf32 else 1e-5
+    return 1e-12
+
+
+def randn(*shape: int, dtype: torch.dtype = torch.float32, device: str = "cpu") -> torch.Tensor:
+    return torch.randn(*shape, device=device).to(dtype)

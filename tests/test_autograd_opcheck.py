@@ -1,0 +1,124 @@
+"""gradcheck, torch.library.opcheck and torch.compile for every op."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+import torch
+
+import gemmt
+from conftest import randn
+
+
+def grad_inputs(device: str, *shapes: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+    # float64 on CPU; the CUDA kernels are float32/16/bf16, so CUDA checks use float32 with
+    # a matching finite-difference step and tolerance.
+    dtype = torch.float64 if device == "cpu" else torch.float32
+    return tuple(torch.randn(*s, dtype=dtype, device=device, requires_grad=True) for s in shapes)
+
+
+def check_grad(fn: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...]) -> None:
+    if inputs[0].dtype == torch.float64:
+        assert torch.autograd.gradcheck(fn, inputs)
+    else:
+        assert torch.autograd.gradcheck(fn, inputs, eps=1e-2, atol=1e-2, rtol=1e-2)
+
+
+def test_gradcheck_mm(device: str) -> None:
+    check_grad(gemmt.mm, grad_inputs(device, (7, 5), (5, 3)))
+    a, b = grad_inputs(device, (6, 4), (3, 6))
+    check_grad(lambda x, y: gemmt.mm(x.t(), y.t()), (a, b))  # transposed views
+
+
+def test_gradcheck_add(device: str) -> None:
+    check_grad(gemmt.add, grad_inputs(device, (4, 6), (4, 6)))
+
+
+def test_gradcheck_square(device: str) -> None:
+    check_grad(gemmt.square, grad_inputs(device, (3, 4, 5)))
+
+
+def test_gradcheck_scale(device: str) -> None:
+    check_grad(lambda x: gemmt.scale(x, -1.75), grad_inputs(device, (9,)))
+
+
+def test_backward_matches_torch(device: str) -> None:
+    a, b = grad_inputs(device, (16, 8), (8, 12))
+    (gemmt.square(gemmt.scale(gemmt.mm(a, b), 0.5)).sum()).backward()
+    ga, gb = a.grad.clone(), b.grad.clone()
+    a.grad = b.grad = None
+    (((a @ b) * 0.5) ** 2).sum().backward()
+    torch.testing.assert_close(ga, a.grad)
+    torch.testing.assert_close(gb, b.grad)
+
+
+def opcheck_cases(device: str) -> list[tuple[Any, tuple, dict]]:
+    img = torch.randint(0, 256, (5, 6, 3), dtype=torch.uint8, device=device)
+    vol = torch.randint(0, 4096, (3, 4, 5), dtype=torch.int32, device=device).to(torch.uint16)
+    g = torch.ops.gemmt
+    x = randn(5, 7, device=device)
+    return [
+        (g.gemm, (randn(4, 3, device=device), randn(4, 5, device=device),
+                  randn(5, 3, device=device), 1.5, 0.5), {}),
+        (g.mm, (randn(4, 5, device=device, ).requires_grad_(), randn(5, 3, device=device)), {}),
+        (g.add, (x.clone().requires_grad_(), randn(5, 7, device=device)), {}),
+        (g.square, (x.clone().requires_grad_(),), {}),
+        (g.square_backward, (randn(5, 7, device=device), x), {}),
+        (g.scale, (x.clone().requires_grad_(), 3.0), {}),
+        (g.rgb_to_gray, (img,), {"bgr": True}),
+        (g.normalize_volume, (vol, 4095.0), {}),
+    ]
+
+
+def test_opcheck_all_ops(device: str) -> None:
+    gemmt.build_info()  # load the library
+    for op, args, kwargs in opcheck_cases(device):
+        result = torch.library.opcheck(op, args, kwargs)
+        failed = {k: v for k, v in result.items() if v != "SUCCESS"}
+        assert not failed, (op, failed)
+
+
+def test_every_registered_op_is_opchecked() -> None:
+    gemmt.build_info()
+    registered = {
+        s.name.split("::")[1] for s in torch._C._jit_get_all_schemas() if s.name.startswith("gemmt::")
+    }
+    checked = {op._qualified_op_name.split("::")[1] for op, _, _ in opcheck_cases("cpu")}
+    assert registered == checked
+
+
+def test_meta_shapes() -> None:
+    gemmt.build_info()
+    a, b = torch.empty(7, 5, device="meta"), torch.empty(5, 3, device="meta")
+    assert torch.ops.gemmt.mm(a, b).shape == (7, 3)
+    img = torch.empty(2, 4, 6, 3, dtype=torch.uint8, device="meta")
+    assert torch.ops.gemmt.rgb_to_gray(img).shape == (2, 4, 6)
+    vol = torch.empty(3, 3, dtype=torch.uint16, device="meta")
+    assert torch.ops.gemmt.normalize_volume(vol, 2.0).dtype == torch.float32
+    with pytest.raises(RuntimeError, match="gemmt::mm"):
+        torch.ops.gemmt.mm(a, a)
+
+
+def test_torch_compile_fullgraph(device: str) -> None:
+    def fn(a: torch.Tensor, b: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        y = gemmt.mm(a, b)
+        y = gemmt.add(y, gemmt.square(x))
+        return gemmt.scale(y, 0.5)
+
+    def fn_inplace(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        gemmt.gemm(c, a, b, 1.0, 1.0)
+        return c * 2
+
+    a, b, x = randn(16, 8, device=device), randn(8, 12, device=device), randn(16, 12, device=device)
+    compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(compiled(a, b, x), fn(a, b, x))
+    c = randn(16, 12, device=device)
+    c_eager = c.clone()
+    compiled_inplace = torch.compile(fn_inplace, fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(compiled_inplace(c, a, b), fn_inplace(c_eager, a, b))
+    torch.testing.assert_close(c, c_eager)
+    img = torch.randint(0, 256, (8, 8, 3), dtype=torch.uint8, device=device)
+    gray = torch.compile(lambda t: gemmt.rgb_to_gray(t, bgr=True), fullgraph=True,
+                         backend="aot_eager")
+    assert torch.equal(gray(img), gemmt.rgb_to_gray(img, bgr=True))

@@ -1,0 +1,111 @@
+"""The four ways in: plain CMake, torch.ops.load_library, pip, and JIT (plus setuptools).
+
+Each runs in a fresh interpreter. Builds are slow (marked `slow`); set
+GEMMT_TEST_CMAKE_BUILD to a finished CMake build directory to reuse it.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import gemmt
+from conftest import HAS_CUDA, REPO_ROOT
+from helpers_build import run_python, smoke
+
+
+def _cmake_build(tmp_path: Path) -> Path:
+    prebuilt = os.environ.get("GEMMT_TEST_CMAKE_BUILD")
+    if prebuilt:
+        return Path(prebuilt)
+    build = tmp_path / "cmake-build"
+    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+    # CPU-only keeps this test quick; the GPU script builds the CUDA flavour the same way.
+    cfg = ["cmake", "-S", str(REPO_ROOT), "-B", str(build), *gen, "-DGEMMT_CUDA=OFF",
+           f"-DPython_EXECUTABLE={sys.executable}"]
+    subprocess.run(cfg, check=True, capture_output=True, text=True)
+    subprocess.run(["cmake", "--build", str(build), "-j", str(os.cpu_count() or 2)], check=True,
+                   capture_output=True, text=True)
+    return build
+
+
+@pytest.mark.slow
+def test_plain_cmake_module_and_load_library(tmp_path: Path) -> None:
+    build = _cmake_build(tmp_path)
+    libs = glob.glob(str(build / "_gemmt*.so"))
+    assert len(libs) == 1, libs
+    cuda = bool(os.environ.get("GEMMT_TEST_CMAKE_BUILD")) and HAS_CUDA
+    # 1. Import the module straight from build/ and call .gemm(c, a, b).
+    out = run_python(
+        f"import sys, torch; sys.path.insert(0, {str(build)!r}); import _gemmt\n"
+        "a, b = torch.randn(64, 32), torch.randn(32, 16); c = torch.empty(64, 16)\n"
+        "_gemmt.gemm(c, a, b); assert torch.allclose(c, a @ b, atol=1e-4)\n"
+        "x = torch.randn(5, requires_grad=True); _gemmt.square(x).sum().backward()\n"
+        "assert torch.allclose(x.grad, 2 * x.detach())\n"
+        "info = _gemmt.build_info(); assert info['build_system'] == 'cmake', info\n"
+        "print('MODULE-OK')"
+    )
+    assert "MODULE-OK" in out
+    # 2. A bare torch.ops.load_library: every op, autograd and Meta, no Python package.
+    out = run_python(f"import torch; torch.ops.load_library({libs[0]!r})\n" + smoke(cuda))
+    assert "SMOKE-OK" in out
+
+
+def test_load_library_of_installed_extension() -> None:
+    path = gemmt.library_path()
+    out = run_python(f"import torch; torch.ops.load_library({path!r})\n" + smoke(HAS_CUDA))
+    assert "SMOKE-OK" in out
+
+
+def test_installed_package_reports_its_build() -> None:
+    info = gemmt.build_info()
+    assert info["torch_version"].split("+")[0] == torch.__version__.split("+")[0]
+    for key in ("cuda", "cuda_version", "cuda_architectures", "compiler", "build_system"):
+        assert key in info
+    if HAS_CUDA:
+        assert info["cuda"] and info["cuda_architectures"]
+
+
+@pytest.mark.slow
+def test_jit_load_and_load_inline(tmp_path: Path) -> None:
+    code = (
+        "import torch, gemmt, gemmt.jit\n"
+        f"m = gemmt.jit.load(build_directory={str(tmp_path)!r})\n"
+        "assert m.build_info()['build_system'] == 'jit'\n"
+        "a, b = torch.randn(20, 30), torch.randn(30, 10); c = torch.empty(20, 10)\n"
+        "m.gemm(c, a, b); assert torch.allclose(c, a @ b, atol=1e-4)\n"
+        "assert torch.allclose(gemmt.mm(a, b), a @ b, atol=1e-4)\n"
+        + smoke(HAS_CUDA)
+        + "src = '#include <gemmt/types.h>\\n"
+        "int64_t elem_bytes(int64_t t) { return (int64_t)gemmt::element_size("
+        "static_cast<gemmt::ScalarType>(t)); }'\n"
+        f"inl = gemmt.jit.load_inline('gemmt_inline_probe', src, functions=['elem_bytes'], "
+        f"build_directory={str(tmp_path)!r})\n"
+        "assert inl.elem_bytes(0) == 4 and inl.elem_bytes(2) == 2\n"
+        "print('JIT-OK')\n"
+    )
+    os.makedirs(tmp_path, exist_ok=True)
+    assert "JIT-OK" in run_python(code)
+
+
+@pytest.mark.slow
+def test_setuptools_example(tmp_path: Path) -> None:
+    example = REPO_ROOT / "examples" / "setuptools"
+    build = tmp_path / "st"
+    proc = subprocess.run(
+        [sys.executable, "setup.py", "build_ext", "--build-lib", str(build), "--build-temp",
+         str(tmp_path / "tmp")],
+        cwd=example, capture_output=True, text=True,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    libs = glob.glob(str(build / "gemmt_setuptools*.so"))
+    assert libs, list(build.iterdir())
+    out = run_python(f"import torch; torch.ops.load_library({libs[0]!r})\n" + smoke(HAS_CUDA))
+    assert "SMOKE-OK" in out

@@ -1,0 +1,206 @@
+"""gemm and mm against a float64 reference: shapes, strides, alpha/beta, every variant."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import gemmt
+from conftest import FLOAT_DTYPES, HAS_CUDA, randn, rel_err, tol_for
+
+SHAPES = [(1, 1, 1), (1, 37, 19), (23, 1, 17), (7, 5, 1), (33, 65, 17), (64, 64, 64),
+          (127, 129, 131), (5, 300, 1000)]
+
+
+def reference(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: float, beta: float):
+    out = alpha * (a.double() @ b.double())
+    if beta != 0:
+        out += beta * c.double()
+    return out
+
+
+def operand(shape: tuple[int, int], dtype: torch.dtype, device: str, layout: str) -> torch.Tensor:
+    """A (rows, cols) matrix stored row-major ("n"), column-major ("t") or strided ("s")."""
+    rows, cols = shape
+    if layout == "n":
+        return randn(rows, cols, dtype=dtype, device=device)
+    if layout == "t":
+        return randn(cols, rows, dtype=dtype, device=device).t()
+    return randn(rows, cols * 2 + 1, dtype=dtype, device=device)[:, 1::2]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_gemm_shapes(device: str, dtype: torch.dtype, m: int, n: int, k: int) -> None:
+    a = randn(m, k, dtype=dtype, device=device)
+    b = randn(k, n, dtype=dtype, device=device)
+    c = torch.full((m, n), float("nan"), dtype=dtype, device=device)  # beta=0 never reads c
+    gemmt.gemm(c, a, b)
+    assert rel_err(c, reference(c, a, b, 1.0, 0.0)) <= tol_for(dtype)
+
+
+@pytest.mark.parametrize("la", ["n", "t", "s"])
+@pytest.mark.parametrize("lb", ["n", "t", "s"])
+@pytest.mark.parametrize("lc", ["n", "t", "s"])
+def test_gemm_strides_alpha_beta(device: str, la: str, lb: str, lc: str) -> None:
+    m, n, k = 45, 38, 70
+    a, b = operand((m, k), torch.float32, device, la), operand((k, n), torch.float32, device, lb)
+    c = operand((m, n), torch.float32, device, lc)
+    expected = reference(c, a, b, 1.5, -0.75)
+    gemmt.gemm(c, a, b, 1.5, -0.75)
+    assert rel_err(c, expected) <= 1e-5
+
+
+def test_gemm_k_zero_scales_c(device: str) -> None:
+    c = randn(6, 7, device=device)
+    expected = 0.5 * c
+    gemmt.gemm(c, randn(6, 0, device=device), randn(0, 7, device=device), 2.0, 0.5)
+    assert torch.equal(c, expected)
+    c.fill_(float("nan"))
+    gemmt.gemm(c, randn(6, 0, device=device), randn(0, 7, device=device), 2.0, 0.0)
+    assert torch.equal(c, torch.zeros_like(c))
+
+
+def test_gemm_empty_m_n(device: str) -> None:
+    gemmt.gemm(randn(0, 5, device=device), randn(0, 3, device=device), randn(3, 5, device=device))
+    gemmt.gemm(randn(4, 0, device=device), randn(4, 3, device=device), randn(3, 0, device=device))
+
+
+def test_mm_matches_reference(device: str) -> None:
+    a, b = randn(70, 50, device=device), randn(50, 90, device=device)
+    out = gemmt.mm(a, b)
+    assert out.shape == (70, 90) and out.is_contiguous()
+    assert rel_err(out, a.double() @ b.double()) <= 1e-5
+    out_t = gemmt.mm(b.t(), a.t())
+    assert rel_err(out_t, b.double().t() @ a.double().t()) <= 1e-5
+
+
+def test_gemm_misaligned(device: str) -> None:
+    buf = randn(1 + 33 * 17 + 17 * 9 + 33 * 9, device=device)
+    a = buf[1 : 1 + 33 * 17].view(33, 17)
+    b = buf[1 + 33 * 17 : 1 + 33 * 17 + 17 * 9].view(17, 9)
+    c = buf[1 + 33 * 17 + 17 * 9 :].view(33, 9)
+    expected = reference(c, a, b, 1.0, 1.0)
+    gemmt.gemm(c, a, b, 1.0, 1.0)
+    assert rel_err(c, expected) <= 1e-5
+
+
+def test_gemm_float64_cpu() -> None:
+    a, b = torch.randn(20, 30, dtype=torch.float64), torch.randn(30, 10, dtype=torch.float64)
+    c = torch.empty(20, 10, dtype=torch.float64)
+    gemmt.gemm(c, a, b)
+    assert rel_err(c, a @ b) <= 1e-12
+
+
+def test_gemm_nan_propagates(device: str) -> None:
+    a, b = randn(8, 8, device=device), randn(8, 8, device=device)
+    a[3, 4] = float("nan")
+    c = torch.empty(8, 8, device=device)
+    gemmt.gemm(c, a, b)
+    assert c[3].isnan().all() and not c[:3].isnan().any()
+
+
+# ---- CUDA: every named kernel on awkward shapes -------------------------------------------
+CUDA_VARIANTS = ["naive", "smem_tiled", "register_blocked", "warptiled", "pipelined", "split_k"]
+AWKWARD = [(1, 1, 1), (7, 9, 5), (33, 17, 65), (127, 129, 131), (128, 256, 64), (257, 129, 1000),
+           (64, 48, 4099)]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("variant", CUDA_VARIANTS)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt", "ss"])
+def test_cuda_simt_variants(variant: str, dtype: torch.dtype, layout: str) -> None:
+    for m, n, k in AWKWARD:
+        a = operand((m, k), dtype, "cuda", layout[0])
+        b = operand((k, n), dtype, "cuda", layout[1])
+        c = randn(m, n, dtype=dtype, device="cuda")
+        for alpha, beta in ((1.0, 0.0), (0.5, 2.0)):
+            if beta == 0.0:
+                c.fill_(float("nan"))
+            expected = reference(c, a, b, alpha, beta)
+            gemmt.gemm(c, a, b, alpha, beta, variant=variant)
+            err = rel_err(c, expected)
+            assert err <= tol_for(dtype), (variant, m, n, k, alpha, beta, err)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_cuda_gemv(dtype: torch.dtype) -> None:
+    for m, n, k in [(1, 4096, 4096), (4096, 1, 4096), (1, 77, 1001), (999, 1, 33), (1, 1, 5000)]:
+        for la, lb in (("n", "n"), ("t", "t"), ("s", "s")):
+            a, b = operand((m, k), dtype, "cuda", la), operand((k, n), dtype, "cuda", lb)
+            c = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
+            gemmt.gemm(c, a, b, variant="gemv")
+            assert rel_err(c, reference(c, a, b, 1, 0)) <= tol_for(dtype), (m, n, k, la)
+
+
+def _tensor_core_variants() -> list[str]:
+    if not HAS_CUDA:
+        return ["mma_sync"]
+    major, minor = torch.cuda.get_device_capability()
+    out = ["mma_sync"] if major >= 8 else []
+    if (major, minor) == (9, 0) and gemmt.build_info().get("sm90a_kernels"):
+        out.append("wgmma")
+    return out
+
+
+TC_SHAPES = [(128, 256, 64), (129, 257, 65), (1000, 1000, 1000), (127, 8192, 511), (8192, 64, 1024),
+             (64, 4096, 4096)]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("variant", _tensor_core_variants())
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
+def test_cuda_tensor_core_variants(variant: str, dtype: torch.dtype, layout: str) -> None:
+    tf32 = dtype == torch.float32
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
+        for m, n, k in TC_SHAPES:
+            a = operand((m, k), dtype, "cuda", layout[0])
+            b = operand((k, n), dtype, "cuda", layout[1])
+            c = randn(m, n, dtype=dtype, device="cuda")
+            for alpha, beta in ((1.0, 0.0), (1.5, 0.5)):
+                if beta == 0.0:
+                    c.fill_(float("nan"))
+                expected = reference(c, a, b, alpha, beta)
+                try:
+                    gemmt.gemm(c, a, b, alpha, beta, variant=variant)
+                except RuntimeError as exc:
+                    # A kernel may refuse a layout (e.g. tf32 wgmma needs K-major operands);
+                    # the refusal must say so, and auto must still handle the problem.
+                    assert "cannot run this problem" in str(exc)
+                    gemmt.gemm(c, a, b, alpha, beta)
+                err = rel_err(c, expected)
+                assert err <= tol_for(dtype, allow_tf32=tf32), (variant, m, n, k, layout, err)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
+@pytest.mark.cuda
+def test_cuda_fp32_accuracy_long_k() -> None:
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a, b = randn(512, 8192, device="cuda"), randn(8192, 512, device="cuda")
+    c = torch.full((512, 512), float("nan"), device="cuda")
+    gemmt.gemm(c, a, b)
+    assert rel_err(c, a.double() @ b.double()) <= 1e-5
+
+
+@pytest.mark.cuda
+def test_cuda_split_k_deterministic() -> None:
+    a, b = randn(256, 65536, device="cuda"), randn(65536, 256, device="cuda")
+    outs = [gemmt.mm(a, b) for _ in range(3)]
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
+    assert rel_err(outs[0], a.double() @ b.double()) <= 1e-5
+
+
+@pytest.mark.cuda
+def test_cuda_unknown_or_unsupported_variant_is_refused() -> None:
+    a = randn(8, 8, device="cuda")
+    c = torch.empty(8, 8, device="cuda")
+    with pytest.raises(RuntimeError, match="variant"):
+        gemmt.gemm(c, a, a, variant="fastest")
+    with pytest.raises(RuntimeError, match="gemv"):
+        gemmt.gemm(c, a, a, variant="gemv")
