@@ -31,7 +31,7 @@ void check_dtype(const char* op, const char* arg, const at::Tensor& t,
                  std::initializer_list<at::ScalarType> allowed) {
   check_defined(op, arg, t);
   bool ok = std::find(allowed.begin(), allowed.end(), t.scalar_type()) != allowed.end();
-  TORCH_CHECK_TYPE(ok, op, ": argument '", arg, "' expected dtype ", dtype_list(allowed),
+  TORCH_CHECK(ok, op, ": argument '", arg, "' expected dtype ", dtype_list(allowed),
                    ", got ", describe(t));
 }
 
@@ -49,7 +49,7 @@ void check_same_shape(const char* op, const char* arg_a, const at::Tensor& a, co
 
 void check_same_dtype(const char* op, const char* arg_a, const at::Tensor& a, const char* arg_b,
                       const at::Tensor& b) {
-  TORCH_CHECK_TYPE(a.scalar_type() == b.scalar_type(), op, ": arguments '", arg_a, "' and '",
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), op, ": arguments '", arg_a, "' and '",
                    arg_b, "' expected the same dtype, got ", describe(a), " and ", describe(b));
 }
 

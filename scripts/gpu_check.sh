@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# On a CUDA machine, in one go: build gemmt (pip and plain CMake), run the standalone kernel
+# self-tests, the whole pytest suite (CUDA cases included), the demo, and the benchmarks.
+# Logs and JSON go under $OUT (default ./gpu-out); a summary is printed last.
+#   STAGES="build selftest test slow demo bench sanitize" (default: all but sanitize)
+#   BENCH_ARGS="--quick"   passed to python -m gemmt bench
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-$ROOT/gpu-out}
+LOGS=$OUT/logs
+mkdir -p "$LOGS"
+STAGES=${STAGES:-"build selftest test slow demo bench"}
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+export MAX_JOBS=${MAX_JOBS:-$(nproc)}
+SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+note() { echo "$*" | tee -a "$SUMMARY"; }
+stage() {  # stage NAME LOGFILE COMMAND...: runs, times and records the exit status
+  local name=$1 log=$2; shift 2
+  local t0=$(date +%s)
+  echo "== $name" >&2
+  "$@" >"$log" 2>&1
+  local rc=$?
+  note "$(printf '%-28s rc=%-3s %5ss  %s' "$name" "$rc" "$(( $(date +%s) - t0 ))" "$(basename "$log")")"
+  return $rc
+}
+
+{
+  nvidia-smi
+  nvcc --version
+  $PY -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())"
+  cmake --version | head -1
+} >"$LOGS/environment.txt" 2>&1
+note "device: $($PY -c 'import torch; print(torch.cuda.get_device_name())' 2>/dev/null)"
+
+if has build; then
+  # The plain CMake build runs beside the pip build; both use every core.
+  (stage "cmake build (plain)" "$LOGS/cmake_build.log" \
+     bash -c "cmake -S . -B build/cmake-gpu -G Ninja -DPython_EXECUTABLE=$(command -v $PY) && cmake --build build/cmake-gpu") &
+  cmake_pid=$!
+  stage "pip install (scikit-build)" "$LOGS/pip_build.log" \
+    $PY -m pip install --no-build-isolation --no-deps -v .
+  wait $cmake_pid
+  $PY -c "import gemmt, json; print(json.dumps(gemmt.build_info()))" >>"$SUMMARY" 2>&1
+  cuobjdump --dump-sass build/cmake-gpu/_gemmt*.so 2>/dev/null | grep -c "HGMMA" \
+    | xargs -I{} echo "HGMMA instructions in the module's SASS: {}" | tee -a "$SUMMARY"
+fi
+
+if has selftest; then
+  for t in tests/cuda/*_selftest.cu; do
+    [ -f "$t" ] || continue
+    name=$(basename "$t" .cu)
+    # Linked against the kernels the CMake build compiled (same flags, same targets).
+    stage "compile $name" "$LOGS/${name}_build.log" \
+      nvcc -std=c++17 -O2 -Iinclude -DGEMMT_HAS_SM90A --expt-relaxed-constexpr \
+      -gencode=arch=compute_90a,code=sm_90a -o "build/$name" "$t" build/cmake-gpu/libgemmt_kernels.a && \
+    stage "run $name" "$LOGS/${name}.log" timeout 300 "build/$name"
+    tail -n 5 "$LOGS/${name}.log" >>"$SUMMARY"
+  done
+fi
+
+if has test; then
+  stage "pytest (all but slow)" "$LOGS/pytest.log" \
+    $PY -m pytest tests -q -m "not slow" -rfE -p no:cacheprovider --timeout 600
+  tail -n 3 "$LOGS/pytest.log" | tee -a "$SUMMARY"
+fi
+
+if has slow; then
+  GEMMT_TEST_CMAKE_BUILD=$ROOT/build/cmake-gpu stage "pytest slow (4 ways in)" \
+    "$LOGS/pytest_slow.log" $PY -m pytest tests -q -m slow -rfE -p no:cacheprovider --timeout 1200
+  tail -n 3 "$LOGS/pytest_slow.log" | tee -a "$SUMMARY"
+fi
+
+if has demo; then
+  stage "python -m gemmt" "$LOGS/demo.log" $PY -m gemmt
+  cat "$LOGS/demo.log" >>"$SUMMARY"
+fi
+
+if has bench; then
+  stage "bench memory" "$LOGS/bench_memory.log" $PY -m gemmt bench memory --out "$OUT" ${BENCH_ARGS:-}
+  stage "bench gemm" "$LOGS/bench_gemm.log" $PY -m gemmt bench gemm --out "$OUT" ${BENCH_ARGS:-}
+  grep -v "it/s\|s/it" "$LOGS/bench_memory.log" | tail -n 25 >>"$SUMMARY"
+  grep -v "it/s\|s/it" "$LOGS/bench_gemm.log" | tail -n 90 >>"$SUMMARY"
+fi
+
+if has sanitize; then
+  bash scripts/sanitize.sh "$OUT" >>"$SUMMARY" 2>&1
+fi
+
+tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOGS"
+echo "==== summary"
+cat "$SUMMARY"

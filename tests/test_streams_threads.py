@@ -1,0 +1,167 @@
+"""Streams, CUDA graphs, threads and determinism: the ops must be safe to use in a real
+training job (current stream, no hidden syncs, graph capture, no shared mutable state)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+import gemmt
+from conftest import randn, rel_err
+
+pytestmark = pytest.mark.cuda
+
+
+def all_ops(a: torch.Tensor, b: torch.Tensor, x: torch.Tensor, img: torch.Tensor,
+            vol: torch.Tensor, c: torch.Tensor) -> list[torch.Tensor]:
+    gemmt.gemm(c, a, b, 1.0, 0.0)
+    return [c, gemmt.mm(a, b), gemmt.add(x, x), gemmt.square(x), gemmt.scale(x, 3.0),
+            gemmt.rgb_to_gray(img), gemmt.normalize_volume(vol, 4095.0)]
+
+
+def inputs(device: str = "cuda") -> tuple[torch.Tensor, ...]:
+    a, b = randn(256, 128, device=device), randn(128, 192, device=device)
+    x = randn(1 << 20, device=device)
+    img = torch.randint(0, 256, (64, 64, 3), dtype=torch.uint8, device=device)
+    vol = torch.randint(0, 4096, (16, 64, 64), dtype=torch.int32, device=device).to(torch.uint16)
+    c = torch.empty(256, 192, device=device)
+    return a, b, x, img, vol, c
+
+
+def references(a, b, x, img, vol, c) -> list[torch.Tensor]:
+    cpu = [t.cpu() for t in (a, b, x, img, vol, c)]
+    return [r.cpu() for r in all_ops(*cpu)]
+
+
+def check(outs: list[torch.Tensor], refs: list[torch.Tensor]) -> None:
+    for out, ref in zip(outs, refs):
+        if out.is_floating_point():
+            assert rel_err(out, ref) <= 1e-5
+        else:
+            assert torch.equal(out.cpu(), ref)
+
+
+def test_side_stream_no_implicit_sync() -> None:
+    args = inputs()
+    refs = references(*args)
+    side = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)  # keeps `side` busy for a while
+        torch.cuda.set_sync_debug_mode("error")  # any host sync inside the ops raises
+        try:
+            outs = all_ops(*args)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    # The work queued behind the sleep on `side`; the default stream was not made to wait.
+    assert not side.query()
+    assert torch.cuda.default_stream().query()
+    side.synchronize()
+    check(outs, refs)
+
+
+def test_cuda_graph_capture_and_replay() -> None:
+    args = inputs()
+    a, b, x, img, vol, c = args
+    all_ops(*args)  # warm-up outside capture (lazy initialisation)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = all_ops(*args)
+    for _ in range(2):
+        a.copy_(torch.randn_like(a))
+        x.copy_(torch.randn_like(x))
+        img.copy_(torch.randint_like(img, 0, 256))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(outs, references(*args))
+
+
+def test_cuda_graph_split_k_and_gemv() -> None:
+    a, b = randn(128, 32768, device="cuda"), randn(32768, 128, device="cuda")
+    v = randn(1, 4096, device="cuda")
+    w = randn(4096, 4096, device="cuda")
+    gemmt.mm(a, b), gemmt.mm(v, w)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_split, out_gemv = gemmt.mm(a, b), gemmt.mm(v, w)
+    a.copy_(torch.randn_like(a))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel_err(out_split, a.double() @ b.double()) <= 1e-5
+    assert rel_err(out_gemv, v.double() @ w.double()) <= 1e-5
+
+
+def test_threads_on_their_own_streams() -> None:
+    errors: list[BaseException] = []
+
+    def worker(seed: int) -> None:
+        try:
+            gen = torch.Generator(device="cpu").manual_seed(seed)
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream):
+                for _ in range(10):
+                    a = torch.randn(96, 80, generator=gen).cuda(non_blocking=False)
+                    b = torch.randn(80, 72, generator=gen).cuda()
+                    out = gemmt.mm(a, b)
+                    y = gemmt.scale(gemmt.add(a, a), 0.5)
+                    stream.synchronize()
+                    assert rel_err(out, a.double() @ b.double()) <= 1e-5
+                    assert torch.equal(y, a)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+@pytest.mark.parametrize("variant", ["auto", "pipelined", "split_k", "warptiled", "mma_sync",
+                                     "wgmma"])
+def test_deterministic_gemm(variant: str) -> None:
+    if variant in ("mma_sync", "wgmma"):
+        a, b = randn(512, 3000, dtype=torch.bfloat16, device="cuda"), randn(
+            3000, 384, dtype=torch.bfloat16, device="cuda")
+    else:
+        a, b = randn(300, 9000, device="cuda"), randn(9000, 200, device="cuda")
+    c1 = torch.empty(a.shape[0], b.shape[1], dtype=a.dtype, device="cuda")
+    c2 = torch.empty_like(c1)
+    try:
+        gemmt.gemm(c1, a, b, variant=variant)
+    except RuntimeError as exc:
+        pytest.skip(str(exc).splitlines()[0])
+    gemmt.gemm(c2, a, b, variant=variant)
+    assert torch.equal(c1, c2)
+
+
+def test_deterministic_elementwise() -> None:
+    args = inputs()
+    first = all_ops(*args)
+    first = [t.clone() for t in first]
+    second = all_ops(*args)
+    for f, s in zip(first, second):
+        assert torch.equal(f, s)
+
+
+def test_deterministic_algorithms_mode() -> None:
+    torch.use_deterministic_algorithms(True)
+    try:
+        a, b = randn(256, 65536, device="cuda"), randn(65536, 256, device="cuda")
+        assert torch.equal(gemmt.mm(a, b), gemmt.mm(a, b))
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_second_device() -> None:
+    with torch.cuda.device(0):
+        args = inputs("cuda:1")
+        outs = all_ops(*args)
+        assert all(o.device == torch.device("cuda:1") for o in outs)
+        check(outs, references(*args))
