@@ -69,18 +69,19 @@ def demo() -> int:
     print("gemmt build:", json.dumps(info))
     name = torch.cuda.get_device_name() if dev == "cuda" else "CPU"
     print(f"device: {dev} ({name}), torch {torch.__version__}\n")
-    header = f"{'op':<22}{'device':<8}{'rel err':>11}{'bound':>9}{'gemmt ms':>11}{'torch ms':>11}{'speedup':>9}  ok"
+    header = f"{'op':<22}{'device':<8}{'max abs err':>12}{'rel err':>11}{'bound':>9}{'gemmt ms':>11}{'torch ms':>11}{'speedup':>9}  ok"
     print(header)
     print("-" * len(header))
     failures = 0
     for label, ours, theirs, ref, bound in _cases(dev):
         out = ours()
         err = _rel_err(out, ref)
+        max_abs = (out.double() - ref.double()).abs().max().item() if out.numel() else 0.0
         ok = err <= bound and out.shape == ref.shape
         failures += not ok
         t_ours = median_ms(ours, dev, reps=10, budget_s=1.0)
         t_ref = median_ms(theirs, dev, reps=10, budget_s=1.0)
-        print(f"{label:<22}{dev:<8}{err:>11.2e}{bound:>9.0e}{t_ours:>11.3f}{t_ref:>11.3f}"
+        print(f"{label:<22}{dev:<8}{max_abs:>12.2e}{err:>11.2e}{bound:>9.0e}{t_ours:>11.3f}{t_ref:>11.3f}"
               f"{t_ref / t_ours:>8.2f}x  {'yes' if ok else 'NO'}")
     print(f"\n{'all ops match PyTorch' if not failures else f'{failures} op(s) FAILED'}")
     return 1 if failures else 0

@@ -1,0 +1,55 @@
+// Grid sizing and device properties shared by the launchers.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace gemmt {
+
+// gridDim.x limit on every architecture the project builds for (sm_30 onwards).
+constexpr std::int64_t kMaxGridX = 2147483647;
+
+constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// Blocks for `work` items when one block takes `per_block` of them in one pass. Never 0
+// (a launch with an empty grid is an error), never above `cap`; a kernel launched with a
+// capped grid must loop grid-stride over the rest.
+inline unsigned int grid_1d(std::int64_t work, std::int64_t per_block,
+                            std::int64_t cap = kMaxGridX) {
+  std::int64_t blocks = work > 0 ? ceil_div(work, per_block) : 1;
+  if (cap > kMaxGridX) cap = kMaxGridX;
+  if (blocks > cap) blocks = cap;
+  return static_cast<unsigned int>(blocks < 1 ? 1 : blocks);
+}
+
+// Number of SMs of the current device. The attribute query costs a driver round trip, so
+// the answer is cached per device ordinal; racing first callers both store the same value,
+// which is harmless.
+inline cudaError_t current_device_sm_count(int* sm_count) {
+  constexpr int kMaxCachedDevices = 64;
+  static std::atomic<int> cache[kMaxCachedDevices] = {};
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  if (device >= 0 && device < kMaxCachedDevices) {
+    const int cached = cache[device].load(std::memory_order_relaxed);
+    if (cached > 0) {
+      *sm_count = cached;
+      return cudaSuccess;
+    }
+  }
+  int count = 0;
+  err = cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+  if (err != cudaSuccess) return err;
+  if (device >= 0 && device < kMaxCachedDevices) {
+    cache[device].store(count, std::memory_order_relaxed);
+  }
+  *sm_count = count;
+  return cudaSuccess;
+}
+
+}  // namespace gemmt

@@ -1,0 +1,89 @@
+// Float elementwise ops (add, square, scale, square_backward) as functors on the shared
+// engine (elementwise_engine.cuh): inputs are widened to float32, the functor runs in
+// float32 and the result is rounded once, to nearest even, to the tensor's dtype. That is
+// PyTorch's "opmath" scheme, so results match it bit for bit.
+//
+// Pack width is 16 bytes (4 floats or 8 halfs); unary ops keep 4 packs per thread in
+// flight, binary ops 2 packs of each input: 64 bytes of loads per thread either way.
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "elementwise_engine.cuh"
+#include "gemmt/elementwise.h"
+#include "gemmt/numeric.cuh"
+#include "gemmt/vector_access.cuh"
+
+namespace gemmt {
+namespace {
+
+// add_rn / mul_rn pin IEEE round-to-nearest single operations: the compiler may not fuse
+// them into an FMA, which would change the rounding, nor flush subnormals.
+struct AddOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return add_rn(a, b); }
+};
+
+struct SquareOp {
+  __device__ __forceinline__ float operator()(float x) const { return mul_rn(x, x); }
+};
+
+struct ScaleOp {
+  float factor;
+  __device__ __forceinline__ float operator()(float x) const { return mul_rn(x, factor); }
+};
+
+// grad * (2 * x) in the order autograd evaluates pow(x, 2)'s backward: 2 * x is a tensor
+// op of its own, rounded to T (exact unless it overflows T, then inf, as in PyTorch), and
+// the product rounds once more. 2 * (x * grad) would differ when x * grad lands in the
+// subnormal range.
+template <typename T>
+struct SquareBackwardOp {
+  __device__ __forceinline__ float operator()(float grad, float x) const {
+    const float twice_x = to_float(from_float<T>(mul_rn(2.0f, x)));
+    return mul_rn(grad, twice_x);
+  }
+};
+
+// make_op(TypeTag<T>{}) builds the functor for storage type T.
+template <int kArity, class MakeOp>
+cudaError_t run_float_op(ScalarType dtype, std::int64_t numel, const MakeOp& make_op,
+                         const void* const (&inputs)[kArity],
+                         const StridedLayout* const (&layouts)[kArity], void* out,
+                         cudaStream_t stream) {
+  return dispatch_float_dtype(dtype, [&](auto tag) -> cudaError_t {
+    using T = typename decltype(tag)::type;
+    constexpr int kUnroll = kArity == 1 ? 4 : 2;
+    return engine::launch<kPackElems<T>, kUnroll, T, T>(make_op(tag), numel, inputs, layouts, out,
+                                                        stream);
+  });
+}
+
+}  // namespace
+
+cudaError_t add_run(ScalarType dtype, int64_t numel, const void* a, const StridedLayout* a_layout,
+                    const void* b, const StridedLayout* b_layout, void* out, cudaStream_t stream) {
+  return run_float_op<2>(
+      dtype, numel, [](auto) { return AddOp{}; }, {a, b}, {a_layout, b_layout}, out, stream);
+}
+
+cudaError_t square_run(ScalarType dtype, int64_t numel, const void* x,
+                       const StridedLayout* x_layout, void* out, cudaStream_t stream) {
+  return run_float_op<1>(
+      dtype, numel, [](auto) { return SquareOp{}; }, {x}, {x_layout}, out, stream);
+}
+
+cudaError_t scale_run(ScalarType dtype, int64_t numel, const void* x, const StridedLayout* x_layout,
+                      float factor, void* out, cudaStream_t stream) {
+  return run_float_op<1>(
+      dtype, numel, [factor](auto) { return ScaleOp{factor}; }, {x}, {x_layout}, out, stream);
+}
+
+cudaError_t square_backward_run(ScalarType dtype, int64_t numel, const void* grad,
+                                const StridedLayout* grad_layout, const void* x,
+                                const StridedLayout* x_layout, void* out, cudaStream_t stream) {
+  return run_float_op<2>(
+      dtype, numel, [](auto tag) { return SquareBackwardOp<typename decltype(tag)::type>{}; },
+      {grad, x}, {grad_layout, x_layout}, out, stream);
+}
+
+}  // namespace gemmt
