@@ -14,6 +14,10 @@ STAGES=${STAGES:-"build selftest test slow demo bench"}
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
+# Build with the C++ toolchain whose libstdc++ the Python process loads: a g++ from another
+# GCC install (some images put one first via $CXX) emits iostream code that crashes against
+# the system libstdc++ at the first formatted message.
+if [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++; fi
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
 has() { [[ " $STAGES " == *" $1 "* ]]; }

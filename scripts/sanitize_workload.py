@@ -67,7 +67,7 @@ def main() -> int:
             bad += not torch.equal(gemmt.rgb_to_gray(img, bgr=True).cpu(), ref)
         vol = torch.randint(0, 65536, (h * w + 1,), dtype=torch.int32, device="cuda").to(
             torch.uint16)[1:].view(h, w)
-        bad += not torch.equal(gemmt.normalize_volume(vol, 4095.0), vol.float() / 4095.0)
+        bad += not torch.equal(gemmt.normalize_volume(vol, 4095.0), (vol.double() / 4095.0).float())
     torch.cuda.synchronize()
     print(f"sanitize workload finished, {bad} wrong results")
     return 1 if bad else 0

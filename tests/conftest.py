@@ -55,5 +55,16 @@ def tol_for(dtype: torch.dtype, allow_tf32: bool = False) -> float:
     return 1e-12
 
 
+def divide_ref(vol: torch.Tensor, max_val: float) -> torch.Tensor:
+    """IEEE float32 division vol / float32(max_val), correctly rounded.
+
+    The quotient of two float32 values computed in float64 and rounded to float32 is the
+    correctly rounded float32 quotient. (PyTorch's CUDA kernel for tensor / scalar multiplies
+    by the reciprocal instead, which can be 1 ulp off, so it is not the reference.)
+    """
+    m = float(torch.tensor(max_val, dtype=torch.float32))
+    return (vol.double() / m).float()
+
+
 def randn(*shape: int, dtype: torch.dtype = torch.float32, device: str = "cpu") -> torch.Tensor:
     return torch.randn(*shape, device=device).to(dtype)

@@ -27,7 +27,7 @@ OPS_SMOKE = textwrap.dedent(
     img = torch.randint(0, 256, (4, 5, 3), dtype=torch.uint8, device=dev)
     assert g.rgb_to_gray(img).shape == (4, 5)
     vol = torch.randint(0, 4096, (4, 5), dtype=torch.int32, device=dev).to(torch.uint16)
-    assert torch.equal(g.normalize_volume(vol, 4095.0), vol.float() / 4095.0)
+    assert torch.equal(g.normalize_volume(vol, 4095.0), (vol.double() / 4095.0).float())
     assert g.mm(torch.empty(3, 4, device="meta"), torch.empty(4, 5, device="meta")).shape == (3, 5)
     print("SMOKE-OK", dev)
     """

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import gemmt
-from conftest import HAS_CUDA, REPO_ROOT
+from conftest import HAS_CUDA, REPO_ROOT, divide_ref
 
 Thunk = Callable[[], object]
 
@@ -170,7 +170,7 @@ def cases_for(dev: str) -> list[Case]:
 
     # ---- normalize_volume ----
     vol = torch.randint(0, 4096, (4, 6, 8), dtype=torch.int32, device=dev).to(torch.uint16)
-    vref = vol.float() / 4095.0
+    vref = divide_ref(vol, 4095.0)
     add("normalize_volume", "vol", "wrong dtype", lambda: gemmt.normalize_volume(vol.float(), 1.0))
     add("normalize_volume", "vol", "int16 dtype", lambda: gemmt.normalize_volume(
         vol.to(torch.int16), 1.0))
@@ -259,7 +259,7 @@ def test_huge_tensors_over_2_31_elements() -> None:
     torch.cuda.empty_cache()
     vol = torch.randint(0, 4096, (n,), dtype=torch.int32, device="cuda").to(torch.uint16)
     nv = gemmt.normalize_volume(vol, 4095.0)
-    assert torch.equal(nv[-4096:], vol[-4096:].float() / 4095.0)
+    assert torch.equal(nv[-4096:], divide_ref(vol[-4096:], 4095.0))
     del vol, nv
     torch.cuda.empty_cache()
     # A GEMM whose C has more than 2^31 elements.

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gemmt
-from conftest import DEVICES, rel_err, tol_for
+from conftest import DEVICES, divide_ref, rel_err, tol_for
 
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -87,6 +87,6 @@ def test_image_random(device: str) -> None:
         assert torch.equal(gemmt.rgb_to_gray(img, bgr=bgr), ref)
         vol = torch.randint(0, 65536, (offset + h * w,), dtype=torch.int32,
                             device=device).to(torch.uint16)[offset:].view(h, w)
-        assert torch.equal(gemmt.normalize_volume(vol, max_val), vol.float() / max_val)
+        assert torch.equal(gemmt.normalize_volume(vol, max_val), divide_ref(vol, max_val))
 
     check()

@@ -40,7 +40,8 @@ cudaError_t square_backward_run(ScalarType dtype, int64_t numel, const void* gra
 cudaError_t rgb_to_gray_run(int64_t pixels, const uint8_t* in, const StridedLayout* in_layout,
                             bool bgr, uint8_t* out, cudaStream_t stream);
 
-// out = float(vol) / max_val (IEEE division, so bit-identical to vol.float() / max_val).
+// out = float(vol) / max_val, correctly rounded (IEEE division; PyTorch on CPU agrees bit for
+// bit, its CUDA kernel multiplies by 1 / max_val and can be one ulp off).
 // dtype is kUInt8 or kUInt16.
 cudaError_t normalize_volume_run(ScalarType dtype, int64_t numel, const void* vol,
                                  const StridedLayout* vol_layout, float max_val, float* out,

@@ -1,0 +1,569 @@
+// Tensor-core GEMM through mma.sync (sm_80 and later): bf16 / fp16 with m16n8k16 and
+// float32-as-tf32 with m16n8k8, float32 accumulation, C = alpha * A @ B + beta * C.
+//
+// One CTA of 8 warps computes a 128x128 tile of C; each warp owns 64x32 of it. Operand
+// tiles are 128 bytes deep along K (64 16-bit or 32 fp32 elements) and flow through a
+// 3-stage cp.async ring (96 KB, which still fits the 99 KB of sm_86/sm_89).
+//
+// Shared-memory tiles keep the operand's own contiguous direction ("K-major" when the
+// operand is contiguous along K, "MN-major" when contiguous along M or N) so that global
+// loads stay 16-byte vectors whatever the layout. Fragments then come out through
+// ldmatrix for K-major tiles, ldmatrix.trans for MN-major 16-bit tiles, and plain 32-bit
+// shared loads for MN-major tf32 tiles (ldmatrix cannot transpose 32-bit elements).
+//
+// Every tile row is a multiple of 128 bytes and each 16-byte chunk is stored at
+// (chunk ^ (row & 7)): the eight rows an ldmatrix phase touches then land in eight
+// different bank groups, and the cp.async stores of a warp stay conflict-free too.
+//
+// Operands whose leading dimension or base pointer breaks 16-byte alignment (or that
+// have no unit stride at all) take a synchronous element-wise fill of the same tiles,
+// so every shape and stride runs here; only the speed differs.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "gemmt/cuda_check.h"
+#include "gemmt/gemm.h"
+
+namespace gemmt {
+namespace {
+
+enum Kind : int { kBF16 = 0, kF16 = 1, kTF32 = 2 };
+
+constexpr int kBM = 128;
+constexpr int kBN = 128;
+constexpr int kStages = 3;
+constexpr int kThreads = 256;
+constexpr int kTileBytes = 128 * 128;  // one operand tile: 128 (M or N) x 128 bytes of K
+constexpr int kStageBytes = 2 * kTileBytes;
+constexpr int kSmemBytes = kStages * kStageBytes;
+// Rows of 128x128 tiles visited together, so that concurrently running CTAs share
+// panels of A and B in L2.
+constexpr int kGroupM = 8;
+
+struct Operand {
+  const uint8_t* ptr;
+  // The tile row direction ("outer") and the contiguous direction ("inner").
+  int64_t outer_size, outer_stride;
+  int64_t inner_size, inner_stride;
+  bool vec;  // 16-byte cp.async allowed: inner_stride == 1 and everything 16-byte aligned
+};
+
+struct Params {
+  int64_t m, n, k;
+  Operand a, b;
+  void* c;
+  int64_t ldc;
+  float alpha, beta;
+  bool c_pair;  // two adjacent outputs can be written with one aligned store
+  int tiles_m, tiles_n;
+};
+
+template <int K>
+struct KindTraits;
+template <>
+struct KindTraits<kBF16> {
+  using T = __nv_bfloat16;
+  static constexpr int kElt = 2;
+};
+template <>
+struct KindTraits<kF16> {
+  using T = __half;
+  static constexpr int kElt = 2;
+};
+template <>
+struct KindTraits<kTF32> {
+  using T = float;
+  static constexpr int kElt = 4;
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
+  // src_bytes < 16 zero-fills the rest and reads only src_bytes: that is how K/M/N edges
+  // become zeros without touching memory past the end.
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void st_shared_v4(uint32_t addr, uint32_t x, uint32_t y, uint32_t z,
+                                             uint32_t w) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(x), "r"(y), "r"(z),
+               "r"(w)
+               : "memory");
+}
+
+__device__ __forceinline__ uint32_t ld_shared_b32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+template <int kKind>
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  if constexpr (kKind == kBF16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else if constexpr (kKind == kF16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+}
+
+// Byte offset of 16-byte chunk `chunk` of tile row `row` (rows of kRowBytes bytes).
+template <int kRowBytes>
+__device__ __forceinline__ uint32_t swz(int row, int chunk) {
+  return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
+}
+
+// Fills one operand tile of kRows rows x kRowBytes bytes. Tile row r is the operand's
+// outer index outer0 + r; bytes along a row follow the contiguous inner index from inner0.
+template <int kElt, int kRows, int kRowBytes>
+__device__ __forceinline__ void load_tile(uint32_t tile, const Operand& op, int64_t outer0,
+                                          int64_t inner0, int tid) {
+  constexpr int kVec = 16 / kElt;
+  constexpr int kChunksPerRow = kRowBytes / 16;
+  constexpr int kChunks = kRows * kChunksPerRow;
+  static_assert(kChunks % kThreads == 0, "tile must split evenly over the CTA");
+  if (op.vec) {
+#pragma unroll
+    for (int it = 0; it < kChunks / kThreads; ++it) {
+      const int c = tid + it * kThreads;
+      const int row = c / kChunksPerRow;
+      const int ch = c % kChunksPerRow;
+      const int64_t o = outer0 + row;
+      const int64_t in = inner0 + static_cast<int64_t>(ch) * kVec;
+      const int64_t rem = op.inner_size - in;
+      int bytes = 0;
+      const uint8_t* src = op.ptr;  // any valid address: nothing is read when bytes == 0
+      if (o < op.outer_size && rem > 0) {
+        bytes = static_cast<int>(rem < kVec ? rem : kVec) * kElt;
+        src = op.ptr + (o * op.outer_stride + in) * kElt;
+      }
+      cp_async_16(tile + swz<kRowBytes>(row, ch), src, bytes);
+    }
+  } else {
+#pragma unroll 1
+    for (int it = 0; it < kChunks / kThreads; ++it) {
+      const int c = tid + it * kThreads;
+      const int row = c / kChunksPerRow;
+      const int ch = c % kChunksPerRow;
+      const int64_t o = outer0 + row;
+      const int64_t in = inner0 + static_cast<int64_t>(ch) * kVec;
+      uint32_t w[4] = {0u, 0u, 0u, 0u};
+      if (o < op.outer_size) {
+        const int64_t row_off = o * op.outer_stride;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          if (in + e < op.inner_size) {
+            const int64_t idx = row_off + (in + e) * op.inner_stride;
+            if constexpr (kElt == 2) {
+              const uint32_t v = reinterpret_cast<const uint16_t*>(op.ptr)[idx];
+              w[e >> 1] |= v << ((e & 1) * 16);
+            } else {
+              w[e] = reinterpret_cast<const uint32_t*>(op.ptr)[idx];
+            }
+          }
+        }
+      }
+      st_shared_v4(tile + swz<kRowBytes>(row, ch), w[0], w[1], w[2], w[3]);
+    }
+  }
+}
+
+template <int kKind, bool kAMn, bool kBMn>
+struct TileShape {
+  static constexpr int kElt = KindTraits<kKind>::kElt;
+  static constexpr int kBK = 128 / kElt;  // K elements per stage
+  // K-major tile: 128 rows (M or N) of 128 bytes. MN-major tile: kBK rows (K) of 128 elements.
+  static constexpr int kARows = kAMn ? kBK : kBM;
+  static constexpr int kARowBytes = kAMn ? kBM * kElt : 128;
+  static constexpr int kBRows = kBMn ? kBK : kBN;
+  static constexpr int kBRowBytes = kBMn ? kBN * kElt : 128;
+};
+
+template <int kKind, bool kAMn, bool kBMn>
+__device__ __forceinline__ void load_stage(uint32_t stage, const Params& p, int64_t m0, int64_t n0,
+                                           int64_t k0, int tid) {
+  using S = TileShape<kKind, kAMn, kBMn>;
+  if constexpr (kAMn) {
+    load_tile<S::kElt, S::kARows, S::kARowBytes>(stage, p.a, k0, m0, tid);
+  } else {
+    load_tile<S::kElt, S::kARows, S::kARowBytes>(stage, p.a, m0, k0, tid);
+  }
+  if constexpr (kBMn) {
+    load_tile<S::kElt, S::kBRows, S::kBRowBytes>(stage + kTileBytes, p.b, k0, n0, tid);
+  } else {
+    load_tile<S::kElt, S::kBRows, S::kBRowBytes>(stage + kTileBytes, p.b, n0, k0, tid);
+  }
+}
+
+// One stage = four MMA k-steps of 32 bytes of K each (k16 for 16-bit types, k8 for tf32).
+template <int kKind, bool kAMn, bool kBMn>
+__device__ __forceinline__ void compute_stage(uint32_t sA, uint32_t sB, float (&acc)[4][4][4],
+                                              int warp_m, int warp_n, int lane) {
+  using S = TileShape<kKind, kAMn, kBMn>;
+  const int g = lane >> 2;
+  const int t = lane & 3;
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    uint32_t af[4][4];
+    uint32_t bf[4][2];
+#pragma unroll
+    for (int mi = 0; mi < 4; ++mi) {
+      const int mb = warp_m * 64 + mi * 16;
+      if constexpr (!kAMn) {
+        // Matrices (rows 0-7 | 8-15) x (k chunk 0 | 1), in a0..a3 order.
+        const int row = mb + (lane & 15);
+        const int ch = ks * 2 + (lane >> 4);
+        ldmatrix_x4(af[mi], sA + swz<128>(row, ch));
+      } else if constexpr (kKind != kTF32) {
+        // Stored [k][m]: transposing 8x8 blocks yields the row-major A fragment.
+        const int krow = ks * 16 + (lane & 7) + ((lane >> 4) << 3);
+        const int ch = (mb >> 3) + ((lane >> 3) & 1);
+        ldmatrix_x4_trans(af[mi], sA + swz<S::kARowBytes>(krow, ch));
+      } else {
+        const int k_lo = ks * 8 + t;
+        const int m_lo = mb + g;
+        af[mi][0] = ld_shared_b32(sA + swz<S::kARowBytes>(k_lo, m_lo >> 2) + ((m_lo & 3) << 2));
+        af[mi][1] =
+            ld_shared_b32(sA + swz<S::kARowBytes>(k_lo, (m_lo + 8) >> 2) + ((m_lo & 3) << 2));
+        af[mi][2] = ld_shared_b32(sA + swz<S::kARowBytes>(k_lo + 4, m_lo >> 2) + ((m_lo & 3) << 2));
+        af[mi][3] =
+            ld_shared_b32(sA + swz<S::kARowBytes>(k_lo + 4, (m_lo + 8) >> 2) + ((m_lo & 3) << 2));
+      }
+    }
+#pragma unroll
+    for (int nj2 = 0; nj2 < 2; ++nj2) {
+      const int nb = warp_n * 32 + nj2 * 16;
+      if constexpr (kBMn && kKind == kTF32) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int n = nb + h * 8 + g;
+          const int k_lo = ks * 8 + t;
+          bf[nj2 * 2 + h][0] =
+              ld_shared_b32(sB + swz<S::kBRowBytes>(k_lo, n >> 2) + ((n & 3) << 2));
+          bf[nj2 * 2 + h][1] =
+              ld_shared_b32(sB + swz<S::kBRowBytes>(k_lo + 4, n >> 2) + ((n & 3) << 2));
+        }
+      } else {
+        uint32_t r[4];
+        if constexpr (!kBMn) {
+          // Stored [n][k]: matrices (n 0-7, k lo), (n 0-7, k hi), (n 8-15, k lo), (n 8-15, k hi).
+          const int row = nb + (lane & 7) + ((lane >> 4) << 3);
+          const int ch = ks * 2 + ((lane >> 3) & 1);
+          ldmatrix_x4(r, sB + swz<128>(row, ch));
+        } else {
+          // Stored [k][n]: same four matrices, transposed on the way out.
+          const int krow = ks * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+          const int ch = (nb >> 3) + (lane >> 4);
+          ldmatrix_x4_trans(r, sB + swz<S::kBRowBytes>(krow, ch));
+        }
+        bf[nj2 * 2][0] = r[0];
+        bf[nj2 * 2][1] = r[1];
+        bf[nj2 * 2 + 1][0] = r[2];
+        bf[nj2 * 2 + 1][1] = r[3];
+      }
+    }
+#pragma unroll
+    for (int mi = 0; mi < 4; ++mi) {
+#pragma unroll
+      for (int nj = 0; nj < 4; ++nj) mma<kKind>(acc[mi][nj], af[mi], bf[nj]);
+    }
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ float to_float(T v) {
+  if constexpr (sizeof(T) == 4) {
+    return v;
+  } else {
+    return static_cast<float>(v);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// Writes C[row, col] and C[row, col + 1] (the pair an accumulator fragment holds).
+template <typename T>
+__device__ __forceinline__ void store_pair(const Params& p, int64_t row, int64_t col, float v0,
+                                           float v1) {
+  if (row >= p.m || col >= p.n) return;
+  T* dst = static_cast<T*>(p.c) + row * p.ldc + col;
+  const bool has_second = col + 1 < p.n;
+  v0 *= p.alpha;
+  v1 *= p.alpha;
+  if (p.beta != 0.f) {  // beta == 0 must not read C: it may hold NaN
+    v0 += p.beta * to_float(dst[0]);
+    if (has_second) v1 += p.beta * to_float(dst[1]);
+  }
+  if (has_second && p.c_pair) {
+    if constexpr (sizeof(T) == 4) {
+      *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
+    } else {
+      struct alignas(4) Pair {
+        T x, y;
+      };
+      Pair pr;
+      pr.x = from_float<T>(v0);
+      pr.y = from_float<T>(v1);
+      *reinterpret_cast<Pair*>(dst) = pr;
+    }
+  } else {
+    dst[0] = from_float<T>(v0);
+    if (has_second) dst[1] = from_float<T>(v1);
+  }
+}
+
+template <int kKind, bool kAMn, bool kBMn>
+__global__ void __launch_bounds__(kThreads, 1) sm80_gemm_kernel(const Params p) {
+  using T = typename KindTraits<kKind>::T;
+  using S = TileShape<kKind, kAMn, kBMn>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t smem_base = smem_addr(smem);
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int warp_m = warp >> 2;  // 0..1
+  const int warp_n = warp & 3;   // 0..3
+
+  // Grouped raster: consecutive CTAs walk down kGroupM tile rows before moving right.
+  const int tile = blockIdx.x;
+  const int per_group = kGroupM * p.tiles_n;
+  const int group = tile / per_group;
+  const int first_m = group * kGroupM;
+  const int rows_in_group = min(p.tiles_m - first_m, kGroupM);
+  const int in_group = tile - group * per_group;
+  const int tile_m = first_m + in_group % rows_in_group;
+  const int tile_n = in_group / rows_in_group;
+  const int64_t m0 = static_cast<int64_t>(tile_m) * kBM;
+  const int64_t n0 = static_cast<int64_t>(tile_n) * kBN;
+
+  float acc[4][4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+  const int64_t ktiles = (p.k + S::kBK - 1) / S::kBK;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < ktiles)
+      load_stage<kKind, kAMn, kBMn>(smem_base + s * kStageBytes, p, m0, n0, s * S::kBK, tid);
+    cp_async_commit();
+  }
+
+#pragma unroll 1
+  for (int64_t kt = 0; kt < ktiles; ++kt) {
+    cp_async_wait<kStages - 2>();
+    // Publishes tile kt to every warp and proves that all warps are done with the stage
+    // the prefetch below overwrites (it was consumed in iteration kt - 1).
+    __syncthreads();
+    const int64_t next = kt + kStages - 1;
+    if (next < ktiles) {
+      load_stage<kKind, kAMn, kBMn>(smem_base + static_cast<uint32_t>(next % kStages) * kStageBytes,
+                                    p, m0, n0, next * S::kBK, tid);
+    }
+    cp_async_commit();
+    const uint32_t stage = smem_base + static_cast<uint32_t>(kt % kStages) * kStageBytes;
+    compute_stage<kKind, kAMn, kBMn>(stage, stage + kTileBytes, acc, warp_m, warp_n, lane);
+  }
+  cp_async_wait<0>();
+
+  const int g = lane >> 2;
+  const int t = lane & 3;
+#pragma unroll
+  for (int mi = 0; mi < 4; ++mi) {
+    const int64_t row = m0 + warp_m * 64 + mi * 16 + g;
+#pragma unroll
+    for (int nj = 0; nj < 4; ++nj) {
+      const int64_t col = n0 + warp_n * 32 + nj * 8 + 2 * t;
+      store_pair<T>(p, row, col, acc[mi][nj][0], acc[mi][nj][1]);
+      store_pair<T>(p, row + 8, col, acc[mi][nj][2], acc[mi][nj][3]);
+    }
+  }
+}
+
+// ---- Host side ---------------------------------------------------------------------
+
+bool kind_of(const GemmArgs& args, int* kind) {
+  switch (args.dtype) {
+    case ScalarType::kBFloat16:
+      *kind = kBF16;
+      return true;
+    case ScalarType::kFloat16:
+      *kind = kF16;
+      return true;
+    case ScalarType::kFloat32:
+      if (!args.allow_tf32) return false;
+      *kind = kTF32;
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
+// Picks the shared-memory arrangement of one operand whose element (x, p) — x along M or
+// N, p along K — lives at ptr[x * stride_x + p * stride_k]. *mn_major says whether the
+// tile is stored contiguous along M/N.
+Operand describe(const void* ptr, int64_t size_x, int64_t stride_x, int64_t size_k,
+                 int64_t stride_k, int elt, bool* mn_major) {
+  const int64_t vec = 16 / elt;
+  const bool base_ok = aligned16(ptr);
+  const bool k_vec = base_ok && stride_k == 1 && (size_x == 1 || stride_x % vec == 0);
+  const bool x_vec = base_ok && stride_x == 1 && (size_k == 1 || stride_k % vec == 0);
+  bool mn;
+  bool vec_ok;
+  if (k_vec) {
+    mn = false;
+    vec_ok = true;
+  } else if (x_vec) {
+    mn = true;
+    vec_ok = true;
+  } else {
+    // Element-wise fill: put the unit-stride direction (if any) along tile rows so that
+    // neighbouring threads still read neighbouring addresses.
+    mn = stride_x == 1 && stride_k != 1;
+    vec_ok = false;
+  }
+  Operand op;
+  op.ptr = static_cast<const uint8_t*>(ptr);
+  op.vec = vec_ok;
+  if (mn) {
+    op.outer_size = size_k;
+    op.outer_stride = stride_k;
+    op.inner_size = size_x;
+    op.inner_stride = stride_x;
+  } else {
+    op.outer_size = size_x;
+    op.outer_stride = stride_x;
+    op.inner_size = size_k;
+    op.inner_stride = stride_k;
+  }
+  *mn_major = mn;
+  return op;
+}
+
+template <int kKind, bool kAMn, bool kBMn>
+cudaError_t launch(const Params& p, cudaStream_t stream) {
+  auto kernel = sm80_gemm_kernel<kKind, kAMn, kBMn>;
+  GEMMT_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  const unsigned grid = static_cast<unsigned>(p.tiles_m) * static_cast<unsigned>(p.tiles_n);
+  kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
+  GEMMT_RETURN_LAUNCH_ERROR();
+}
+
+template <int kKind>
+cudaError_t launch_kind(const Params& p, bool a_mn, bool b_mn, cudaStream_t stream) {
+  if (a_mn) {
+    return b_mn ? launch<kKind, true, true>(p, stream) : launch<kKind, true, false>(p, stream);
+  }
+  return b_mn ? launch<kKind, false, true>(p, stream) : launch<kKind, false, false>(p, stream);
+}
+
+}  // namespace
+
+bool gemm_sm80_supports(const GemmArgs& args) {
+  int kind;
+  if (!kind_of(args, &kind)) return false;
+  if (args.cc_major < 8) return false;
+  if (args.m < 1 || args.n < 1 || args.k < 0) return false;
+  if (args.a == nullptr || args.b == nullptr || args.c == nullptr) return false;
+  if (args.ldc < args.n && args.m > 1) return false;
+  const int64_t tiles_m = (args.m + kBM - 1) / kBM;
+  const int64_t tiles_n = (args.n + kBN - 1) / kBN;
+  // The raster works in 32-bit tile indices.
+  if (tiles_m * tiles_n > INT32_MAX - kGroupM * tiles_n) return false;
+  return true;
+}
+
+cudaError_t gemm_sm80_run(const GemmArgs& args, cudaStream_t stream) {
+  if (!gemm_sm80_supports(args)) return cudaErrorNotSupported;
+  int kind;
+  kind_of(args, &kind);
+  const int elt = static_cast<int>(element_size(args.dtype));
+  Params p;
+  p.m = args.m;
+  p.n = args.n;
+  p.k = args.k;
+  bool a_mn, b_mn;
+  p.a = describe(args.a, args.m, args.a_stride_m, args.k, args.a_stride_k, elt, &a_mn);
+  p.b = describe(args.b, args.n, args.b_stride_n, args.k, args.b_stride_k, elt, &b_mn);
+  p.c = args.c;
+  p.ldc = args.ldc;
+  p.alpha = args.alpha;
+  p.beta = args.beta;
+  p.c_pair =
+      (reinterpret_cast<uintptr_t>(args.c) % (2 * elt)) == 0 && (args.ldc % 2 == 0 || args.m == 1);
+  p.tiles_m = static_cast<int>((args.m + kBM - 1) / kBM);
+  p.tiles_n = static_cast<int>((args.n + kBN - 1) / kBN);
+  switch (kind) {
+    case kBF16:
+      return launch_kind<kBF16>(p, a_mn, b_mn, stream);
+    case kF16:
+      return launch_kind<kF16>(p, a_mn, b_mn, stream);
+    default:
+      return launch_kind<kTF32>(p, a_mn, b_mn, stream);
+  }
+}
+
+}  // namespace gemmt

@@ -1,0 +1,944 @@
+// Hopper GEMM: TMA loads into a 4-stage shared-memory ring, wgmma.mma_async from shared
+// memory, warp specialisation and a persistent tile loop. C = alpha * A @ B + beta * C with
+// float32 accumulation; bf16 / fp16 operands (any mix of K-major and MN-major) and float32
+// read as tf32 (K-major operands only: tf32 wgmma has no transpose).
+//
+// CTA = 3 warpgroups. Warpgroup 0 produces: one thread walks the same tile sequence as the
+// consumers and keeps the ring full with TMA; its registers are handed to the consumers
+// through setmaxnreg. Warpgroups 1 and 2 consume: each owns 64 rows of the 128x256 tile
+// (m64n256 wgmma, 128 fp32 accumulators per thread) and writes its rows of C straight from
+// registers.
+//
+// Stage layout (every operand row is 128 bytes, i.e. 128B-swizzle atoms of 8 rows):
+//   A K-major : 128 rows (M) x 64 bf16 of K                      one TMA box {64, 128}
+//   A MN-major: 2 boxes of 64 rows (K) x 64 bf16 of M, 8 KB each   TMA box {64, 64}
+//   B K-major : 256 rows (N) x 64 bf16 of K (two 128-row boxes)   TMA box {64, 128}
+//   B MN-major: 4 boxes of 64 rows (K) x 64 bf16 of N              TMA box {64, 64}
+// (tf32: 32 fp32 of K per row instead of 64 bf16.)
+//
+// Clusters of two CTAs stacked along M share the B tile: each CTA fetches one half and
+// multicasts it to both, which cuts the L2 traffic per CTA from 48 KB to 32 KB a stage. A
+// stage can then only be refilled once the consumers of both CTAs have released it, so
+// every consumer warp arrives on the empty barrier of each CTA of the cluster.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "gemmt/cuda_check.h"
+#include "gemmt/gemm.h"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define GEMMT_SM90_DEVICE_CODE 1
+#endif
+
+namespace gemmt {
+namespace {
+
+enum Kind : int { kBF16 = 0, kF16 = 1, kTF32 = 2 };
+
+constexpr int kBM = 128;
+constexpr int kBN = 256;
+constexpr int kStages = 4;
+constexpr int kThreads = 384;
+constexpr int kABytes = kBM * 128;  // 16 KB
+constexpr int kBBytes = kBN * 128;  // 32 KB
+constexpr int kStageBytes = kABytes + kBBytes;
+// Output staging for the TMA-store epilogue: per consumer warpgroup two 128B-swizzled boxes
+// of 64 rows x 128 bytes, i.e. half of its 64x256 bf16 rows (a quarter for fp32) per round.
+constexpr int kCBoxBytes = 64 * 128;
+constexpr int kCStageBytes = 2 * kCBoxBytes;
+constexpr int kBarrierBytes = 2 * kStages * 8;
+// + 1 KB so the ring can be aligned to the 1024-byte period of the 128B swizzle.
+constexpr int kSmemBytes = kStages * kStageBytes + 2 * kCStageBytes + kBarrierBytes + 1024;
+static_assert(kSmemBytes <= 227 * 1024, "exceeds the shared memory of one H100 CTA");
+
+struct Params {
+  int m, n, k;
+  int tiles_m;  // in units of kCluster * kBM rows
+  int tiles_n;
+  int num_kb;
+  int group;  // raster group height, in units of tiles_m
+  void* c;
+  int64_t ldc;
+  float alpha, beta;
+  int c_pair;     // two adjacent outputs can be written with one aligned store
+  int tma_store;  // C goes out through shared memory and TMA (needs 16-byte aligned rows)
+};
+
+template <int K>
+struct KindTraits;
+template <>
+struct KindTraits<kBF16> {
+  using T = __nv_bfloat16;
+};
+template <>
+struct KindTraits<kF16> {
+  using T = __half;
+};
+template <>
+struct KindTraits<kTF32> {
+  using T = float;
+};
+
+#if defined(GEMMT_SM90_DEVICE_CODE)
+
+constexpr int kConsumerWarps = 8;
+// Box of an MN-major operand: 64 elements (128 bytes) along M/N by 64 along K.
+constexpr int kMnBoxBytes = 64 * 128;
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile(
+      "barrier.cluster.arrive.release;\n"
+      "barrier.cluster.wait.acquire;\n" ::
+          : "memory");
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void fence_barrier_init() {
+  // Makes the initialised barriers visible to the TMA unit and to the peer CTA.
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive_local(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Arrives on the barrier at the same offset in CTA `cta` of the cluster.
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(bar), "r"(cta));
+  // Default (CTA-scope) release: the only thing ordered is this warp's finished wgmma reads
+  // of the stage; a cluster-scope release would cost a GPU-wide MEMBAR per stage.
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+__device__ __forceinline__ void prefetch_tmap(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0,
+                                         int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+
+// Same box written to the same offset (and signalled on the same barrier offset) in every
+// CTA of `mask`.
+__device__ __forceinline__ void tma_load_multicast(uint32_t dst, const CUtensorMap* map,
+                                                   uint32_t bar, int c0, int c1, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+      : "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ void st_shared_v2_f32(uint32_t addr, float x, float y) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
+}
+
+// Generic-proxy writes to shared memory become visible to a later TMA read of it.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void tma_store(const CUtensorMap* map, uint32_t src, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(c0), "r"(c1), "r"(src)
+      : "memory");
+}
+
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+// Waits until earlier bulk stores of this thread have finished reading shared memory.
+__device__ __forceinline__ void bulk_wait_read_all() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
+// Waits until earlier bulk stores of this thread are complete in global memory.
+__device__ __forceinline__ void bulk_wait_all() {
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
+// Keeps the compiler from moving accumulator reads or writes across the asynchronous
+// wgmma window: the asm claims to read and rewrite every register.
+__device__ __forceinline__ void fence_accumulators(float (&d)[128]) {
+#pragma unroll
+  for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// Shared-memory matrix descriptor, 128B swizzle. K-major: sbo = 1024 (next 8-row group),
+// lbo unused (the 32-byte K slice never leaves its 128-byte row). MN-major: lbo = distance
+// between 64-element M/N column blocks, sbo = 1024 (next 8 rows of K).
+__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return static_cast<uint64_t>((addr & 0x3FFFFu) >> 4) |
+         (static_cast<uint64_t>((lbo >> 4) & 0x3FFFu) << 16) |
+         (static_cast<uint64_t>((sbo >> 4) & 0x3FFFu) << 32) | (uint64_t{1} << 62);
+}
+
+#define GEMMT_ACC8(i)                                                                             \
+  "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+#define GEMMT_ACC128                                                                            \
+  GEMMT_ACC8(0), GEMMT_ACC8(8), GEMMT_ACC8(16), GEMMT_ACC8(24), GEMMT_ACC8(32), GEMMT_ACC8(40), \
+      GEMMT_ACC8(48), GEMMT_ACC8(56), GEMMT_ACC8(64), GEMMT_ACC8(72), GEMMT_ACC8(80),           \
+      GEMMT_ACC8(88), GEMMT_ACC8(96), GEMMT_ACC8(104), GEMMT_ACC8(112), GEMMT_ACC8(120)
+#define GEMMT_D128                                                                               \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                      \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "             \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "             \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "             \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "             \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "             \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, "   \
+  "%127}"
+
+// D(64x256, fp32) (+)= A(64xK) * B(Kx256) for one K step (16 for 16-bit types, 8 for tf32).
+// `accumulate` == 0 overwrites D, which is how each tile starts without zeroing registers.
+template <int kKind, int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_m64n256(float (&d)[128], uint64_t da, uint64_t db,
+                                              uint32_t accumulate) {
+  if constexpr (kKind == kBF16) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " GEMMT_D128
+        ", %128, %129, p, 1, 1, %131, %132;\n"
+        "}\n"
+        : GEMMT_ACC128
+        : "l"(da), "l"(db), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+  } else if constexpr (kKind == kF16) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " GEMMT_D128
+        ", %128, %129, p, 1, 1, %131, %132;\n"
+        "}\n"
+        : GEMMT_ACC128
+        : "l"(da), "l"(db), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+  } else {
+    static_assert(kTransA == 0 && kTransB == 0, "tf32 wgmma reads K-major operands only");
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 " GEMMT_D128
+        ", %128, %129, p, 1, 1;\n"
+        "}\n"
+        : GEMMT_ACC128
+        : "l"(da), "l"(db), "r"(accumulate));
+  }
+}
+
+#undef GEMMT_ACC8
+#undef GEMMT_ACC128
+#undef GEMMT_D128
+
+// Grouped raster over the tile grid: `group` tile rows are walked top to bottom before
+// moving one tile column right, so the CTAs running at the same time share A and B panels
+// in L2.
+__device__ __forceinline__ void tile_coords(int t, const Params& p, int& tm, int& tn) {
+  const int per_group = p.group * p.tiles_n;
+  const int g = t / per_group;
+  const int first = g * p.group;
+  const int rows = min(p.tiles_m - first, p.group);
+  const int r = t - g * per_group;
+  tm = first + r % rows;
+  tn = r / rows;
+}
+
+template <typename T>
+__device__ __forceinline__ float load_c(const T* p) {
+  if constexpr (sizeof(T) == 4) {
+    return *p;
+  } else {
+    return static_cast<float>(*p);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ T to_out(float v);
+template <>
+__device__ __forceinline__ float to_out<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half to_out<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 to_out<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// C[row, col] and C[row, col + 1] from one accumulator pair.
+template <typename T>
+__device__ __forceinline__ void store_pair(const Params& p, T* row_ptr, int col, float v0,
+                                           float v1) {
+  if (col >= p.n) return;
+  T* dst = row_ptr + col;
+  const bool has_second = col + 1 < p.n;
+  v0 *= p.alpha;
+  v1 *= p.alpha;
+  if (p.beta != 0.f) {  // beta == 0 must not read C: it may hold NaN
+    v0 += p.beta * load_c(dst);
+    if (has_second) v1 += p.beta * load_c(dst + 1);
+  }
+  if (has_second && p.c_pair) {
+    if constexpr (sizeof(T) == 4) {
+      *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
+    } else {
+      struct alignas(4) Pair {
+        T x, y;
+      };
+      Pair pr;
+      pr.x = to_out<T>(v0);
+      pr.y = to_out<T>(v1);
+      *reinterpret_cast<Pair*>(dst) = pr;
+    }
+  } else {
+    dst[0] = to_out<T>(v0);
+    if (has_second) dst[1] = to_out<T>(v1);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  uint32_t u;
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    memcpy(&u, &v, 4);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    memcpy(&u, &v, 4);
+  }
+  return u;
+}
+
+// Writes the warpgroup's 64 x 256 block (rows row0.., columns n0..) straight from registers.
+// Accumulator i of a thread sits at row 16*warp + lane/4 + 8*((i/2)%2) and column
+// 8*(i/4) + 2*(lane%4) + i%2 of the block.
+template <typename T>
+__device__ __forceinline__ void store_block_direct(const Params& p, const float (&acc)[128],
+                                                   int row0, int n0, int warp_in_wg, int lane) {
+  const int row = row0 + warp_in_wg * 16 + (lane >> 2);
+  const int col0 = n0 + 2 * (lane & 3);
+  T* const c = static_cast<T*>(p.c);
+  if (row < p.m) {
+    T* const r0 = c + static_cast<int64_t>(row) * p.ldc;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) store_pair<T>(p, r0, col0 + 8 * j, acc[4 * j], acc[4 * j + 1]);
+  }
+  if (row + 8 < p.m) {
+    T* const r1 = c + static_cast<int64_t>(row + 8) * p.ldc;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) store_pair<T>(p, r1, col0 + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+  }
+}
+
+// Same block through shared memory: each round fills two 128B-swizzled 64-row boxes of the
+// warpgroup's staging buffer and one thread hands them to TMA, which clips the edges. The
+// global writes then overlap the next tile's main loop; only the reuse of the buffer waits
+// for TMA to have read it.
+template <typename T>
+__device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorMap* map,
+                                                const float (&acc)[128], uint32_t buf, int row0,
+                                                int n0, int warp_in_wg, int lane, int cw) {
+  constexpr int kElt = static_cast<int>(sizeof(T));
+  constexpr int kBoxCols = 128 / kElt;
+  constexpr int kRoundCols = 2 * kBoxCols;
+  constexpr int kRounds = kBN / kRoundCols;
+  constexpr int kGroupsPerRound = kRoundCols / 8;  // accumulator column groups of 8
+  const bool leader = (threadIdx.x & 127) == 0;
+  const uint32_t bar_id = 1 + cw;  // 0 is __syncthreads
+  const int g = lane >> 2;
+  const int t = lane & 3;
+#pragma unroll
+  for (int rd = 0; rd < kRounds; ++rd) {
+    if (leader) bulk_wait_read_all();
+    named_barrier_sync(bar_id, 128);
+#pragma unroll
+    for (int jj = 0; jj < kGroupsPerRound; ++jj) {
+      const int j = rd * kGroupsPerRound + jj;
+      const int box = (jj * 8) / kBoxCols;
+      const int byte_in_row = ((jj * 8) % kBoxCols + 2 * t) * kElt;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = warp_in_wg * 16 + g + 8 * h;
+        float v0 = acc[4 * j + 2 * h] * p.alpha;
+        float v1 = acc[4 * j + 2 * h + 1] * p.alpha;
+        if (p.beta != 0.f) {  // beta == 0 must not read C: it may hold NaN
+          const int gr = row0 + r;
+          const int gc = n0 + 8 * j + 2 * t;
+          if (gr < p.m && gc < p.n) {
+            const T* src = static_cast<const T*>(p.c) + static_cast<int64_t>(gr) * p.ldc + gc;
+            v0 += p.beta * load_c(src);
+            if (gc + 1 < p.n) v1 += p.beta * load_c(src + 1);
+          }
+        }
+        const uint32_t addr = buf + box * kCBoxBytes + r * 128 +
+                              ((((byte_in_row >> 4) ^ (r & 7))) << 4) + (byte_in_row & 15);
+        if constexpr (kElt == 4) {
+          st_shared_v2_f32(addr, v0, v1);
+        } else {
+          st_shared_b32(addr, pack2<T>(v0, v1));
+        }
+      }
+    }
+    fence_proxy_async_smem();
+    named_barrier_sync(bar_id, 128);
+    if (leader) {
+      if (row0 < p.m) {
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          const int col = n0 + rd * kRoundCols + b * kBoxCols;
+          if (col < p.n) tma_store(map, buf + b * kCBoxBytes, col, row0);
+        }
+      }
+      bulk_commit();
+    }
+  }
+}
+
+#endif  // GEMMT_SM90_DEVICE_CODE
+
+template <int kKind, bool kAMn, bool kBMn, int kCluster>
+__global__ void __launch_bounds__(kThreads, 1)
+    sm90_gemm_kernel(const __grid_constant__ CUtensorMap tma_a,
+                     const __grid_constant__ CUtensorMap tma_b,
+                     const __grid_constant__ CUtensorMap tma_c, const Params p) {
+#if defined(GEMMT_SM90_DEVICE_CODE)
+  using T = typename KindTraits<kKind>::T;
+  constexpr int kBK = kKind == kTF32 ? 32 : 64;  // 128 bytes of K per stage row
+
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  // Both CTAs of a cluster compute the same offsets, which multicast relies on.
+  const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const uint32_t smem_a = base;
+  const uint32_t smem_b = base + kStages * kABytes;
+  const uint32_t smem_c = smem_b + kStages * kBBytes;
+  const uint32_t bars = smem_c + 2 * kCStageBytes;
+  auto full_bar = [&](int s) { return bars + 8u * s; };
+  auto empty_bar = [&](int s) { return bars + 8u * (kStages + s); };
+
+  const int wg = threadIdx.x >> 7;
+  const int warp_in_wg = (threadIdx.x >> 5) & 3;
+  const int lane = threadIdx.x & 31;
+  uint32_t rank = 0;
+  if constexpr (kCluster > 1) rank = cluster_ctarank();
+
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full_bar(s), 1);  // the producer's arrive.expect_tx; bytes do the rest
+      mbar_init(empty_bar(s), kConsumerWarps * kCluster);
+    }
+    fence_barrier_init();
+  }
+  // The peer may multicast into our ring or arrive on our barriers only after they exist.
+  if constexpr (kCluster > 1) {
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
+
+  const int num_clusters = gridDim.x / kCluster;
+  const int cluster_id = blockIdx.x / kCluster;
+  const int total_tiles = p.tiles_m * p.tiles_n;
+
+  if (wg == 0) {
+    setmaxnreg_dec<40>();
+    if (warp_in_wg == 0 && lane == 0) {
+      prefetch_tmap(&tma_a);
+      prefetch_tmap(&tma_b);
+      int stage = 0;
+      uint32_t phase = 0;
+      for (int t = cluster_id; t < total_tiles; t += num_clusters) {
+        int tm, tn;
+        tile_coords(t, p, tm, tn);
+        const int m0 = (tm * kCluster + static_cast<int>(rank)) * kBM;
+        const int n0 = tn * kBN;
+        for (int kb = 0; kb < p.num_kb; ++kb) {
+          // Parity trick: on the first lap the "previous" phase counts as complete.
+          mbar_wait(empty_bar(stage), phase ^ 1u);
+          const uint32_t fb = full_bar(stage);
+          mbar_arrive_expect_tx(fb, kStageBytes);
+          const int k0 = kb * kBK;
+          const uint32_t sa = smem_a + stage * kABytes;
+          const uint32_t sb = smem_b + stage * kBBytes;
+          if constexpr (!kAMn) {
+            tma_load(sa, &tma_a, fb, k0, m0);
+          } else {
+            tma_load(sa, &tma_a, fb, m0, k0);
+            tma_load(sa + kMnBoxBytes, &tma_a, fb, m0 + 64, k0);
+          }
+          if constexpr (!kBMn) {
+            if constexpr (kCluster == 1) {
+              tma_load(sb, &tma_b, fb, k0, n0);
+              tma_load(sb + kBBytes / 2, &tma_b, fb, k0, n0 + kBN / 2);
+            } else {
+              tma_load_multicast(sb + rank * (kBBytes / 2), &tma_b, fb, k0,
+                                 n0 + static_cast<int>(rank) * (kBN / 2), 0x3);
+            }
+          } else {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              if constexpr (kCluster == 1) {
+                tma_load(sb + j * kMnBoxBytes, &tma_b, fb, n0 + 64 * j, k0);
+              } else {
+                if ((j >> 1) == static_cast<int>(rank)) {
+                  tma_load_multicast(sb + j * kMnBoxBytes, &tma_b, fb, n0 + 64 * j, k0, 0x3);
+                }
+              }
+            }
+          }
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1u;
+          }
+        }
+      }
+    }
+    __syncwarp();
+  } else {
+    setmaxnreg_inc<232>();
+    const int cw = wg - 1;  // which 64-row half of the tile this warpgroup owns
+    // A K-step advances 32 bytes along a K-major row, or 16 rows (2 KB) of an MN-major box.
+    constexpr uint32_t kAStep = (kAMn ? 16 * 128 : 32) >> 4;
+    constexpr uint32_t kBStep = (kBMn ? 16 * 128 : 32) >> 4;
+    constexpr uint32_t kALbo = kAMn ? kMnBoxBytes : 16;
+    constexpr uint32_t kBLbo = kBMn ? kMnBoxBytes : 16;
+    float acc[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int t = cluster_id; t < total_tiles; t += num_clusters) {
+      int tm, tn;
+      tile_coords(t, p, tm, tn);
+      const int m0 = (tm * kCluster + static_cast<int>(rank)) * kBM;
+      const int n0 = tn * kBN;
+      int prev_stage = 0;
+      for (int kb = 0; kb < p.num_kb; ++kb) {
+        mbar_wait(full_bar(stage), phase);
+        // Rows 64*cw.. of the A tile: 8 KB into the stage in both layouts.
+        const uint64_t da = make_desc(smem_a + stage * kABytes + cw * (kABytes / 2), kALbo, 1024);
+        const uint64_t db = make_desc(smem_b + stage * kBBytes, kBLbo, 1024);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          wgmma_m64n256<kKind, kAMn ? 1 : 0, kBMn ? 1 : 0>(acc, da + kk * kAStep, db + kk * kBStep,
+                                                           (kb | kk) != 0 ? 1u : 0u);
+        }
+        wgmma_commit();
+        if (kb > 0) {
+          // Everything but the group just issued has finished reading its stage.
+          wgmma_wait<1>();
+          if constexpr (kCluster == 1) {
+            if (lane == 0) mbar_arrive_local(empty_bar(prev_stage));
+          } else {
+            if (lane < kCluster) mbar_arrive_cluster(empty_bar(prev_stage), lane);
+          }
+        }
+        prev_stage = stage;
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1u;
+        }
+      }
+      wgmma_wait<0>();
+      fence_accumulators(acc);
+      if (p.num_kb > 0) {
+        if constexpr (kCluster == 1) {
+          if (lane == 0) mbar_arrive_local(empty_bar(prev_stage));
+        } else {
+          if (lane < kCluster) mbar_arrive_cluster(empty_bar(prev_stage), lane);
+        }
+      }
+
+      if (p.tma_store) {
+        store_block_tma<T>(p, &tma_c, acc, smem_c + cw * kCStageBytes, m0 + cw * 64, n0, warp_in_wg,
+                           lane, cw);
+      } else {
+        store_block_direct<T>(p, acc, m0 + cw * 64, n0, warp_in_wg, lane);
+      }
+      fence_accumulators(acc);
+    }
+    // Shared memory must outlive the last TMA store's reads; global completion before exit.
+    if (p.tma_store && (threadIdx.x & 127) == 0) bulk_wait_all();
+  }
+  // No CTA may leave while its peer can still arrive on its barriers.
+  if constexpr (kCluster > 1) cluster_sync();
+#endif  // GEMMT_SM90_DEVICE_CODE
+}
+
+// ---- Host side ---------------------------------------------------------------------
+
+bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
+// Geometry of one operand as a 2-D tensor map: dim 0 is the contiguous one.
+struct MapShape {
+  uint64_t dims[2];
+  uint64_t stride_bytes;  // of dim 1
+  uint32_t box[2];
+};
+
+struct Plan {
+  int kind;
+  int elt;
+  bool a_mn, b_mn;
+  MapShape a, b;
+};
+
+// Fills `shape` for an operand contiguous along the dimension of size `inner` whose other
+// dimension (`outer`) has element stride `outer_stride`. False when TMA cannot take it.
+bool map_shape(int64_t inner, int64_t outer, int64_t outer_stride, int elt, uint32_t box_inner,
+               uint32_t box_outer, MapShape* shape) {
+  uint64_t stride_bytes;
+  if (outer == 1) {
+    // The stride of a single row is never used, but the encoder still checks it.
+    stride_bytes = static_cast<uint64_t>((inner * elt + 15) / 16 * 16);
+  } else {
+    if (outer_stride < inner) return false;  // overlapping rows (broadcast views)
+    stride_bytes = static_cast<uint64_t>(outer_stride) * elt;
+    if (stride_bytes % 16 != 0 || stride_bytes >= (uint64_t{1} << 40)) return false;
+  }
+  shape->dims[0] = static_cast<uint64_t>(inner);
+  shape->dims[1] = static_cast<uint64_t>(outer);
+  shape->stride_bytes = stride_bytes;
+  shape->box[0] = box_inner;
+  shape->box[1] = box_outer;
+  return true;
+}
+
+bool make_plan(const GemmArgs& args, Plan* plan) {
+#if !defined(GEMMT_HAS_SM90A)
+  (void)args;
+  (void)plan;
+  return false;
+#else
+  if (args.cc_major != 9 || args.cc_minor != 0) return false;
+  // Largest m, n, k accepted: TMA coordinates and tile origins are 32-bit signed.
+  constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1024;
+  int kind;
+  switch (args.dtype) {
+    case ScalarType::kBFloat16:
+      kind = kBF16;
+      break;
+    case ScalarType::kFloat16:
+      kind = kF16;
+      break;
+    case ScalarType::kFloat32:
+      if (!args.allow_tf32) return false;
+      kind = kTF32;
+      break;
+    default:
+      return false;
+  }
+  if (args.m < 1 || args.n < 1 || args.k < 1) return false;
+  if (args.m > kMaxDim || args.n > kMaxDim || args.k > kMaxDim) return false;
+  if (args.a == nullptr || args.b == nullptr || args.c == nullptr) return false;
+  if (!aligned16(args.a) || !aligned16(args.b)) return false;
+  if (args.ldc < args.n && args.m > 1) return false;
+  const int elt = static_cast<int>(element_size(args.dtype));
+  const uint32_t bk = 128u / elt;
+  Plan pl;
+  pl.kind = kind;
+  pl.elt = elt;
+  if (args.a_stride_k == 1 && map_shape(args.k, args.m, args.a_stride_m, elt, bk, kBM, &pl.a)) {
+    pl.a_mn = false;
+  } else if (kind != kTF32 && args.a_stride_m == 1 &&
+             map_shape(args.m, args.k, args.a_stride_k, elt, 64, 64, &pl.a)) {
+    pl.a_mn = true;
+  } else {
+    return false;
+  }
+  if (args.b_stride_k == 1 && map_shape(args.k, args.n, args.b_stride_n, elt, bk, kBN / 2, &pl.b)) {
+    pl.b_mn = false;
+  } else if (kind != kTF32 && args.b_stride_n == 1 &&
+             map_shape(args.n, args.k, args.b_stride_k, elt, 64, 64, &pl.b)) {
+    pl.b_mn = true;
+  } else {
+    return false;
+  }
+  // Tile indices are 32-bit.
+  const int64_t tiles = ((args.m + kBM - 1) / kBM) * ((args.n + kBN - 1) / kBN);
+  if (tiles > INT32_MAX / 2) return false;
+  if (plan != nullptr) *plan = pl;
+  return true;
+#endif
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  // The driver entry point comes through the runtime so that nothing links libcuda.
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+    cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000,
+                                                       cudaEnableDefault, &status);
+#else
+    cudaError_t err =
+        cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &ptr, cudaEnableDefault, &status);
+#endif
+    if (err != cudaSuccess || status != cudaDriverEntryPointSuccess) {
+      if (err != cudaSuccess) (void)cudaGetLastError();
+      return nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
+  }();
+  return fn;
+}
+
+bool encode(CUtensorMap* map, const void* ptr, const MapShape& s, int kind) {
+  PFN_cuTensorMapEncodeTiled_v12000 fn = tensor_map_encoder();
+  if (fn == nullptr) return false;
+  const CUtensorMapDataType dtype = kind == kBF16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                    : kind == kF16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                   : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  const cuuint64_t dims[2] = {s.dims[0], s.dims[1]};
+  const cuuint64_t strides[1] = {s.stride_bytes};
+  const cuuint32_t box[2] = {s.box[0], s.box[1]};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = fn(map, dtype, 2, const_cast<void*>(ptr), dims, strides, box, elem_strides,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS;
+}
+
+// How many 2-CTA clusters of this kernel fit on the device at once; the answer depends only
+// on the device (every instantiation has the same block size and shared memory).
+template <typename Kernel>
+int max_pair_clusters(Kernel kernel, int sm_count) {
+  constexpr int kCacheSize = 64;
+  static std::atomic<int> cache[kCacheSize];
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return sm_count / 2;
+  }
+  if (device >= 0 && device < kCacheSize) {
+    const int cached = cache[device].load(std::memory_order_relaxed);
+    if (cached > 0) return cached;
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(2 * (sm_count / 2 > 0 ? sm_count / 2 : 1));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = kSmemBytes;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 2;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess || clusters < 1) {
+    (void)cudaGetLastError();
+    return sm_count / 2;  // not cached: a later call may get a real answer
+  }
+  if (device >= 0 && device < kCacheSize) cache[device].store(clusters, std::memory_order_relaxed);
+  return clusters;
+}
+
+struct Maps {
+  CUtensorMap a, b, c;  // c is only encoded (and read) when Params::tma_store is set
+};
+
+template <int kKind, bool kAMn, bool kBMn, int kCluster>
+cudaError_t launch(const Maps& maps, const Params& p, int sm_count, cudaStream_t stream) {
+  auto kernel = sm90_gemm_kernel<kKind, kAMn, kBMn, kCluster>;
+  GEMMT_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  int max_clusters = sm_count;
+  if constexpr (kCluster > 1) max_clusters = max_pair_clusters(kernel, sm_count);
+  if (max_clusters < 1) max_clusters = 1;
+  const int total_tiles = p.tiles_m * p.tiles_n;
+  const int clusters = total_tiles < max_clusters ? total_tiles : max_clusters;
+
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(clusters * kCluster));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = kSmemBytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = kCluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = kCluster > 1 ? 1 : 0;
+  GEMMT_RETURN_IF_ERROR(cudaLaunchKernelEx(&cfg, kernel, maps.a, maps.b, maps.c, p));
+  GEMMT_RETURN_LAUNCH_ERROR();
+}
+
+template <int kKind, int kCluster>
+cudaError_t launch_layout(const Plan& plan, const Maps& maps, const Params& p, int sm_count,
+                          cudaStream_t stream) {
+  if constexpr (kKind == kTF32) {
+    if (plan.a_mn || plan.b_mn) return cudaErrorNotSupported;
+    return launch<kKind, false, false, kCluster>(maps, p, sm_count, stream);
+  } else {
+    if (plan.a_mn) {
+      return plan.b_mn ? launch<kKind, true, true, kCluster>(maps, p, sm_count, stream)
+                       : launch<kKind, true, false, kCluster>(maps, p, sm_count, stream);
+    }
+    return plan.b_mn ? launch<kKind, false, true, kCluster>(maps, p, sm_count, stream)
+                     : launch<kKind, false, false, kCluster>(maps, p, sm_count, stream);
+  }
+}
+
+template <int kCluster>
+cudaError_t launch_kind(const Plan& plan, const Maps& maps, const Params& p, int sm_count,
+                        cudaStream_t stream) {
+  switch (plan.kind) {
+    case kBF16:
+      return launch_layout<kBF16, kCluster>(plan, maps, p, sm_count, stream);
+    case kF16:
+      return launch_layout<kF16, kCluster>(plan, maps, p, sm_count, stream);
+    default:
+      return launch_layout<kTF32, kCluster>(plan, maps, p, sm_count, stream);
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+// Variant knobs for tests and benchmarks; gemm_sm90_run passes 0, 0.
+//   cluster: 0 automatic, 1 single CTAs, 2 B-multicast pairs (granted only when the
+//            128-row tile count is even: a pair needs both of its M tiles to exist).
+//   store:   0 automatic, 1 direct register-to-global stores, 2 TMA stores (granted only
+//            when C rows are 16-byte aligned).
+cudaError_t gemm_sm90_run_variant(const GemmArgs& args, cudaStream_t stream, int cluster,
+                                  int store) {
+  Plan plan;
+  if (!make_plan(args, &plan)) return cudaErrorNotSupported;
+  const int elt = plan.elt;
+  Maps maps;
+  std::memset(&maps, 0, sizeof(maps));
+  if (!encode(&maps.a, args.a, plan.a, plan.kind) || !encode(&maps.b, args.b, plan.b, plan.kind)) {
+    return cudaErrorNotSupported;
+  }
+  // C as a {n, m} tensor with 64-row boxes of 128 bytes, the staging layout of the epilogue.
+  MapShape c_shape;
+  const bool c_tma_ok = store != 1 && aligned16(args.c) &&
+                        map_shape(args.n, args.m, args.ldc, elt, 128u / elt, 64, &c_shape) &&
+                        encode(&maps.c, args.c, c_shape, plan.kind);
+  const int64_t tiles_m128 = (args.m + kBM - 1) / kBM;
+  const int cl = (cluster == 1 || tiles_m128 % 2 != 0) ? 1 : 2;
+  Params p;
+  p.m = static_cast<int>(args.m);
+  p.n = static_cast<int>(args.n);
+  p.k = static_cast<int>(args.k);
+  p.tiles_m = static_cast<int>(tiles_m128 / cl);
+  p.tiles_n = static_cast<int>((args.n + kBN - 1) / kBN);
+  p.num_kb = static_cast<int>((args.k + (128 / elt) - 1) / (128 / elt));
+  p.group = 16 / cl;  // 2048 rows of C per raster group
+  p.c = args.c;
+  p.ldc = args.ldc;
+  p.alpha = args.alpha;
+  p.beta = args.beta;
+  p.c_pair =
+      (reinterpret_cast<uintptr_t>(args.c) % (2 * elt)) == 0 && (args.ldc % 2 == 0 || args.m == 1);
+  p.tma_store = c_tma_ok ? 1 : 0;
+  const int sm_count = args.sm_count > 0 ? args.sm_count : 1;
+  return cl == 2 ? launch_kind<2>(plan, maps, p, sm_count, stream)
+                 : launch_kind<1>(plan, maps, p, sm_count, stream);
+}
+
+}  // namespace detail
+
+bool gemm_sm90_supports(const GemmArgs& args) {
+  return make_plan(args, nullptr);
+}
+
+cudaError_t gemm_sm90_run(const GemmArgs& args, cudaStream_t stream) {
+  return detail::gemm_sm90_run_variant(args, stream, 0, 0);
+}
+
+}  // namespace gemmt

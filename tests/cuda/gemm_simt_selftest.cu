@@ -1,0 +1,377 @@
+// Standalone correctness check of the SIMT GEMM family (kernels/gemm_simt.cu).
+//
+// Runs every SIMT variant x dtype x operand layout x alpha/beta on awkward shapes against a
+// double-precision CPU reference and prints one PASS / FAIL line per case; exits non-zero on
+// any failure. C is poisoned with NaN when beta == 0 (the kernels must not read it), rows
+// of C are padded (ldc > n) and the padding must come back untouched.
+//
+// Build: nvcc -std=c++17 -O2 -Iinclude -gencode arch=compute_90,code=sm_90 \
+//          tests/cuda/gemm_simt_selftest.cu kernels/gemm_simt.cu -o gemm_simt_selftest
+// Usage: gemm_simt_selftest [-q]   (-q prints failures and the summary only)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gemmt/gemm.h"
+#include "gemmt/gemm_simt.h"
+
+using gemmt::GemmArgs;
+using gemmt::GemmVariant;
+using gemmt::ScalarType;
+
+namespace {
+
+#define CHECK_CUDA(expr)                                                               \
+  do {                                                                                 \
+    cudaError_t e_ = (expr);                                                           \
+    if (e_ != cudaSuccess) {                                                           \
+      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorName(e_), __FILE__, \
+                   __LINE__, cudaGetErrorString(e_));                                   \
+      std::exit(2);                                                                    \
+    }                                                                                  \
+  } while (0)
+
+// ---- host-side element encoding --------------------------------------------------------
+uint16_t to_bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+  return static_cast<uint16_t>(u >> 16);
+}
+float from_bf16_bits(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint16_t to_half_bits(float f) {
+  const __half h = __float2half_rn(f);
+  uint16_t b;
+  std::memcpy(&b, &h, 2);
+  return b;
+}
+float from_half_bits(uint16_t b) {
+  __half h;
+  std::memcpy(&h, &b, 2);
+  return __half2float(h);
+}
+
+std::size_t esize(ScalarType t) { return t == ScalarType::kFloat32 ? 4 : 2; }
+
+// Rounds v to the dtype and returns the stored value as double.
+double round_to(ScalarType t, double v) {
+  const float f = static_cast<float>(v);
+  switch (t) {
+    case ScalarType::kFloat32: return f;
+    case ScalarType::kFloat16: return from_half_bits(to_half_bits(f));
+    default: return from_bf16_bits(to_bf16_bits(f));
+  }
+}
+
+void put(ScalarType t, std::vector<unsigned char>& buf, int64_t idx, double v) {
+  const float f = static_cast<float>(v);
+  if (t == ScalarType::kFloat32) {
+    std::memcpy(buf.data() + idx * 4, &f, 4);
+  } else {
+    const uint16_t b = t == ScalarType::kFloat16 ? to_half_bits(f) : to_bf16_bits(f);
+    std::memcpy(buf.data() + idx * 2, &b, 2);
+  }
+}
+
+double get(ScalarType t, const std::vector<unsigned char>& buf, int64_t idx) {
+  if (t == ScalarType::kFloat32) {
+    float f;
+    std::memcpy(&f, buf.data() + idx * 4, 4);
+    return f;
+  }
+  uint16_t b;
+  std::memcpy(&b, buf.data() + idx * 2, 2);
+  return t == ScalarType::kFloat16 ? from_half_bits(b) : from_bf16_bits(b);
+}
+
+void put_nan(ScalarType t, std::vector<unsigned char>& buf, int64_t idx) {
+  if (t == ScalarType::kFloat32) {
+    const uint32_t q = 0x7fc00000u;
+    std::memcpy(buf.data() + idx * 4, &q, 4);
+  } else {
+    const uint16_t q = t == ScalarType::kFloat16 ? 0x7e00 : 0x7fc0;
+    std::memcpy(buf.data() + idx * 2, &q, 2);
+  }
+}
+
+const char* dtype_name(ScalarType t) {
+  return t == ScalarType::kFloat32 ? "float32" : t == ScalarType::kFloat16 ? "float16" : "bfloat16";
+}
+
+const char* variant_name(GemmVariant v) {
+  switch (v) {
+    case GemmVariant::kNaive: return "naive";
+    case GemmVariant::kSmemTiled: return "smem_tiled";
+    case GemmVariant::kRegisterBlocked: return "register_blocked";
+    case GemmVariant::kWarpTiled: return "warp_tiled";
+    case GemmVariant::kPipelined: return "pipelined";
+    case GemmVariant::kSplitK: return "split_k";
+    case GemmVariant::kGemv: return "gemv";
+    default: return "?";
+  }
+}
+
+// ---- operand layouts ------------------------------------------------------------------
+// A logical rows x cols matrix stored with strides (sr, sc) at element offset `off` of its
+// buffer. Kinds: row-major, column-major, both strides non-unit, row-major shifted by one
+// element (breaks 16-byte alignment), column-major shifted by one element.
+enum class Layout { kRow, kCol, kStrided, kRowOff, kColOff };
+
+const char* layout_name(Layout l) {
+  switch (l) {
+    case Layout::kRow: return "row";
+    case Layout::kCol: return "col";
+    case Layout::kStrided: return "strided";
+    case Layout::kRowOff: return "row+1";
+    default: return "col+1";
+  }
+}
+
+struct Stored {
+  int64_t sr = 0, sc = 0, off = 0, elems = 0;
+};
+
+Stored make_layout(Layout l, int64_t rows, int64_t cols) {
+  Stored s;
+  switch (l) {
+    case Layout::kRow:
+      s.sr = cols;
+      s.sc = 1;
+      break;
+    case Layout::kCol:
+      s.sr = 1;
+      s.sc = rows;
+      break;
+    case Layout::kStrided:
+      s.sr = 2 * cols + 3;
+      s.sc = 2;
+      break;
+    case Layout::kRowOff:
+      s.sr = cols + 1;  // odd leading dimension as well
+      s.sc = 1;
+      s.off = 1;
+      break;
+    case Layout::kColOff:
+      s.sr = 1;
+      s.sc = rows + 1;
+      s.off = 1;
+      break;
+  }
+  s.elems = s.off + (rows - 1) * s.sr + (cols - 1) * s.sc + 1;
+  return s;
+}
+
+struct DeviceBuffer {
+  void* p = nullptr;
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t bytes) { CHECK_CUDA(cudaMalloc(&p, bytes ? bytes : 1)); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (p) cudaFree(p);
+  }
+};
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+struct Stats {
+  int pass = 0, fail = 0;
+};
+
+bool g_quiet = false;
+int g_sm_count = 1;
+
+// Reference C0 = A @ B in double (ab has m * n entries).
+void reference(const std::vector<double>& A, const std::vector<double>& B, int64_t m, int64_t n,
+               int64_t k, std::vector<double>& ab) {
+  ab.assign(static_cast<std::size_t>(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    double* row = ab.data() + i * n;
+    for (int64_t p = 0; p < k; ++p) {
+      const double a = A[i * k + p];
+      const double* brow = B.data() + p * n;
+      for (int64_t j = 0; j < n; ++j) row[j] += a * brow[j];
+    }
+  }
+}
+
+void run_case(ScalarType dt, const Shape& s, const std::vector<double>& A,
+              const std::vector<double>& B, const std::vector<double>& ab, Layout la, Layout lb,
+              Stats& st) {
+  const std::size_t es = esize(dt);
+  const Stored sa = make_layout(la, s.m, s.k), sb = make_layout(lb, s.k, s.n);
+  // Host images of A and B in their layouts (unused slots hold a large value so that a
+  // kernel reading outside the logical matrix shows up as an error).
+  std::vector<unsigned char> ha(static_cast<std::size_t>(std::max<int64_t>(sa.elems, 1)) * es);
+  std::vector<unsigned char> hb(static_cast<std::size_t>(std::max<int64_t>(sb.elems, 1)) * es);
+  for (int64_t i = 0; i < sa.elems; ++i) put(dt, ha, i, 1000.0);
+  for (int64_t i = 0; i < sb.elems; ++i) put(dt, hb, i, 1000.0);
+  for (int64_t i = 0; i < s.m; ++i)
+    for (int64_t p = 0; p < s.k; ++p) put(dt, ha, sa.off + i * sa.sr + p * sa.sc, A[i * s.k + p]);
+  for (int64_t p = 0; p < s.k; ++p)
+    for (int64_t j = 0; j < s.n; ++j) put(dt, hb, sb.off + p * sb.sr + j * sb.sc, B[p * s.n + j]);
+  DeviceBuffer da(ha.size()), db(hb.size());
+  CHECK_CUDA(cudaMemcpy(da.p, ha.data(), ha.size(), cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(db.p, hb.data(), hb.size(), cudaMemcpyHostToDevice));
+
+  const int64_t ldc = s.n + 3;  // padded rows: the padding must survive
+  const int64_t c_elems = (s.m - 1) * ldc + s.n + 3;
+  std::vector<unsigned char> hc0(static_cast<std::size_t>(c_elems) * es), hc(hc0.size());
+  std::vector<double> c0(static_cast<std::size_t>(s.m * s.n));
+  std::mt19937 rng(1234);
+  std::uniform_real_distribution<double> uni(-1.0, 1.0);
+  DeviceBuffer dc(hc0.size());
+
+  const GemmVariant variants[] = {GemmVariant::kNaive,     GemmVariant::kSmemTiled,
+                                  GemmVariant::kRegisterBlocked, GemmVariant::kWarpTiled,
+                                  GemmVariant::kPipelined, GemmVariant::kSplitK,
+                                  GemmVariant::kGemv};
+  const float alphas[] = {1.0f, 0.75f};
+  const float betas[] = {0.0f, -1.25f};
+  for (int ab_i = 0; ab_i < 2; ++ab_i) {
+    const float alpha = alphas[ab_i], beta = betas[ab_i];
+    // C: NaN everywhere when beta == 0 (must not be read); random values otherwise. The
+    // padding column(s) hold a sentinel in both cases.
+    for (int64_t i = 0; i < c_elems; ++i) put(dt, hc0, i, 777.0);
+    for (int64_t i = 0; i < s.m; ++i)
+      for (int64_t j = 0; j < s.n; ++j) {
+        if (beta == 0.0f) {
+          put_nan(dt, hc0, i * ldc + j);
+          c0[i * s.n + j] = 0.0;
+        } else {
+          const double v = round_to(dt, uni(rng));
+          put(dt, hc0, i * ldc + j, v);
+          c0[i * s.n + j] = v;
+        }
+      }
+    for (GemmVariant v : variants) {
+      GemmArgs args;
+      args.m = s.m;
+      args.n = s.n;
+      args.k = s.k;
+      args.a = static_cast<unsigned char*>(da.p) + sa.off * es;
+      args.a_stride_m = sa.sr;
+      args.a_stride_k = sa.sc;
+      args.b = static_cast<unsigned char*>(db.p) + sb.off * es;
+      args.b_stride_k = sb.sr;
+      args.b_stride_n = sb.sc;
+      args.c = dc.p;
+      args.ldc = ldc;
+      args.alpha = alpha;
+      args.beta = beta;
+      args.dtype = dt;
+      args.sm_count = g_sm_count;
+      if (!gemmt::gemm_simt_supports(args, v)) continue;
+      const gemmt::SimtPlan plan = gemmt::gemm_simt_plan(args, v);
+      const std::size_t ws_bytes = gemmt::gemm_simt_workspace_bytes(args, v);
+      DeviceBuffer ws(ws_bytes);
+      CHECK_CUDA(cudaMemcpy(dc.p, hc0.data(), hc0.size(), cudaMemcpyHostToDevice));
+      const cudaError_t launch = gemmt::gemm_simt_run(args, v, ws_bytes ? ws.p : nullptr, 0);
+      const cudaError_t sync = cudaDeviceSynchronize();
+      char what[256];
+      std::snprintf(what, sizeof(what),
+                    "%-16s %-8s A=%-7s B=%-7s m=%-5lld n=%-5lld k=%-6lld alpha=%.2f beta=%.2f "
+                    "tile=%dx%d splits=%d",
+                    variant_name(v), dtype_name(dt), layout_name(la), layout_name(lb),
+                    static_cast<long long>(s.m), static_cast<long long>(s.n),
+                    static_cast<long long>(s.k), alpha, beta, plan.block_m, plan.block_n,
+                    plan.splits);
+      if (launch != cudaSuccess || sync != cudaSuccess) {
+        std::printf("FAIL %s: launch=%s sync=%s\n", what, cudaGetErrorName(launch),
+                    cudaGetErrorName(sync));
+        ++st.fail;
+        if (sync != cudaSuccess) std::exit(3);  // the context is unusable after a fault
+        continue;
+      }
+      CHECK_CUDA(cudaMemcpy(hc.data(), dc.p, hc.size(), cudaMemcpyDeviceToHost));
+      double err2 = 0.0, ref2 = 0.0;
+      bool pad_ok = true, finite = true;
+      for (int64_t i = 0; i < s.m; ++i) {
+        for (int64_t j = 0; j < s.n; ++j) {
+          const double ref = alpha * ab[i * s.n + j] + beta * c0[i * s.n + j];
+          const double got = get(dt, hc, i * ldc + j);
+          if (!std::isfinite(got)) finite = false;
+          err2 += (got - ref) * (got - ref);
+          ref2 += ref * ref;
+        }
+        if (i + 1 < s.m)
+          for (int64_t j = s.n; j < ldc; ++j)
+            if (get(dt, hc, i * ldc + j) != round_to(dt, 777.0)) pad_ok = false;
+      }
+      for (int64_t j = (s.m - 1) * ldc + s.n; j < c_elems; ++j)
+        if (get(dt, hc, j) != round_to(dt, 777.0)) pad_ok = false;
+      const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+      const double tol = dt == ScalarType::kFloat32 ? 1e-5 : 1e-2;
+      const bool ok = finite && pad_ok && rel <= tol;
+      if (ok) {
+        ++st.pass;
+        if (!g_quiet) std::printf("PASS %s rel=%.2e\n", what, rel);
+      } else {
+        ++st.fail;
+        std::printf("FAIL %s rel=%.2e%s%s\n", what, rel, finite ? "" : " non-finite",
+                    pad_ok ? "" : " padding-overwritten");
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "-q") == 0) g_quiet = true;
+  int dev = 0;
+  CHECK_CUDA(cudaGetDevice(&dev));
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, dev));
+  g_sm_count = prop.multiProcessorCount;
+  std::printf("device %s, %d SMs, sm_%d%d\n", prop.name, prop.multiProcessorCount, prop.major,
+              prop.minor);
+
+  const Shape shapes[] = {
+      {1, 1, 1},       {7, 7, 7},        {33, 33, 33},     {1, 1, 1000},     {1, 257, 127},
+      {257, 1, 129},   {33, 1, 7},       {1, 7, 33},       {127, 129, 257},  {129, 127, 33},
+      {257, 257, 1},   {7, 257, 129},    {257, 7, 129},    {100, 70, 5000},  {4, 1, 200000},
+      {1, 300, 100000}, {200, 136, 264},  {72, 520, 48},    {1000, 1000, 1000},
+      {256, 256, 8192}, {9, 11, 0},
+  };
+  const ScalarType dtypes[] = {ScalarType::kFloat32, ScalarType::kFloat16, ScalarType::kBFloat16};
+  const std::pair<Layout, Layout> layouts[] = {
+      {Layout::kRow, Layout::kRow},         {Layout::kRow, Layout::kCol},
+      {Layout::kCol, Layout::kRow},         {Layout::kCol, Layout::kCol},
+      {Layout::kStrided, Layout::kRowOff},  {Layout::kRowOff, Layout::kStrided},
+      {Layout::kColOff, Layout::kColOff},
+  };
+
+  Stats st;
+  for (const Shape& s : shapes) {
+    for (ScalarType dt : dtypes) {
+      std::mt19937 rng(static_cast<unsigned>(s.m * 131 + s.n * 17 + s.k));
+      std::uniform_real_distribution<double> uni(-1.0, 1.0);
+      std::vector<double> A(static_cast<std::size_t>(s.m * s.k)), B(static_cast<std::size_t>(s.k * s.n));
+      for (double& x : A) x = round_to(dt, uni(rng));
+      for (double& x : B) x = round_to(dt, uni(rng));
+      std::vector<double> ab;
+      reference(A, B, s.m, s.n, s.k, ab);
+      for (const auto& lay : layouts) run_case(dt, s, A, B, ab, lay.first, lay.second, st);
+    }
+  }
+  std::printf("%s: %d passed, %d failed\n", st.fail ? "FAILED" : "ALL PASSED", st.pass, st.fail);
+  return st.fail ? 1 : 0;
+}

@@ -1,0 +1,556 @@
+// Standalone check of the tensor-core GEMM family (kernels/gemm_sm80_mma.cu and
+// kernels/gemm_sm90_wgmma.cu) against a double-precision CPU reference, plus a throughput
+// report. Exits 0 when every supported configuration passes, 1 on any mismatch, 2 on a
+// CUDA error and 3 when a kernel does not finish (a pipeline deadlock would look like that).
+//
+//   nvcc -std=c++17 -O2 -Iinclude -DGEMMT_HAS_SM90A -gencode arch=compute_90a,code=sm_90a \
+//        tests/cuda/gemm_tc_selftest.cu kernels/gemm_sm80_mma.cu kernels/gemm_sm90_wgmma.cu \
+//        -o gemm_tc_selftest
+//
+// Options: --quick (skip the largest shapes), --no-perf, --perf-only.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gemmt/gemm.h"
+
+namespace gemmt {
+namespace detail {
+// Defined in kernels/gemm_sm90_wgmma.cu. cluster: 0 automatic, 1 single CTAs, 2 CTA pairs;
+// store: 0 automatic, 1 direct stores, 2 TMA stores.
+cudaError_t gemm_sm90_run_variant(const GemmArgs& args, cudaStream_t stream, int cluster,
+                                  int store);
+}  // namespace detail
+}  // namespace gemmt
+
+using gemmt::GemmArgs;
+using gemmt::ScalarType;
+
+namespace {
+
+#define CHECK_CUDA(expr)                                                                     \
+  do {                                                                                       \
+    cudaError_t err_ = (expr);                                                               \
+    if (err_ != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorName(err_), __FILE__, \
+                   __LINE__, #expr);                                                         \
+      std::fflush(stderr);                                                                   \
+      std::exit(2);                                                                          \
+    }                                                                                        \
+  } while (0)
+
+constexpr double kHangSeconds = 60.0;
+
+// Waits for `stream` but gives up (and ends the process) if the work never completes.
+void wait_or_die(cudaStream_t stream, const std::string& what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    const cudaError_t e = cudaStreamQuery(stream);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) {
+      std::printf("FAIL: %s: %s (%s)\n", what.c_str(), cudaGetErrorName(e), cudaGetErrorString(e));
+      std::fflush(stdout);
+      std::exit(2);
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s > kHangSeconds) {
+      std::printf("FAIL: TIMEOUT after %.0f s: %s (kernel never finished: likely a deadlock)\n", s,
+                  what.c_str());
+      std::fflush(stdout);
+      std::_Exit(3);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+// Copies go through the stream the kernels run on: a plain cudaMemcpy from pageable memory
+// may return before its DMA lands, and nothing would order it against that stream.
+void copy_sync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
+  CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, s));
+  CHECK_CUDA(cudaStreamSynchronize(s));
+}
+
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
+  uint64_t next() {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+  }
+  float uniform() {  // [-1, 1)
+    return static_cast<float>((next() >> 40) * (1.0 / 16777216.0) * 2.0 - 1.0);
+  }
+  int64_t below(int64_t n) { return static_cast<int64_t>(next() % static_cast<uint64_t>(n)); }
+};
+
+uint16_t f32_to_bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7FFFu + ((u >> 16) & 1u);  // round to nearest even (inputs are finite)
+  return static_cast<uint16_t>(u >> 16);
+}
+float bf16_bits_to_f32(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint16_t f32_to_f16_bits(float f) {
+  const __half h = __float2half_rn(f);
+  uint16_t b;
+  std::memcpy(&b, &h, 2);
+  return b;
+}
+float f16_bits_to_f32(uint16_t b) {
+  __half h;
+  std::memcpy(&h, &b, 2);
+  return __half2float(h);
+}
+
+struct DtypeInfo {
+  ScalarType type;
+  const char* name;
+  int elt;
+  double tol;
+};
+
+const DtypeInfo kDtypes[] = {
+    {ScalarType::kBFloat16, "bf16", 2, 1e-2},
+    {ScalarType::kFloat16, "fp16", 2, 1e-2},
+    {ScalarType::kFloat32, "tf32", 4, 5e-3},
+};
+
+// Device-resident values plus their exact float images for the reference.
+struct HostBuf {
+  std::vector<uint8_t> bits;
+  std::vector<float> vals;
+};
+
+HostBuf make_random(const DtypeInfo& dt, int64_t count, Rng& rng) {
+  HostBuf h;
+  h.bits.resize(static_cast<size_t>(count) * dt.elt);
+  h.vals.resize(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    const float f = rng.uniform();
+    if (dt.elt == 4) {
+      std::memcpy(&h.bits[i * 4], &f, 4);
+      h.vals[i] = f;
+    } else if (dt.type == ScalarType::kBFloat16) {
+      const uint16_t b = f32_to_bf16_bits(f);
+      std::memcpy(&h.bits[i * 2], &b, 2);
+      h.vals[i] = bf16_bits_to_f32(b);
+    } else {
+      const uint16_t b = f32_to_f16_bits(f);
+      std::memcpy(&h.bits[i * 2], &b, 2);
+      h.vals[i] = f16_bits_to_f32(b);
+    }
+  }
+  return h;
+}
+
+void fill_nan(const DtypeInfo& dt, std::vector<uint8_t>& bits) {
+  if (dt.elt == 4) {
+    const uint32_t nan = 0x7FC00000u;
+    for (size_t i = 0; i + 4 <= bits.size(); i += 4) std::memcpy(&bits[i], &nan, 4);
+  } else {
+    const uint16_t nan = dt.type == ScalarType::kBFloat16 ? 0x7FC0 : 0x7E00;
+    for (size_t i = 0; i + 2 <= bits.size(); i += 2) std::memcpy(&bits[i], &nan, 2);
+  }
+}
+
+double read_val(const DtypeInfo& dt, const std::vector<uint8_t>& bits, int64_t idx) {
+  if (dt.elt == 4) {
+    float f;
+    std::memcpy(&f, &bits[idx * 4], 4);
+    return f;
+  }
+  uint16_t b;
+  std::memcpy(&b, &bits[idx * 2], 2);
+  return dt.type == ScalarType::kBFloat16 ? bf16_bits_to_f32(b) : f16_bits_to_f32(b);
+}
+
+struct Shape {
+  int64_t m, n, k;
+  bool big;
+};
+
+struct Layout {
+  bool a_col;  // A column-major (a_stride_m == 1)
+  bool b_col;  // B column-major (b_stride_k == 1)
+  const char* name;
+};
+
+const Layout kLayouts[] = {
+    {false, false, "A row/B row"},
+    {false, true, "A row/B col"},
+    {true, false, "A col/B row"},
+    {true, true, "A col/B col"},
+};
+
+// sm90 is what gemm_sm90_run does (CTA pairs with B multicast when the M tile count is even,
+// TMA-store epilogue when C rows are 16-byte aligned); the two others pin single CTAs with
+// either epilogue, so a failure can be pinned on the multicast or on the store path.
+enum Path { kSm80 = 0, kSm90Auto = 1, kSm90Direct = 2, kSm90Tma = 3, kNumPaths = 4 };
+const char* kPathNames[] = {"sm80", "sm90", "sm90-c1d", "sm90-c1t"};
+
+bool path_supported(Path p, const GemmArgs& a) {
+  return p == kSm80 ? gemmt::gemm_sm80_supports(a) : gemmt::gemm_sm90_supports(a);
+}
+
+cudaError_t run_path(Path p, const GemmArgs& a, cudaStream_t s) {
+  switch (p) {
+    case kSm80:
+      return gemmt::gemm_sm80_run(a, s);
+    case kSm90Auto:
+      return gemmt::gemm_sm90_run(a, s);
+    case kSm90Direct:
+      return gemmt::detail::gemm_sm90_run_variant(a, s, 1, 1);
+    default:
+      return gemmt::detail::gemm_sm90_run_variant(a, s, 1, 2);
+  }
+}
+
+// Indices to check along one output dimension: everything for small problems, otherwise
+// both ends, the neighbourhoods of warpgroup / tile / cluster boundaries and random picks.
+std::vector<int64_t> pick(int64_t size, bool full, Rng& rng) {
+  constexpr size_t kSamples = 96;
+  std::vector<int64_t> v;
+  if (full || size <= static_cast<int64_t>(kSamples)) {
+    for (int64_t i = 0; i < size; ++i) v.push_back(i);
+    return v;
+  }
+  const int64_t edges[] = {0, 1, 7, 8, 63, 64, 127, 128, 191, 255, 256, 383, 511, 512};
+  for (int64_t e : edges) {
+    if (e < size) v.push_back(e);
+    if (size - 1 - e >= 0) v.push_back(size - 1 - e);
+  }
+  while (v.size() < kSamples) v.push_back(rng.below(size));
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
+struct Stats {
+  int passed = 0, failed = 0, unsupported = 0;
+};
+
+struct Ctx {
+  cudaDeviceProp prop;
+  cudaStream_t stream;
+  Stats stats[3][kNumPaths];  // per dtype, per path
+};
+
+GemmArgs base_args(const Ctx& ctx, const DtypeInfo& dt) {
+  GemmArgs a;
+  a.dtype = dt.type;
+  a.allow_tf32 = true;
+  a.sm_count = ctx.prop.multiProcessorCount;
+  a.cc_major = ctx.prop.major;
+  a.cc_minor = ctx.prop.minor;
+  return a;
+}
+
+void test_shape(Ctx& ctx, int dti, const Shape& sh, uint64_t seed) {
+  const DtypeInfo& dt = kDtypes[dti];
+  const int64_t m = sh.m, n = sh.n, k = sh.k;
+  const int64_t ldc = n + 8;  // padding columns must come back untouched
+  Rng rng(seed);
+  HostBuf A = make_random(dt, m * k, rng);
+  HostBuf B = make_random(dt, k * n, rng);
+  HostBuf C0 = make_random(dt, m * ldc, rng);
+  std::vector<uint8_t> c_nan(static_cast<size_t>(m * ldc) * dt.elt);
+  fill_nan(dt, c_nan);
+  // Padding of the beta != 0 input is NaN too: nothing may read or write it.
+  for (int64_t i = 0; i < m; ++i)
+    std::memcpy(&C0.bits[(i * ldc + n) * dt.elt], &c_nan[0], static_cast<size_t>(8 * dt.elt));
+
+  void *dA, *dB, *dC;
+  CHECK_CUDA(cudaMalloc(&dA, A.bits.size()));
+  CHECK_CUDA(cudaMalloc(&dB, B.bits.size()));
+  CHECK_CUDA(cudaMalloc(&dC, c_nan.size()));
+  copy_sync(dA, A.bits.data(), A.bits.size(), cudaMemcpyHostToDevice, ctx.stream);
+  copy_sync(dB, B.bits.data(), B.bits.size(), cudaMemcpyHostToDevice, ctx.stream);
+  std::vector<uint8_t> out(c_nan.size());
+
+  const bool full = m * n * k <= (int64_t{1} << 26);
+  const std::vector<int64_t> rows = pick(m, full, rng);
+  const std::vector<int64_t> cols = pick(n, full, rng);
+
+  for (const Layout& lay : kLayouts) {
+    const int64_t sam = lay.a_col ? 1 : k, sak = lay.a_col ? m : 1;
+    const int64_t sbk = lay.b_col ? 1 : n, sbn = lay.b_col ? k : 1;
+    // Gather the sampled rows of A and columns of B once (contiguous along K).
+    std::vector<float> ar(rows.size() * k), bc(cols.size() * k);
+    for (size_t r = 0; r < rows.size(); ++r)
+      for (int64_t p = 0; p < k; ++p) ar[r * k + p] = A.vals[rows[r] * sam + p * sak];
+    for (size_t c = 0; c < cols.size(); ++c)
+      for (int64_t p = 0; p < k; ++p) bc[c * k + p] = B.vals[p * sbk + cols[c] * sbn];
+    std::vector<double> dot(rows.size() * cols.size()), mag(rows.size() * cols.size());
+    for (size_t r = 0; r < rows.size(); ++r) {
+      for (size_t c = 0; c < cols.size(); ++c) {
+        const float* x = &ar[r * k];
+        const float* y = &bc[c * k];
+        double s = 0, s2 = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          const double prod = static_cast<double>(x[p]) * y[p];
+          s += prod;
+          s2 += prod * prod;
+        }
+        dot[r * cols.size() + c] = s;
+        mag[r * cols.size() + c] = std::sqrt(s2);
+      }
+    }
+
+    for (int bcase = 0; bcase < 2; ++bcase) {
+      const float alpha = bcase == 0 ? 1.0f : 1.5f;
+      const float beta = bcase == 0 ? 0.0f : 0.5f;
+      GemmArgs args = base_args(ctx, dt);
+      args.m = m;
+      args.n = n;
+      args.k = k;
+      args.a = dA;
+      args.a_stride_m = sam;
+      args.a_stride_k = sak;
+      args.b = dB;
+      args.b_stride_k = sbk;
+      args.b_stride_n = sbn;
+      args.c = dC;
+      args.ldc = ldc;
+      args.alpha = alpha;
+      args.beta = beta;
+      const std::vector<uint8_t>& c_init = bcase == 0 ? c_nan : C0.bits;
+
+      for (int pi = 0; pi < kNumPaths; ++pi) {
+        const Path path = static_cast<Path>(pi);
+        Stats& st = ctx.stats[dti][pi];
+        char what[256];
+        std::snprintf(what, sizeof what, "%s %-8s %lldx%lldx%lld %s alpha=%.1f beta=%.1f", dt.name,
+                      kPathNames[pi], (long long)m, (long long)n, (long long)k, lay.name, alpha,
+                      beta);
+        if (!path_supported(path, args)) {
+          const cudaError_t e = run_path(path, args, ctx.stream);
+          if (e != cudaErrorNotSupported) {
+            std::printf("FAIL: %s: supports() is false but run returned %s\n", what,
+                        cudaGetErrorName(e));
+            ++st.failed;
+          } else {
+            ++st.unsupported;
+          }
+          continue;
+        }
+        copy_sync(dC, c_init.data(), c_init.size(), cudaMemcpyHostToDevice, ctx.stream);
+        const cudaError_t e = run_path(path, args, ctx.stream);
+        if (e != cudaSuccess) {
+          std::printf("FAIL: %s: launch returned %s (%s)\n", what, cudaGetErrorName(e),
+                      cudaGetErrorString(e));
+          ++st.failed;
+          continue;
+        }
+        wait_or_die(ctx.stream, what);
+        copy_sync(out.data(), dC, out.size(), cudaMemcpyDeviceToHost, ctx.stream);
+
+        double worst = 0;
+        int64_t bad = 0, wi = -1, wj = -1;
+        double w_got = 0, w_ref = 0;
+        for (size_t r = 0; r < rows.size(); ++r) {
+          const int64_t i = rows[r];
+          for (size_t c = 0; c < cols.size(); ++c) {
+            const int64_t j = cols[c];
+            const double c0 = bcase == 0 ? 0.0 : read_val(dt, C0.bits, i * ldc + j);
+            const double ref = alpha * dot[r * cols.size() + c] + beta * c0;
+            const double scale =
+                std::fabs(alpha) * mag[r * cols.size() + c] + std::fabs(beta * c0) + std::fabs(ref);
+            const double got = read_val(dt, out, i * ldc + j);
+            double err = std::fabs(got - ref) / (scale > 0 ? scale : 1.0);
+            if (!std::isfinite(got)) err = INFINITY;
+            if (err > dt.tol) ++bad;
+            if (!(err <= worst)) {
+              worst = err;
+              wi = i;
+              wj = j;
+              w_got = got;
+              w_ref = ref;
+            }
+          }
+          // The padding columns of every checked row must still hold the initial bits.
+          if (std::memcmp(&out[(i * ldc + n) * dt.elt], &c_init[(i * ldc + n) * dt.elt],
+                          static_cast<size_t>(8 * dt.elt)) != 0) {
+            ++bad;
+            if (worst <= dt.tol) {
+              wi = i;
+              wj = n;
+              worst = INFINITY;
+            }
+          }
+        }
+        if (bad == 0) {
+          ++st.passed;
+        } else {
+          ++st.failed;
+          std::printf(
+              "FAIL: %s: %lld bad of %zu checked, worst rel err %.3g at (%lld,%lld) got %.6g ref "
+              "%.6g\n",
+              what, (long long)bad, rows.size() * cols.size(), worst, (long long)wi, (long long)wj,
+              w_got, w_ref);
+        }
+      }
+    }
+  }
+  std::printf("  done %s %lldx%lldx%lld (%s check)\n", dt.name, (long long)m, (long long)n,
+              (long long)k, full ? "full" : "sampled");
+  std::fflush(stdout);
+  CHECK_CUDA(cudaFree(dA));
+  CHECK_CUDA(cudaFree(dB));
+  CHECK_CUDA(cudaFree(dC));
+}
+
+// Median time of `iters` launches after warm-up, in TFLOP/s; negative when unsupported.
+double bench(Ctx& ctx, Path path, const DtypeInfo& dt, int64_t s, bool a_col, bool b_col, void* dA,
+             void* dB, void* dC) {
+  GemmArgs args = base_args(ctx, dt);
+  args.m = args.n = args.k = s;
+  args.a = dA;
+  args.a_stride_m = a_col ? 1 : s;
+  args.a_stride_k = a_col ? s : 1;
+  args.b = dB;
+  args.b_stride_k = b_col ? 1 : s;
+  args.b_stride_n = b_col ? s : 1;
+  args.c = dC;
+  args.ldc = s;
+  args.alpha = 1.f;
+  args.beta = 0.f;
+  if (!path_supported(path, args)) return -1;
+  char what[160];
+  std::snprintf(what, sizeof what, "bench %s %s %lld^3", kPathNames[path], dt.name, (long long)s);
+  for (int i = 0; i < 3; ++i) CHECK_CUDA(run_path(path, args, ctx.stream));
+  wait_or_die(ctx.stream, what);
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int i = 0; i < 20; ++i) {
+    CHECK_CUDA(cudaEventRecord(e0, ctx.stream));
+    CHECK_CUDA(run_path(path, args, ctx.stream));
+    CHECK_CUDA(cudaEventRecord(e1, ctx.stream));
+    wait_or_die(ctx.stream, what);
+    float t = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  CHECK_CUDA(cudaEventDestroy(e0));
+  CHECK_CUDA(cudaEventDestroy(e1));
+  std::sort(ms.begin(), ms.end());
+  const double med = ms[ms.size() / 2];
+  return 2.0 * static_cast<double>(s) * s * s / (med * 1e-3) / 1e12;
+}
+
+void run_perf(Ctx& ctx) {
+  const int64_t sizes[] = {4096, 8192};
+  std::printf("\nThroughput (median of 20, TFLOP/s; '-' = not supported here):\n");
+  for (int dti = 0; dti < 3; ++dti) {
+    const DtypeInfo& dt = kDtypes[dti];
+    for (int64_t s : sizes) {
+      const size_t bytes = static_cast<size_t>(s * s) * dt.elt;
+      void *dA, *dB, *dC;
+      CHECK_CUDA(cudaMalloc(&dA, bytes));
+      CHECK_CUDA(cudaMalloc(&dB, bytes));
+      CHECK_CUDA(cudaMalloc(&dC, bytes));
+      Rng rng(1234 + s);
+      HostBuf h = make_random(dt, s * s, rng);
+      copy_sync(dA, h.bits.data(), bytes, cudaMemcpyHostToDevice, ctx.stream);
+      copy_sync(dB, h.bits.data(), bytes, cudaMemcpyHostToDevice, ctx.stream);
+      for (const Layout& lay : kLayouts) {
+        // Keep the report short: all layouts for bf16 8192, the torch.matmul case otherwise.
+        const bool torch_case = !lay.a_col && !lay.b_col;
+        const bool tf32_case = dt.elt == 4 && !lay.a_col && lay.b_col;
+        if (!(torch_case || tf32_case || (dti == 0 && s == 8192))) continue;
+        std::printf("  %-4s %5lld^3 %-12s", dt.name, (long long)s, lay.name);
+        for (int pi = 0; pi < kNumPaths; ++pi) {
+          const double tf =
+              bench(ctx, static_cast<Path>(pi), dt, s, lay.a_col, lay.b_col, dA, dB, dC);
+          if (tf < 0) {
+            std::printf("  %s: %7s", kPathNames[pi], "-");
+          } else {
+            std::printf("  %s: %7.1f", kPathNames[pi], tf);
+          }
+        }
+        std::printf("\n");
+        std::fflush(stdout);
+      }
+      CHECK_CUDA(cudaFree(dA));
+      CHECK_CUDA(cudaFree(dB));
+      CHECK_CUDA(cudaFree(dC));
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false, perf = true, tests = true;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--quick")) quick = true;
+    if (!std::strcmp(argv[i], "--no-perf")) perf = false;
+    if (!std::strcmp(argv[i], "--perf-only")) tests = false;
+  }
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("SKIP: no CUDA device\n");
+    return 0;
+  }
+  Ctx ctx;
+  CHECK_CUDA(cudaGetDeviceProperties(&ctx.prop, 0));
+  CHECK_CUDA(cudaStreamCreate(&ctx.stream));
+  std::printf("device: %s (sm_%d%d, %d SMs)\n", ctx.prop.name, ctx.prop.major, ctx.prop.minor,
+              ctx.prop.multiProcessorCount);
+
+  const Shape shapes[] = {
+      {128, 256, 64, false},   {4096, 4096, 4096, true}, {1000, 1000, 1000, false},
+      {127, 8192, 511, false}, {8192, 64, 8192, true},   {1, 512, 512, false},
+      {129, 257, 65, false},   {200, 328, 136, false},  // aligned strides, ragged tiles
+  };
+  if (tests) {
+    uint64_t seed = 1;
+    for (int dti = 0; dti < 3; ++dti) {
+      for (const Shape& sh : shapes) {
+        ++seed;
+        if (quick && sh.big) continue;
+        test_shape(ctx, dti, sh, seed);
+      }
+    }
+  }
+
+  int passed = 0, failed = 0;
+  if (tests) {
+    std::printf("\nSummary (configurations passed / failed / not supported):\n");
+    for (int dti = 0; dti < 3; ++dti) {
+      for (int pi = 0; pi < kNumPaths; ++pi) {
+        const Stats& s = ctx.stats[dti][pi];
+        std::printf("  %-4s %-8s %4d / %4d / %4d\n", kDtypes[dti].name, kPathNames[pi], s.passed,
+                    s.failed, s.unsupported);
+        passed += s.passed;
+        failed += s.failed;
+      }
+    }
+  }
+  if (perf) run_perf(ctx);
+  CHECK_CUDA(cudaStreamDestroy(ctx.stream));
+  if (tests) {
+    std::printf("\n%d passed, %d failed\n", passed, failed);
+    std::printf("%s\n", failed == 0 ? "PASS" : "FAIL");
+  }
+  return failed == 0 ? 0 : 1;
+}
