@@ -26,6 +26,7 @@
 
 #include "gemmt/cuda_check.h"
 #include "gemmt/gemm.h"
+#include "gemmt/numeric.cuh"
 
 namespace gemmt {
 namespace {
@@ -309,30 +310,6 @@ __device__ __forceinline__ void compute_stage(uint32_t sA, uint32_t sB, float (&
       for (int nj = 0; nj < 4; ++nj) mma<kKind>(acc[mi][nj], af[mi], bf[nj]);
     }
   }
-}
-
-template <typename T>
-__device__ __forceinline__ float to_float(T v) {
-  if constexpr (sizeof(T) == 4) {
-    return v;
-  } else {
-    return static_cast<float>(v);
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
 }
 
 // Writes C[row, col] and C[row, col + 1] (the pair an accumulator fragment holds).

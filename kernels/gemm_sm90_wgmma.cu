@@ -33,6 +33,7 @@
 
 #include "gemmt/cuda_check.h"
 #include "gemmt/gemm.h"
+#include "gemmt/numeric.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define GEMMT_SM90_DEVICE_CODE 1
@@ -338,21 +339,6 @@ __device__ __forceinline__ float load_c(const T* p) {
   }
 }
 
-template <typename T>
-__device__ __forceinline__ T to_out(float v);
-template <>
-__device__ __forceinline__ float to_out<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half to_out<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 to_out<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-
 // C[row, col] and C[row, col + 1] from one accumulator pair.
 template <typename T>
 __device__ __forceinline__ void store_pair(const Params& p, T* row_ptr, int col, float v0,
@@ -374,13 +360,13 @@ __device__ __forceinline__ void store_pair(const Params& p, T* row_ptr, int col,
         T x, y;
       };
       Pair pr;
-      pr.x = to_out<T>(v0);
-      pr.y = to_out<T>(v1);
+      pr.x = from_float<T>(v0);
+      pr.y = from_float<T>(v1);
       *reinterpret_cast<Pair*>(dst) = pr;
     }
   } else {
-    dst[0] = to_out<T>(v0);
-    if (has_second) dst[1] = to_out<T>(v1);
+    dst[0] = from_float<T>(v0);
+    if (has_second) dst[1] = from_float<T>(v1);
   }
 }
 
