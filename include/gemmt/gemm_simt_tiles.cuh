@@ -135,8 +135,7 @@ struct OutView {
 };
 
 template <class T>
-__device__ __forceinline__ void store_one(const OutView<T>& o, int64_t row, int64_t col,
-                                          float v) {
+__device__ __forceinline__ void store_one(const OutView<T>& o, int64_t row, int64_t col, float v) {
   typename Elem<T>::raw* p = o.c + row * o.ldc + col;
   float r = o.alpha * v;
   if (o.beta != 0.f) r = fmaf(o.beta, Elem<T>::to_float(*p), r);
@@ -206,8 +205,7 @@ __device__ __forceinline__ void store_partial_quad(float* ws, int64_t m, int64_t
 // then share a few A row-panels and B column-panels, so those stay in L2 instead of being
 // streamed from DRAM once per tile row.
 template <int GROUP>
-__device__ __forceinline__ void swizzle_tile(int pid, int tiles_m, int tiles_n, int& tm,
-                                             int& tn) {
+__device__ __forceinline__ void swizzle_tile(int pid, int tiles_m, int tiles_n, int& tm, int& tn) {
   const int64_t width = static_cast<int64_t>(GROUP) * tiles_n;
   const int group = static_cast<int>(pid / width);
   const int first_m = group * GROUP;
@@ -256,18 +254,17 @@ struct AsyncTileLoader {
   static constexpr int NS = BK * BC / THREADS;
 
   static_assert(MODE != kVecC || (THREADS % VPR == 0 && NV >= 1), "kVecC tiling");
-  static_assert(MODE != kVecK || (BK % 8 == 0 && BC % LINE_STEP == 0 && NL >= 1),
-                "kVecK tiling");
+  static_assert(MODE != kVecK || (BK % 8 == 0 && BC % LINE_STEP == 0 && NL >= 1), "kVecK tiling");
   static_assert(MODE != kScalar || (THREADS % BC == 0 && NS >= 1), "kScalar tiling");
 
   const float* base;
   const float* ptr;  // the thread's first element of the next tile
   int64_t step;      // kVecC / kScalar: between a thread's rows; kVecK: between its lines
   int64_t tile_step;
-  int64_t c_rem;     // kVecK: lines of c_ext at or after the thread's first line
-  int k_off;         // the thread's first k within a tile
-  int bytes;         // kVecC / kScalar: bytes of the thread's column inside c_ext
-  bool c_full;       // kVecK: the block's BC lines all lie inside c_ext
+  int64_t c_rem;  // kVecK: lines of c_ext at or after the thread's first line
+  int k_off;      // the thread's first k within a tile
+  int bytes;      // kVecC / kScalar: bytes of the thread's column inside c_ext
+  bool c_full;    // kVecK: the block's BC lines all lie inside c_ext
   uint32_t smem_off;
 
   __device__ __forceinline__ void init(const float* b, int64_t sc, int64_t sk, int64_t c0,

@@ -7,7 +7,9 @@
 //
 // Build: nvcc -std=c++17 -O2 -Iinclude -gencode arch=compute_90,code=sm_90 \
 //          tests/cuda/gemm_simt_selftest.cu kernels/gemm_simt.cu -o gemm_simt_selftest
-// Usage: gemm_simt_selftest [-q]   (-q prints failures and the summary only)
+// Usage: gemm_simt_selftest [-q] [-bench]
+//   -q      prints failures and the summary only
+//   -bench  after the checks, times the pipelined / split-k / gemv kernels (float32)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -29,14 +31,14 @@ using gemmt::ScalarType;
 
 namespace {
 
-#define CHECK_CUDA(expr)                                                               \
-  do {                                                                                 \
-    cudaError_t e_ = (expr);                                                           \
-    if (e_ != cudaSuccess) {                                                           \
+#define CHECK_CUDA(expr)                                                                   \
+  do {                                                                                     \
+    cudaError_t e_ = (expr);                                                               \
+    if (e_ != cudaSuccess) {                                                               \
       std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorName(e_), __FILE__, \
-                   __LINE__, cudaGetErrorString(e_));                                   \
-      std::exit(2);                                                                    \
-    }                                                                                  \
+                   __LINE__, cudaGetErrorString(e_));                                      \
+      std::exit(2);                                                                        \
+    }                                                                                      \
   } while (0)
 
 // ---- host-side element encoding --------------------------------------------------------
@@ -65,15 +67,20 @@ float from_half_bits(uint16_t b) {
   return __half2float(h);
 }
 
-std::size_t esize(ScalarType t) { return t == ScalarType::kFloat32 ? 4 : 2; }
+std::size_t esize(ScalarType t) {
+  return t == ScalarType::kFloat32 ? 4 : 2;
+}
 
 // Rounds v to the dtype and returns the stored value as double.
 double round_to(ScalarType t, double v) {
   const float f = static_cast<float>(v);
   switch (t) {
-    case ScalarType::kFloat32: return f;
-    case ScalarType::kFloat16: return from_half_bits(to_half_bits(f));
-    default: return from_bf16_bits(to_bf16_bits(f));
+    case ScalarType::kFloat32:
+      return f;
+    case ScalarType::kFloat16:
+      return from_half_bits(to_half_bits(f));
+    default:
+      return from_bf16_bits(to_bf16_bits(f));
   }
 }
 
@@ -114,14 +121,22 @@ const char* dtype_name(ScalarType t) {
 
 const char* variant_name(GemmVariant v) {
   switch (v) {
-    case GemmVariant::kNaive: return "naive";
-    case GemmVariant::kSmemTiled: return "smem_tiled";
-    case GemmVariant::kRegisterBlocked: return "register_blocked";
-    case GemmVariant::kWarpTiled: return "warp_tiled";
-    case GemmVariant::kPipelined: return "pipelined";
-    case GemmVariant::kSplitK: return "split_k";
-    case GemmVariant::kGemv: return "gemv";
-    default: return "?";
+    case GemmVariant::kNaive:
+      return "naive";
+    case GemmVariant::kSmemTiled:
+      return "smem_tiled";
+    case GemmVariant::kRegisterBlocked:
+      return "register_blocked";
+    case GemmVariant::kWarpTiled:
+      return "warp_tiled";
+    case GemmVariant::kPipelined:
+      return "pipelined";
+    case GemmVariant::kSplitK:
+      return "split_k";
+    case GemmVariant::kGemv:
+      return "gemv";
+    default:
+      return "?";
   }
 }
 
@@ -133,11 +148,16 @@ enum class Layout { kRow, kCol, kStrided, kRowOff, kColOff };
 
 const char* layout_name(Layout l) {
   switch (l) {
-    case Layout::kRow: return "row";
-    case Layout::kCol: return "col";
-    case Layout::kStrided: return "strided";
-    case Layout::kRowOff: return "row+1";
-    default: return "col+1";
+    case Layout::kRow:
+      return "row";
+    case Layout::kCol:
+      return "col";
+    case Layout::kStrided:
+      return "strided";
+    case Layout::kRowOff:
+      return "row+1";
+    default:
+      return "col+1";
   }
 }
 
@@ -238,10 +258,10 @@ void run_case(ScalarType dt, const Shape& s, const std::vector<double>& A,
   std::uniform_real_distribution<double> uni(-1.0, 1.0);
   DeviceBuffer dc(hc0.size());
 
-  const GemmVariant variants[] = {GemmVariant::kNaive,     GemmVariant::kSmemTiled,
-                                  GemmVariant::kRegisterBlocked, GemmVariant::kWarpTiled,
-                                  GemmVariant::kPipelined, GemmVariant::kSplitK,
-                                  GemmVariant::kGemv};
+  const GemmVariant variants[] = {
+      GemmVariant::kNaive,     GemmVariant::kSmemTiled, GemmVariant::kRegisterBlocked,
+      GemmVariant::kWarpTiled, GemmVariant::kPipelined, GemmVariant::kSplitK,
+      GemmVariant::kGemv};
   const float alphas[] = {1.0f, 0.75f};
   const float betas[] = {0.0f, -1.25f};
   for (int ab_i = 0; ab_i < 2; ++ab_i) {
@@ -331,11 +351,59 @@ void run_case(ScalarType dt, const Shape& s, const std::vector<double>& A,
   }
 }
 
+// Times one float32 problem (row-major operands) and prints TFLOP/s (GB/s for gemv).
+void bench(GemmVariant v, int64_t m, int64_t n, int64_t k) {
+  DeviceBuffer da(static_cast<std::size_t>(m * k) * 4), db(static_cast<std::size_t>(k * n) * 4),
+      dc(static_cast<std::size_t>(m * n) * 4);
+  CHECK_CUDA(cudaMemset(da.p, 0, static_cast<std::size_t>(m * k) * 4));
+  CHECK_CUDA(cudaMemset(db.p, 0, static_cast<std::size_t>(k * n) * 4));
+  GemmArgs args;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.a = da.p;
+  args.a_stride_m = k;
+  args.a_stride_k = 1;
+  args.b = db.p;
+  args.b_stride_k = n;
+  args.b_stride_n = 1;
+  args.c = dc.p;
+  args.ldc = n;
+  args.sm_count = g_sm_count;
+  const gemmt::SimtPlan plan = gemmt::gemm_simt_plan(args, v);
+  DeviceBuffer ws(plan.workspace_bytes);
+  cudaEvent_t t0, t1;
+  CHECK_CUDA(cudaEventCreate(&t0));
+  CHECK_CUDA(cudaEventCreate(&t1));
+  CHECK_CUDA(gemmt::gemm_simt_run(args, v, ws.p, 0));  // warm-up (also sets kernel attributes)
+  const int iters = 20;
+  CHECK_CUDA(cudaEventRecord(t0));
+  for (int i = 0; i < iters; ++i) CHECK_CUDA(gemmt::gemm_simt_run(args, v, ws.p, 0));
+  CHECK_CUDA(cudaEventRecord(t1));
+  CHECK_CUDA(cudaEventSynchronize(t1));
+  float ms = 0.f;
+  CHECK_CUDA(cudaEventElapsedTime(&ms, t0, t1));
+  const double sec = ms / 1e3 / iters;
+  const double tflops = 2.0 * m * n * k / sec / 1e12;
+  const double gbs = 4.0 * (m * k + k * n + m * n) / sec / 1e9;
+  std::printf(
+      "BENCH %-10s float32 %6lldx%6lldx%6lld tile=%dx%dx%d splits=%-3d %8.3f ms %7.2f TFLOP/s "
+      "%7.1f GB/s\n",
+      variant_name(v), static_cast<long long>(m), static_cast<long long>(n),
+      static_cast<long long>(k), plan.block_m, plan.block_n, plan.block_k, plan.splits, sec * 1e3,
+      tflops, gbs);
+  CHECK_CUDA(cudaEventDestroy(t0));
+  CHECK_CUDA(cudaEventDestroy(t1));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)
+  bool do_bench = false;
+  for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "-q") == 0) g_quiet = true;
+    if (std::strcmp(argv[i], "-bench") == 0) do_bench = true;
+  }
   int dev = 0;
   CHECK_CUDA(cudaGetDevice(&dev));
   cudaDeviceProp prop;
@@ -345,17 +413,17 @@ int main(int argc, char** argv) {
               prop.minor);
 
   const Shape shapes[] = {
-      {1, 1, 1},       {7, 7, 7},        {33, 33, 33},     {1, 1, 1000},     {1, 257, 127},
-      {257, 1, 129},   {33, 1, 7},       {1, 7, 33},       {127, 129, 257},  {129, 127, 33},
-      {257, 257, 1},   {7, 257, 129},    {257, 7, 129},    {100, 70, 5000},  {4, 1, 200000},
-      {1, 300, 100000}, {200, 136, 264},  {72, 520, 48},    {1000, 1000, 1000},
-      {256, 256, 8192}, {9, 11, 0},
+      {1, 1, 1},        {7, 7, 7},       {33, 33, 33},  {1, 1, 1000},       {1, 257, 127},
+      {257, 1, 129},    {33, 1, 7},      {1, 7, 33},    {127, 129, 257},    {129, 127, 33},
+      {257, 257, 1},    {7, 257, 129},   {257, 7, 129}, {100, 70, 5000},    {4, 1, 200000},
+      {1, 300, 100000}, {200, 136, 264}, {72, 520, 48}, {1000, 1000, 1000}, {256, 256, 8192},
+      {9, 11, 0},
   };
   const ScalarType dtypes[] = {ScalarType::kFloat32, ScalarType::kFloat16, ScalarType::kBFloat16};
   const std::pair<Layout, Layout> layouts[] = {
-      {Layout::kRow, Layout::kRow},         {Layout::kRow, Layout::kCol},
-      {Layout::kCol, Layout::kRow},         {Layout::kCol, Layout::kCol},
-      {Layout::kStrided, Layout::kRowOff},  {Layout::kRowOff, Layout::kStrided},
+      {Layout::kRow, Layout::kRow},        {Layout::kRow, Layout::kCol},
+      {Layout::kCol, Layout::kRow},        {Layout::kCol, Layout::kCol},
+      {Layout::kStrided, Layout::kRowOff}, {Layout::kRowOff, Layout::kStrided},
       {Layout::kColOff, Layout::kColOff},
   };
 
@@ -364,7 +432,8 @@ int main(int argc, char** argv) {
     for (ScalarType dt : dtypes) {
       std::mt19937 rng(static_cast<unsigned>(s.m * 131 + s.n * 17 + s.k));
       std::uniform_real_distribution<double> uni(-1.0, 1.0);
-      std::vector<double> A(static_cast<std::size_t>(s.m * s.k)), B(static_cast<std::size_t>(s.k * s.n));
+      std::vector<double> A(static_cast<std::size_t>(s.m * s.k)),
+          B(static_cast<std::size_t>(s.k * s.n));
       for (double& x : A) x = round_to(dt, uni(rng));
       for (double& x : B) x = round_to(dt, uni(rng));
       std::vector<double> ab;
@@ -373,5 +442,17 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("%s: %d passed, %d failed\n", st.fail ? "FAILED" : "ALL PASSED", st.pass, st.fail);
+  if (do_bench) {
+    bench(GemmVariant::kPipelined, 4096, 4096, 4096);
+    bench(GemmVariant::kPipelined, 8192, 8192, 8192);
+    bench(GemmVariant::kPipelined, 2048, 2048, 2048);
+    bench(GemmVariant::kPipelined, 1024, 1024, 1024);
+    bench(GemmVariant::kPipelined, 4096, 1024, 4096);
+    bench(GemmVariant::kPipelined, 256, 256, 65536);
+    bench(GemmVariant::kSplitK, 256, 256, 65536);
+    bench(GemmVariant::kWarpTiled, 4096, 4096, 4096);
+    bench(GemmVariant::kGemv, 1, 8192, 8192);
+    bench(GemmVariant::kGemv, 8192, 1, 8192);
+  }
   return st.fail ? 1 : 0;
 }
