@@ -26,6 +26,7 @@
 
 #include "gemmt/cuda_check.h"
 #include "gemmt/gemm.h"
+#include "gemmt/gemm_epilogue.cuh"
 #include "gemmt/numeric.cuh"
 
 namespace gemmt {
@@ -319,28 +320,7 @@ __device__ __forceinline__ void store_pair(const Params& p, int64_t row, int64_t
   if (row >= p.m || col >= p.n) return;
   T* dst = static_cast<T*>(p.c) + row * p.ldc + col;
   const bool has_second = col + 1 < p.n;
-  v0 *= p.alpha;
-  v1 *= p.alpha;
-  if (p.beta != 0.f) {  // beta == 0 must not read C: it may hold NaN
-    v0 += p.beta * to_float(dst[0]);
-    if (has_second) v1 += p.beta * to_float(dst[1]);
-  }
-  if (has_second && p.c_pair) {
-    if constexpr (sizeof(T) == 4) {
-      *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
-    } else {
-      struct alignas(4) Pair {
-        T x, y;
-      };
-      Pair pr;
-      pr.x = from_float<T>(v0);
-      pr.y = from_float<T>(v1);
-      *reinterpret_cast<Pair*>(dst) = pr;
-    }
-  } else {
-    dst[0] = from_float<T>(v0);
-    if (has_second) dst[1] = from_float<T>(v1);
-  }
+  store_c_pair(dst, has_second, p.c_pair, v0, v1, p.alpha, p.beta);
 }
 
 template <int kKind, bool kAMn, bool kBMn>

@@ -33,6 +33,7 @@
 
 #include "gemmt/cuda_check.h"
 #include "gemmt/gemm.h"
+#include "gemmt/gemm_epilogue.cuh"
 #include "gemmt/numeric.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -330,15 +331,6 @@ __device__ __forceinline__ void tile_coords(int t, const Params& p, int& tm, int
   tn = r / rows;
 }
 
-template <typename T>
-__device__ __forceinline__ float load_c(const T* p) {
-  if constexpr (sizeof(T) == 4) {
-    return *p;
-  } else {
-    return static_cast<float>(*p);
-  }
-}
-
 // C[row, col] and C[row, col + 1] from one accumulator pair.
 template <typename T>
 __device__ __forceinline__ void store_pair(const Params& p, T* row_ptr, int col, float v0,
@@ -346,28 +338,7 @@ __device__ __forceinline__ void store_pair(const Params& p, T* row_ptr, int col,
   if (col >= p.n) return;
   T* dst = row_ptr + col;
   const bool has_second = col + 1 < p.n;
-  v0 *= p.alpha;
-  v1 *= p.alpha;
-  if (p.beta != 0.f) {  // beta == 0 must not read C: it may hold NaN
-    v0 += p.beta * load_c(dst);
-    if (has_second) v1 += p.beta * load_c(dst + 1);
-  }
-  if (has_second && p.c_pair) {
-    if constexpr (sizeof(T) == 4) {
-      *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
-    } else {
-      struct alignas(4) Pair {
-        T x, y;
-      };
-      Pair pr;
-      pr.x = from_float<T>(v0);
-      pr.y = from_float<T>(v1);
-      *reinterpret_cast<Pair*>(dst) = pr;
-    }
-  } else {
-    dst[0] = from_float<T>(v0);
-    if (has_second) dst[1] = from_float<T>(v1);
-  }
+  store_c_pair(dst, has_second, p.c_pair, v0, v1, p.alpha, p.beta);
 }
 
 template <typename T>
@@ -440,8 +411,8 @@ __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorM
           const int gc = n0 + 8 * j + 2 * t;
           if (gr < p.m && gc < p.n) {
             const T* src = static_cast<const T*>(p.c) + static_cast<int64_t>(gr) * p.ldc + gc;
-            v0 += p.beta * load_c(src);
-            if (gc + 1 < p.n) v1 += p.beta * load_c(src + 1);
+            v0 += p.beta * to_float(*(src));
+            if (gc + 1 < p.n) v1 += p.beta * to_float(*(src + 1));
           }
         }
         const uint32_t addr = buf + box * kCBoxBytes + r * 128 +
