@@ -44,8 +44,8 @@ GemmVariant gemm_pick(const GemmArgs& args) {
 std::size_t gemm_workspace_bytes(const GemmArgs& args, GemmVariant v) {
   if (v == GemmVariant::kAuto) v = gemm_pick(args);
   switch (v) {
+    case GemmVariant::kWgmma: return gemm_sm90_workspace_bytes(args);
     case GemmVariant::kMmaSync:
-    case GemmVariant::kWgmma:
     case GemmVariant::kCount: return 0;
     default: return gemm_simt_workspace_bytes(args, v);
   }
@@ -58,7 +58,7 @@ cudaError_t gemm_run(const GemmArgs& args, GemmVariant v, void* workspace, cudaS
   if (args.k == 0) return gemm_scale_c(args, stream);
   switch (v) {
     case GemmVariant::kMmaSync: return gemm_sm80_run(args, stream);
-    case GemmVariant::kWgmma: return gemm_sm90_run(args, stream);
+    case GemmVariant::kWgmma: return gemm_sm90_run(args, workspace, stream);
     default: return gemm_simt_run(args, v, workspace, stream);
   }
 }

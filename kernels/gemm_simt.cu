@@ -322,6 +322,16 @@ using CfgLarge = PipeConfig<128, 128, 16, 64, 64, 16, 8, 3, 2>;
 using CfgMedium = PipeConfig<64, 128, 16, 32, 64, 8, 8, 3, 3>;
 // Small: 2x2 warps of 32x32, 8x4 per thread; fills the GPU when C has few 128x128 tiles.
 using CfgSmall = PipeConfig<64, 64, 16, 32, 32, 8, 4, 3, 4>;
+// Float32 candidates that the auto policy does not use yet; gemm_simt_run_pipelined_config
+// times them so the choice of shapes above stays a measured one.
+//   Wide:   128x128, 4x2 warps of 32x64, 8x8 per thread: 8 warps per block, 16 per SM.
+//   Tall:   256x128, 4x2 warps of 64x64, 16x8 per thread: half the operand traffic per FFMA.
+//   Deep:   the Large tile with a 4-stage ring (more bytes in flight per SM).
+//   Fat:    128x256, 2x4 warps of 64x64, 16x8 per thread.
+using CfgWide = PipeConfig<128, 128, 16, 32, 64, 8, 8, 3, 2>;
+using CfgTall = PipeConfig<256, 128, 16, 64, 64, 16, 8, 3, 1>;
+using CfgDeep = PipeConfig<128, 128, 16, 64, 64, 16, 8, 4, 2>;
+using CfgFat = PipeConfig<128, 256, 16, 64, 64, 16, 8, 3, 1>;
 
 constexpr int kRasterGroup = 8;
 
@@ -871,7 +881,10 @@ PipeEntry entry_for_modes(int am, int bm, double eff) {
   }
 }
 
-constexpr int kNumPipeConfigs = 3;
+// Configurations 0-2 serve every dtype and are what plan_pipelined chooses from; 3-6 are the
+// float32 candidates (efficiency 0: never chosen automatically).
+constexpr int kNumAutoPipeConfigs = 3;
+constexpr int kNumPipeConfigs = 7;
 
 template <class T>
 PipeEntry pipe_entry(int cfg, int am, int bm) {
@@ -887,9 +900,26 @@ PipeEntry pipe_entry(int cfg, int am, int bm) {
         return entry_for_modes<T, CfgMedium>(am, bm, 0.85);
       else
         return PipeEntry{};
-    default:
+    case 2:
       return entry_for_modes<T, CfgSmall>(am, bm, 0.7);
+    default:
+      break;
   }
+  if constexpr (std::is_same<T, float>::value) {
+    switch (cfg) {
+      case 3:
+        return entry_for_modes<T, CfgWide>(am, bm, 0.0);
+      case 4:
+        return entry_for_modes<T, CfgTall>(am, bm, 0.0);
+      case 5:
+        return entry_for_modes<T, CfgDeep>(am, bm, 0.0);
+      case 6:
+        return entry_for_modes<T, CfgFat>(am, bm, 0.0);
+      default:
+        break;
+    }
+  }
+  return PipeEntry{};
 }
 
 // Loader mode of one operand (element (k, c) at base[c * sc + k * sk], c_ext x k_ext).
@@ -921,17 +951,21 @@ struct PipePlan {
 // an SM runs its ceil(blocks / SMs) blocks back to back at full rate once it holds two of
 // them (one 4-warp block alone runs at about half rate). A split adds the workspace traffic
 // (written by the GEMM, read by the reduction) at ~12 B/clk/SM and a launch.
+// only_cfg >= 0 restricts the choice to that configuration (benchmarks of the candidates).
 template <class T>
-PipePlan plan_pipelined(const GemmArgs& a, bool allow_split) {
+PipePlan plan_pipelined(const GemmArgs& a, bool allow_split, int only_cfg = -1) {
   PipePlan best;
   const int am = pipe_mode<T>(a.a, a.a_stride_m, a.a_stride_k, a.m, a.k);
   const int bmode = pipe_mode<T>(a.b, a.b_stride_n, a.b_stride_k, a.n, a.k);
   const double sms = std::max(1, a.sm_count);
   const double es = static_cast<double>(sizeof(typename Elem<T>::raw));
   double best_cost = 0.0;
-  for (int cfg = 0; cfg < kNumPipeConfigs; ++cfg) {
+  const int cfg_begin = only_cfg >= 0 ? only_cfg : 0;
+  const int cfg_end = only_cfg >= 0 ? std::min(only_cfg + 1, kNumPipeConfigs) : kNumAutoPipeConfigs;
+  for (int cfg = cfg_begin; cfg < cfg_end; ++cfg) {
     const PipeEntry e = pipe_entry<T>(cfg, am, bmode);
     if (e.fn == nullptr) continue;
+    const double eff = e.efficiency > 0.0 ? e.efficiency : 1.0;
     if (e.info.err != cudaSuccess) {
       if (best.err == cudaErrorNotSupported) best.err = e.info.err;
       continue;
@@ -959,7 +993,7 @@ PipePlan plan_pipelined(const GemmArgs& a, bool allow_split) {
       const double per_sm = std::ceil(blocks / sms);
       const double sat = std::min(2, e.info.blocks_per_sm);
       double cost =
-          std::max(per_sm, sat) * (static_cast<double>(e.bm) * e.bn * kps) / (128.0 * e.efficiency);
+          std::max(per_sm, sat) * (static_cast<double>(e.bm) * e.bn * kps) / (128.0 * eff);
       if (splits > 1) {
         const double mn = static_cast<double>(a.m) * static_cast<double>(a.n);
         cost += (splits * mn * 8.0 + mn * es * 2.0) / (12.0 * sms) + 4000.0;
@@ -1226,6 +1260,30 @@ cudaError_t scale_typed(const GemmArgs& a, cudaStream_t stream) {
 
 }  // namespace
 }  // namespace simt
+
+namespace detail {
+
+int gemm_simt_pipelined_config_count() { return simt::kNumPipeConfigs; }
+
+cudaError_t gemm_simt_run_pipelined_config(const GemmArgs& args, int config, SimtPlan* plan,
+                                           cudaStream_t stream) {
+  if (args.dtype != ScalarType::kFloat32 || args.m <= 0 || args.n <= 0 || args.k <= 0)
+    return cudaErrorNotSupported;
+  if (config < 0 || config >= simt::kNumPipeConfigs) return cudaErrorInvalidValue;
+  const simt::PipePlan pp = simt::plan_pipelined<float>(args, false, config);
+  if (pp.err != cudaSuccess) return pp.err;
+  if (plan != nullptr) {
+    *plan = SimtPlan{};
+    plan->block_m = pp.entry.bm;
+    plan->block_n = pp.entry.bn;
+    plan->block_k = pp.entry.bk;
+    plan->stages = pp.entry.stages;
+    plan->threads = pp.entry.threads;
+  }
+  return simt::run_pipelined<float>(args, pp, nullptr, stream);
+}
+
+}  // namespace detail
 
 bool gemm_simt_supports(const GemmArgs& args, GemmVariant v) {
   if (!simt::dtype_ok(args.dtype)) return false;

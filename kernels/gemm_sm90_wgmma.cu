@@ -1,7 +1,7 @@
 // Hopper GEMM: TMA loads into a 4-stage shared-memory ring, wgmma.mma_async from shared
 // memory, warp specialisation and a persistent tile loop. C = alpha * A @ B + beta * C with
 // float32 accumulation; bf16 / fp16 operands (any mix of K-major and MN-major) and float32
-// read as tf32 (K-major operands only: tf32 wgmma has no transpose).
+// read as tf32 (wgmma reads tf32 K-major only; other layouts are staged K-major first).
 //
 // CTA = 3 warpgroups. Warpgroup 0 produces: one thread walks the same tile sequence as the
 // consumers and keeps the ring full with TMA; its registers are handed to the consumers
@@ -890,12 +890,133 @@ cudaError_t gemm_sm90_run_variant(const GemmArgs& args, cudaStream_t stream, int
 
 }  // namespace detail
 
-bool gemm_sm90_supports(const GemmArgs& args) {
-  return make_plan(args, nullptr);
+// ---- tf32 operands that are not K-major -----------------------------------------------
+// tf32 wgmma reads both operands K-major from shared memory, while a @ b with a row-major b
+// (the common case) has B contiguous along N. Such an operand is first rewritten K-major
+// into the workspace by one bandwidth-bound pass (about 8 bytes moved per element, a few
+// percent of the product's time at the sizes where wgmma pays), then the product runs on
+// the copy. 16-bit operands need none of this: their wgmma transposes in hardware.
+namespace {
+
+constexpr int kStageTile = 32;
+
+// out[r * ld_out + p] = in[r * s_r + p * s_p] for r < rows, p < len: a 32x32 tile goes
+// through shared memory so that both the read (along r, the source's contiguous dimension)
+// and the write (along p) are coalesced; the +1 column keeps the transposed reads of the
+// tile free of bank conflicts.
+__global__ void __launch_bounds__(kStageTile * 8)
+    stage_k_major_kernel(const float* __restrict__ in, int64_t s_r, int64_t s_p, int64_t rows,
+                         int64_t len, float* __restrict__ out, int64_t ld_out) {
+  __shared__ float tile[kStageTile][kStageTile + 1];
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kStageTile;
+  const int64_t p0 = static_cast<int64_t>(blockIdx.y) * kStageTile;
+  for (int i = threadIdx.y; i < kStageTile; i += blockDim.y) {
+    const int64_t r = r0 + threadIdx.x, pk = p0 + i;
+    if (r < rows && pk < len) tile[i][threadIdx.x] = in[r * s_r + pk * s_p];
+  }
+  __syncthreads();
+  for (int i = threadIdx.y; i < kStageTile; i += blockDim.y) {
+    const int64_t r = r0 + i, pk = p0 + threadIdx.x;
+    if (r < rows && pk < len) out[r * ld_out + pk] = tile[threadIdx.x][i];
+  }
 }
 
-cudaError_t gemm_sm90_run(const GemmArgs& args, cudaStream_t stream) {
-  return detail::gemm_sm90_run_variant(args, stream, 0, 0);
+// Row pitch of a staged operand: k rounded up to 16 bytes (TMA row strides).
+int64_t staged_pitch(int64_t k) {
+  return (k + 3) / 4 * 4;
+}
+
+std::size_t staged_bytes(int64_t rows, int64_t k) {
+  const std::size_t b = static_cast<std::size_t>(rows) * static_cast<std::size_t>(staged_pitch(k)) * 4;
+  return (b + 255) / 256 * 256;
+}
+
+struct Staging {
+  bool a = false, b = false;
+};
+
+// Which operands of a tf32 product must be staged K-major (none for 16-bit types, or when
+// the operand already maps K-major).
+Staging staging_for(const GemmArgs& args) {
+  Staging st;
+  if (args.dtype != ScalarType::kFloat32 || !args.allow_tf32) return st;
+  MapShape probe;
+  st.a = !(args.a_stride_k == 1 && aligned16(args.a) &&
+           map_shape(args.k, args.m, args.a_stride_m, 4, 32, kBM, &probe));
+  st.b = !(args.b_stride_k == 1 && aligned16(args.b) &&
+           map_shape(args.k, args.n, args.b_stride_n, 4, 32, kBN / 2, &probe));
+  return st;
+}
+
+// The arguments of the product on the staged copies; `ws` may be a placeholder (planning).
+GemmArgs staged_args(const GemmArgs& args, const Staging& st, char* ws) {
+  GemmArgs s = args;
+  const int64_t pitch = staged_pitch(args.k);
+  if (st.a) {
+    s.a = ws;
+    s.a_stride_m = pitch;
+    s.a_stride_k = 1;
+    ws += staged_bytes(args.m, args.k);
+  }
+  if (st.b) {
+    s.b = ws;
+    s.b_stride_n = pitch;
+    s.b_stride_k = 1;
+  }
+  return s;
+}
+
+cudaError_t stage_k_major(const float* in, int64_t s_r, int64_t s_p, int64_t rows, int64_t k,
+                          float* out, cudaStream_t stream) {
+  const int64_t gx = (rows + kStageTile - 1) / kStageTile;
+  const int64_t gy = (k + kStageTile - 1) / kStageTile;
+  if (gx > 2147483647 || gy > 65535) return cudaErrorNotSupported;
+  stage_k_major_kernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)),
+                         dim3(kStageTile, 8), 0, stream>>>(in, s_r, s_p, rows, k, out,
+                                                           staged_pitch(k));
+  GEMMT_RETURN_LAUNCH_ERROR();
+}
+
+// A 256-byte-aligned stand-in for the workspace while planning; never dereferenced.
+char* planning_workspace() {
+  return reinterpret_cast<char*>(uintptr_t{256});
+}
+
+// Largest staging pass accepted: its grid has at most 65535 tiles along k.
+bool staging_fits(const GemmArgs& args, const Staging& st) {
+  return !(st.a || st.b) || (args.k + kStageTile - 1) / kStageTile <= 65535;
+}
+
+}  // namespace
+
+bool gemm_sm90_supports(const GemmArgs& args) {
+  const Staging st = staging_for(args);
+  if (!(st.a || st.b)) return make_plan(args, nullptr);
+  return staging_fits(args, st) && make_plan(staged_args(args, st, planning_workspace()), nullptr);
+}
+
+std::size_t gemm_sm90_workspace_bytes(const GemmArgs& args) {
+  const Staging st = staging_for(args);
+  return (st.a ? staged_bytes(args.m, args.k) : 0) + (st.b ? staged_bytes(args.n, args.k) : 0);
+}
+
+cudaError_t gemm_sm90_run(const GemmArgs& args, void* workspace, cudaStream_t stream) {
+  const Staging st = staging_for(args);
+  if (!(st.a || st.b)) return detail::gemm_sm90_run_variant(args, stream, 0, 0);
+  if (workspace == nullptr) return cudaErrorInvalidValue;
+  if (!gemm_sm90_supports(args)) return cudaErrorNotSupported;
+  const GemmArgs s = staged_args(args, st, static_cast<char*>(workspace));
+  if (st.a) {
+    GEMMT_RETURN_IF_ERROR(stage_k_major(static_cast<const float*>(args.a), args.a_stride_m,
+                                        args.a_stride_k, args.m, args.k,
+                                        static_cast<float*>(const_cast<void*>(s.a)), stream));
+  }
+  if (st.b) {
+    GEMMT_RETURN_IF_ERROR(stage_k_major(static_cast<const float*>(args.b), args.b_stride_n,
+                                        args.b_stride_k, args.n, args.k,
+                                        static_cast<float*>(const_cast<void*>(s.b)), stream));
+  }
+  return detail::gemm_sm90_run_variant(s, stream, 0, 0);
 }
 
 }  // namespace gemmt

@@ -23,6 +23,14 @@ struct SimtPlan {
 // gemm_simt_run always agree. Returns a zero plan when the variant does not support args.
 SimtPlan gemm_simt_plan(const GemmArgs& args, GemmVariant v);
 
+namespace detail {
+// Benchmark hooks: the pipelined kernel's tile configurations, including float32 candidates
+// the auto policy does not pick. Float32, no split-k; `plan` (optional) receives the tile.
+int gemm_simt_pipelined_config_count();
+cudaError_t gemm_simt_run_pipelined_config(const GemmArgs& args, int config, SimtPlan* plan,
+                                           cudaStream_t stream);
+}  // namespace detail
+
 // Number of k-slices kSplitK uses for args (1 when splitting would not help).
 int gemm_simt_pick_splits(const GemmArgs& args);
 

@@ -5,11 +5,13 @@
 // any failure. C is poisoned with NaN when beta == 0 (the kernels must not read it), rows
 // of C are padded (ldc > n) and the padding must come back untouched.
 //
-// Build: nvcc -std=c++17 -O2 -Iinclude -gencode arch=compute_90,code=sm_90 \
-//          tests/cuda/gemm_simt_selftest.cu kernels/gemm_simt.cu -o gemm_simt_selftest
-// Usage: gemm_simt_selftest [-q] [-bench]
+// Build (from the repository root):
+//   nvcc -std=c++17 -O2 -Iinclude -gencode arch=compute_90,code=sm_90
+//        tests/cuda/gemm_simt_selftest.cu kernels/gemm_simt.cu -o gemm_simt_selftest
+// Usage: gemm_simt_selftest [-q] [-bench] [-sweep]
 //   -q      prints failures and the summary only
 //   -bench  after the checks, times the pipelined / split-k / gemv kernels (float32)
+//   -sweep  after the checks, times every tile configuration of the pipelined kernel
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -17,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -55,17 +58,8 @@ float from_bf16_bits(uint16_t h) {
   std::memcpy(&f, &u, 4);
   return f;
 }
-uint16_t to_half_bits(float f) {
-  const __half h = __float2half_rn(f);
-  uint16_t b;
-  std::memcpy(&b, &h, 2);
-  return b;
-}
-float from_half_bits(uint16_t b) {
-  __half h;
-  std::memcpy(&h, &b, 2);
-  return __half2float(h);
-}
+uint16_t to_half_bits(float f) { return __half_as_ushort(__float2half_rn(f)); }
+float from_half_bits(uint16_t b) { return __half2float(__ushort_as_half(b)); }
 
 std::size_t esize(ScalarType t) {
   return t == ScalarType::kFloat32 ? 4 : 2;
@@ -351,58 +345,113 @@ void run_case(ScalarType dt, const Shape& s, const std::vector<double>& A,
   }
 }
 
-// Times one float32 problem (row-major operands) and prints TFLOP/s (GB/s for gemv).
-void bench(GemmVariant v, int64_t m, int64_t n, int64_t k) {
-  DeviceBuffer da(static_cast<std::size_t>(m * k) * 4), db(static_cast<std::size_t>(k * n) * 4),
-      dc(static_cast<std::size_t>(m * n) * 4);
-  CHECK_CUDA(cudaMemset(da.p, 0, static_cast<std::size_t>(m * k) * 4));
-  CHECK_CUDA(cudaMemset(db.p, 0, static_cast<std::size_t>(k * n) * 4));
+// Uniform values in [-1, 1) from a hash of the index: benchmarks never time zeros (an FFMA
+// on zeros draws less power, so the clock and the timing would flatter the kernel).
+__global__ void fill_random(float* p, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    p[i] = static_cast<float>(x >> 8) * (2.0f / 16777216.0f) - 1.0f;
+  }
+}
+
+struct BenchProblem {
+  DeviceBuffer da, db, dc;
   GemmArgs args;
-  args.m = m;
-  args.n = n;
-  args.k = k;
-  args.a = da.p;
-  args.a_stride_m = k;
-  args.a_stride_k = 1;
-  args.b = db.p;
-  args.b_stride_k = n;
-  args.b_stride_n = 1;
-  args.c = dc.p;
-  args.ldc = n;
-  args.sm_count = g_sm_count;
-  const gemmt::SimtPlan plan = gemmt::gemm_simt_plan(args, v);
-  DeviceBuffer ws(plan.workspace_bytes);
+  BenchProblem(int64_t m, int64_t n, int64_t k, bool a_trans)
+      : da(static_cast<std::size_t>(m * k) * 4),
+        db(static_cast<std::size_t>(k * n) * 4),
+        dc(static_cast<std::size_t>(m * n) * 4) {
+    fill_random<<<1024, 256>>>(static_cast<float*>(da.p), m * k, 1u);
+    fill_random<<<1024, 256>>>(static_cast<float*>(db.p), k * n, 2u);
+    CHECK_CUDA(cudaGetLastError());
+    args.m = m;
+    args.n = n;
+    args.k = k;
+    args.a = da.p;
+    args.a_stride_m = a_trans ? 1 : k;
+    args.a_stride_k = a_trans ? m : 1;
+    args.b = db.p;
+    args.b_stride_k = n;
+    args.b_stride_n = 1;
+    args.c = dc.p;
+    args.ldc = n;
+    args.sm_count = g_sm_count;
+  }
+};
+
+// Median milliseconds of `iters` timed launches of `launch` after warm-up.
+template <class F>
+double median_ms(F&& launch, int iters) {
   cudaEvent_t t0, t1;
   CHECK_CUDA(cudaEventCreate(&t0));
   CHECK_CUDA(cudaEventCreate(&t1));
-  CHECK_CUDA(gemmt::gemm_simt_run(args, v, ws.p, 0));  // warm-up (also sets kernel attributes)
-  const int iters = 20;
-  CHECK_CUDA(cudaEventRecord(t0));
-  for (int i = 0; i < iters; ++i) CHECK_CUDA(gemmt::gemm_simt_run(args, v, ws.p, 0));
-  CHECK_CUDA(cudaEventRecord(t1));
-  CHECK_CUDA(cudaEventSynchronize(t1));
-  float ms = 0.f;
-  CHECK_CUDA(cudaEventElapsedTime(&ms, t0, t1));
-  const double sec = ms / 1e3 / iters;
+  for (int i = 0; i < 3; ++i) CHECK_CUDA(launch());
+  std::vector<float> ms(static_cast<std::size_t>(iters));
+  for (float& t : ms) {
+    CHECK_CUDA(cudaEventRecord(t0));
+    CHECK_CUDA(launch());
+    CHECK_CUDA(cudaEventRecord(t1));
+    CHECK_CUDA(cudaEventSynchronize(t1));
+    CHECK_CUDA(cudaEventElapsedTime(&t, t0, t1));
+  }
+  CHECK_CUDA(cudaEventDestroy(t0));
+  CHECK_CUDA(cudaEventDestroy(t1));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// Times one float32 problem (row-major operands) and prints TFLOP/s (GB/s for gemv).
+void bench(GemmVariant v, int64_t m, int64_t n, int64_t k) {
+  BenchProblem pb(m, n, k, false);
+  const GemmArgs& args = pb.args;
+  const gemmt::SimtPlan plan = gemmt::gemm_simt_plan(args, v);
+  DeviceBuffer ws(plan.workspace_bytes);
+  const double ms = median_ms([&] { return gemmt::gemm_simt_run(args, v, ws.p, 0); }, 20);
+  const double sec = ms / 1e3;
   const double tflops = 2.0 * m * n * k / sec / 1e12;
   const double gbs = 4.0 * (m * k + k * n + m * n) / sec / 1e9;
   std::printf(
       "BENCH %-10s float32 %6lldx%6lldx%6lld tile=%dx%dx%d splits=%-3d %8.3f ms %7.2f TFLOP/s "
       "%7.1f GB/s\n",
       variant_name(v), static_cast<long long>(m), static_cast<long long>(n),
-      static_cast<long long>(k), plan.block_m, plan.block_n, plan.block_k, plan.splits, sec * 1e3,
+      static_cast<long long>(k), plan.block_m, plan.block_n, plan.block_k, plan.splits, ms,
       tflops, gbs);
-  CHECK_CUDA(cudaEventDestroy(t0));
-  CHECK_CUDA(cudaEventDestroy(t1));
+}
+
+// Times every tile configuration of the pipelined kernel (auto candidates and the float32
+// ones under evaluation) on one problem.
+void sweep(int64_t m, int64_t n, int64_t k, bool a_trans) {
+  BenchProblem pb(m, n, k, a_trans);
+  for (int cfg = 0; cfg < gemmt::detail::gemm_simt_pipelined_config_count(); ++cfg) {
+    gemmt::SimtPlan plan;
+    const cudaError_t e = gemmt::detail::gemm_simt_run_pipelined_config(pb.args, cfg, &plan, 0);
+    if (e == cudaErrorNotSupported) continue;
+    CHECK_CUDA(e);
+    const double ms = median_ms(
+        [&] { return gemmt::detail::gemm_simt_run_pipelined_config(pb.args, cfg, nullptr, 0); },
+        m * n * k >= (int64_t{1} << 36) ? 10 : 30);
+    std::printf("SWEEP cfg=%d %s %6lldx%6lldx%6lld tile=%dx%dx%d stages=%d threads=%d %8.3f ms "
+                "%7.2f TFLOP/s\n",
+                cfg, a_trans ? "tn" : "nn", static_cast<long long>(m), static_cast<long long>(n),
+                static_cast<long long>(k), plan.block_m, plan.block_n, plan.block_k, plan.stages,
+                plan.threads, ms, 2.0 * m * n * k / ms / 1e9);
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool do_bench = false;
+  bool do_bench = false, do_sweep = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "-q") == 0) g_quiet = true;
     if (std::strcmp(argv[i], "-bench") == 0) do_bench = true;
+    if (std::strcmp(argv[i], "-sweep") == 0) do_sweep = true;
   }
   int dev = 0;
   CHECK_CUDA(cudaGetDevice(&dev));
@@ -453,6 +502,13 @@ int main(int argc, char** argv) {
     bench(GemmVariant::kWarpTiled, 4096, 4096, 4096);
     bench(GemmVariant::kGemv, 1, 8192, 8192);
     bench(GemmVariant::kGemv, 8192, 1, 8192);
+  }
+  if (do_sweep) {
+    for (int64_t s : {1024, 2048, 4096, 6144, 8192}) sweep(s, s, s, false);
+    sweep(4096, 4096, 4096, true);
+    sweep(4097, 4097, 4097, false);
+    sweep(8192, 64, 8192, false);
+    sweep(127, 8192, 511, false);
   }
   return st.fail ? 1 : 0;
 }

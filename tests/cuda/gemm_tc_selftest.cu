@@ -206,8 +206,28 @@ const Layout kLayouts[] = {
 enum Path { kSm80 = 0, kSm90Auto = 1, kSm90Direct = 2, kSm90Tma = 3, kNumPaths = 4 };
 const char* kPathNames[] = {"sm80", "sm90", "sm90-c1d", "sm90-c1t"};
 
+// The pinned sm90 variants run the kernel alone, so they skip tf32 operands that
+// gemm_sm90_run first stages K-major in its workspace.
 bool path_supported(Path p, const GemmArgs& a) {
-  return p == kSm80 ? gemmt::gemm_sm80_supports(a) : gemmt::gemm_sm90_supports(a);
+  if (p == kSm80) return gemmt::gemm_sm80_supports(a);
+  if (!gemmt::gemm_sm90_supports(a)) return false;
+  return p == kSm90Auto || gemmt::gemm_sm90_workspace_bytes(a) == 0;
+}
+
+// A device workspace of at least `bytes`, grown on demand and kept for the whole run (the
+// self-test is single-threaded; the previous buffer is freed only after the stream drains).
+void* workspace(std::size_t bytes, cudaStream_t s) {
+  static void* buf = nullptr;
+  static std::size_t size = 0;
+  if (bytes > size) {
+    if (buf != nullptr) {
+      CHECK_CUDA(cudaStreamSynchronize(s));
+      CHECK_CUDA(cudaFree(buf));
+    }
+    CHECK_CUDA(cudaMalloc(&buf, bytes));
+    size = bytes;
+  }
+  return buf;
 }
 
 cudaError_t run_path(Path p, const GemmArgs& a, cudaStream_t s) {
@@ -215,7 +235,7 @@ cudaError_t run_path(Path p, const GemmArgs& a, cudaStream_t s) {
     case kSm80:
       return gemmt::gemm_sm80_run(a, s);
     case kSm90Auto:
-      return gemmt::gemm_sm90_run(a, s);
+      return gemmt::gemm_sm90_run(a, workspace(gemmt::gemm_sm90_workspace_bytes(a), s), s);
     case kSm90Direct:
       return gemmt::detail::gemm_sm90_run_variant(a, s, 1, 1);
     default:
