@@ -322,15 +322,11 @@ using CfgLarge = PipeConfig<128, 128, 16, 64, 64, 16, 8, 3, 2>;
 using CfgMedium = PipeConfig<64, 128, 16, 32, 64, 8, 8, 3, 3>;
 // Small: 2x2 warps of 32x32, 8x4 per thread; fills the GPU when C has few 128x128 tiles.
 using CfgSmall = PipeConfig<64, 64, 16, 32, 32, 8, 4, 3, 4>;
-// Float32 candidates that the auto policy does not use yet; gemm_simt_run_pipelined_config
-// times them so the choice of shapes above stays a measured one.
-//   Wide:   128x128, 4x2 warps of 32x64, 8x8 per thread: 8 warps per block, 16 per SM.
-//   Tall:   256x128, 4x2 warps of 64x64, 16x8 per thread: half the operand traffic per FFMA.
-//   Deep:   the Large tile with a 4-stage ring (more bytes in flight per SM).
-//   Fat:    128x256, 2x4 warps of 64x64, 16x8 per thread.
-using CfgWide = PipeConfig<128, 128, 16, 32, 64, 8, 8, 3, 2>;
-using CfgTall = PipeConfig<256, 128, 16, 64, 64, 16, 8, 3, 1>;
-using CfgDeep = PipeConfig<128, 128, 16, 64, 64, 16, 8, 4, 2>;
+// Fat: 128x256, 2x4 warps of 64x64, 16x8 per thread, 8 warps in one block per SM. Float32
+// only. On an H100 it is the fastest shape for large C (48.4 TFLOP/s at 8192^3 against 46.8
+// for Large): one block of 8 warps keeps the same FFMA : LDS ratio as Large while each B
+// panel is loaded once for 256 columns. Wide (8x8 per thread, 8 warps), Tall (256x128) and a
+// 4-stage Large were measured as well and lost everywhere to one of these four.
 using CfgFat = PipeConfig<128, 256, 16, 64, 64, 16, 8, 3, 1>;
 
 constexpr int kRasterGroup = 8;
@@ -881,15 +877,15 @@ PipeEntry entry_for_modes(int am, int bm, double eff) {
   }
 }
 
-// Configurations 0-2 serve every dtype and are what plan_pipelined chooses from; 3-6 are the
-// float32 candidates (efficiency 0: never chosen automatically).
-constexpr int kNumAutoPipeConfigs = 3;
-constexpr int kNumPipeConfigs = 7;
+// Configurations 0-2 serve every dtype; 3 (Fat) is float32 only.
+constexpr int kNumPipeConfigs = 4;
 
+// Relative FFMA efficiencies of the tile shapes at full occupancy, fitted to H100 timings of
+// every shape on square, long-k, tall-skinny and non-multiple problems (the self-test's
+// -sweep); together with the wave model of plan_pipelined they pick the fastest measured
+// shape, or one within 5%, on each of them.
 template <class T>
 PipeEntry pipe_entry(int cfg, int am, int bm) {
-  // Efficiencies: FFMA per shared load and per issued instruction fall with the per-thread
-  // tile (16x8, 8x8, 8x4); these are estimates relative to the large tile.
   switch (cfg) {
     case 0:
       return entry_for_modes<T, CfgLarge>(am, bm, 1.0);
@@ -897,29 +893,19 @@ PipeEntry pipe_entry(int cfg, int am, int bm) {
       // 16-bit inputs are usually served by the tensor-core family, so their SIMT build
       // keeps two shapes (less code, shorter compile).
       if constexpr (std::is_same<T, float>::value)
-        return entry_for_modes<T, CfgMedium>(am, bm, 0.85);
+        return entry_for_modes<T, CfgMedium>(am, bm, 0.9);
       else
         return PipeEntry{};
     case 2:
-      return entry_for_modes<T, CfgSmall>(am, bm, 0.7);
+      return entry_for_modes<T, CfgSmall>(am, bm, 0.6);
+    case 3:
+      if constexpr (std::is_same<T, float>::value)
+        return entry_for_modes<T, CfgFat>(am, bm, 1.02);
+      else
+        return PipeEntry{};
     default:
-      break;
+      return PipeEntry{};
   }
-  if constexpr (std::is_same<T, float>::value) {
-    switch (cfg) {
-      case 3:
-        return entry_for_modes<T, CfgWide>(am, bm, 0.0);
-      case 4:
-        return entry_for_modes<T, CfgTall>(am, bm, 0.0);
-      case 5:
-        return entry_for_modes<T, CfgDeep>(am, bm, 0.0);
-      case 6:
-        return entry_for_modes<T, CfgFat>(am, bm, 0.0);
-      default:
-        break;
-    }
-  }
-  return PipeEntry{};
 }
 
 // Loader mode of one operand (element (k, c) at base[c * sc + k * sk], c_ext x k_ext).
@@ -946,12 +932,23 @@ struct PipePlan {
   cudaError_t err = cudaErrorNotSupported;
 };
 
+// Modelled time of `blocks` equal blocks of `work` FFMA-slots each. Equal blocks advance in
+// waves of sms * blocks_per_sm; a wave whose SMs hold r blocks of w warps takes
+// r * work / min(1, r * w / 8): fewer than 8 resident warps cannot hide the FFMA and shared
+// load latencies, so one 4-warp block alone runs at about half rate.
+double wave_cost(const PipeEntry& e, double blocks, double work, double sms) {
+  const double bps = std::max(1, e.info.blocks_per_sm);
+  const double warps = e.threads / 32.0;
+  auto wave = [&](double r) { return r * work / std::min(1.0, r * warps / 8.0); };
+  const double full = std::floor(blocks / (sms * bps));
+  const double rem = blocks - full * sms * bps;
+  return full * wave(bps) + (rem > 0 ? wave(std::ceil(rem / sms)) : 0.0);
+}
+
 // Picks the tile shape (and, when allowed, the number of k-slices) with the lowest modelled
-// time. Model: a block of tile bm x bn over kps k-steps costs bm*bn*kps / eff FFMA-slots;
-// an SM runs its ceil(blocks / SMs) blocks back to back at full rate once it holds two of
-// them (one 4-warp block alone runs at about half rate). A split adds the workspace traffic
-// (written by the GEMM, read by the reduction) at ~12 B/clk/SM and a launch.
-// only_cfg >= 0 restricts the choice to that configuration (benchmarks of the candidates).
+// time: wave_cost of blocks of bm * bn * kps / efficiency FFMA-slots. A split adds the
+// workspace traffic (written by the GEMM, read by the reduction) at ~12 B/clk/SM and a launch.
+// only_cfg >= 0 restricts the choice to that configuration (benchmarks of each shape).
 template <class T>
 PipePlan plan_pipelined(const GemmArgs& a, bool allow_split, int only_cfg = -1) {
   PipePlan best;
@@ -961,11 +958,10 @@ PipePlan plan_pipelined(const GemmArgs& a, bool allow_split, int only_cfg = -1) 
   const double es = static_cast<double>(sizeof(typename Elem<T>::raw));
   double best_cost = 0.0;
   const int cfg_begin = only_cfg >= 0 ? only_cfg : 0;
-  const int cfg_end = only_cfg >= 0 ? std::min(only_cfg + 1, kNumPipeConfigs) : kNumAutoPipeConfigs;
+  const int cfg_end = only_cfg >= 0 ? std::min(only_cfg + 1, kNumPipeConfigs) : kNumPipeConfigs;
   for (int cfg = cfg_begin; cfg < cfg_end; ++cfg) {
     const PipeEntry e = pipe_entry<T>(cfg, am, bmode);
     if (e.fn == nullptr) continue;
-    const double eff = e.efficiency > 0.0 ? e.efficiency : 1.0;
     if (e.info.err != cudaSuccess) {
       if (best.err == cudaErrorNotSupported) best.err = e.info.err;
       continue;
@@ -990,10 +986,8 @@ PipePlan plan_pipelined(const GemmArgs& a, bool allow_split, int only_cfg = -1) 
       if (splits == prev_splits) continue;
       prev_splits = splits;
       const double blocks = static_cast<double>(tm * tn) * splits;
-      const double per_sm = std::ceil(blocks / sms);
-      const double sat = std::min(2, e.info.blocks_per_sm);
       double cost =
-          std::max(per_sm, sat) * (static_cast<double>(e.bm) * e.bn * kps) / (128.0 * eff);
+          wave_cost(e, blocks, static_cast<double>(e.bm) * e.bn * kps / (128.0 * e.efficiency), sms);
       if (splits > 1) {
         const double mn = static_cast<double>(a.m) * static_cast<double>(a.n);
         cost += (splits * mn * 8.0 + mn * es * 2.0) / (12.0 * sms) + 4000.0;
@@ -1258,8 +1252,34 @@ cudaError_t scale_typed(const GemmArgs& a, cudaStream_t stream) {
   GEMMT_RETURN_LAUNCH_ERROR();
 }
 
+template <class T>
+cudaError_t reduce_typed(const GemmArgs& a, const float* slices, int splits, cudaStream_t stream) {
+  const int64_t gx = ceil_div(a.n, 256);
+  if (gx > kMaxGridX) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(std::min<int64_t>(a.m, 65535)));
+  reduce_slices_kernel<T><<<grid, 256, 0, stream>>>(
+      slices, splits, a.m, a.n, static_cast<typename Elem<T>::raw*>(a.c), a.ldc, 1, a.alpha, a.beta);
+  GEMMT_RETURN_LAUNCH_ERROR();
+}
+
 }  // namespace
 }  // namespace simt
+
+cudaError_t gemm_reduce_k_slices(const GemmArgs& args, const float* slices, int splits,
+                                 cudaStream_t stream) {
+  if (args.m <= 0 || args.n <= 0) return cudaSuccess;
+  if (slices == nullptr || splits < 1) return cudaErrorInvalidValue;
+  switch (args.dtype) {
+    case ScalarType::kFloat32:
+      return simt::reduce_typed<float>(args, slices, splits, stream);
+    case ScalarType::kFloat16:
+      return simt::reduce_typed<__half>(args, slices, splits, stream);
+    case ScalarType::kBFloat16:
+      return simt::reduce_typed<__nv_bfloat16>(args, slices, splits, stream);
+    default:
+      return cudaErrorNotSupported;
+  }
+}
 
 namespace detail {
 

@@ -72,7 +72,28 @@ struct Params {
   float alpha, beta;
   int c_pair;     // two adjacent outputs can be written with one aligned store
   int tma_store;  // C goes out through shared memory and TMA (needs 16-byte aligned rows)
+  // Split-k: a unit of work is (tile, k-slice); slice s covers k-blocks
+  // [s * kb_per_split, (s + 1) * kb_per_split) and writes its float32 partial tile to
+  // partial[(s * m + row) * n + col]. splits == 1: units are tiles and C is written directly.
+  int splits;
+  int kb_per_split;
+  float* partial;
 };
+
+// The tile and the k-block range of work unit u.
+struct Unit {
+  int tile, split, kb_begin, kb_end;
+};
+
+__host__ __device__ __forceinline__ Unit unit_of(int u, const Params& p) {
+  Unit w;
+  w.tile = u / p.splits;
+  w.split = u - w.tile * p.splits;
+  w.kb_begin = w.split * p.kb_per_split;
+  const int end = w.kb_begin + p.kb_per_split;
+  w.kb_end = end < p.num_kb ? end : p.num_kb;
+  return w;
+}
 
 template <int K>
 struct KindTraits;
@@ -375,6 +396,19 @@ __device__ __forceinline__ void store_block_direct(const Params& p, const float 
   }
 }
 
+// A split-k slice's block: float32, unscaled, into its slice of the partial buffer.
+__device__ __forceinline__ void store_partial_block(const Params& p, const float (&acc)[128],
+                                                    int split, int row0, int n0, int warp_in_wg,
+                                                    int lane) {
+  Params q = p;
+  q.c = p.partial + static_cast<int64_t>(split) * p.m * p.n;
+  q.ldc = p.n;
+  q.alpha = 1.f;
+  q.beta = 0.f;
+  q.c_pair = p.n % 2 == 0;
+  store_block_direct<float>(q, acc, row0, n0, warp_in_wg, lane);
+}
+
 // Same block through shared memory: each round fills two 128B-swizzled 64-row boxes of the
 // warpgroup's staging buffer and one thread hands them to TMA, which clips the edges. The
 // global writes then overlap the next tile's main loop; only the reuse of the buffer waits
@@ -483,7 +517,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int num_clusters = gridDim.x / kCluster;
   const int cluster_id = blockIdx.x / kCluster;
-  const int total_tiles = p.tiles_m * p.tiles_n;
+  const int total_units = p.tiles_m * p.tiles_n * p.splits;
 
   if (wg == 0) {
     setmaxnreg_dec<40>();
@@ -492,12 +526,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       prefetch_tmap(&tma_b);
       int stage = 0;
       uint32_t phase = 0;
-      for (int t = cluster_id; t < total_tiles; t += num_clusters) {
+      for (int u = cluster_id; u < total_units; u += num_clusters) {
+        const Unit w = unit_of(u, p);
         int tm, tn;
-        tile_coords(t, p, tm, tn);
+        tile_coords(w.tile, p, tm, tn);
         const int m0 = (tm * kCluster + static_cast<int>(rank)) * kBM;
         const int n0 = tn * kBN;
-        for (int kb = 0; kb < p.num_kb; ++kb) {
+        for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
           // Parity trick: on the first lap the "previous" phase counts as complete.
           mbar_wait(empty_bar(stage), phase ^ 1u);
           const uint32_t fb = full_bar(stage);
@@ -552,13 +587,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < 128; ++i) acc[i] = 0.f;
     int stage = 0;
     uint32_t phase = 0;
-    for (int t = cluster_id; t < total_tiles; t += num_clusters) {
+    for (int u = cluster_id; u < total_units; u += num_clusters) {
+      const Unit w = unit_of(u, p);
       int tm, tn;
-      tile_coords(t, p, tm, tn);
+      tile_coords(w.tile, p, tm, tn);
       const int m0 = (tm * kCluster + static_cast<int>(rank)) * kBM;
       const int n0 = tn * kBN;
       int prev_stage = 0;
-      for (int kb = 0; kb < p.num_kb; ++kb) {
+      for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
         mbar_wait(full_bar(stage), phase);
         // Rows 64*cw.. of the A tile: 8 KB into the stage in both layouts.
         const uint64_t da = make_desc(smem_a + stage * kABytes + cw * (kABytes / 2), kALbo, 1024);
@@ -567,10 +603,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           wgmma_m64n256<kKind, kAMn ? 1 : 0, kBMn ? 1 : 0>(acc, da + kk * kAStep, db + kk * kBStep,
-                                                           (kb | kk) != 0 ? 1u : 0u);
+                                                           (kb != w.kb_begin || kk != 0) ? 1u : 0u);
         }
         wgmma_commit();
-        if (kb > 0) {
+        if (kb > w.kb_begin) {
           // Everything but the group just issued has finished reading its stage.
           wgmma_wait<1>();
           if constexpr (kCluster == 1) {
@@ -587,7 +623,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       wgmma_wait<0>();
       fence_accumulators(acc);
-      if (p.num_kb > 0) {
+      if (w.kb_end > w.kb_begin) {
         if constexpr (kCluster == 1) {
           if (lane == 0) mbar_arrive_local(empty_bar(prev_stage));
         } else {
@@ -595,7 +631,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
 
-      if (p.tma_store) {
+      if (p.splits > 1) {
+        store_partial_block(p, acc, w.split, m0 + cw * 64, n0, warp_in_wg, lane);
+      } else if (p.tma_store) {
         store_block_tma<T>(p, &tma_c, acc, smem_c + cw * kCStageBytes, m0 + cw * 64, n0, warp_in_wg,
                            lane, cw);
       } else {
@@ -652,6 +690,25 @@ bool map_shape(int64_t inner, int64_t outer, int64_t outer_stride, int elt, uint
   return true;
 }
 
+// An operand of mn rows (M for A, N for B) and k columns, element (r, p) at
+// ptr[r * stride_mn + p * stride_k], as a tensor map: K-major (box of 128 bytes of K by
+// box_rows rows) or, for 16-bit types, MN-major (64 x 64 boxes). False when TMA cannot read
+// it in place (base or row stride not 16-byte aligned, no unit stride, overlapping rows).
+bool map_operand(const void* ptr, int64_t stride_k, int64_t stride_mn, int64_t mn, int64_t k,
+                 int kind, uint32_t box_rows, MapShape* shape, bool* mn_major) {
+  if (!aligned16(ptr)) return false;
+  const int elt = kind == kTF32 ? 4 : 2;
+  if (stride_k == 1 && map_shape(k, mn, stride_mn, elt, 128u / elt, box_rows, shape)) {
+    *mn_major = false;
+    return true;
+  }
+  if (kind != kTF32 && stride_mn == 1 && map_shape(mn, k, stride_k, elt, 64, 64, shape)) {
+    *mn_major = true;
+    return true;
+  }
+  return false;
+}
+
 bool make_plan(const GemmArgs& args, Plan* plan) {
 #if !defined(GEMMT_HAS_SM90A)
   (void)args;
@@ -679,27 +736,15 @@ bool make_plan(const GemmArgs& args, Plan* plan) {
   if (args.m < 1 || args.n < 1 || args.k < 1) return false;
   if (args.m > kMaxDim || args.n > kMaxDim || args.k > kMaxDim) return false;
   if (args.a == nullptr || args.b == nullptr || args.c == nullptr) return false;
-  if (!aligned16(args.a) || !aligned16(args.b)) return false;
   if (args.ldc < args.n && args.m > 1) return false;
   const int elt = static_cast<int>(element_size(args.dtype));
-  const uint32_t bk = 128u / elt;
   Plan pl;
   pl.kind = kind;
   pl.elt = elt;
-  if (args.a_stride_k == 1 && map_shape(args.k, args.m, args.a_stride_m, elt, bk, kBM, &pl.a)) {
-    pl.a_mn = false;
-  } else if (kind != kTF32 && args.a_stride_m == 1 &&
-             map_shape(args.m, args.k, args.a_stride_k, elt, 64, 64, &pl.a)) {
-    pl.a_mn = true;
-  } else {
-    return false;
-  }
-  if (args.b_stride_k == 1 && map_shape(args.k, args.n, args.b_stride_n, elt, bk, kBN / 2, &pl.b)) {
-    pl.b_mn = false;
-  } else if (kind != kTF32 && args.b_stride_n == 1 &&
-             map_shape(args.n, args.k, args.b_stride_k, elt, 64, 64, &pl.b)) {
-    pl.b_mn = true;
-  } else {
+  if (!map_operand(args.a, args.a_stride_k, args.a_stride_m, args.m, args.k, kind, kBM, &pl.a,
+                   &pl.a_mn) ||
+      !map_operand(args.b, args.b_stride_k, args.b_stride_n, args.n, args.k, kind, kBN / 2, &pl.b,
+                   &pl.b_mn)) {
     return false;
   }
   // Tile indices are 32-bit.
@@ -794,8 +839,8 @@ cudaError_t launch(const Maps& maps, const Params& p, int sm_count, cudaStream_t
   int max_clusters = sm_count;
   if constexpr (kCluster > 1) max_clusters = max_pair_clusters(kernel, sm_count);
   if (max_clusters < 1) max_clusters = 1;
-  const int total_tiles = p.tiles_m * p.tiles_n;
-  const int clusters = total_tiles < max_clusters ? total_tiles : max_clusters;
+  const int total_units = p.tiles_m * p.tiles_n * p.splits;
+  const int clusters = total_units < max_clusters ? total_units : max_clusters;
 
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(clusters * kCluster));
@@ -844,17 +889,57 @@ cudaError_t launch_kind(const Plan& plan, const Maps& maps, const Params& p, int
 
 }  // namespace
 
-namespace detail {
+namespace {
 
-// Variant knobs for tests and benchmarks; gemm_sm90_run passes 0, 0.
-//   cluster: 0 automatic, 1 single CTAs, 2 B-multicast pairs (granted only when the
-//            128-row tile count is even: a pair needs both of its M tiles to exist).
-//   store:   0 automatic, 1 direct register-to-global stores, 2 TMA stores (granted only
-//            when C rows are 16-byte aligned).
-cudaError_t gemm_sm90_run_variant(const GemmArgs& args, cudaStream_t stream, int cluster,
-                                  int store) {
+// Split-k for outputs with too few 128x256 tiles to occupy the GPU: the persistent CTAs take
+// (tile, k-slice) units, each slice writes a float32 partial tile, and one pass adds the
+// slices in order (deterministic) and applies alpha, beta and the rounding. A slice keeps
+// at least kMinKbPerSplit k-blocks so the 4-stage ring reaches a steady state. Returns 1
+// when C alone has tiles for at least half of the SMs.
+constexpr int kMinKbPerSplit = 4;
+constexpr int kMaxSplits = 64;
+
+struct SplitPlan {
+  int splits = 1;
+  int kb_per_split = 0;
+};
+
+SplitPlan choose_splits(const GemmArgs& args) {
+  SplitPlan sp;
+  const int64_t elt = static_cast<int64_t>(element_size(args.dtype));
+  const int64_t num_kb = (args.k + (128 / elt) - 1) / (128 / elt);
+  sp.kb_per_split = static_cast<int>(num_kb);
+  const int64_t tiles = ((args.m + kBM - 1) / kBM) * ((args.n + kBN - 1) / kBN);
+  const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
+  if (tiles * 2 > sms) return sp;
+  int64_t splits = sms / tiles;
+  if (splits > num_kb / kMinKbPerSplit) splits = num_kb / kMinKbPerSplit;
+  if (splits > kMaxSplits) splits = kMaxSplits;
+  if (splits < 2) return sp;
+  const int64_t per = (num_kb + splits - 1) / splits;
+  sp.kb_per_split = static_cast<int>(per);
+  sp.splits = static_cast<int>((num_kb + per - 1) / per);  // no empty slice
+  return sp;
+}
+
+std::size_t partial_bytes(const GemmArgs& args, const SplitPlan& sp) {
+  if (sp.splits < 2) return 0;
+  const std::size_t b = static_cast<std::size_t>(sp.splits) * static_cast<std::size_t>(args.m) *
+                        static_cast<std::size_t>(args.n) * sizeof(float);
+  return (b + 255) / 256 * 256;
+}
+
+// Launches the product for arguments make_plan accepts. cluster: 0 automatic, 1 single
+// CTAs, 2 B-multicast pairs (granted only when the 128-row tile count is even and there is
+// no split: a pair needs both of its M tiles). store: 0 automatic, 1 direct register-to-
+// global stores, 2 TMA stores (granted only when C rows are 16-byte aligned). sp.splits > 1
+// needs `partial` (partial_bytes) and adds the reduction pass.
+cudaError_t run_planned(const GemmArgs& args, cudaStream_t stream, int cluster, int store,
+                        const SplitPlan& sp, float* partial) {
   Plan plan;
   if (!make_plan(args, &plan)) return cudaErrorNotSupported;
+  const bool split = sp.splits > 1;
+  if (split && partial == nullptr) return cudaErrorInvalidValue;
   const int elt = plan.elt;
   Maps maps;
   std::memset(&maps, 0, sizeof(maps));
@@ -863,11 +948,11 @@ cudaError_t gemm_sm90_run_variant(const GemmArgs& args, cudaStream_t stream, int
   }
   // C as a {n, m} tensor with 64-row boxes of 128 bytes, the staging layout of the epilogue.
   MapShape c_shape;
-  const bool c_tma_ok = store != 1 && aligned16(args.c) &&
+  const bool c_tma_ok = !split && store != 1 && aligned16(args.c) &&
                         map_shape(args.n, args.m, args.ldc, elt, 128u / elt, 64, &c_shape) &&
                         encode(&maps.c, args.c, c_shape, plan.kind);
   const int64_t tiles_m128 = (args.m + kBM - 1) / kBM;
-  const int cl = (cluster == 1 || tiles_m128 % 2 != 0) ? 1 : 2;
+  const int cl = (cluster == 1 || split || tiles_m128 % 2 != 0) ? 1 : 2;
   Params p;
   p.m = static_cast<int>(args.m);
   p.n = static_cast<int>(args.n);
@@ -883,33 +968,62 @@ cudaError_t gemm_sm90_run_variant(const GemmArgs& args, cudaStream_t stream, int
   p.c_pair =
       (reinterpret_cast<uintptr_t>(args.c) % (2 * elt)) == 0 && (args.ldc % 2 == 0 || args.m == 1);
   p.tma_store = c_tma_ok ? 1 : 0;
+  p.splits = split ? sp.splits : 1;
+  p.kb_per_split = split ? sp.kb_per_split : p.num_kb;
+  p.partial = split ? partial : nullptr;
   const int sm_count = args.sm_count > 0 ? args.sm_count : 1;
-  return cl == 2 ? launch_kind<2>(plan, maps, p, sm_count, stream)
-                 : launch_kind<1>(plan, maps, p, sm_count, stream);
+  GEMMT_RETURN_IF_ERROR(cl == 2 ? launch_kind<2>(plan, maps, p, sm_count, stream)
+                                : launch_kind<1>(plan, maps, p, sm_count, stream));
+  if (!split) return cudaSuccess;
+  return gemm_reduce_k_slices(args, partial, sp.splits, stream);
+}
+
+}  // namespace
+
+namespace detail {
+
+// Variant knobs for tests and benchmarks (see run_planned); no staging, no split-k.
+cudaError_t gemm_sm90_run_variant(const GemmArgs& args, cudaStream_t stream, int cluster,
+                                  int store) {
+  return run_planned(args, stream, cluster, store, SplitPlan{1, 0}, nullptr);
+}
+
+bool gemm_sm90_variant_supports(const GemmArgs& args) {
+  return make_plan(args, nullptr);
 }
 
 }  // namespace detail
 
-// ---- tf32 operands that are not K-major -----------------------------------------------
+// ---- Operands TMA cannot read in place ----------------------------------------------------
 // tf32 wgmma reads both operands K-major from shared memory, while a @ b with a row-major b
-// (the common case) has B contiguous along N. Such an operand is first rewritten K-major
-// into the workspace by one bandwidth-bound pass (about 8 bytes moved per element, a few
-// percent of the product's time at the sizes where wgmma pays), then the product runs on
-// the copy. 16-bit operands need none of this: their wgmma transposes in hardware.
+// (the common case) has B contiguous along N; and TMA needs 16-byte aligned bases and row
+// strides, which a view at an odd offset or with an odd leading dimension (a 4097-wide
+// matrix of 16-bit values) does not have. Such an operand is first rewritten K-major, rows
+// padded to 16 bytes, into the workspace by one bandwidth-bound pass (a few percent of the
+// product's time at the sizes where wgmma pays), then the product runs on the copy.
 namespace {
 
 constexpr int kStageTile = 32;
 
-// out[r * ld_out + p] = in[r * s_r + p * s_p] for r < rows, p < len: a 32x32 tile goes
-// through shared memory so that both the read (along r, the source's contiguous dimension)
-// and the write (along p) are coalesced; the +1 column keeps the transposed reads of the
+// out[r * ld_out + p] = in[r * s_r + p * s_p] for r < rows, p < len. A source contiguous
+// along p is copied row by row (coalesced on both sides). Otherwise a 32x32 tile goes
+// through shared memory so that the read (along r, the source's contiguous dimension) and
+// the write (along p) are both coalesced; the +1 column keeps the transposed reads of the
 // tile free of bank conflicts.
+template <typename E>
 __global__ void __launch_bounds__(kStageTile * 8)
-    stage_k_major_kernel(const float* __restrict__ in, int64_t s_r, int64_t s_p, int64_t rows,
-                         int64_t len, float* __restrict__ out, int64_t ld_out) {
-  __shared__ float tile[kStageTile][kStageTile + 1];
+    stage_k_major_kernel(const E* __restrict__ in, int64_t s_r, int64_t s_p, int64_t rows,
+                         int64_t len, E* __restrict__ out, int64_t ld_out) {
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kStageTile;
   const int64_t p0 = static_cast<int64_t>(blockIdx.y) * kStageTile;
+  if (s_p == 1) {
+    for (int i = threadIdx.y; i < kStageTile; i += blockDim.y) {
+      const int64_t r = r0 + i, pk = p0 + threadIdx.x;
+      if (r < rows && pk < len) out[r * ld_out + pk] = in[r * s_r + pk];
+    }
+    return;
+  }
+  __shared__ E tile[kStageTile][kStageTile + 1];
   for (int i = threadIdx.y; i < kStageTile; i += blockDim.y) {
     const int64_t r = r0 + threadIdx.x, pk = p0 + i;
     if (r < rows && pk < len) tile[i][threadIdx.x] = in[r * s_r + pk * s_p];
@@ -921,13 +1035,16 @@ __global__ void __launch_bounds__(kStageTile * 8)
   }
 }
 
-// Row pitch of a staged operand: k rounded up to 16 bytes (TMA row strides).
-int64_t staged_pitch(int64_t k) {
-  return (k + 3) / 4 * 4;
+// Row pitch of a staged operand, in elements: k rounded up to 16 bytes (TMA row strides).
+int64_t staged_pitch(int64_t k, int64_t elt) {
+  const int64_t per16 = 16 / elt;
+  return (k + per16 - 1) / per16 * per16;
 }
 
-std::size_t staged_bytes(int64_t rows, int64_t k) {
-  const std::size_t b = static_cast<std::size_t>(rows) * static_cast<std::size_t>(staged_pitch(k)) * 4;
+std::size_t staged_bytes(int64_t rows, int64_t k, int64_t elt) {
+  const std::size_t b = static_cast<std::size_t>(rows) *
+                        static_cast<std::size_t>(staged_pitch(k, elt)) *
+                        static_cast<std::size_t>(elt);
   return (b + 255) / 256 * 256;
 }
 
@@ -935,28 +1052,58 @@ struct Staging {
   bool a = false, b = false;
 };
 
-// Which operands of a tf32 product must be staged K-major (none for 16-bit types, or when
-// the operand already maps K-major).
+int kind_of(const GemmArgs& args) {
+  switch (args.dtype) {
+    case ScalarType::kBFloat16:
+      return kBF16;
+    case ScalarType::kFloat16:
+      return kF16;
+    case ScalarType::kFloat32:
+      return args.allow_tf32 ? kTF32 : -1;
+    default:
+      return -1;
+  }
+}
+
+// Which operands TMA cannot read in place and must be staged.
 Staging staging_for(const GemmArgs& args) {
   Staging st;
-  if (args.dtype != ScalarType::kFloat32 || !args.allow_tf32) return st;
+  const int kind = kind_of(args);
+  if (kind < 0 || args.m < 1 || args.n < 1 || args.k < 1) return st;
   MapShape probe;
-  st.a = !(args.a_stride_k == 1 && aligned16(args.a) &&
-           map_shape(args.k, args.m, args.a_stride_m, 4, 32, kBM, &probe));
-  st.b = !(args.b_stride_k == 1 && aligned16(args.b) &&
-           map_shape(args.k, args.n, args.b_stride_n, 4, 32, kBN / 2, &probe));
+  bool mn = false;
+  st.a = !map_operand(args.a, args.a_stride_k, args.a_stride_m, args.m, args.k, kind, kBM, &probe,
+                      &mn);
+  st.b = !map_operand(args.b, args.b_stride_k, args.b_stride_n, args.n, args.k, kind, kBN / 2,
+                      &probe, &mn);
   return st;
+}
+
+// Workspace layout: [staged A][staged B][split-k partials], each 256-byte aligned.
+struct Workspace {
+  std::size_t a_bytes = 0, b_bytes = 0, partial_bytes = 0;
+  std::size_t total() const { return a_bytes + b_bytes + partial_bytes; }
+};
+
+Workspace workspace_for(const GemmArgs& args, const Staging& st, const SplitPlan& sp) {
+  const int64_t elt = static_cast<int64_t>(element_size(args.dtype));
+  Workspace w;
+  w.a_bytes = st.a ? staged_bytes(args.m, args.k, elt) : 0;
+  w.b_bytes = st.b ? staged_bytes(args.n, args.k, elt) : 0;
+  w.partial_bytes = partial_bytes(args, sp);
+  return w;
 }
 
 // The arguments of the product on the staged copies; `ws` may be a placeholder (planning).
 GemmArgs staged_args(const GemmArgs& args, const Staging& st, char* ws) {
   GemmArgs s = args;
-  const int64_t pitch = staged_pitch(args.k);
+  const int64_t elt = static_cast<int64_t>(element_size(args.dtype));
+  const int64_t pitch = staged_pitch(args.k, elt);
   if (st.a) {
     s.a = ws;
     s.a_stride_m = pitch;
     s.a_stride_k = 1;
-    ws += staged_bytes(args.m, args.k);
+    ws += staged_bytes(args.m, args.k, elt);
   }
   if (st.b) {
     s.b = ws;
@@ -966,15 +1113,25 @@ GemmArgs staged_args(const GemmArgs& args, const Staging& st, char* ws) {
   return s;
 }
 
-cudaError_t stage_k_major(const float* in, int64_t s_r, int64_t s_p, int64_t rows, int64_t k,
-                          float* out, cudaStream_t stream) {
+template <typename E>
+cudaError_t stage_k_major_typed(const void* in, int64_t s_r, int64_t s_p, int64_t rows, int64_t k,
+                                void* out, cudaStream_t stream) {
   const int64_t gx = (rows + kStageTile - 1) / kStageTile;
   const int64_t gy = (k + kStageTile - 1) / kStageTile;
   if (gx > 2147483647 || gy > 65535) return cudaErrorNotSupported;
-  stage_k_major_kernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)),
-                         dim3(kStageTile, 8), 0, stream>>>(in, s_r, s_p, rows, k, out,
-                                                           staged_pitch(k));
+  stage_k_major_kernel<E><<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)),
+                            dim3(kStageTile, 8), 0, stream>>>(
+      static_cast<const E*>(in), s_r, s_p, rows, k, static_cast<E*>(out),
+      staged_pitch(k, static_cast<int64_t>(sizeof(E))));
   GEMMT_RETURN_LAUNCH_ERROR();
+}
+
+cudaError_t stage_k_major(const GemmArgs& args, const void* in, int64_t s_r, int64_t s_p,
+                          int64_t rows, void* out, cudaStream_t stream) {
+  if (element_size(args.dtype) == 4) {
+    return stage_k_major_typed<float>(in, s_r, s_p, rows, args.k, out, stream);
+  }
+  return stage_k_major_typed<uint16_t>(in, s_r, s_p, rows, args.k, out, stream);
 }
 
 // A 256-byte-aligned stand-in for the workspace while planning; never dereferenced.
@@ -996,27 +1153,29 @@ bool gemm_sm90_supports(const GemmArgs& args) {
 }
 
 std::size_t gemm_sm90_workspace_bytes(const GemmArgs& args) {
-  const Staging st = staging_for(args);
-  return (st.a ? staged_bytes(args.m, args.k) : 0) + (st.b ? staged_bytes(args.n, args.k) : 0);
+  if (!gemm_sm90_supports(args)) return 0;
+  return workspace_for(args, staging_for(args), choose_splits(args)).total();
 }
 
 cudaError_t gemm_sm90_run(const GemmArgs& args, void* workspace, cudaStream_t stream) {
-  const Staging st = staging_for(args);
-  if (!(st.a || st.b)) return detail::gemm_sm90_run_variant(args, stream, 0, 0);
-  if (workspace == nullptr) return cudaErrorInvalidValue;
   if (!gemm_sm90_supports(args)) return cudaErrorNotSupported;
-  const GemmArgs s = staged_args(args, st, static_cast<char*>(workspace));
+  const Staging st = staging_for(args);
+  const SplitPlan sp = choose_splits(args);
+  const Workspace w = workspace_for(args, st, sp);
+  if (w.total() > 0 && workspace == nullptr) return cudaErrorInvalidValue;
+  char* ws = static_cast<char*>(workspace);
+  const GemmArgs s = staged_args(args, st, ws);
   if (st.a) {
-    GEMMT_RETURN_IF_ERROR(stage_k_major(static_cast<const float*>(args.a), args.a_stride_m,
-                                        args.a_stride_k, args.m, args.k,
-                                        static_cast<float*>(const_cast<void*>(s.a)), stream));
+    GEMMT_RETURN_IF_ERROR(stage_k_major(args, args.a, args.a_stride_m, args.a_stride_k, args.m,
+                                        const_cast<void*>(s.a), stream));
   }
   if (st.b) {
-    GEMMT_RETURN_IF_ERROR(stage_k_major(static_cast<const float*>(args.b), args.b_stride_n,
-                                        args.b_stride_k, args.n, args.k,
-                                        static_cast<float*>(const_cast<void*>(s.b)), stream));
+    GEMMT_RETURN_IF_ERROR(stage_k_major(args, args.b, args.b_stride_n, args.b_stride_k, args.n,
+                                        const_cast<void*>(s.b), stream));
   }
-  return detail::gemm_sm90_run_variant(s, stream, 0, 0);
+  float* partial =
+      w.partial_bytes > 0 ? reinterpret_cast<float*>(ws + w.a_bytes + w.b_bytes) : nullptr;
+  return run_planned(s, stream, 0, 0, sp, partial);
 }
 
 }  // namespace gemmt

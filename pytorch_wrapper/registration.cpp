@@ -94,15 +94,34 @@ class ScaleFunction : public torch::autograd::Function<ScaleFunction> {
   }
 };
 
+// True when the call must be recorded for backward. Otherwise the Autograd kernels go
+// straight to the backend kernel: Function::apply would only pack and unpack its inputs, a
+// measurable share of a small tensor's per-call time.
+bool records_graph(const at::Tensor& a, const at::Tensor& b = at::Tensor()) {
+  return at::GradMode::is_enabled() &&
+         ((a.defined() && a.requires_grad()) || (b.defined() && b.requires_grad()));
+}
+
+template <class Function, class Direct, class... Args>
+at::Tensor apply_or_call(bool record, Direct direct, const Args&... args) {
+  if (!record) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return direct(args...);
+  }
+  return Function::apply(args...);
+}
+
 at::Tensor mm_autograd(const at::Tensor& a, const at::Tensor& b) {
-  return MmFunction::apply(a, b);
+  return apply_or_call<MmFunction>(records_graph(a, b), call_mm, a, b);
 }
 at::Tensor add_autograd(const at::Tensor& a, const at::Tensor& b) {
-  return AddFunction::apply(a, b);
+  return apply_or_call<AddFunction>(records_graph(a, b), call_add, a, b);
 }
-at::Tensor square_autograd(const at::Tensor& x) { return SquareFunction::apply(x); }
+at::Tensor square_autograd(const at::Tensor& x) {
+  return apply_or_call<SquareFunction>(records_graph(x), call_square, x);
+}
 at::Tensor scale_autograd(const at::Tensor& x, double factor) {
-  return ScaleFunction::apply(x, factor);
+  return apply_or_call<ScaleFunction>(records_graph(x), call_scale, x, factor);
 }
 
 }  // namespace

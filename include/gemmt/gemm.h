@@ -59,6 +59,11 @@ std::size_t gemm_simt_workspace_bytes(const GemmArgs& args, GemmVariant v);
 cudaError_t gemm_simt_run(const GemmArgs& args, GemmVariant v, void* workspace, cudaStream_t stream);
 // Scales C by beta (the k == 0 case, and the epilogue-free paths).
 cudaError_t gemm_scale_c(const GemmArgs& args, cudaStream_t stream);
+// C = alpha * (sum of the float32 k-slices) + beta * C, the slices added in order (so the
+// result is deterministic). Slice s holds element (i, j) at slices[(s * m + i) * n + j].
+// Shared by every split-k path.
+cudaError_t gemm_reduce_k_slices(const GemmArgs& args, const float* slices, int splits,
+                                 cudaStream_t stream);
 
 // mma.sync family (kernels/gemm_sm80_mma.cu): bf16, fp16, tf32 (float32 with allow_tf32).
 bool gemm_sm80_supports(const GemmArgs& args);

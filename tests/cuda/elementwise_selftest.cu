@@ -255,6 +255,14 @@ struct DeviceBuffer {
 
 cudaStream_t g_stream = nullptr;
 
+// Host-to-device copy ordered before the next launch on g_stream. A plain cudaMemcpy from
+// pageable memory may return before its DMA lands, and g_stream is non-blocking, so it
+// would not wait for that copy: kernels could read the old contents of the buffer.
+void upload(void* dst, const void* src, std::size_t bytes) {
+  CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g_stream));
+  CHECK_CUDA(cudaStreamSynchronize(g_stream));
+}
+
 // ---- Views: how an input tensor of a given logical shape sits in its storage ---------------
 
 enum class Placement {
@@ -385,7 +393,7 @@ struct Input {
         dev(host.size()) {
     fill_random(t, host, rng);
     if (!host.empty()) {
-      CHECK_CUDA(cudaMemcpy(dev.ptr, host.data(), host.size(), cudaMemcpyHostToDevice));
+      upload(dev.ptr, host.data(), host.size());
     }
   }
   const void* device_ptr() const {
@@ -572,7 +580,7 @@ void check_rgb_case(const Shape& shape, Placement p, bool bgr, bool out_offset1,
   Input in(ScalarType::kUInt8, view, rng);
   if (fixed_data != nullptr) {
     std::copy(fixed_data->begin(), fixed_data->end(), in.host.begin() + view.offset);
-    CHECK_CUDA(cudaMemcpy(in.dev.ptr, in.host.data(), in.host.size(), cudaMemcpyHostToDevice));
+    upload(in.dev.ptr, in.host.data(), in.host.size());
   }
   const std::int64_t out_shift = out_offset1 ? 1 : 0;
   DeviceBuffer out(static_cast<std::size_t>(pixels + out_shift));
@@ -691,7 +699,7 @@ void check_normalize_case(ScalarType t, const Shape& shape, Placement p, float m
         std::memcpy(in.host.data() + 2 * s, &v, 2);
       }
     }
-    CHECK_CUDA(cudaMemcpy(in.dev.ptr, in.host.data(), in.host.size(), cudaMemcpyHostToDevice));
+    upload(in.dev.ptr, in.host.data(), in.host.size());
   }
   DeviceBuffer out(static_cast<std::size_t>(numel) * 4);
   const cudaError_t err = gemmt::normalize_volume_run(

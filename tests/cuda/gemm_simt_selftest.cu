@@ -274,7 +274,15 @@ void run_case(ScalarType dt, const Shape& s, const std::vector<double>& A,
           c0[i * s.n + j] = v;
         }
       }
-    for (GemmVariant v : variants) {
+    // Every variant, then (float32) every tile shape of the pipelined kernel on its own, so
+    // that a shape the auto policy picks only for large problems is checked here too.
+    const int num_variants = static_cast<int>(sizeof(variants) / sizeof(variants[0]));
+    const int num_runs = num_variants + (dt == ScalarType::kFloat32
+                                             ? gemmt::detail::gemm_simt_pipelined_config_count()
+                                             : 0);
+    for (int run = 0; run < num_runs; ++run) {
+      const GemmVariant v = run < num_variants ? variants[run] : GemmVariant::kPipelined;
+      const int cfg = run - num_variants;  // >= 0: this tile shape of the pipelined kernel
       GemmArgs args;
       args.m = s.m;
       args.n = s.n;
@@ -292,17 +300,23 @@ void run_case(ScalarType dt, const Shape& s, const std::vector<double>& A,
       args.dtype = dt;
       args.sm_count = g_sm_count;
       if (!gemmt::gemm_simt_supports(args, v)) continue;
-      const gemmt::SimtPlan plan = gemmt::gemm_simt_plan(args, v);
-      const std::size_t ws_bytes = gemmt::gemm_simt_workspace_bytes(args, v);
+      gemmt::SimtPlan plan = gemmt::gemm_simt_plan(args, v);
+      const std::size_t ws_bytes = cfg >= 0 ? 0 : gemmt::gemm_simt_workspace_bytes(args, v);
       DeviceBuffer ws(ws_bytes);
       CHECK_CUDA(cudaMemcpy(dc.p, hc0.data(), hc0.size(), cudaMemcpyHostToDevice));
-      const cudaError_t launch = gemmt::gemm_simt_run(args, v, ws_bytes ? ws.p : nullptr, 0);
+      cudaError_t launch;
+      if (cfg >= 0) {
+        if (s.k == 0) continue;  // the shape hook takes k >= 1; k == 0 is covered above
+        launch = gemmt::detail::gemm_simt_run_pipelined_config(args, cfg, &plan, 0);
+      } else {
+        launch = gemmt::gemm_simt_run(args, v, ws_bytes ? ws.p : nullptr, 0);
+      }
       const cudaError_t sync = cudaDeviceSynchronize();
       char what[256];
       std::snprintf(what, sizeof(what),
                     "%-16s %-8s A=%-7s B=%-7s m=%-5lld n=%-5lld k=%-6lld alpha=%.2f beta=%.2f "
                     "tile=%dx%d splits=%d",
-                    variant_name(v), dtype_name(dt), layout_name(la), layout_name(lb),
+                    cfg >= 0 ? "pipelined-shape" : variant_name(v), dtype_name(dt), layout_name(la), layout_name(lb),
                     static_cast<long long>(s.m), static_cast<long long>(s.n),
                     static_cast<long long>(s.k), alpha, beta, plan.block_m, plan.block_n,
                     plan.splits);

@@ -31,6 +31,8 @@ namespace detail {
 // store: 0 automatic, 1 direct stores, 2 TMA stores.
 cudaError_t gemm_sm90_run_variant(const GemmArgs& args, cudaStream_t stream, int cluster,
                                   int store);
+// True when the kernel reads the operands in place (gemm_sm90_run_variant runs them).
+bool gemm_sm90_variant_supports(const GemmArgs& args);
 }  // namespace detail
 }  // namespace gemmt
 
@@ -206,12 +208,12 @@ const Layout kLayouts[] = {
 enum Path { kSm80 = 0, kSm90Auto = 1, kSm90Direct = 2, kSm90Tma = 3, kNumPaths = 4 };
 const char* kPathNames[] = {"sm80", "sm90", "sm90-c1d", "sm90-c1t"};
 
-// The pinned sm90 variants run the kernel alone, so they skip tf32 operands that
-// gemm_sm90_run first stages K-major in its workspace.
+// The pinned sm90 variants run the kernel alone (no staging copy, no split-k), so they skip
+// operands that gemm_sm90_run first stages in its workspace.
 bool path_supported(Path p, const GemmArgs& a) {
   if (p == kSm80) return gemmt::gemm_sm80_supports(a);
-  if (!gemmt::gemm_sm90_supports(a)) return false;
-  return p == kSm90Auto || gemmt::gemm_sm90_workspace_bytes(a) == 0;
+  if (p == kSm90Auto) return gemmt::gemm_sm90_supports(a);
+  return gemmt::detail::gemm_sm90_variant_supports(a);
 }
 
 // A device workspace of at least `bytes`, grown on demand and kept for the whole run (the
@@ -540,7 +542,8 @@ int main(int argc, char** argv) {
   const Shape shapes[] = {
       {128, 256, 64, false},   {4096, 4096, 4096, true}, {1000, 1000, 1000, false},
       {127, 8192, 511, false}, {8192, 64, 8192, true},   {1, 512, 512, false},
-      {129, 257, 65, false},   {200, 328, 136, false},  // aligned strides, ragged tiles
+      {129, 257, 65, false},   {200, 328, 136, false},  // ragged tiles; odd k: staged
+      {256, 256, 16384, false}, {300, 130, 4099, false},  // split-k (the latter staged too)
   };
   if (tests) {
     uint64_t seed = 1;
