@@ -11,6 +11,7 @@ import datetime as _dt
 import json
 import platform
 import re
+import statistics
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -237,23 +238,28 @@ def _write(out_dir: Path, suite: str, env: dict[str, Any], records: list[dict[st
 
 
 def _plot_gemm(records: list[dict[str, Any]], path: Path) -> None:
+    """TFLOP/s against size for every variant and cuBLAS (one panel per dtype), and the
+    ratio to cuBLAS of ``auto`` on the awkward shapes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     dtypes = ["float32", "bfloat16", "float16", "tf32"]
-    fig, axes = plt.subplots(1, 4, figsize=(22, 5))
+    fig, axes = plt.subplots(1, 5, figsize=(28, 5))
     for ax, dt in zip(axes, dtypes):
+        # The ladder sizes: squares timed with more than the auto variant (1000^3 and
+        # 4097^3 belong to the awkward shapes, panel 5).
+        ladder = {r["m"] for r in records if r["dtype"] == dt and r["variant"] != "auto"}
         sq = [r for r in records if r["dtype"] == dt and r["m"] == r["n"] == r["k"]
-              and r["layout"] == "nn" and r.get("tflops")]
+              and r["m"] in ladder and r["layout"] == "nn" and r.get("tflops")]
         for v in sorted({r["variant"] for r in sq}, key=lambda s: (s == "auto", s)):
             pts = sorted((r["m"], r["tflops"]) for r in sq if r["variant"] == v)
             ax.plot(*zip(*pts), marker="o", label=f"gemmt {v}")
-        ref = {}
+        ref: dict[int, list[float]] = {}
         for r in sq:
             ref.setdefault(r["m"], []).append(r["ref_tflops"])
-        pts = sorted((s, max(v)) for s, v in ref.items())
+        pts = sorted((s, statistics.median(v)) for s, v in ref.items())
         if pts:
             ax.plot(*zip(*pts), "k--", marker="s", label="cuBLAS (torch.matmul)")
         ax.set_title(f"{dt} GEMM, M=N=K")
@@ -261,6 +267,24 @@ def _plot_gemm(records: list[dict[str, Any]], path: Path) -> None:
         ax.set_ylabel("TFLOP/s")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
+    ax = axes[4]
+    awkward = [r for r in records if r["variant"] == "auto" and r.get("ratio")
+               and not (r["m"] == r["n"] == r["k"] and r["layout"] == "nn"
+                        and r["m"] in {q["m"] for q in records if q["variant"] != "auto"})]
+    shapes = sorted({(r["m"], r["n"], r["k"], r["layout"]) for r in awkward})
+    width = 0.8 / len(dtypes)
+    for i, dt in enumerate(dtypes):
+        got = {(r["m"], r["n"], r["k"], r["layout"]): r["ratio"] for r in awkward
+               if r["dtype"] == dt}
+        ax.bar([x + (i - 1.5) * width for x in range(len(shapes))],
+               [got.get(sh, 0.0) for sh in shapes], width=width, label=dt)
+    ax.axhline(1.0, color="k", ls="--", lw=0.8)
+    ax.set_xticks(range(len(shapes)), [f"{m}x{n}x{k}\n{lay}" for m, n, k, lay in shapes],
+                  fontsize=6, rotation=60)
+    ax.set_ylabel("cuBLAS time / gemmt time")
+    ax.set_title("awkward shapes (auto), ratio to cuBLAS")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
