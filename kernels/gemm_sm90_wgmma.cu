@@ -80,21 +80,6 @@ struct Params {
   float* partial;
 };
 
-// The tile and the k-block range of work unit u.
-struct Unit {
-  int tile, split, kb_begin, kb_end;
-};
-
-__host__ __device__ __forceinline__ Unit unit_of(int u, const Params& p) {
-  Unit w;
-  w.tile = u / p.splits;
-  w.split = u - w.tile * p.splits;
-  w.kb_begin = w.split * p.kb_per_split;
-  const int end = w.kb_begin + p.kb_per_split;
-  w.kb_end = end < p.num_kb ? end : p.num_kb;
-  return w;
-}
-
 template <int K>
 struct KindTraits;
 template <>
@@ -111,6 +96,21 @@ struct KindTraits<kTF32> {
 };
 
 #if defined(GEMMT_SM90_DEVICE_CODE)
+
+// The tile and the k-block range of work unit u.
+struct Unit {
+  int tile, split, kb_begin, kb_end;
+};
+
+__device__ __forceinline__ Unit unit_of(int u, const Params& p) {
+  Unit w;
+  w.tile = u / p.splits;
+  w.split = u - w.tile * p.splits;
+  w.kb_begin = w.split * p.kb_per_split;
+  const int end = w.kb_begin + p.kb_per_split;
+  w.kb_end = end < p.num_kb ? end : p.num_kb;
+  return w;
+}
 
 constexpr int kConsumerWarps = 8;
 // Box of an MN-major operand: 64 elements (128 bytes) along M/N by 64 along K.
@@ -690,6 +690,20 @@ bool map_shape(int64_t inner, int64_t outer, int64_t outer_stride, int elt, uint
   return true;
 }
 
+// The wgmma operand kind of a dtype; -1 when there is none (float32 without TF32).
+int kind_of(const GemmArgs& args) {
+  switch (args.dtype) {
+    case ScalarType::kBFloat16:
+      return kBF16;
+    case ScalarType::kFloat16:
+      return kF16;
+    case ScalarType::kFloat32:
+      return args.allow_tf32 ? kTF32 : -1;
+    default:
+      return -1;
+  }
+}
+
 // An operand of mn rows (M for A, N for B) and k columns, element (r, p) at
 // ptr[r * stride_mn + p * stride_k], as a tensor map: K-major (box of 128 bytes of K by
 // box_rows rows) or, for 16-bit types, MN-major (64 x 64 boxes). False when TMA cannot read
@@ -718,21 +732,8 @@ bool make_plan(const GemmArgs& args, Plan* plan) {
   if (args.cc_major != 9 || args.cc_minor != 0) return false;
   // Largest m, n, k accepted: TMA coordinates and tile origins are 32-bit signed.
   constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1024;
-  int kind;
-  switch (args.dtype) {
-    case ScalarType::kBFloat16:
-      kind = kBF16;
-      break;
-    case ScalarType::kFloat16:
-      kind = kF16;
-      break;
-    case ScalarType::kFloat32:
-      if (!args.allow_tf32) return false;
-      kind = kTF32;
-      break;
-    default:
-      return false;
-  }
+  const int kind = kind_of(args);
+  if (kind < 0) return false;
   if (args.m < 1 || args.n < 1 || args.k < 1) return false;
   if (args.m > kMaxDim || args.n > kMaxDim || args.k > kMaxDim) return false;
   if (args.a == nullptr || args.b == nullptr || args.c == nullptr) return false;
@@ -1051,19 +1052,6 @@ std::size_t staged_bytes(int64_t rows, int64_t k, int64_t elt) {
 struct Staging {
   bool a = false, b = false;
 };
-
-int kind_of(const GemmArgs& args) {
-  switch (args.dtype) {
-    case ScalarType::kBFloat16:
-      return kBF16;
-    case ScalarType::kFloat16:
-      return kF16;
-    case ScalarType::kFloat32:
-      return args.allow_tf32 ? kTF32 : -1;
-    default:
-      return -1;
-  }
-}
 
 // Which operands TMA cannot read in place and must be staged.
 Staging staging_for(const GemmArgs& args) {

@@ -70,7 +70,9 @@ bool gemm_sm80_supports(const GemmArgs& args);
 cudaError_t gemm_sm80_run(const GemmArgs& args, cudaStream_t stream);
 
 // Hopper family (kernels/gemm_sm90_wgmma.cu): compiled to real code only for sm_90a.
-// tf32 operands that are not K-major are staged K-major in the workspace first.
+// Operands TMA cannot read in place (tf32 not K-major, unaligned base or row stride) are
+// copied K-major into the workspace first, and outputs with too few tiles for the GPU split
+// k with float32 partials in the workspace; gemm_sm90_workspace_bytes says how much.
 bool gemm_sm90_supports(const GemmArgs& args);
 std::size_t gemm_sm90_workspace_bytes(const GemmArgs& args);
 cudaError_t gemm_sm90_run(const GemmArgs& args, void* workspace, cudaStream_t stream);

@@ -24,8 +24,9 @@ struct SimtPlan {
 SimtPlan gemm_simt_plan(const GemmArgs& args, GemmVariant v);
 
 namespace detail {
-// Benchmark hooks: the pipelined kernel's tile configurations, including float32 candidates
-// the auto policy does not pick. Float32, no split-k; `plan` (optional) receives the tile.
+// Benchmark and test hooks: runs the pipelined kernel with one of its tile configurations
+// (the ones auto chooses among), so each can be timed and checked on its own. Float32,
+// no split-k; `plan` (optional) receives the tile.
 int gemm_simt_pipelined_config_count();
 cudaError_t gemm_simt_run_pipelined_config(const GemmArgs& args, int config, SimtPlan* plan,
                                            cudaStream_t stream);
