@@ -27,12 +27,11 @@
 #include "gemmt/cuda_check.h"
 #include "gemmt/gemm.h"
 #include "gemmt/gemm_epilogue.cuh"
+#include "gemmt/gemm_tc_kind.h"
 #include "gemmt/numeric.cuh"
 
 namespace gemmt {
 namespace {
-
-enum Kind : int { kBF16 = 0, kF16 = 1, kTF32 = 2 };
 
 constexpr int kBM = 128;
 constexpr int kBN = 128;
@@ -397,27 +396,6 @@ __global__ void __launch_bounds__(kThreads, 1) sm80_gemm_kernel(const Params p) 
 
 // ---- Host side ---------------------------------------------------------------------
 
-bool kind_of(const GemmArgs& args, int* kind) {
-  switch (args.dtype) {
-    case ScalarType::kBFloat16:
-      *kind = kBF16;
-      return true;
-    case ScalarType::kFloat16:
-      *kind = kF16;
-      return true;
-    case ScalarType::kFloat32:
-      if (!args.allow_tf32) return false;
-      *kind = kTF32;
-      return true;
-    default:
-      return false;
-  }
-}
-
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
-}
-
 // Picks the shared-memory arrangement of one operand whose element (x, p) — x along M or
 // N, p along K — lives at ptr[x * stride_x + p * stride_k]. *mn_major says whether the
 // tile is stored contiguous along M/N.
@@ -480,8 +458,7 @@ cudaError_t launch_kind(const Params& p, bool a_mn, bool b_mn, cudaStream_t stre
 }  // namespace
 
 bool gemm_sm80_supports(const GemmArgs& args) {
-  int kind;
-  if (!kind_of(args, &kind)) return false;
+  if (tc_kind_of(args) < 0) return false;
   if (args.cc_major < 8) return false;
   if (args.m < 1 || args.n < 1 || args.k < 0) return false;
   if (args.a == nullptr || args.b == nullptr || args.c == nullptr) return false;
@@ -495,8 +472,7 @@ bool gemm_sm80_supports(const GemmArgs& args) {
 
 cudaError_t gemm_sm80_run(const GemmArgs& args, cudaStream_t stream) {
   if (!gemm_sm80_supports(args)) return cudaErrorNotSupported;
-  int kind;
-  kind_of(args, &kind);
+  const int kind = tc_kind_of(args);
   const int elt = static_cast<int>(element_size(args.dtype));
   Params p;
   p.m = args.m;

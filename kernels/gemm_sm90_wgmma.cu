@@ -34,6 +34,7 @@
 #include "gemmt/cuda_check.h"
 #include "gemmt/gemm.h"
 #include "gemmt/gemm_epilogue.cuh"
+#include "gemmt/gemm_tc_kind.h"
 #include "gemmt/numeric.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -42,8 +43,6 @@
 
 namespace gemmt {
 namespace {
-
-enum Kind : int { kBF16 = 0, kF16 = 1, kTF32 = 2 };
 
 constexpr int kBM = 128;
 constexpr int kBN = 256;
@@ -651,10 +650,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---- Host side ---------------------------------------------------------------------
 
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
-}
-
 // Geometry of one operand as a 2-D tensor map: dim 0 is the contiguous one.
 struct MapShape {
   uint64_t dims[2];
@@ -690,20 +685,6 @@ bool map_shape(int64_t inner, int64_t outer, int64_t outer_stride, int elt, uint
   return true;
 }
 
-// The wgmma operand kind of a dtype; -1 when there is none (float32 without TF32).
-int kind_of(const GemmArgs& args) {
-  switch (args.dtype) {
-    case ScalarType::kBFloat16:
-      return kBF16;
-    case ScalarType::kFloat16:
-      return kF16;
-    case ScalarType::kFloat32:
-      return args.allow_tf32 ? kTF32 : -1;
-    default:
-      return -1;
-  }
-}
-
 // An operand of mn rows (M for A, N for B) and k columns, element (r, p) at
 // ptr[r * stride_mn + p * stride_k], as a tensor map: K-major (box of 128 bytes of K by
 // box_rows rows) or, for 16-bit types, MN-major (64 x 64 boxes). False when TMA cannot read
@@ -732,7 +713,7 @@ bool make_plan(const GemmArgs& args, Plan* plan) {
   if (args.cc_major != 9 || args.cc_minor != 0) return false;
   // Largest m, n, k accepted: TMA coordinates and tile origins are 32-bit signed.
   constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1024;
-  const int kind = kind_of(args);
+  const int kind = tc_kind_of(args);
   if (kind < 0) return false;
   if (args.m < 1 || args.n < 1 || args.k < 1) return false;
   if (args.m > kMaxDim || args.n > kMaxDim || args.k > kMaxDim) return false;
@@ -1056,7 +1037,7 @@ struct Staging {
 // Which operands TMA cannot read in place and must be staged.
 Staging staging_for(const GemmArgs& args) {
   Staging st;
-  const int kind = kind_of(args);
+  const int kind = tc_kind_of(args);
   if (kind < 0 || args.m < 1 || args.n < 1 || args.k < 1) return st;
   MapShape probe;
   bool mn = false;
