@@ -26,7 +26,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -36,6 +38,7 @@
 #include "gemmt/gemm_epilogue.cuh"
 #include "gemmt/gemm_tc_kind.h"
 #include "gemmt/numeric.cuh"
+#include "gemmt/strided_copy.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define GEMMT_SM90_DEVICE_CODE 1
@@ -45,20 +48,34 @@ namespace gemmt {
 namespace {
 
 constexpr int kBM = 128;
-constexpr int kBN = 256;
-constexpr int kStages = 4;
 constexpr int kThreads = 384;
 constexpr int kABytes = kBM * 128;  // 16 KB
-constexpr int kBBytes = kBN * 128;  // 32 KB
-constexpr int kStageBytes = kABytes + kBBytes;
 // Output staging for the TMA-store epilogue: per consumer warpgroup two 128B-swizzled boxes
 // of 64 rows x 128 bytes, i.e. half of its 64x256 bf16 rows (a quarter for fp32) per round.
 constexpr int kCBoxBytes = 64 * 128;
 constexpr int kCStageBytes = 2 * kCBoxBytes;
-constexpr int kBarrierBytes = 2 * kStages * 8;
-// + 1 KB so the ring can be aligned to the 1024-byte period of the 128B swizzle.
-constexpr int kSmemBytes = kStages * kStageBytes + 2 * kCStageBytes + kBarrierBytes + 1024;
-static_assert(kSmemBytes <= 227 * 1024, "exceeds the shared memory of one H100 CTA");
+
+// Two tile widths. The wide 128x256 tile is the fast one whenever C has columns to fill it.
+// For N <= 64 (tall-skinny products, the backward of a narrow layer) three quarters of its
+// wgmma work would be thrown away, and such products are bound by streaming A instead: the
+// 128x64 tile issues m64n64 instructions and spends the smaller stages on a deeper ring
+// (24 KB a stage, 8 of them) to keep more of A in flight. It runs as single CTAs with the
+// register-to-global epilogue.
+template <int kBN>
+struct TileCfg {
+  static_assert(kBN == 256 || kBN == 64, "tile widths: 256 and 64");
+  static constexpr int kStages = kBN == 256 ? 4 : 8;
+  static constexpr int kBBytes = kBN * 128;  // 32 KB or 8 KB
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kAcc = kBN / 2;  // fp32 accumulators per consumer thread
+  static constexpr int kCBytes = kBN == 256 ? 2 * kCStageBytes : 0;
+  static constexpr int kBarrierBytes = 2 * kStages * 8;
+  // + 1 KB so the ring can be aligned to the 1024-byte period of the 128B swizzle.
+  static constexpr int kSmemBytes = kStages * kStageBytes + kCBytes + kBarrierBytes + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "exceeds the shared memory of one H100 CTA");
+};
+constexpr int kBNWide = 256;
+constexpr int kBNNarrow = 64;
 
 struct Params {
   int m, n, k;
@@ -263,9 +280,10 @@ __device__ __forceinline__ void bulk_wait_all() {
 
 // Keeps the compiler from moving accumulator reads or writes across the asynchronous
 // wgmma window: the asm claims to read and rewrite every register.
-__device__ __forceinline__ void fence_accumulators(float (&d)[128]) {
+template <int N>
+__device__ __forceinline__ void fence_accumulators(float (&d)[N]) {
 #pragma unroll
-  for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // Shared-memory matrix descriptor, 128B swizzle. K-major: sbo = 1024 (next 8-row group),
@@ -334,8 +352,64 @@ __device__ __forceinline__ void wgmma_m64n256(float (&d)[128], uint64_t da, uint
   }
 }
 
+#define GEMMT_ACC32 GEMMT_ACC8(0), GEMMT_ACC8(8), GEMMT_ACC8(16), GEMMT_ACC8(24)
+#define GEMMT_D32                                                                  \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, " \
+  "%17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+
+// D(64x64, fp32) (+)= A(64xK) * B(Kx64): the narrow tile's step.
+template <int kKind, int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_m64n64(float (&d)[32], uint64_t da, uint64_t db,
+                                             uint32_t accumulate) {
+  if constexpr (kKind == kBF16) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " GEMMT_D32
+        ", %32, %33, p, 1, 1, %35, %36;\n"
+        "}\n"
+        : GEMMT_ACC32
+        : "l"(da), "l"(db), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+  } else if constexpr (kKind == kF16) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " GEMMT_D32
+        ", %32, %33, p, 1, 1, %35, %36;\n"
+        "}\n"
+        : GEMMT_ACC32
+        : "l"(da), "l"(db), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+  } else {
+    static_assert(kTransA == 0 && kTransB == 0, "tf32 wgmma reads K-major operands only");
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 " GEMMT_D32
+        ", %32, %33, p, 1, 1;\n"
+        "}\n"
+        : GEMMT_ACC32
+        : "l"(da), "l"(db), "r"(accumulate));
+  }
+}
+
+// One K step of the consumer's 64 x kBN block.
+template <int kKind, int kTransA, int kTransB, int kBN>
+__device__ __forceinline__ void wgmma_step(float (&d)[kBN / 2], uint64_t da, uint64_t db,
+                                           uint32_t accumulate) {
+  if constexpr (kBN == 256) {
+    wgmma_m64n256<kKind, kTransA, kTransB>(d, da, db, accumulate);
+  } else {
+    wgmma_m64n64<kKind, kTransA, kTransB>(d, da, db, accumulate);
+  }
+}
+
 #undef GEMMT_ACC8
+#undef GEMMT_ACC32
 #undef GEMMT_ACC128
+#undef GEMMT_D32
 #undef GEMMT_D128
 
 // Grouped raster over the tile grid: `group` tile rows are walked top to bottom before
@@ -374,11 +448,11 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   return u;
 }
 
-// Writes the warpgroup's 64 x 256 block (rows row0.., columns n0..) straight from registers.
-// Accumulator i of a thread sits at row 16*warp + lane/4 + 8*((i/2)%2) and column
+// Writes the warpgroup's 64 x (2 * kAcc) block (rows row0.., columns n0..) straight from
+// registers. Accumulator i of a thread sits at row 16*warp + lane/4 + 8*((i/2)%2) and column
 // 8*(i/4) + 2*(lane%4) + i%2 of the block.
-template <typename T>
-__device__ __forceinline__ void store_block_direct(const Params& p, const float (&acc)[128],
+template <typename T, int kAcc>
+__device__ __forceinline__ void store_block_direct(const Params& p, const float (&acc)[kAcc],
                                                    int row0, int n0, int warp_in_wg, int lane) {
   const int row = row0 + warp_in_wg * 16 + (lane >> 2);
   const int col0 = n0 + 2 * (lane & 3);
@@ -386,17 +460,20 @@ __device__ __forceinline__ void store_block_direct(const Params& p, const float 
   if (row < p.m) {
     T* const r0 = c + static_cast<int64_t>(row) * p.ldc;
 #pragma unroll
-    for (int j = 0; j < 32; ++j) store_pair<T>(p, r0, col0 + 8 * j, acc[4 * j], acc[4 * j + 1]);
+    for (int j = 0; j < kAcc / 4; ++j) store_pair<T>(p, r0, col0 + 8 * j, acc[4 * j], acc[4 * j + 1]);
   }
   if (row + 8 < p.m) {
     T* const r1 = c + static_cast<int64_t>(row + 8) * p.ldc;
 #pragma unroll
-    for (int j = 0; j < 32; ++j) store_pair<T>(p, r1, col0 + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+    for (int j = 0; j < kAcc / 4; ++j) {
+      store_pair<T>(p, r1, col0 + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+    }
   }
 }
 
 // A split-k slice's block: float32, unscaled, into its slice of the partial buffer.
-__device__ __forceinline__ void store_partial_block(const Params& p, const float (&acc)[128],
+template <int kAcc>
+__device__ __forceinline__ void store_partial_block(const Params& p, const float (&acc)[kAcc],
                                                     int split, int row0, int n0, int warp_in_wg,
                                                     int lane) {
   Params q = p;
@@ -405,10 +482,10 @@ __device__ __forceinline__ void store_partial_block(const Params& p, const float
   q.alpha = 1.f;
   q.beta = 0.f;
   q.c_pair = p.n % 2 == 0;
-  store_block_direct<float>(q, acc, row0, n0, warp_in_wg, lane);
+  store_block_direct<float, kAcc>(q, acc, row0, n0, warp_in_wg, lane);
 }
 
-// Same block through shared memory: each round fills two 128B-swizzled 64-row boxes of the
+// The wide tile's block through shared memory: each round fills two 128B-swizzled 64-row boxes of the
 // warpgroup's staging buffer and one thread hands them to TMA, which clips the edges. The
 // global writes then overlap the next tile's main loop; only the reuse of the buffer waits
 // for TMA to have read it.
@@ -419,7 +496,7 @@ __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorM
   constexpr int kElt = static_cast<int>(sizeof(T));
   constexpr int kBoxCols = 128 / kElt;
   constexpr int kRoundCols = 2 * kBoxCols;
-  constexpr int kRounds = kBN / kRoundCols;
+  constexpr int kRounds = kBNWide / kRoundCols;
   constexpr int kGroupsPerRound = kRoundCols / 8;  // accumulator column groups of 8
   const bool leader = (threadIdx.x & 127) == 0;
   const uint32_t bar_id = 1 + cw;  // 0 is __syncthreads
@@ -474,14 +551,18 @@ __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorM
 
 #endif  // GEMMT_SM90_DEVICE_CODE
 
-template <int kKind, bool kAMn, bool kBMn, int kCluster>
+template <int kKind, bool kAMn, bool kBMn, int kCluster, int kBN>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_gemm_kernel(const __grid_constant__ CUtensorMap tma_a,
                      const __grid_constant__ CUtensorMap tma_b,
                      const __grid_constant__ CUtensorMap tma_c, const Params p) {
 #if defined(GEMMT_SM90_DEVICE_CODE)
   using T = typename KindTraits<kKind>::T;
+  using Cfg = TileCfg<kBN>;
+  constexpr int kStages = Cfg::kStages;
+  constexpr int kBBytes = Cfg::kBBytes;
   constexpr int kBK = kKind == kTF32 ? 32 : 64;  // 128 bytes of K per stage row
+  static_assert(kCluster == 1 || kBN == kBNWide, "only the wide tile runs in CTA pairs");
 
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   // Both CTAs of a cluster compute the same offsets, which multicast relies on.
@@ -489,7 +570,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t smem_a = base;
   const uint32_t smem_b = base + kStages * kABytes;
   const uint32_t smem_c = smem_b + kStages * kBBytes;
-  const uint32_t bars = smem_c + 2 * kCStageBytes;
+  const uint32_t bars = smem_c + Cfg::kCBytes;
   auto full_bar = [&](int s) { return bars + 8u * s; };
   auto empty_bar = [&](int s) { return bars + 8u * (kStages + s); };
 
@@ -535,7 +616,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           // Parity trick: on the first lap the "previous" phase counts as complete.
           mbar_wait(empty_bar(stage), phase ^ 1u);
           const uint32_t fb = full_bar(stage);
-          mbar_arrive_expect_tx(fb, kStageBytes);
+          mbar_arrive_expect_tx(fb, Cfg::kStageBytes);
           const int k0 = kb * kBK;
           const uint32_t sa = smem_a + stage * kABytes;
           const uint32_t sb = smem_b + stage * kBBytes;
@@ -546,7 +627,9 @@ __global__ void __launch_bounds__(kThreads, 1)
             tma_load(sa + kMnBoxBytes, &tma_a, fb, m0 + 64, k0);
           }
           if constexpr (!kBMn) {
-            if constexpr (kCluster == 1) {
+            if constexpr (kBN == kBNNarrow) {
+              tma_load(sb, &tma_b, fb, k0, n0);  // one box of 64 rows
+            } else if constexpr (kCluster == 1) {
               tma_load(sb, &tma_b, fb, k0, n0);
               tma_load(sb + kBBytes / 2, &tma_b, fb, k0, n0 + kBN / 2);
             } else {
@@ -555,7 +638,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
           } else {
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
+            for (int j = 0; j < kBN / 64; ++j) {
               if constexpr (kCluster == 1) {
                 tma_load(sb + j * kMnBoxBytes, &tma_b, fb, n0 + 64 * j, k0);
               } else {
@@ -581,9 +664,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr uint32_t kBStep = (kBMn ? 16 * 128 : 32) >> 4;
     constexpr uint32_t kALbo = kAMn ? kMnBoxBytes : 16;
     constexpr uint32_t kBLbo = kBMn ? kMnBoxBytes : 16;
-    float acc[128];
+    float acc[Cfg::kAcc];
 #pragma unroll
-    for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+    for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.f;
     int stage = 0;
     uint32_t phase = 0;
     for (int u = cluster_id; u < total_units; u += num_clusters) {
@@ -601,8 +684,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          wgmma_m64n256<kKind, kAMn ? 1 : 0, kBMn ? 1 : 0>(acc, da + kk * kAStep, db + kk * kBStep,
-                                                           (kb != w.kb_begin || kk != 0) ? 1u : 0u);
+          wgmma_step<kKind, kAMn ? 1 : 0, kBMn ? 1 : 0, kBN>(
+              acc, da + kk * kAStep, db + kk * kBStep, (kb != w.kb_begin || kk != 0) ? 1u : 0u);
         }
         wgmma_commit();
         if (kb > w.kb_begin) {
@@ -632,16 +715,18 @@ __global__ void __launch_bounds__(kThreads, 1)
 
       if (p.splits > 1) {
         store_partial_block(p, acc, w.split, m0 + cw * 64, n0, warp_in_wg, lane);
-      } else if (p.tma_store) {
-        store_block_tma<T>(p, &tma_c, acc, smem_c + cw * kCStageBytes, m0 + cw * 64, n0, warp_in_wg,
-                           lane, cw);
+      } else if (kBN == kBNWide && p.tma_store) {
+        if constexpr (kBN == kBNWide) {
+          store_block_tma<T>(p, &tma_c, acc, smem_c + cw * kCStageBytes, m0 + cw * 64, n0,
+                             warp_in_wg, lane, cw);
+        }
       } else {
         store_block_direct<T>(p, acc, m0 + cw * 64, n0, warp_in_wg, lane);
       }
       fence_accumulators(acc);
     }
     // Shared memory must outlive the last TMA store's reads; global completion before exit.
-    if (p.tma_store && (threadIdx.x & 127) == 0) bulk_wait_all();
+    if (kBN == kBNWide && p.tma_store && (threadIdx.x & 127) == 0) bulk_wait_all();
   }
   // No CTA may leave while its peer can still arrive on its barriers.
   if constexpr (kCluster > 1) cluster_sync();
@@ -660,9 +745,21 @@ struct MapShape {
 struct Plan {
   int kind;
   int elt;
+  int bn;  // tile width: kBNWide or kBNNarrow
   bool a_mn, b_mn;
   MapShape a, b;
 };
+
+// The narrow tile for outputs at most its width, the wide one otherwise.
+int tile_n_for(int64_t n) {
+  return n <= kBNNarrow ? kBNNarrow : kBNWide;
+}
+
+// Rows of a K-major B box: half the wide tile (two boxes, or one per CTA of a pair), the
+// whole narrow one.
+uint32_t b_box_rows(int bn) {
+  return bn == kBNWide ? kBNWide / 2 : kBNNarrow;
+}
 
 // Fills `shape` for an operand contiguous along the dimension of size `inner` whose other
 // dimension (`outer`) has element stride `outer_stride`. False when TMA cannot take it.
@@ -723,14 +820,15 @@ bool make_plan(const GemmArgs& args, Plan* plan) {
   Plan pl;
   pl.kind = kind;
   pl.elt = elt;
+  pl.bn = tile_n_for(args.n);
   if (!map_operand(args.a, args.a_stride_k, args.a_stride_m, args.m, args.k, kind, kBM, &pl.a,
                    &pl.a_mn) ||
-      !map_operand(args.b, args.b_stride_k, args.b_stride_n, args.n, args.k, kind, kBN / 2, &pl.b,
-                   &pl.b_mn)) {
+      !map_operand(args.b, args.b_stride_k, args.b_stride_n, args.n, args.k, kind,
+                   b_box_rows(pl.bn), &pl.b, &pl.b_mn)) {
     return false;
   }
   // Tile indices are 32-bit.
-  const int64_t tiles = ((args.m + kBM - 1) / kBM) * ((args.n + kBN - 1) / kBN);
+  const int64_t tiles = ((args.m + kBM - 1) / kBM) * ((args.n + pl.bn - 1) / pl.bn);
   if (tiles > INT32_MAX / 2) return false;
   if (plan != nullptr) *plan = pl;
   return true;
@@ -792,7 +890,7 @@ int max_pair_clusters(Kernel kernel, int sm_count) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(2 * (sm_count / 2 > 0 ? sm_count / 2 : 1));
   cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = kSmemBytes;
+  cfg.dynamicSmemBytes = TileCfg<kBNWide>::kSmemBytes;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = 2;
@@ -813,9 +911,10 @@ struct Maps {
   CUtensorMap a, b, c;  // c is only encoded (and read) when Params::tma_store is set
 };
 
-template <int kKind, bool kAMn, bool kBMn, int kCluster>
+template <int kKind, bool kAMn, bool kBMn, int kCluster, int kBN>
 cudaError_t launch(const Maps& maps, const Params& p, int sm_count, cudaStream_t stream) {
-  auto kernel = sm90_gemm_kernel<kKind, kAMn, kBMn, kCluster>;
+  auto kernel = sm90_gemm_kernel<kKind, kAMn, kBMn, kCluster, kBN>;
+  constexpr int kSmemBytes = TileCfg<kBN>::kSmemBytes;
   GEMMT_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   int max_clusters = sm_count;
@@ -840,32 +939,32 @@ cudaError_t launch(const Maps& maps, const Params& p, int sm_count, cudaStream_t
   GEMMT_RETURN_LAUNCH_ERROR();
 }
 
-template <int kKind, int kCluster>
+template <int kKind, int kCluster, int kBN>
 cudaError_t launch_layout(const Plan& plan, const Maps& maps, const Params& p, int sm_count,
                           cudaStream_t stream) {
   if constexpr (kKind == kTF32) {
     if (plan.a_mn || plan.b_mn) return cudaErrorNotSupported;
-    return launch<kKind, false, false, kCluster>(maps, p, sm_count, stream);
+    return launch<kKind, false, false, kCluster, kBN>(maps, p, sm_count, stream);
   } else {
     if (plan.a_mn) {
-      return plan.b_mn ? launch<kKind, true, true, kCluster>(maps, p, sm_count, stream)
-                       : launch<kKind, true, false, kCluster>(maps, p, sm_count, stream);
+      return plan.b_mn ? launch<kKind, true, true, kCluster, kBN>(maps, p, sm_count, stream)
+                       : launch<kKind, true, false, kCluster, kBN>(maps, p, sm_count, stream);
     }
-    return plan.b_mn ? launch<kKind, false, true, kCluster>(maps, p, sm_count, stream)
-                     : launch<kKind, false, false, kCluster>(maps, p, sm_count, stream);
+    return plan.b_mn ? launch<kKind, false, true, kCluster, kBN>(maps, p, sm_count, stream)
+                     : launch<kKind, false, false, kCluster, kBN>(maps, p, sm_count, stream);
   }
 }
 
-template <int kCluster>
+template <int kCluster, int kBN>
 cudaError_t launch_kind(const Plan& plan, const Maps& maps, const Params& p, int sm_count,
                         cudaStream_t stream) {
   switch (plan.kind) {
     case kBF16:
-      return launch_layout<kBF16, kCluster>(plan, maps, p, sm_count, stream);
+      return launch_layout<kBF16, kCluster, kBN>(plan, maps, p, sm_count, stream);
     case kF16:
-      return launch_layout<kF16, kCluster>(plan, maps, p, sm_count, stream);
+      return launch_layout<kF16, kCluster, kBN>(plan, maps, p, sm_count, stream);
     default:
-      return launch_layout<kTF32, kCluster>(plan, maps, p, sm_count, stream);
+      return launch_layout<kTF32, kCluster, kBN>(plan, maps, p, sm_count, stream);
   }
 }
 
@@ -873,11 +972,10 @@ cudaError_t launch_kind(const Plan& plan, const Maps& maps, const Params& p, int
 
 namespace {
 
-// Split-k for outputs with too few 128x256 tiles to occupy the GPU: the persistent CTAs take
+// Split-k for outputs with too few tiles to occupy the GPU: the persistent CTAs take
 // (tile, k-slice) units, each slice writes a float32 partial tile, and one pass adds the
 // slices in order (deterministic) and applies alpha, beta and the rounding. A slice keeps
-// at least kMinKbPerSplit k-blocks so the 4-stage ring reaches a steady state. Returns 1
-// when C alone has tiles for at least half of the SMs.
+// at least kMinKbPerSplit k-blocks so the ring reaches a steady state.
 constexpr int kMinKbPerSplit = 4;
 constexpr int kMaxSplits = 64;
 
@@ -886,22 +984,75 @@ struct SplitPlan {
   int kb_per_split = 0;
 };
 
-SplitPlan choose_splits(const GemmArgs& args) {
+int64_t k_blocks(const GemmArgs& args) {
+  const int64_t per_kb = 128 / static_cast<int64_t>(element_size(args.dtype));
+  return (args.k + per_kb - 1) / per_kb;
+}
+
+int64_t tile_count(const GemmArgs& args) {
+  const int64_t bn = tile_n_for(args.n);
+  return ((args.m + kBM - 1) / kBM) * ((args.n + bn - 1) / bn);
+}
+
+// The plan for (at most) `splits` slices: equal slices, none empty.
+SplitPlan split_plan(const GemmArgs& args, int64_t splits) {
   SplitPlan sp;
-  const int64_t elt = static_cast<int64_t>(element_size(args.dtype));
-  const int64_t num_kb = (args.k + (128 / elt) - 1) / (128 / elt);
+  const int64_t num_kb = k_blocks(args);
   sp.kb_per_split = static_cast<int>(num_kb);
-  const int64_t tiles = ((args.m + kBM - 1) / kBM) * ((args.n + kBN - 1) / kBN);
-  const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
-  if (tiles * 2 > sms) return sp;
-  int64_t splits = sms / tiles;
-  if (splits > num_kb / kMinKbPerSplit) splits = num_kb / kMinKbPerSplit;
-  if (splits > kMaxSplits) splits = kMaxSplits;
+  if (splits > num_kb) splits = num_kb;
   if (splits < 2) return sp;
   const int64_t per = (num_kb + splits - 1) / splits;
   sp.kb_per_split = static_cast<int>(per);
-  sp.splits = static_cast<int>((num_kb + per - 1) / per);  // no empty slice
+  sp.splits = static_cast<int>((num_kb + per - 1) / per);
   return sp;
+}
+
+// Estimated time, in microseconds, of the product with `splits` slices. The main kernel
+// runs ceil(units / SMs) waves of units of kb_per_split k-blocks plus a fixed cost per unit
+// (filling the ring, the epilogue) and can be no faster than reading A and B once from
+// memory; a split adds the reduction pass, which reads every partial and writes C. The
+// constants are per-SM times of one k-block measured on H100 (gemm_tc_selftest -sweep).
+double split_cost_us(const GemmArgs& args, const SplitPlan& sp) {
+  constexpr double kKbUsWide = 0.56;    // 128x256x(128 B of K): tensor-core bound
+  constexpr double kKbUsNarrow = 0.30;  // 128x64x(128 B of K): bound by streaming A
+  constexpr double kUnitFixedKb = 3.0;  // ring fill and epilogue, in k-blocks
+  constexpr double kBytesPerUs = 2.6e6;  // DRAM, bytes per microsecond
+  constexpr double kReduceFixedUs = 3.0;  // the extra launch and its tail
+  const double sms = args.sm_count > 0 ? args.sm_count : 1;
+  const double units = static_cast<double>(tile_count(args)) * sp.splits;
+  const double waves = std::ceil(units / sms);
+  const double kb_us = tile_n_for(args.n) == kBNWide ? kKbUsWide : kKbUsNarrow;
+  const double elt = static_cast<double>(element_size(args.dtype));
+  const double operand_bytes = (static_cast<double>(args.m) + args.n) * args.k * elt;
+  const double compute = waves * (sp.kb_per_split + kUnitFixedKb) * kb_us;
+  double t = std::max(compute, operand_bytes / kBytesPerUs);
+  if (sp.splits > 1) {
+    const double mn = static_cast<double>(args.m) * args.n;
+    const double c_bytes = mn * elt * (args.beta != 0.f ? 2.0 : 1.0);
+    t += (mn * 4.0 * sp.splits + c_bytes) / kBytesPerUs + kReduceFixedUs;
+  }
+  return t;
+}
+
+// The split count with the lowest estimated time (1 when C alone has tiles for at least
+// half of the SMs).
+SplitPlan choose_splits(const GemmArgs& args) {
+  const int64_t tiles = tile_count(args);
+  const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
+  SplitPlan best = split_plan(args, 1);
+  if (tiles * 2 > sms) return best;
+  int64_t max_splits = std::min<int64_t>(kMaxSplits, k_blocks(args) / kMinKbPerSplit);
+  double best_t = split_cost_us(args, best);
+  for (int64_t s = 2; s <= max_splits; ++s) {
+    const SplitPlan sp = split_plan(args, s);
+    if (sp.splits != s) continue;  // rounds to a count already tried
+    const double t = split_cost_us(args, sp);
+    if (t < best_t) {
+      best_t = t;
+      best = sp;
+    }
+  }
+  return best;
 }
 
 std::size_t partial_bytes(const GemmArgs& args, const SplitPlan& sp) {
@@ -930,17 +1081,18 @@ cudaError_t run_planned(const GemmArgs& args, cudaStream_t stream, int cluster, 
   }
   // C as a {n, m} tensor with 64-row boxes of 128 bytes, the staging layout of the epilogue.
   MapShape c_shape;
-  const bool c_tma_ok = !split && store != 1 && aligned16(args.c) &&
+  const bool c_tma_ok = !split && store != 1 && plan.bn == kBNWide && aligned16(args.c) &&
                         map_shape(args.n, args.m, args.ldc, elt, 128u / elt, 64, &c_shape) &&
                         encode(&maps.c, args.c, c_shape, plan.kind);
   const int64_t tiles_m128 = (args.m + kBM - 1) / kBM;
-  const int cl = (cluster == 1 || split || tiles_m128 % 2 != 0) ? 1 : 2;
+  const bool narrow = plan.bn == kBNNarrow;
+  const int cl = (cluster == 1 || split || narrow || tiles_m128 % 2 != 0) ? 1 : 2;
   Params p;
   p.m = static_cast<int>(args.m);
   p.n = static_cast<int>(args.n);
   p.k = static_cast<int>(args.k);
   p.tiles_m = static_cast<int>(tiles_m128 / cl);
-  p.tiles_n = static_cast<int>((args.n + kBN - 1) / kBN);
+  p.tiles_n = static_cast<int>((args.n + plan.bn - 1) / plan.bn);
   p.num_kb = static_cast<int>((args.k + (128 / elt) - 1) / (128 / elt));
   p.group = 16 / cl;  // 2048 rows of C per raster group
   p.c = args.c;
@@ -954,8 +1106,15 @@ cudaError_t run_planned(const GemmArgs& args, cudaStream_t stream, int cluster, 
   p.kb_per_split = split ? sp.kb_per_split : p.num_kb;
   p.partial = split ? partial : nullptr;
   const int sm_count = args.sm_count > 0 ? args.sm_count : 1;
-  GEMMT_RETURN_IF_ERROR(cl == 2 ? launch_kind<2>(plan, maps, p, sm_count, stream)
-                                : launch_kind<1>(plan, maps, p, sm_count, stream));
+  cudaError_t launched;
+  if (narrow) {
+    launched = launch_kind<1, kBNNarrow>(plan, maps, p, sm_count, stream);
+  } else if (cl == 2) {
+    launched = launch_kind<2, kBNWide>(plan, maps, p, sm_count, stream);
+  } else {
+    launched = launch_kind<1, kBNWide>(plan, maps, p, sm_count, stream);
+  }
+  GEMMT_RETURN_IF_ERROR(launched);
   if (!split) return cudaSuccess;
   return gemm_reduce_k_slices(args, partial, sp.splits, stream);
 }
@@ -985,38 +1144,6 @@ bool gemm_sm90_variant_supports(const GemmArgs& args) {
 // product's time at the sizes where wgmma pays), then the product runs on the copy.
 namespace {
 
-constexpr int kStageTile = 32;
-
-// out[r * ld_out + p] = in[r * s_r + p * s_p] for r < rows, p < len. A source contiguous
-// along p is copied row by row (coalesced on both sides). Otherwise a 32x32 tile goes
-// through shared memory so that the read (along r, the source's contiguous dimension) and
-// the write (along p) are both coalesced; the +1 column keeps the transposed reads of the
-// tile free of bank conflicts.
-template <typename E>
-__global__ void __launch_bounds__(kStageTile * 8)
-    stage_k_major_kernel(const E* __restrict__ in, int64_t s_r, int64_t s_p, int64_t rows,
-                         int64_t len, E* __restrict__ out, int64_t ld_out) {
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kStageTile;
-  const int64_t p0 = static_cast<int64_t>(blockIdx.y) * kStageTile;
-  if (s_p == 1) {
-    for (int i = threadIdx.y; i < kStageTile; i += blockDim.y) {
-      const int64_t r = r0 + i, pk = p0 + threadIdx.x;
-      if (r < rows && pk < len) out[r * ld_out + pk] = in[r * s_r + pk];
-    }
-    return;
-  }
-  __shared__ E tile[kStageTile][kStageTile + 1];
-  for (int i = threadIdx.y; i < kStageTile; i += blockDim.y) {
-    const int64_t r = r0 + threadIdx.x, pk = p0 + i;
-    if (r < rows && pk < len) tile[i][threadIdx.x] = in[r * s_r + pk * s_p];
-  }
-  __syncthreads();
-  for (int i = threadIdx.y; i < kStageTile; i += blockDim.y) {
-    const int64_t r = r0 + i, pk = p0 + threadIdx.x;
-    if (r < rows && pk < len) out[r * ld_out + pk] = tile[threadIdx.x][i];
-  }
-}
-
 // Row pitch of a staged operand, in elements: k rounded up to 16 bytes (TMA row strides).
 int64_t staged_pitch(int64_t k, int64_t elt) {
   const int64_t per16 = 16 / elt;
@@ -1043,8 +1170,8 @@ Staging staging_for(const GemmArgs& args) {
   bool mn = false;
   st.a = !map_operand(args.a, args.a_stride_k, args.a_stride_m, args.m, args.k, kind, kBM, &probe,
                       &mn);
-  st.b = !map_operand(args.b, args.b_stride_k, args.b_stride_n, args.n, args.k, kind, kBN / 2,
-                      &probe, &mn);
+  st.b = !map_operand(args.b, args.b_stride_k, args.b_stride_n, args.n, args.k, kind,
+                      b_box_rows(tile_n_for(args.n)), &probe, &mn);
   return st;
 }
 
@@ -1082,25 +1209,11 @@ GemmArgs staged_args(const GemmArgs& args, const Staging& st, char* ws) {
   return s;
 }
 
-template <typename E>
-cudaError_t stage_k_major_typed(const void* in, int64_t s_r, int64_t s_p, int64_t rows, int64_t k,
-                                void* out, cudaStream_t stream) {
-  const int64_t gx = (rows + kStageTile - 1) / kStageTile;
-  const int64_t gy = (k + kStageTile - 1) / kStageTile;
-  if (gx > 2147483647 || gy > 65535) return cudaErrorNotSupported;
-  stage_k_major_kernel<E><<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)),
-                            dim3(kStageTile, 8), 0, stream>>>(
-      static_cast<const E*>(in), s_r, s_p, rows, k, static_cast<E*>(out),
-      staged_pitch(k, static_cast<int64_t>(sizeof(E))));
-  GEMMT_RETURN_LAUNCH_ERROR();
-}
-
 cudaError_t stage_k_major(const GemmArgs& args, const void* in, int64_t s_r, int64_t s_p,
                           int64_t rows, void* out, cudaStream_t stream) {
-  if (element_size(args.dtype) == 4) {
-    return stage_k_major_typed<float>(in, s_r, s_p, rows, args.k, out, stream);
-  }
-  return stage_k_major_typed<uint16_t>(in, s_r, s_p, rows, args.k, out, stream);
+  const int64_t elt = static_cast<int64_t>(element_size(args.dtype));
+  return copy_2d_bits(static_cast<int>(elt), in, s_r, s_p, rows, args.k, out,
+                      staged_pitch(args.k, elt), stream);
 }
 
 // A 256-byte-aligned stand-in for the workspace while planning; never dereferenced.
@@ -1108,9 +1221,9 @@ char* planning_workspace() {
   return reinterpret_cast<char*>(uintptr_t{256});
 }
 
-// Largest staging pass accepted: its grid has at most 65535 tiles along k.
+// Largest staging pass accepted (copy_2d's grid).
 bool staging_fits(const GemmArgs& args, const Staging& st) {
-  return !(st.a || st.b) || (args.k + kStageTile - 1) / kStageTile <= 65535;
+  return !(st.a || st.b) || args.k <= kCopyMaxLen;
 }
 
 }  // namespace
@@ -1121,15 +1234,23 @@ bool gemm_sm90_supports(const GemmArgs& args) {
   return staging_fits(args, st) && make_plan(staged_args(args, st, planning_workspace()), nullptr);
 }
 
-std::size_t gemm_sm90_workspace_bytes(const GemmArgs& args) {
-  if (!gemm_sm90_supports(args)) return 0;
-  return workspace_for(args, staging_for(args), choose_splits(args)).total();
+namespace {
+
+SplitPlan split_plan_or_auto(const GemmArgs& args, int splits) {
+  return splits > 0 ? split_plan(args, splits) : choose_splits(args);
 }
 
-cudaError_t gemm_sm90_run(const GemmArgs& args, void* workspace, cudaStream_t stream) {
+std::size_t workspace_bytes_with(const GemmArgs& args, int splits) {
+  if (!gemm_sm90_supports(args)) return 0;
+  return workspace_for(args, staging_for(args), split_plan_or_auto(args, splits)).total();
+}
+
+// Stages what must be staged, then runs the product with `splits` k-slices (0: chosen by
+// the cost model).
+cudaError_t run_with(const GemmArgs& args, int splits, void* workspace, cudaStream_t stream) {
   if (!gemm_sm90_supports(args)) return cudaErrorNotSupported;
   const Staging st = staging_for(args);
-  const SplitPlan sp = choose_splits(args);
+  const SplitPlan sp = split_plan_or_auto(args, splits);
   const Workspace w = workspace_for(args, st, sp);
   if (w.total() > 0 && workspace == nullptr) return cudaErrorInvalidValue;
   char* ws = static_cast<char*>(workspace);
@@ -1146,5 +1267,32 @@ cudaError_t gemm_sm90_run(const GemmArgs& args, void* workspace, cudaStream_t st
       w.partial_bytes > 0 ? reinterpret_cast<float*>(ws + w.a_bytes + w.b_bytes) : nullptr;
   return run_planned(s, stream, 0, 0, sp, partial);
 }
+
+}  // namespace
+
+std::size_t gemm_sm90_workspace_bytes(const GemmArgs& args) {
+  return workspace_bytes_with(args, 0);
+}
+
+cudaError_t gemm_sm90_run(const GemmArgs& args, void* workspace, cudaStream_t stream) {
+  return run_with(args, 0, workspace, stream);
+}
+
+namespace detail {
+
+std::size_t gemm_sm90_split_workspace_bytes(const GemmArgs& args, int splits) {
+  return workspace_bytes_with(args, splits);
+}
+
+cudaError_t gemm_sm90_run_splits(const GemmArgs& args, int splits, void* workspace,
+                                 cudaStream_t stream) {
+  return run_with(args, splits, workspace, stream);
+}
+
+int gemm_sm90_auto_splits(const GemmArgs& args) {
+  return choose_splits(args).splits;
+}
+
+}  // namespace detail
 
 }  // namespace gemmt

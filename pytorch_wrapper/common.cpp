@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <vector>
 
+#ifdef GEMMT_WITH_CUDA
+#include <ATen/cuda/EmptyTensor.h>
+#endif
+
 namespace gemmt::wrapper {
 
 std::string describe(const at::Tensor& t) {
@@ -64,6 +68,17 @@ std::initializer_list<at::ScalarType> float_dtypes_for(const at::Tensor& t) {
   static const std::initializer_list<at::ScalarType> kCpu = {at::kFloat, at::kHalf, at::kBFloat16,
                                                              at::kDouble};
   return t.is_cuda() ? kCuda : kCpu;
+}
+
+at::Tensor new_output(c10::SymIntArrayRef sizes, const at::TensorOptions& options) {
+#ifdef GEMMT_WITH_CUDA
+  if (options.device().is_cuda()) {
+    return at::detail::empty_cuda(C10_AS_INTARRAYREF_SLOW(sizes),
+                                  c10::typeMetaToScalarType(options.dtype()), options.device(),
+                                  at::MemoryFormat::Contiguous);
+  }
+#endif
+  return at::empty_symint(sizes, options.memory_format(at::MemoryFormat::Contiguous));
 }
 
 ScalarType to_kernel_dtype(at::ScalarType t) {

@@ -44,6 +44,11 @@ void check_same_device(const char* op, const char* arg_a, const at::Tensor& a, c
 // kernels also take float64 (for gradcheck).
 std::initializer_list<at::ScalarType> float_dtypes_for(const at::Tensor& t);
 
+// A new contiguous tensor. CUDA outputs come straight from the caching allocator: at::empty
+// would be a second trip through the dispatcher on every call, a visible share of a small
+// tensor's per-call time. Meta (and CPU) outputs go through at::empty as usual.
+at::Tensor new_output(c10::SymIntArrayRef sizes, const at::TensorOptions& options);
+
 ScalarType to_kernel_dtype(at::ScalarType t);
 
 // Describes a non-contiguous tensor for the strided kernel path: size-1 dimensions are

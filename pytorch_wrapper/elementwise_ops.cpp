@@ -33,7 +33,7 @@ void check_binary(const char* op, const char* an, const at::Tensor& a, const cha
 }
 
 at::Tensor empty_like_contiguous(const at::Tensor& t) {
-  return at::empty_symint(t.sym_sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
+  return new_output(t.sym_sizes(), t.options());
 }
 
 #define GEMMT_DISPATCH_FLOATS(dtype, name, ...) \

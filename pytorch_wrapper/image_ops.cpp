@@ -32,7 +32,7 @@ at::Tensor rgb_to_gray_meta(const at::Tensor& img, bool /*bgr*/) {
               ": argument 'img' expected the last dimension to be 3 (channels), got ",
               describe(img));
   auto sizes = img.sym_sizes();
-  return at::empty_symint(sizes.slice(0, sizes.size() - 1), img.options());
+  return new_output(sizes.slice(0, sizes.size() - 1), img.options());
 }
 
 at::Tensor rgb_to_gray_cpu(const at::Tensor& img, bool bgr) {
@@ -52,7 +52,7 @@ at::Tensor normalize_volume_meta(const at::Tensor& vol, double max_val) {
   check_dtype(kNormalizeVolume, "vol", vol, {at::kUInt16, at::kByte});
   TORCH_CHECK(max_val > 0.0, kNormalizeVolume,
               ": argument 'max_val' expected a positive number, got ", max_val);
-  return at::empty_symint(vol.sym_sizes(), vol.options().dtype(at::kFloat));
+  return new_output(vol.sym_sizes(), vol.options().dtype(at::kFloat));
 }
 
 at::Tensor normalize_volume_cpu(const at::Tensor& vol, double max_val) {

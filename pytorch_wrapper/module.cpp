@@ -15,60 +15,75 @@ namespace py = pybind11;
 
 namespace {
 
+using Tensor = at::Tensor;
+
 template <typename Sig>
-c10::TypedOperatorHandle<Sig> handle(const char* name) {
+c10::TypedOperatorHandle<Sig> find(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
 }
 
-void gemm(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double alpha, double beta,
-          const std::string& variant) {
-  static auto op = handle<void(const at::Tensor&, const at::Tensor&, const at::Tensor&, double,
-                               double, std::string_view)>("gemmt::gemm");
-  op.call(c, a, b, alpha, beta, variant);
-}
+// Each binding looks its operator up once (a static local of its own lambda); a call then
+// costs one dispatch. The GIL is released for the call, as torch.ops does, so other Python
+// threads run meanwhile.
+#define GEMMT_OP(Sig, name)                          \
+  ([]() -> const c10::TypedOperatorHandle<Sig>& {    \
+    static const auto gemmt_op_ = find<Sig>(name);   \
+    return gemmt_op_;                                \
+  }())
 
-at::Tensor binary(const char* name, const at::Tensor& a, const at::Tensor& b) {
-  return handle<at::Tensor(const at::Tensor&, const at::Tensor&)>(name).call(a, b);
-}
+using Release = py::call_guard<py::gil_scoped_release>;
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "gemmt: hand-written CUDA kernels registered as torch.ops.gemmt";
-  m.def("gemm", &gemm, "c = alpha * a @ b + beta * c, in place", py::arg("c"), py::arg("a"),
-        py::arg("b"), py::arg("alpha") = 1.0, py::arg("beta") = 0.0, py::kw_only(),
-        py::arg("variant") = "auto");
   m.def(
-      "mm", [](const at::Tensor& a, const at::Tensor& b) { return binary("gemmt::mm", a, b); },
-      "a @ b (differentiable)", py::arg("a"), py::arg("b"));
+      "gemm",
+      [](const Tensor& c, const Tensor& a, const Tensor& b, double alpha, double beta,
+         const std::string& variant) {
+        GEMMT_OP(void(const Tensor&, const Tensor&, const Tensor&, double, double,
+                    std::string_view), "gemmt::gemm")
+            .call(c, a, b, alpha, beta, variant);
+      },
+      "c = alpha * a @ b + beta * c, in place", py::arg("c"), py::arg("a"), py::arg("b"),
+      py::arg("alpha") = 1.0, py::arg("beta") = 0.0, py::kw_only(), py::arg("variant") = "auto",
+      Release());
   m.def(
-      "add", [](const at::Tensor& a, const at::Tensor& b) { return binary("gemmt::add", a, b); },
-      "a + b (differentiable)", py::arg("a"), py::arg("b"));
+      "mm",
+      [](const Tensor& a, const Tensor& b) {
+        return GEMMT_OP(Tensor(const Tensor&, const Tensor&), "gemmt::mm").call(a, b);
+      },
+      "a @ b (differentiable)", py::arg("a"), py::arg("b"), Release());
+  m.def(
+      "add",
+      [](const Tensor& a, const Tensor& b) {
+        return GEMMT_OP(Tensor(const Tensor&, const Tensor&), "gemmt::add").call(a, b);
+      },
+      "a + b (differentiable)", py::arg("a"), py::arg("b"), Release());
   m.def(
       "square",
-      [](const at::Tensor& x) {
-        return handle<at::Tensor(const at::Tensor&)>("gemmt::square").call(x);
-      },
-      "x * x (differentiable)", py::arg("x"));
+      [](const Tensor& x) { return GEMMT_OP(Tensor(const Tensor&), "gemmt::square").call(x); },
+      "x * x (differentiable)", py::arg("x"), Release());
   m.def(
       "scale",
-      [](const at::Tensor& x, double factor) {
-        return handle<at::Tensor(const at::Tensor&, double)>("gemmt::scale").call(x, factor);
+      [](const Tensor& x, double factor) {
+        return GEMMT_OP(Tensor(const Tensor&, double), "gemmt::scale").call(x, factor);
       },
-      "x * factor (differentiable)", py::arg("x"), py::arg("factor") = 2.0);
+      "x * factor (differentiable)", py::arg("x"), py::arg("factor") = 2.0, Release());
   m.def(
       "rgb_to_gray",
-      [](const at::Tensor& img, bool bgr) {
-        return handle<at::Tensor(const at::Tensor&, bool)>("gemmt::rgb_to_gray").call(img, bgr);
+      [](const Tensor& img, bool bgr) {
+        return GEMMT_OP(Tensor(const Tensor&, bool), "gemmt::rgb_to_gray").call(img, bgr);
       },
-      "uint8 [..., H, W, 3] -> uint8 [..., H, W] luma", py::arg("img"), py::arg("bgr") = false);
+      "uint8 [..., H, W, 3] -> uint8 [..., H, W] luma", py::arg("img"), py::arg("bgr") = false,
+      Release());
   m.def(
       "normalize_volume",
-      [](const at::Tensor& vol, double max_val) {
-        return handle<at::Tensor(const at::Tensor&, double)>("gemmt::normalize_volume")
-            .call(vol, max_val);
+      [](const Tensor& vol, double max_val) {
+        return GEMMT_OP(Tensor(const Tensor&, double), "gemmt::normalize_volume").call(vol, max_val);
       },
-      "uint8/uint16 volume -> float32 vol / max_val", py::arg("vol"), py::arg("max_val"));
+      "uint8/uint16 volume -> float32 vol / max_val", py::arg("vol"), py::arg("max_val"),
+      Release());
   m.def("build_info_json", &gemmt::wrapper::build_info_json,
         "JSON string: versions, architectures and compiler this module was built with");
   m.def(

@@ -64,8 +64,10 @@ if has selftest; then
     args=()
     # The SIMT self-test also times every tile configuration of the pipelined kernel.
     [ "$name" = gemm_simt_selftest ] && args=(-q -bench -sweep)
+    # The tensor-core self-test also times every split-k count on the narrow and long-k shapes.
+    [ "$name" = gemm_tc_selftest ] && args=(--sweep)
     stage "run $name" "$LOGS/${name}.log" timeout 400 "build/$name" "${args[@]}"
-    grep "^BENCH\|^SWEEP" "$LOGS/${name}.log" >>"$SUMMARY"
+    grep "^BENCH\|^SWEEP\|^TCSWEEP" "$LOGS/${name}.log" >>"$SUMMARY"
     tail -n 5 "$LOGS/${name}.log" >>"$SUMMARY"
   done
 fi
@@ -85,7 +87,7 @@ fi
 if has bench; then
   stage "bench memory" "$LOGS/bench_memory.log" $PY -m gemmt bench memory --out "$OUT" ${BENCH_ARGS:-}
   stage "bench gemm" "$LOGS/bench_gemm.log" $PY -m gemmt bench gemm --out "$OUT" ${BENCH_ARGS:-}
-  grep -v "it/s\|s/it" "$LOGS/bench_memory.log" | tail -n 25 >>"$SUMMARY"
+  grep -v "it/s\|s/it" "$LOGS/bench_memory.log" | tail -n 35 >>"$SUMMARY"
   grep -v "it/s\|s/it" "$LOGS/bench_gemm.log" | tail -n 90 >>"$SUMMARY"
 fi
 

@@ -15,7 +15,9 @@ import gemmt
 
 VARIANTS = ["naive", "smem_tiled", "register_blocked", "warptiled", "pipelined", "split_k",
             "mma_sync", "wgmma", "auto"]
-SHAPES = [(1, 1, 1), (7, 9, 5), (33, 17, 65), (129, 257, 65), (64, 48, 2049)]
+# (64, 48, 2049): wgmma's narrow tile with split-k; (2056, 24, 40): m >= 2048, so the
+# pipelined kernel copies a K-major B ("tt") N-major first.
+SHAPES = [(1, 1, 1), (7, 9, 5), (33, 17, 65), (129, 257, 65), (64, 48, 2049), (2056, 24, 40)]
 
 
 def cuda(t: torch.Tensor) -> torch.Tensor:

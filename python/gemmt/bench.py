@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 import gemmt
+from gemmt import _native
 from gemmt._timing import median_ms, per_call_us
 
 try:
@@ -212,10 +213,30 @@ def _copy_gbps(nbytes: int) -> float:
 
 
 def _small_call_overhead() -> dict[str, Any]:
+    """Host time per call of 1-element ops, and where it goes.
+
+    ``ours_us`` / ``ref_us`` compare ``torch.ops.gemmt.add`` with ``torch.add``. The
+    breakdown times the same 1-element add through every entry point, including
+    ``torch.ops.aten.add.Tensor``, which takes PyTorch's own add through the same Python
+    ``torch.ops`` call path as a custom op: the difference between it and ``torch.add`` is
+    the cost of that path alone.
+    """
     x, y = torch.randn(1, device="cuda"), torch.randn(1, device="cuda")
-    ours = per_call_us(lambda: torch.ops.gemmt.add(x, y), "cuda")
-    ref = per_call_us(lambda: torch.add(x, y), "cuda")
+    native = _native.load()
+    paths: dict[str, Any] = {
+        "torch.add": lambda: torch.add(x, y),
+        "torch.ops.aten.add.Tensor": lambda: torch.ops.aten.add.Tensor(x, y),
+        "torch.ops.gemmt.add": lambda: torch.ops.gemmt.add(x, y),
+        "torch.ops.gemmt.add.default": lambda: torch.ops.gemmt.add.default(x, y),
+        "gemmt.add": lambda: gemmt.add(x, y),
+        "gemmt._gemmt.add (pybind)": lambda: native.add(x, y),
+        "torch.square": lambda: torch.square(x),
+        "torch.ops.gemmt.square": lambda: torch.ops.gemmt.square(x),
+    }
+    breakdown = {name: per_call_us(fn, "cuda") for name, fn in paths.items()}
+    ours, ref = breakdown["torch.ops.gemmt.add"], breakdown["torch.add"]
     return dict(op="add", dtype="float32", numel=1, ours_us=ours, ref_us=ref, ratio=ours / ref,
+                breakdown_us=breakdown,
                 note="host time per call, back-to-back calls, 1-element tensors")
 
 
@@ -357,6 +378,8 @@ def run_memory(out_dir: Path, quick: bool) -> list[dict[str, Any]]:
               f"{r['ref_gbps']:>11.0f}{r['speedup_vs_torch']:>8.2f}x")
     print(f"1-element add: gemmt {small['ours_us']:.2f} us/call, torch.add "
           f"{small['ref_us']:.2f} us/call, ratio {small['ratio']:.2f}")
+    for name, us in small["breakdown_us"].items():
+        print(f"  {name:<30}{us:8.2f} us/call")
     print(f"wrote {path}")
     return records
 

@@ -481,6 +481,8 @@ int main(int argc, char** argv) {
       {257, 257, 1},    {7, 257, 129},   {257, 7, 129}, {100, 70, 5000},    {4, 1, 200000},
       {1, 300, 100000}, {200, 136, 264}, {72, 520, 48}, {1000, 1000, 1000}, {256, 256, 8192},
       {9, 11, 0},
+      // m >= 2048: a K-major B is first copied N-major (with split-k in the second).
+      {2050, 36, 77},   {2304, 40, 4100},
   };
   const ScalarType dtypes[] = {ScalarType::kFloat32, ScalarType::kFloat16, ScalarType::kBFloat16};
   const std::pair<Layout, Layout> layouts[] = {

@@ -33,6 +33,12 @@ cudaError_t gemm_sm90_run_variant(const GemmArgs& args, cudaStream_t stream, int
                                   int store);
 // True when the kernel reads the operands in place (gemm_sm90_run_variant runs them).
 bool gemm_sm90_variant_supports(const GemmArgs& args);
+// gemm_sm90_run with `splits` k-slices instead of the cost model's choice.
+std::size_t gemm_sm90_split_workspace_bytes(const GemmArgs& args, int splits);
+cudaError_t gemm_sm90_run_splits(const GemmArgs& args, int splits, void* workspace,
+                                 cudaStream_t stream);
+// The split count gemm_sm90_run picks.
+int gemm_sm90_auto_splits(const GemmArgs& args);
 }  // namespace detail
 }  // namespace gemmt
 
@@ -439,7 +445,31 @@ void test_shape(Ctx& ctx, int dti, const Shape& sh, uint64_t seed) {
   CHECK_CUDA(cudaFree(dC));
 }
 
-// Median time of `iters` launches after warm-up, in TFLOP/s; negative when unsupported.
+// Median time of 20 launches of `run` after 3 warm-ups, in milliseconds.
+template <class Run>
+double median_ms(Ctx& ctx, const char* what, Run run) {
+  for (int i = 0; i < 3; ++i) CHECK_CUDA(run());
+  wait_or_die(ctx.stream, what);
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int i = 0; i < 20; ++i) {
+    CHECK_CUDA(cudaEventRecord(e0, ctx.stream));
+    CHECK_CUDA(run());
+    CHECK_CUDA(cudaEventRecord(e1, ctx.stream));
+    wait_or_die(ctx.stream, what);
+    float t = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  CHECK_CUDA(cudaEventDestroy(e0));
+  CHECK_CUDA(cudaEventDestroy(e1));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// Median throughput of a square product in TFLOP/s; negative when unsupported.
 double bench(Ctx& ctx, Path path, const DtypeInfo& dt, int64_t s, bool a_col, bool b_col, void* dA,
              void* dB, void* dC) {
   GemmArgs args = base_args(ctx, dt);
@@ -457,26 +487,74 @@ double bench(Ctx& ctx, Path path, const DtypeInfo& dt, int64_t s, bool a_col, bo
   if (!path_supported(path, args)) return -1;
   char what[160];
   std::snprintf(what, sizeof what, "bench %s %s %lld^3", kPathNames[path], dt.name, (long long)s);
-  for (int i = 0; i < 3; ++i) CHECK_CUDA(run_path(path, args, ctx.stream));
-  wait_or_die(ctx.stream, what);
-  cudaEvent_t e0, e1;
-  CHECK_CUDA(cudaEventCreate(&e0));
-  CHECK_CUDA(cudaEventCreate(&e1));
-  std::vector<float> ms;
-  for (int i = 0; i < 20; ++i) {
-    CHECK_CUDA(cudaEventRecord(e0, ctx.stream));
-    CHECK_CUDA(run_path(path, args, ctx.stream));
-    CHECK_CUDA(cudaEventRecord(e1, ctx.stream));
-    wait_or_die(ctx.stream, what);
-    float t = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
-    ms.push_back(t);
-  }
-  CHECK_CUDA(cudaEventDestroy(e0));
-  CHECK_CUDA(cudaEventDestroy(e1));
-  std::sort(ms.begin(), ms.end());
-  const double med = ms[ms.size() / 2];
+  const double med = median_ms(ctx, what, [&] { return run_path(path, args, ctx.stream); });
   return 2.0 * static_cast<double>(s) * s * s / (med * 1e-3) / 1e12;
+}
+
+// Times gemm_sm90_run on the shapes where split-k is in play with every split count, to fit
+// the cost model in kernels/gemm_sm90_wgmma.cu: one "TCSWEEP" line per (shape, splits).
+void run_split_sweep(Ctx& ctx) {
+  struct Mnk {
+    int64_t m, n, k;
+  };
+  const Mnk shapes[] = {{1000, 1000, 1000}, {8192, 64, 8192},   {4096, 64, 4096},
+                        {256, 256, 65536},  {127, 8192, 511},   {1024, 1024, 8192},
+                        {512, 512, 16384},  {2048, 512, 4096},  {2048, 2048, 2048},
+                        {8192, 32, 8192},   {1024, 64, 65536}};
+  const int candidates[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
+  std::printf("\nSplit-k sweep (gemm_sm90_run, A and B row-major, median of 20):\n");
+  for (int dti : {0, 2}) {
+    const DtypeInfo& dt = kDtypes[dti];
+    for (const Mnk& sh : shapes) {
+      void *dA, *dB, *dC;
+      CHECK_CUDA(cudaMalloc(&dA, static_cast<size_t>(sh.m * sh.k) * dt.elt));
+      CHECK_CUDA(cudaMalloc(&dB, static_cast<size_t>(sh.k * sh.n) * dt.elt));
+      CHECK_CUDA(cudaMalloc(&dC, static_cast<size_t>(sh.m * sh.n) * dt.elt));
+      Rng rng(77 + sh.m + sh.n + sh.k);
+      HostBuf ha = make_random(dt, sh.m * sh.k, rng);
+      HostBuf hb = make_random(dt, sh.k * sh.n, rng);
+      copy_sync(dA, ha.bits.data(), ha.bits.size(), cudaMemcpyHostToDevice, ctx.stream);
+      copy_sync(dB, hb.bits.data(), hb.bits.size(), cudaMemcpyHostToDevice, ctx.stream);
+      GemmArgs args = base_args(ctx, dt);
+      args.m = sh.m;
+      args.n = sh.n;
+      args.k = sh.k;
+      args.a = dA;
+      args.a_stride_m = sh.k;
+      args.a_stride_k = 1;
+      args.b = dB;
+      args.b_stride_k = sh.n;
+      args.b_stride_n = 1;
+      args.c = dC;
+      args.ldc = sh.n;
+      if (!gemmt::gemm_sm90_supports(args)) continue;
+      const int auto_splits = gemmt::detail::gemm_sm90_auto_splits(args);
+      const int64_t num_kb = (sh.k * dt.elt + 127) / 128;
+      for (int s : candidates) {
+        if (s > 1 && s > num_kb / 2) continue;
+        void* ws = workspace(gemmt::detail::gemm_sm90_split_workspace_bytes(args, s), ctx.stream);
+        char what[160];
+        std::snprintf(what, sizeof what, "sweep %s %lldx%lldx%lld splits=%d", dt.name,
+                      (long long)sh.m, (long long)sh.n, (long long)sh.k, s);
+        const double ms = median_ms(ctx, what, [&] {
+          return gemmt::detail::gemm_sm90_run_splits(args, s, ws, ctx.stream);
+        });
+        std::printf("TCSWEEP %-4s %5lld x %5lld x %5lld splits=%2d %9.4f ms %7.1f TFLOP/s%s\n",
+                    dt.name, (long long)sh.m, (long long)sh.n, (long long)sh.k, s, ms,
+                    2.0 * sh.m * sh.n * sh.k / (ms * 1e-3) / 1e12,
+                    s == auto_splits ? "  <- auto" : "");
+        std::fflush(stdout);
+      }
+      if (auto_splits > 1 && auto_splits > num_kb / 2) {
+        std::printf("TCSWEEP %-4s %5lld x %5lld x %5lld auto splits=%d (not swept)\n", dt.name,
+                    (long long)sh.m, (long long)sh.n, (long long)sh.k, auto_splits);
+      }
+      CHECK_CUDA(cudaStreamSynchronize(ctx.stream));
+      CHECK_CUDA(cudaFree(dA));
+      CHECK_CUDA(cudaFree(dB));
+      CHECK_CUDA(cudaFree(dC));
+    }
+  }
 }
 
 void run_perf(Ctx& ctx) {
@@ -522,9 +600,10 @@ void run_perf(Ctx& ctx) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, perf = true, tests = true;
+  bool quick = false, perf = true, tests = true, sweep = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
+    if (!std::strcmp(argv[i], "--sweep")) sweep = true;
     if (!std::strcmp(argv[i], "--no-perf")) perf = false;
     if (!std::strcmp(argv[i], "--perf-only")) tests = false;
   }
@@ -544,6 +623,8 @@ int main(int argc, char** argv) {
       {127, 8192, 511, false}, {8192, 64, 8192, true},   {1, 512, 512, false},
       {129, 257, 65, false},   {200, 328, 136, false},  // ragged tiles; odd k: staged
       {256, 256, 16384, false}, {300, 130, 4099, false},  // split-k (the latter staged too)
+      {200, 64, 300, false},    {130, 33, 2000, false},   // narrow tile (N <= 64)
+      {333, 1, 520, false},     {2048, 48, 8192, false},  // narrow, with split-k
   };
   if (tests) {
     uint64_t seed = 1;
@@ -570,6 +651,7 @@ int main(int argc, char** argv) {
     }
   }
   if (perf) run_perf(ctx);
+  if (sweep) run_split_sweep(ctx);
   CHECK_CUDA(cudaStreamDestroy(ctx.stream));
   if (tests) {
     std::printf("\n%d passed, %d failed\n", passed, failed);
