@@ -28,7 +28,15 @@ def cuda(t: torch.Tensor) -> torch.Tensor:
 
 
 def rel(out: torch.Tensor, ref: torch.Tensor) -> float:
-    return ((out.double() - ref).norm() / max(ref.norm().item(), 1e-30)).item()
+    """Relative Frobenius error of `out` (any device) against a host float64 reference."""
+    out = out.cpu().double()
+    return ((out - ref).norm() / max(ref.norm().item(), 1e-30)).item()
+
+
+# Every check runs on the host: gemmt's outputs are copied back and compared with references
+# computed from host copies of the inputs. Only gemmt's kernels are instrumented, so initcheck
+# cannot see what PyTorch's own kernels write; reading a PyTorch result on the device (a
+# reduction behind .item(), say) would be reported as a read of uninitialised memory.
 
 
 def main() -> int:
@@ -42,14 +50,15 @@ def main() -> int:
         for variant in VARIANTS:
             for m, n, k in SHAPES:
                 for lay in ("nn", "tt"):
-                    a = torch.randn(m, k).to(dtype)
-                    b = torch.randn(k, n).to(dtype)
+                    ha = torch.randn(m, k).to(dtype)
+                    hb = torch.randn(k, n).to(dtype)
                     if lay[0] == "t":
-                        a = a.t().contiguous().t()
+                        ha = ha.t().contiguous().t()
                     if lay[1] == "t":
-                        b = b.t().contiguous().t()
-                    a, b, c = cuda(a), cuda(b), cuda(torch.randn(m, n).to(dtype))
-                    ref = 0.5 * (a.double() @ b.double()) + 0.25 * c.double()
+                        hb = hb.t().contiguous().t()
+                    hc = torch.randn(m, n).to(dtype)
+                    a, b, c = cuda(ha), cuda(hb), cuda(hc)
+                    ref = 0.5 * (ha.double() @ hb.double()) + 0.25 * hc.double()
                     try:
                         gemmt.gemm(c, a, b, 0.5, 0.25, variant=variant)
                     except RuntimeError as exc:
@@ -63,30 +72,35 @@ def main() -> int:
                         bad += 1
     torch.backends.cuda.matmul.allow_tf32 = False
     for v in ((1, 777, 333), (555, 1, 129)):
-        a, b = cuda(torch.randn(v[0], v[2])), cuda(torch.randn(v[2], v[1]))
+        ha, hb = torch.randn(v[0], v[2]), torch.randn(v[2], v[1])
         c = torch.empty(v[0], v[1], device="cuda")
-        gemmt.gemm(c, a, b, variant="gemv")
-        bad += rel(c, a.double() @ b.double()) > 1e-5
+        gemmt.gemm(c, cuda(ha), cuda(hb), variant="gemv")
+        bad += rel(c, ha.double() @ hb.double()) > 1e-5
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         for n in (1, 7, 4099, 100003):
-            buf = cuda(torch.randn(n + 1).to(dtype))
-            for x in (buf[1:], buf[:n]):
-                bad += not torch.equal(gemmt.add(x, x), x + x)
-                bad += not torch.equal(gemmt.square(x), x * x)
-                bad += not torch.equal(gemmt.scale(x, 1.5), x * 1.5)
-                g = cuda(torch.randn(x.shape).to(dtype))
-                sb = torch.ops.gemmt.square_backward(g, x)
-                bad += rel(sb.float(), (2 * x.double() * g.double())) > 1e-2
-        x2 = cuda(torch.randn(64, 96).to(dtype)).t()
-        bad += not torch.equal(gemmt.add(x2, x2), x2 + x2)
+            hbuf = torch.randn(n + 1).to(dtype)
+            buf = cuda(hbuf)
+            for x, hx in ((buf[1:], hbuf[1:]), (buf[:n], hbuf[:n])):
+                bad += not torch.equal(gemmt.add(x, x).cpu(), hx + hx)
+                bad += not torch.equal(gemmt.square(x).cpu(), hx * hx)
+                bad += not torch.equal(gemmt.scale(x, 1.5).cpu(), hx * 1.5)
+                hg = torch.randn(hx.shape).to(dtype)
+                sb = torch.ops.gemmt.square_backward(cuda(hg), x)
+                bad += rel(sb, 2 * hx.double() * hg.double()) > 1e-2
+        hx2 = torch.randn(64, 96).to(dtype).t()
+        x2 = cuda(hx2)
+        bad += not torch.equal(gemmt.add(x2, x2).cpu(), hx2 + hx2)
     for h, w in ((1, 1), (7, 13), (37, 129)):
-        raw = cuda(torch.randint(0, 256, (h * w * 3 + 1,), dtype=torch.uint8))
-        for img in (raw[1:].view(h, w, 3), raw[:-1].view(h, w, 3)):
-            ref = gemmt.rgb_to_gray(img.cpu(), bgr=True)
+        hraw = torch.randint(0, 256, (h * w * 3 + 1,), dtype=torch.uint8)
+        raw = cuda(hraw)
+        for img, himg in ((raw[1:].view(h, w, 3), hraw[1:].view(h, w, 3)),
+                          (raw[:-1].view(h, w, 3), hraw[:-1].view(h, w, 3))):
+            ref = gemmt.rgb_to_gray(himg, bgr=True)
             bad += not torch.equal(gemmt.rgb_to_gray(img, bgr=True).cpu(), ref)
-        vol = cuda(torch.randint(0, 65536, (h * w + 1,), dtype=torch.int32).to(
-            torch.uint16))[1:].view(h, w)
-        bad += not torch.equal(gemmt.normalize_volume(vol, 4095.0), (vol.double() / 4095.0).float())
+        hvol = torch.randint(0, 65536, (h * w + 1,), dtype=torch.int32).to(torch.uint16)
+        vol = cuda(hvol)[1:].view(h, w)
+        ref = (hvol[1:].view(h, w).double() / 4095.0).float()
+        bad += not torch.equal(gemmt.normalize_volume(vol, 4095.0).cpu(), ref)
     torch.cuda.synchronize()
     print(f"sanitize workload finished, {bad} wrong results")
     return 1 if bad else 0
