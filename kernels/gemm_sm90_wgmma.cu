@@ -313,42 +313,35 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint3
   "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, "   \
   "%127}"
 
+// One wgmma reading both operands from shared memory: 16-bit types take the two transpose
+// flags (MN-major operands); tf32 reads K-major operands only and takes none. P, A, B, TA and
+// TB are the PTX operand numbers of the predicate input and the descriptors / flags.
+#define GEMMT_WGMMA_16(INSTR, DREGS, ACCS, P, A, B, TA, TB)                                 \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\n" INSTR " " DREGS ", " A ", " B \
+               ", p, 1, 1, " TA ", " TB ";\n}\n"                                              \
+               : ACCS                                                                        \
+               : "l"(da), "l"(db), "r"(accumulate), "n"(kTransA), "n"(kTransB))
+#define GEMMT_WGMMA_TF32(INSTR, DREGS, ACCS, P, A, B)                                       \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\n" INSTR " " DREGS ", " A ", " B \
+               ", p, 1, 1;\n}\n"                                                             \
+               : ACCS                                                                        \
+               : "l"(da), "l"(db), "r"(accumulate))
+
 // D(64x256, fp32) (+)= A(64xK) * B(Kx256) for one K step (16 for 16-bit types, 8 for tf32).
 // `accumulate` == 0 overwrites D, which is how each tile starts without zeroing registers.
 template <int kKind, int kTransA, int kTransB>
 __device__ __forceinline__ void wgmma_m64n256(float (&d)[128], uint64_t da, uint64_t db,
                                               uint32_t accumulate) {
   if constexpr (kKind == kBF16) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " GEMMT_D128
-        ", %128, %129, p, 1, 1, %131, %132;\n"
-        "}\n"
-        : GEMMT_ACC128
-        : "l"(da), "l"(db), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+    GEMMT_WGMMA_16("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", GEMMT_D128,
+                   GEMMT_ACC128, "%130", "%128", "%129", "%131", "%132");
   } else if constexpr (kKind == kF16) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " GEMMT_D128
-        ", %128, %129, p, 1, 1, %131, %132;\n"
-        "}\n"
-        : GEMMT_ACC128
-        : "l"(da), "l"(db), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+    GEMMT_WGMMA_16("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", GEMMT_D128,
+                   GEMMT_ACC128, "%130", "%128", "%129", "%131", "%132");
   } else {
     static_assert(kTransA == 0 && kTransB == 0, "tf32 wgmma reads K-major operands only");
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 " GEMMT_D128
-        ", %128, %129, p, 1, 1;\n"
-        "}\n"
-        : GEMMT_ACC128
-        : "l"(da), "l"(db), "r"(accumulate));
+    GEMMT_WGMMA_TF32("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32", GEMMT_D128,
+                     GEMMT_ACC128, "%130", "%128", "%129");
   }
 }
 
@@ -362,36 +355,15 @@ template <int kKind, int kTransA, int kTransB>
 __device__ __forceinline__ void wgmma_m64n64(float (&d)[32], uint64_t da, uint64_t db,
                                              uint32_t accumulate) {
   if constexpr (kKind == kBF16) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " GEMMT_D32
-        ", %32, %33, p, 1, 1, %35, %36;\n"
-        "}\n"
-        : GEMMT_ACC32
-        : "l"(da), "l"(db), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+    GEMMT_WGMMA_16("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", GEMMT_D32,
+                   GEMMT_ACC32, "%34", "%32", "%33", "%35", "%36");
   } else if constexpr (kKind == kF16) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " GEMMT_D32
-        ", %32, %33, p, 1, 1, %35, %36;\n"
-        "}\n"
-        : GEMMT_ACC32
-        : "l"(da), "l"(db), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+    GEMMT_WGMMA_16("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", GEMMT_D32, GEMMT_ACC32,
+                   "%34", "%32", "%33", "%35", "%36");
   } else {
     static_assert(kTransA == 0 && kTransB == 0, "tf32 wgmma reads K-major operands only");
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 " GEMMT_D32
-        ", %32, %33, p, 1, 1;\n"
-        "}\n"
-        : GEMMT_ACC32
-        : "l"(da), "l"(db), "r"(accumulate));
+    GEMMT_WGMMA_TF32("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", GEMMT_D32,
+                     GEMMT_ACC32, "%34", "%32", "%33");
   }
 }
 
@@ -406,6 +378,8 @@ __device__ __forceinline__ void wgmma_step(float (&d)[kBN / 2], uint64_t da, uin
   }
 }
 
+#undef GEMMT_WGMMA_16
+#undef GEMMT_WGMMA_TF32
 #undef GEMMT_ACC8
 #undef GEMMT_ACC32
 #undef GEMMT_ACC128
