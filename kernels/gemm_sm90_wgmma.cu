@@ -434,7 +434,9 @@ __device__ __forceinline__ void store_block_direct(const Params& p, const float 
   if (row < p.m) {
     T* const r0 = c + static_cast<int64_t>(row) * p.ldc;
 #pragma unroll
-    for (int j = 0; j < kAcc / 4; ++j) store_pair<T>(p, r0, col0 + 8 * j, acc[4 * j], acc[4 * j + 1]);
+    for (int j = 0; j < kAcc / 4; ++j) {
+      store_pair<T>(p, r0, col0 + 8 * j, acc[4 * j], acc[4 * j + 1]);
+    }
   }
   if (row + 8 < p.m) {
     T* const r1 = c + static_cast<int64_t>(row + 8) * p.ldc;
@@ -459,10 +461,10 @@ __device__ __forceinline__ void store_partial_block(const Params& p, const float
   store_block_direct<float, kAcc>(q, acc, row0, n0, warp_in_wg, lane);
 }
 
-// The wide tile's block through shared memory: each round fills two 128B-swizzled 64-row boxes of the
-// warpgroup's staging buffer and one thread hands them to TMA, which clips the edges. The
-// global writes then overlap the next tile's main loop; only the reuse of the buffer waits
-// for TMA to have read it.
+// The wide tile's block through shared memory: each round fills two 128B-swizzled 64-row
+// boxes of the warpgroup's staging buffer and one thread hands them to TMA, which clips the
+// edges. The global writes then overlap the next tile's main loop; only the reuse of the
+// buffer waits for TMA to have read it.
 template <typename T>
 __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorMap* map,
                                                 const float (&acc)[128], uint32_t buf, int row0,

@@ -80,7 +80,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def(
       "normalize_volume",
       [](const Tensor& vol, double max_val) {
-        return GEMMT_OP(Tensor(const Tensor&, double), "gemmt::normalize_volume").call(vol, max_val);
+        return GEMMT_OP(Tensor(const Tensor&, double), "gemmt::normalize_volume")
+            .call(vol, max_val);
       },
       "uint8/uint16 volume -> float32 vol / max_val", py::arg("vol"), py::arg("max_val"),
       Release());
