@@ -1169,17 +1169,18 @@ bool dtype_ok(ScalarType t) {
 constexpr int64_t kStageBMinM = 2048;
 
 template <class T>
+constexpr int64_t raw_bytes() {
+  return static_cast<int64_t>(sizeof(typename Elem<T>::raw));
+}
+
+template <class T>
 int64_t staged_b_pitch(const GemmArgs& a) {
-  constexpr int64_t per16 = 16 / static_cast<int64_t>(sizeof(typename Elem<T>::raw));
-  return ceil_div(a.n, per16) * per16;
+  return copy_pitch(a.n, raw_bytes<T>());
 }
 
 template <class T>
 std::size_t staged_b_bytes(const GemmArgs& a) {
-  const std::size_t b = static_cast<std::size_t>(a.k) *
-                        static_cast<std::size_t>(staged_b_pitch<T>(a)) *
-                        sizeof(typename Elem<T>::raw);
-  return (b + 255) / 256 * 256;
+  return copy_bytes(a.k, a.n, raw_bytes<T>());
 }
 
 template <class T>
@@ -1195,11 +1196,6 @@ GemmArgs with_staged_b(const GemmArgs& a, const void* ws, int64_t pitch) {
   s.b_stride_k = pitch;
   s.b_stride_n = 1;
   return s;
-}
-
-// A 256-byte-aligned stand-in for the workspace while planning; never dereferenced.
-const void* planning_workspace() {
-  return reinterpret_cast<const void*>(uintptr_t{256});
 }
 
 // The pipelined plan (k-slices when allowed) for the arguments the kernel will see.
@@ -1219,7 +1215,7 @@ cudaError_t run_pipelined_staged(const GemmArgs& a, bool allow_split, void* work
   }
   if (workspace == nullptr) return cudaErrorInvalidValue;
   const int64_t pitch = staged_b_pitch<T>(a);
-  GEMMT_RETURN_IF_ERROR(copy_2d_bits(static_cast<int>(sizeof(typename Elem<T>::raw)), a.b,
+  GEMMT_RETURN_IF_ERROR(copy_2d_bits(static_cast<int>(raw_bytes<T>()), a.b,
                                      a.b_stride_k, a.b_stride_n, a.k, a.n, workspace, pitch,
                                      stream));
   const GemmArgs s = with_staged_b(a, workspace, pitch);

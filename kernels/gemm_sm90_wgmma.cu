@@ -1120,19 +1120,6 @@ bool gemm_sm90_variant_supports(const GemmArgs& args) {
 // product's time at the sizes where wgmma pays), then the product runs on the copy.
 namespace {
 
-// Row pitch of a staged operand, in elements: k rounded up to 16 bytes (TMA row strides).
-int64_t staged_pitch(int64_t k, int64_t elt) {
-  const int64_t per16 = 16 / elt;
-  return (k + per16 - 1) / per16 * per16;
-}
-
-std::size_t staged_bytes(int64_t rows, int64_t k, int64_t elt) {
-  const std::size_t b = static_cast<std::size_t>(rows) *
-                        static_cast<std::size_t>(staged_pitch(k, elt)) *
-                        static_cast<std::size_t>(elt);
-  return (b + 255) / 256 * 256;
-}
-
 struct Staging {
   bool a = false, b = false;
 };
@@ -1160,8 +1147,8 @@ struct Workspace {
 Workspace workspace_for(const GemmArgs& args, const Staging& st, const SplitPlan& sp) {
   const int64_t elt = static_cast<int64_t>(element_size(args.dtype));
   Workspace w;
-  w.a_bytes = st.a ? staged_bytes(args.m, args.k, elt) : 0;
-  w.b_bytes = st.b ? staged_bytes(args.n, args.k, elt) : 0;
+  w.a_bytes = st.a ? copy_bytes(args.m, args.k, elt) : 0;
+  w.b_bytes = st.b ? copy_bytes(args.n, args.k, elt) : 0;
   w.partial_bytes = partial_bytes(args, sp);
   return w;
 }
@@ -1170,12 +1157,12 @@ Workspace workspace_for(const GemmArgs& args, const Staging& st, const SplitPlan
 GemmArgs staged_args(const GemmArgs& args, const Staging& st, char* ws) {
   GemmArgs s = args;
   const int64_t elt = static_cast<int64_t>(element_size(args.dtype));
-  const int64_t pitch = staged_pitch(args.k, elt);
+  const int64_t pitch = copy_pitch(args.k, elt);
   if (st.a) {
     s.a = ws;
     s.a_stride_m = pitch;
     s.a_stride_k = 1;
-    ws += staged_bytes(args.m, args.k, elt);
+    ws += copy_bytes(args.m, args.k, elt);
   }
   if (st.b) {
     s.b = ws;
@@ -1189,12 +1176,7 @@ cudaError_t stage_k_major(const GemmArgs& args, const void* in, int64_t s_r, int
                           int64_t rows, void* out, cudaStream_t stream) {
   const int64_t elt = static_cast<int64_t>(element_size(args.dtype));
   return copy_2d_bits(static_cast<int>(elt), in, s_r, s_p, rows, args.k, out,
-                      staged_pitch(args.k, elt), stream);
-}
-
-// A 256-byte-aligned stand-in for the workspace while planning; never dereferenced.
-char* planning_workspace() {
-  return reinterpret_cast<char*>(uintptr_t{256});
+                      copy_pitch(args.k, elt), stream);
 }
 
 // Largest staging pass accepted (copy_2d's grid).

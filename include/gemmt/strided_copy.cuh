@@ -2,6 +2,7 @@
 // layout their fast kernels cannot read (kernels/gemm_sm90_wgmma.cu, kernels/gemm_simt.cu).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include <cuda_runtime.h>
@@ -54,6 +55,28 @@ cudaError_t copy_2d(const void* in, int64_t s_r, int64_t s_p, int64_t rows, int6
                       dim3(kCopyTile, 8), 0, stream>>>(static_cast<const E*>(in), s_r, s_p,
                                                        rows, len, static_cast<E*>(out), ld_out);
   GEMMT_RETURN_LAUNCH_ERROR();
+}
+
+// Row pitch of a copy, in elements: `len` rounded up to 16 bytes, so that every row of the
+// copy starts 16-byte aligned (vector loads, TMA row strides).
+inline int64_t copy_pitch(int64_t len, int64_t elt_bytes) {
+  const int64_t per16 = 16 / elt_bytes;
+  return (len + per16 - 1) / per16 * per16;
+}
+
+// Workspace bytes of a `rows` x copy_pitch(len) copy, rounded up to 256 so that whatever
+// follows it in the workspace stays aligned.
+inline std::size_t copy_bytes(int64_t rows, int64_t len, int64_t elt_bytes) {
+  const std::size_t b = static_cast<std::size_t>(rows) *
+                        static_cast<std::size_t>(copy_pitch(len, elt_bytes)) *
+                        static_cast<std::size_t>(elt_bytes);
+  return (b + 255) / 256 * 256;
+}
+
+// A 256-byte-aligned stand-in for the workspace while a copy is only being planned (the
+// kernels' plans look at alignment, never at the memory); never dereferenced.
+inline char* planning_workspace() {
+  return reinterpret_cast<char*>(uintptr_t{256});
 }
 
 // copy_2d on elements of `elt_bytes` (2 or 4) bytes: a bit copy, whatever the dtype.
