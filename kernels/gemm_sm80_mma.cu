@@ -24,6 +24,7 @@
 
 #include <cstdint>
 
+#include "gemmt/cp_async.cuh"
 #include "gemmt/cuda_check.h"
 #include "gemmt/gemm.h"
 #include "gemmt/gemm_epilogue.cuh"
@@ -79,34 +80,6 @@ struct KindTraits<kTF32> {
   using T = float;
   static constexpr int kElt = 4;
 };
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
-  // src_bytes < 16 zero-fills the rest and reads only src_bytes: that is how K/M/N edges
-  // become zeros without touching memory past the end.
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void st_shared_v4(uint32_t addr, uint32_t x, uint32_t y, uint32_t z,
-                                             uint32_t w) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(x), "r"(y), "r"(z),
-               "r"(w)
-               : "memory");
-}
 
 __device__ __forceinline__ uint32_t ld_shared_b32(uint32_t addr) {
   uint32_t v;
@@ -174,12 +147,13 @@ __device__ __forceinline__ void load_tile(uint32_t tile, const Operand& op, int6
       const int64_t in = inner0 + static_cast<int64_t>(ch) * kVec;
       const int64_t rem = op.inner_size - in;
       int bytes = 0;
-      const uint8_t* src = op.ptr;  // any valid address: nothing is read when bytes == 0
+      const uint8_t* src = op.ptr;  // never read when bytes == 0
       if (o < op.outer_size && rem > 0) {
         bytes = static_cast<int>(rem < kVec ? rem : kVec) * kElt;
         src = op.ptr + (o * op.outer_stride + in) * kElt;
       }
-      cp_async_16(tile + swz<kRowBytes>(row, ch), src, bytes);
+      // Edge chunks (bytes < 16, a 16-bit row may end mid-word) copy only in-range bytes.
+      cp_async_16_zfill(tile + swz<kRowBytes>(row, ch), src, bytes);
     }
   } else {
 #pragma unroll 1

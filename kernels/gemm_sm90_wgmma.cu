@@ -1,7 +1,9 @@
 // Hopper GEMM: TMA loads into a 4-stage shared-memory ring, wgmma.mma_async from shared
 // memory, warp specialisation and a persistent tile loop. C = alpha * A @ B + beta * C with
 // float32 accumulation; bf16 / fp16 operands (any mix of K-major and MN-major) and float32
-// read as tf32 (wgmma reads tf32 K-major only; other layouts are staged K-major first).
+// read as tf32. wgmma reads a tf32 operand from shared memory K-major only, so an M-major
+// tf32 A is loaded into registers (the register-sourced form) and a row-major B is handled
+// by computing C^T = B^T A^T, which turns it into such an A (swap_for_tf32).
 //
 // CTA = 3 warpgroups. Warpgroup 0 produces: one thread walks the same tile sequence as the
 // consumers and keeps the ring full with TMA; its registers are handed to the consumers
@@ -14,7 +16,7 @@
 //   A MN-major: 2 boxes of 64 rows (K) x 64 bf16 of M, 8 KB each   TMA box {64, 64}
 //   B K-major : 256 rows (N) x 64 bf16 of K (two 128-row boxes)   TMA box {64, 128}
 //   B MN-major: 4 boxes of 64 rows (K) x 64 bf16 of N              TMA box {64, 64}
-// (tf32: 32 fp32 of K per row instead of 64 bf16.)
+// (tf32: 32 fp32 of K per row instead of 64 bf16; an M-major A is 4 boxes of 32 x 32.)
 //
 // Clusters of two CTAs stacked along M share the B tile: each CTA fetches one half and
 // multicasts it to both, which cuts the L2 traffic per CTA from 48 KB to 32 KB a stage. A
@@ -88,6 +90,9 @@ struct Params {
   float alpha, beta;
   int c_pair;     // two adjacent outputs can be written with one aligned store
   int tma_store;  // C goes out through shared memory and TMA (needs 16-byte aligned rows)
+  // The kernel computes C^T = B^T A^T (see swap_for_tf32): output (row, col) of the tile
+  // grid is C[col * ldc + row].
+  int c_trans;
   // Split-k: a unit of work is (tile, k-slice); slice s covers k-blocks
   // [s * kb_per_split, (s + 1) * kb_per_split) and writes its float32 partial tile to
   // partial[(s * m + row) * n + col]. splits == 1: units are tiles and C is written directly.
@@ -129,8 +134,12 @@ __device__ __forceinline__ Unit unit_of(int u, const Params& p) {
 }
 
 constexpr int kConsumerWarps = 8;
-// Box of an MN-major operand: 64 elements (128 bytes) along M/N by 64 along K.
-constexpr int kMnBoxBytes = 64 * 128;
+// Box of an MN-major operand: 128 bytes along M/N by the stage's K extent (64 rows of
+// 16-bit values, 32 of tf32).
+template <int kKind>
+constexpr int mn_box_bytes() {
+  return kKind == kTF32 ? 32 * 128 : 64 * 128;
+}
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -245,6 +254,10 @@ __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads
 
 __device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ void st_shared_f32(uint32_t addr, float v) {
+  asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
 }
 
 __device__ __forceinline__ void st_shared_v2_f32(uint32_t addr, float x, float y) {
@@ -378,13 +391,84 @@ __device__ __forceinline__ void wgmma_step(float (&d)[kBN / 2], uint64_t da, uin
   }
 }
 
+// tf32 with A from registers: each thread holds four elements of the 64x8 A slice (see
+// a_fragment_offsets), B comes from shared memory K-major as above.
+#define GEMMT_WGMMA_TF32_RS(INSTR, DREGS, ACCS, P, A, B)                                    \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\n" INSTR " " DREGS ", " A ", " B \
+               ", p, 1, 1;\n}\n"                                                             \
+               : ACCS                                                                        \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate))
+
+template <int kBN>
+__device__ __forceinline__ void wgmma_step_tf32_rs(float (&d)[kBN / 2], const uint32_t (&a)[4],
+                                                   uint64_t db, uint32_t accumulate) {
+  if constexpr (kBN == 256) {
+    GEMMT_WGMMA_TF32_RS("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32", GEMMT_D128,
+                        GEMMT_ACC128, "%133", "{%128, %129, %130, %131}", "%132");
+  } else {
+    GEMMT_WGMMA_TF32_RS("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", GEMMT_D32,
+                        GEMMT_ACC32, "%37", "{%32, %33, %34, %35}", "%36");
+  }
+}
+
 #undef GEMMT_WGMMA_16
 #undef GEMMT_WGMMA_TF32
+#undef GEMMT_WGMMA_TF32_RS
 #undef GEMMT_ACC8
 #undef GEMMT_ACC32
 #undef GEMMT_ACC128
 #undef GEMMT_D32
 #undef GEMMT_D128
+
+// ---- tf32 A from registers ----------------------------------------------------------------
+// An M-major A stage holds four TMA boxes of 32 rows of M by 32 of K; each K row is 128
+// bytes, and the 128B swizzle stores its 16-byte chunk c at c ^ (k % 8). wgmma wants from
+// each thread the elements (m, k), (m + 8, k), (m, k + 4), (m + 8, k + 4) of every 64x8
+// slice, m = 16 * warp + lane / 4 and k = lane % 4 (the mma.sync m16n8k8 pattern, one per
+// warp). The 32 words one such load of a warp reads fall into 16 banks: a 2-way conflict
+// on 16 scalar loads a k-block, small next to the 64x256x32 product they feed.
+__device__ __forceinline__ uint32_t swizzled_mn_offset(int m, int k) {
+  return static_cast<uint32_t>(k * 128 + (((m >> 2) ^ (k & 7)) << 4) + (m & 3) * 4);
+}
+
+// Offsets, from the start of a stage, of this thread's four A elements of the first k-step;
+// k-step kk adds kk * 8 rows of 128 bytes (k % 8 does not change).
+__device__ __forceinline__ void a_fragment_offsets(int cw, int warp, int lane, uint32_t (&off)[4]) {
+  constexpr uint32_t kBoxBytes = 32 * 128;
+  const uint32_t box = static_cast<uint32_t>(2 * cw + (warp >> 1)) * kBoxBytes;
+  const int m = 16 * (warp & 1) + (lane >> 2);
+  const int k = lane & 3;
+  off[0] = box + swizzled_mn_offset(m, k);
+  off[1] = box + swizzled_mn_offset(m + 8, k);
+  off[2] = box + swizzled_mn_offset(m, k + 4);
+  off[3] = box + swizzled_mn_offset(m + 8, k + 4);
+}
+
+__device__ __forceinline__ uint32_t ld_shared_b32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+
+// One k-block (four k-steps of 8) with A from registers: load the fragments, then issue and
+// commit the group. `frag` must not be written again before this group has completed.
+template <int kBN>
+__device__ __forceinline__ void tf32_rs_kblock(float (&acc)[kBN / 2], uint32_t (&frag)[4][4],
+                                               uint32_t a_stage, const uint32_t (&off)[4],
+                                               uint64_t db, bool first) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) frag[kk][j] = ld_shared_b32(a_stage + off[j] + kk * 8 * 128);
+  }
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    // A K-step advances 32 bytes along B's K-major rows.
+    wgmma_step_tf32_rs<kBN>(acc, frag[kk], db + kk * (32 >> 4), (!first || kk != 0) ? 1u : 0u);
+  }
+  wgmma_commit();
+}
 
 // Grouped raster over the tile grid: `group` tile rows are walked top to bottom before
 // moving one tile column right, so the CTAs running at the same time share A and B panels
@@ -447,24 +531,81 @@ __device__ __forceinline__ void store_block_direct(const Params& p, const float 
   }
 }
 
-// A split-k slice's block: float32, unscaled, into its slice of the partial buffer.
+// The same block for a transposed C (Params::c_trans): block element (row, col) goes to
+// C[col * ldc + row]. The eight lanes of a quad column hold eight consecutive rows, i.e.
+// 8 consecutive elements of one line of C, so each store instruction still fills whole
+// 32-byte sectors.
+template <typename T, int kAcc>
+__device__ __forceinline__ void store_block_transposed(const Params& p, const float (&acc)[kAcc],
+                                                       int row0, int n0, int warp_in_wg,
+                                                       int lane) {
+  const int row = row0 + warp_in_wg * 16 + (lane >> 2);
+  const int col0 = n0 + 2 * (lane & 3);
+  T* const c = static_cast<T*>(p.c);
+#pragma unroll
+  for (int j = 0; j < kAcc / 4; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int col = col0 + 8 * j + e;
+      if (col >= p.n) continue;
+      T* const line = c + static_cast<int64_t>(col) * p.ldc;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (row + 8 * h < p.m) {
+          store_c_pair(line + row + 8 * h, false, false, acc[4 * j + 2 * h + e], 0.f, p.alpha,
+                       p.beta);
+        }
+      }
+    }
+  }
+}
+
+template <typename T, int kAcc>
+__device__ __forceinline__ void store_block(const Params& p, const float (&acc)[kAcc], int row0,
+                                            int n0, int warp_in_wg, int lane) {
+  if (p.c_trans) {
+    store_block_transposed<T, kAcc>(p, acc, row0, n0, warp_in_wg, lane);
+  } else {
+    store_block_direct<T, kAcc>(p, acc, row0, n0, warp_in_wg, lane);
+  }
+}
+
+// A split-k slice's block: float32, unscaled, into its slice of the partial buffer (in C's
+// orientation, so that one reduction serves both).
 template <int kAcc>
 __device__ __forceinline__ void store_partial_block(const Params& p, const float (&acc)[kAcc],
                                                     int split, int row0, int n0, int warp_in_wg,
                                                     int lane) {
   Params q = p;
   q.c = p.partial + static_cast<int64_t>(split) * p.m * p.n;
-  q.ldc = p.n;
+  q.ldc = p.c_trans ? p.m : p.n;
   q.alpha = 1.f;
   q.beta = 0.f;
   q.c_pair = p.n % 2 == 0;
-  store_block_direct<float, kAcc>(q, acc, row0, n0, warp_in_wg, lane);
+  store_block<float, kAcc>(q, acc, row0, n0, warp_in_wg, lane);
+}
+
+// One round of the staged epilogue of a consumer warpgroup: wait until TMA has read the
+// buffer of the previous round, fill it, make the writes visible to the async proxy, and
+// let one thread hand it to TMA. The global writes then overlap the next tile's main loop;
+// only the reuse of the buffer waits for TMA.
+template <class Fill, class Issue>
+__device__ __forceinline__ void staged_store_round(int cw, Fill fill, Issue issue) {
+  const bool leader = (threadIdx.x & 127) == 0;
+  const uint32_t bar_id = 1 + cw;  // 0 is __syncthreads
+  if (leader) bulk_wait_read_all();
+  named_barrier_sync(bar_id, 128);
+  fill();
+  fence_proxy_async_smem();
+  named_barrier_sync(bar_id, 128);
+  if (leader) {
+    issue();
+    bulk_commit();
+  }
 }
 
 // The wide tile's block through shared memory: each round fills two 128B-swizzled 64-row
-// boxes of the warpgroup's staging buffer and one thread hands them to TMA, which clips the
-// edges. The global writes then overlap the next tile's main loop; only the reuse of the
-// buffer waits for TMA to have read it.
+// boxes of the warpgroup's staging buffer, which TMA writes out, clipping the edges.
 template <typename T>
 __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorMap* map,
                                                 const float (&acc)[128], uint32_t buf, int row0,
@@ -474,54 +615,101 @@ __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorM
   constexpr int kRoundCols = 2 * kBoxCols;
   constexpr int kRounds = kBNWide / kRoundCols;
   constexpr int kGroupsPerRound = kRoundCols / 8;  // accumulator column groups of 8
-  const bool leader = (threadIdx.x & 127) == 0;
-  const uint32_t bar_id = 1 + cw;  // 0 is __syncthreads
   const int g = lane >> 2;
   const int t = lane & 3;
 #pragma unroll
   for (int rd = 0; rd < kRounds; ++rd) {
-    if (leader) bulk_wait_read_all();
-    named_barrier_sync(bar_id, 128);
+    auto fill = [&] {
 #pragma unroll
-    for (int jj = 0; jj < kGroupsPerRound; ++jj) {
-      const int j = rd * kGroupsPerRound + jj;
-      const int box = (jj * 8) / kBoxCols;
-      const int byte_in_row = ((jj * 8) % kBoxCols + 2 * t) * kElt;
+      for (int jj = 0; jj < kGroupsPerRound; ++jj) {
+        const int j = rd * kGroupsPerRound + jj;
+        const int box = (jj * 8) / kBoxCols;
+        const int byte_in_row = ((jj * 8) % kBoxCols + 2 * t) * kElt;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = warp_in_wg * 16 + g + 8 * h;
-        float v0 = acc[4 * j + 2 * h] * p.alpha;
-        float v1 = acc[4 * j + 2 * h + 1] * p.alpha;
-        if (p.beta != 0.f) {  // beta == 0 must not read C: it may hold NaN
-          const int gr = row0 + r;
-          const int gc = n0 + 8 * j + 2 * t;
-          if (gr < p.m && gc < p.n) {
-            const T* src = static_cast<const T*>(p.c) + static_cast<int64_t>(gr) * p.ldc + gc;
-            v0 += p.beta * to_float(*(src));
-            if (gc + 1 < p.n) v1 += p.beta * to_float(*(src + 1));
+        for (int h = 0; h < 2; ++h) {
+          const int r = warp_in_wg * 16 + g + 8 * h;
+          float v0 = acc[4 * j + 2 * h] * p.alpha;
+          float v1 = acc[4 * j + 2 * h + 1] * p.alpha;
+          if (p.beta != 0.f) {  // beta == 0 must not read C: it may hold NaN
+            const int gr = row0 + r;
+            const int gc = n0 + 8 * j + 2 * t;
+            if (gr < p.m && gc < p.n) {
+              const T* src = static_cast<const T*>(p.c) + static_cast<int64_t>(gr) * p.ldc + gc;
+              v0 += p.beta * to_float(*(src));
+              if (gc + 1 < p.n) v1 += p.beta * to_float(*(src + 1));
+            }
+          }
+          const uint32_t addr = buf + box * kCBoxBytes + r * 128 +
+                                ((((byte_in_row >> 4) ^ (r & 7))) << 4) + (byte_in_row & 15);
+          if constexpr (kElt == 4) {
+            st_shared_v2_f32(addr, v0, v1);
+          } else {
+            st_shared_b32(addr, pack2<T>(v0, v1));
           }
         }
-        const uint32_t addr = buf + box * kCBoxBytes + r * 128 +
-                              ((((byte_in_row >> 4) ^ (r & 7))) << 4) + (byte_in_row & 15);
-        if constexpr (kElt == 4) {
-          st_shared_v2_f32(addr, v0, v1);
-        } else {
-          st_shared_b32(addr, pack2<T>(v0, v1));
-        }
       }
-    }
-    fence_proxy_async_smem();
-    named_barrier_sync(bar_id, 128);
-    if (leader) {
-      if (row0 < p.m) {
+    };
+    auto issue = [&] {
+      if (row0 >= p.m) return;
 #pragma unroll
-        for (int b = 0; b < 2; ++b) {
-          const int col = n0 + rd * kRoundCols + b * kBoxCols;
-          if (col < p.n) tma_store(map, buf + b * kCBoxBytes, col, row0);
+      for (int b = 0; b < 2; ++b) {
+        const int col = n0 + rd * kRoundCols + b * kBoxCols;
+        if (col < p.n) tma_store(map, buf + b * kCBoxBytes, col, row0);
+      }
+    };
+    staged_store_round(cw, fill, issue);
+  }
+}
+
+// The same for a transposed float C (Params::c_trans): block row r is C column row0 + r and
+// block column c is C row n0 + c. A round covers 64 block columns, i.e. 64 lines of C, in two
+// boxes of 32 block rows (128 bytes of a line each). The lanes of a warp write eight
+// consecutive floats of four lines at a time; with the swizzle those land in 32 different
+// banks.
+__device__ __forceinline__ void store_block_tma_transposed(const Params& p, const CUtensorMap* map,
+                                                           const float (&acc)[128], uint32_t buf,
+                                                           int row0, int n0, int warp_in_wg,
+                                                           int lane, int cw) {
+  constexpr int kLinesPerRound = 64;
+  constexpr int kRounds = kBNWide / kLinesPerRound;
+  const int g = lane >> 2;
+  const int t = lane & 3;
+  const uint32_t box = buf + (warp_in_wg >> 1) * kCBoxBytes;
+  const float* c = static_cast<const float*>(p.c);
+#pragma unroll
+  for (int rd = 0; rd < kRounds; ++rd) {
+    auto fill = [&] {
+#pragma unroll
+      for (int jj = 0; jj < kLinesPerRound / 8; ++jj) {
+        const int j = rd * (kLinesPerRound / 8) + jj;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int line = 8 * jj + 2 * t + e;  // line of C within the round, row of the box
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = warp_in_wg * 16 + g + 8 * h;
+            const int rb = r & 31;  // float within the 128-byte line of the box
+            float v = acc[4 * j + 2 * h + e] * p.alpha;
+            if (p.beta != 0.f) {
+              const int gc = row0 + r;
+              const int gl = n0 + 8 * j + 2 * t + e;
+              if (gc < p.m && gl < p.n) v += p.beta * c[static_cast<int64_t>(gl) * p.ldc + gc];
+            }
+            st_shared_f32(box + line * 128 + (((rb >> 2) ^ (line & 7)) << 4) + (rb & 3) * 4, v);
+          }
         }
       }
-      bulk_commit();
-    }
+    };
+    auto issue = [&] {
+      const int line0 = n0 + rd * kLinesPerRound;
+      if (line0 >= p.n) return;
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        const int col = row0 + 32 * b;
+        if (col < p.m) tma_store(map, buf + b * kCBoxBytes, col, line0);
+      }
+    };
+    staged_store_round(cw, fill, issue);
   }
 }
 
@@ -538,7 +726,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kStages = Cfg::kStages;
   constexpr int kBBytes = Cfg::kBBytes;
   constexpr int kBK = kKind == kTF32 ? 32 : 64;  // 128 bytes of K per stage row
+  constexpr int kMnRows = 128 / static_cast<int>(sizeof(T));  // M/N extent of an MN-major box
+  constexpr int kMnBox = mn_box_bytes<kKind>();
+  // tf32 with an M-major A: A goes through registers (the only transposable tf32 operand).
+  constexpr bool kARegs = kKind == kTF32 && kAMn;
   static_assert(kCluster == 1 || kBN == kBNWide, "only the wide tile runs in CTA pairs");
+  static_assert(!(kKind == kTF32 && kBMn), "tf32 wgmma reads B K-major only");
 
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   // Both CTAs of a cluster compute the same offsets, which multicast relies on.
@@ -599,8 +792,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           if constexpr (!kAMn) {
             tma_load(sa, &tma_a, fb, k0, m0);
           } else {
-            tma_load(sa, &tma_a, fb, m0, k0);
-            tma_load(sa + kMnBoxBytes, &tma_a, fb, m0 + 64, k0);
+#pragma unroll
+            for (int q = 0; q < kBM / kMnRows; ++q) {
+              tma_load(sa + q * kMnBox, &tma_a, fb, m0 + q * kMnRows, k0);
+            }
           }
           if constexpr (!kBMn) {
             if constexpr (kBN == kBNNarrow) {
@@ -616,10 +811,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
             for (int j = 0; j < kBN / 64; ++j) {
               if constexpr (kCluster == 1) {
-                tma_load(sb + j * kMnBoxBytes, &tma_b, fb, n0 + 64 * j, k0);
+                tma_load(sb + j * kMnBox, &tma_b, fb, n0 + 64 * j, k0);
               } else {
                 if ((j >> 1) == static_cast<int>(rank)) {
-                  tma_load_multicast(sb + j * kMnBoxBytes, &tma_b, fb, n0 + 64 * j, k0, 0x3);
+                  tma_load_multicast(sb + j * kMnBox, &tma_b, fb, n0 + 64 * j, k0, 0x3);
                 }
               }
             }
@@ -638,11 +833,22 @@ __global__ void __launch_bounds__(kThreads, 1)
     // A K-step advances 32 bytes along a K-major row, or 16 rows (2 KB) of an MN-major box.
     constexpr uint32_t kAStep = (kAMn ? 16 * 128 : 32) >> 4;
     constexpr uint32_t kBStep = (kBMn ? 16 * 128 : 32) >> 4;
-    constexpr uint32_t kALbo = kAMn ? kMnBoxBytes : 16;
-    constexpr uint32_t kBLbo = kBMn ? kMnBoxBytes : 16;
+    constexpr uint32_t kALbo = kAMn ? kMnBox : 16;
+    constexpr uint32_t kBLbo = kBMn ? kMnBox : 16;
     float acc[Cfg::kAcc];
 #pragma unroll
     for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.f;
+    // Hands stage s back to the producer(s): one arrive per warp on each CTA of the cluster.
+    auto release = [&](int s) {
+      if constexpr (kCluster == 1) {
+        if (lane == 0) mbar_arrive_local(empty_bar(s));
+      } else {
+        if (lane < kCluster) mbar_arrive_cluster(empty_bar(s), lane);
+      }
+    };
+    // Register-sourced A: this thread's four offsets into the stage (see a_fragment_offsets).
+    uint32_t a_off[4] = {0, 0, 0, 0};
+    if constexpr (kARegs) a_fragment_offsets(cw, warp_in_wg, lane, a_off);
     int stage = 0;
     uint32_t phase = 0;
     for (int u = cluster_id; u < total_units; u += num_clusters) {
@@ -652,52 +858,74 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int m0 = (tm * kCluster + static_cast<int>(rank)) * kBM;
       const int n0 = tn * kBN;
       int prev_stage = 0;
-      for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
-        mbar_wait(full_bar(stage), phase);
-        // Rows 64*cw.. of the A tile: 8 KB into the stage in both layouts.
-        const uint64_t da = make_desc(smem_a + stage * kABytes + cw * (kABytes / 2), kALbo, 1024);
-        const uint64_t db = make_desc(smem_b + stage * kBBytes, kBLbo, 1024);
-        wgmma_fence();
+      if constexpr (kARegs) {
+        // The fragments of k-block kb are loaded while the group of kb - 1 still reads its
+        // own, so two register sets alternate and the loop runs two k-blocks per trip.
+        uint32_t frag0[4][4], frag1[4][4];
+        for (int kb2 = w.kb_begin; kb2 < w.kb_end; kb2 += 2) {
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          wgmma_step<kKind, kAMn ? 1 : 0, kBMn ? 1 : 0, kBN>(
-              acc, da + kk * kAStep, db + kk * kBStep, (kb != w.kb_begin || kk != 0) ? 1u : 0u);
-        }
-        wgmma_commit();
-        if (kb > w.kb_begin) {
-          // Everything but the group just issued has finished reading its stage.
-          wgmma_wait<1>();
-          if constexpr (kCluster == 1) {
-            if (lane == 0) mbar_arrive_local(empty_bar(prev_stage));
-          } else {
-            if (lane < kCluster) mbar_arrive_cluster(empty_bar(prev_stage), lane);
+          for (int h = 0; h < 2; ++h) {
+            const int kb = kb2 + h;
+            if (kb >= w.kb_end) break;
+            mbar_wait(full_bar(stage), phase);
+            const uint64_t db = make_desc(smem_b + stage * kBBytes, kBLbo, 1024);
+            tf32_rs_kblock<kBN>(acc, h == 0 ? frag0 : frag1, smem_a + stage * kABytes, a_off, db,
+                                kb == w.kb_begin);
+            if (kb > w.kb_begin) {
+              wgmma_wait<1>();
+              release(prev_stage);
+            }
+            prev_stage = stage;
+            if (++stage == kStages) {
+              stage = 0;
+              phase ^= 1u;
+            }
           }
         }
-        prev_stage = stage;
-        if (++stage == kStages) {
-          stage = 0;
-          phase ^= 1u;
+      } else {
+        for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
+          mbar_wait(full_bar(stage), phase);
+          // Rows 64*cw.. of the A tile: 8 KB into the stage in both layouts.
+          const uint64_t da =
+              make_desc(smem_a + stage * kABytes + cw * (kABytes / 2), kALbo, 1024);
+          const uint64_t db = make_desc(smem_b + stage * kBBytes, kBLbo, 1024);
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) {
+            wgmma_step<kKind, kAMn ? 1 : 0, kBMn ? 1 : 0, kBN>(
+                acc, da + kk * kAStep, db + kk * kBStep, (kb != w.kb_begin || kk != 0) ? 1u : 0u);
+          }
+          wgmma_commit();
+          if (kb > w.kb_begin) {
+            // Everything but the group just issued has finished reading its stage.
+            wgmma_wait<1>();
+            release(prev_stage);
+          }
+          prev_stage = stage;
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1u;
+          }
         }
       }
       wgmma_wait<0>();
       fence_accumulators(acc);
-      if (w.kb_end > w.kb_begin) {
-        if constexpr (kCluster == 1) {
-          if (lane == 0) mbar_arrive_local(empty_bar(prev_stage));
-        } else {
-          if (lane < kCluster) mbar_arrive_cluster(empty_bar(prev_stage), lane);
-        }
-      }
+      if (w.kb_end > w.kb_begin) release(prev_stage);
 
       if (p.splits > 1) {
         store_partial_block(p, acc, w.split, m0 + cw * 64, n0, warp_in_wg, lane);
       } else if (kBN == kBNWide && p.tma_store) {
         if constexpr (kBN == kBNWide) {
-          store_block_tma<T>(p, &tma_c, acc, smem_c + cw * kCStageBytes, m0 + cw * 64, n0,
-                             warp_in_wg, lane, cw);
+          const uint32_t buf = smem_c + cw * kCStageBytes;
+          if (kARegs && p.c_trans) {
+            store_block_tma_transposed(p, &tma_c, acc, buf, m0 + cw * 64, n0, warp_in_wg, lane,
+                                       cw);
+          } else {
+            store_block_tma<T>(p, &tma_c, acc, buf, m0 + cw * 64, n0, warp_in_wg, lane, cw);
+          }
         }
       } else {
-        store_block_direct<T>(p, acc, m0 + cw * 64, n0, warp_in_wg, lane);
+        store_block<T>(p, acc, m0 + cw * 64, n0, warp_in_wg, lane);
       }
       fence_accumulators(acc);
     }
@@ -760,29 +988,82 @@ bool map_shape(int64_t inner, int64_t outer, int64_t outer_stride, int elt, uint
 
 // An operand of mn rows (M for A, N for B) and k columns, element (r, p) at
 // ptr[r * stride_mn + p * stride_k], as a tensor map: K-major (box of 128 bytes of K by
-// box_rows rows) or, for 16-bit types, MN-major (64 x 64 boxes). False when TMA cannot read
-// it in place (base or row stride not 16-byte aligned, no unit stride, overlapping rows).
+// box_rows rows) or, when mn_ok, MN-major (boxes of 128 bytes along M/N by the stage's K).
+// False when TMA cannot read it in place (base or row stride not 16-byte aligned, no unit
+// stride, overlapping rows). mn_ok: 16-bit operands, and tf32 A (read through registers).
 bool map_operand(const void* ptr, int64_t stride_k, int64_t stride_mn, int64_t mn, int64_t k,
-                 int kind, uint32_t box_rows, MapShape* shape, bool* mn_major) {
+                 int kind, uint32_t box_rows, bool mn_ok, MapShape* shape, bool* mn_major) {
   if (!aligned16(ptr)) return false;
   const int elt = kind == kTF32 ? 4 : 2;
-  if (stride_k == 1 && map_shape(k, mn, stride_mn, elt, 128u / elt, box_rows, shape)) {
+  const uint32_t row_elts = 128u / elt;
+  if (stride_k == 1 && map_shape(k, mn, stride_mn, elt, row_elts, box_rows, shape)) {
     *mn_major = false;
     return true;
   }
-  if (kind != kTF32 && stride_mn == 1 && map_shape(mn, k, stride_k, elt, 64, 64, shape)) {
+  if (mn_ok && stride_mn == 1 && map_shape(mn, k, stride_k, elt, row_elts, row_elts, shape)) {
     *mn_major = true;
     return true;
   }
   return false;
 }
 
-bool make_plan(const GemmArgs& args, Plan* plan) {
+bool map_a(const GemmArgs& args, int kind, MapShape* shape, bool* mn_major) {
+  return map_operand(args.a, args.a_stride_k, args.a_stride_m, args.m, args.k, kind, kBM, true,
+                     shape, mn_major);
+}
+
+bool map_b(const GemmArgs& args, int kind, MapShape* shape, bool* mn_major) {
+  return map_operand(args.b, args.b_stride_k, args.b_stride_n, args.n, args.k, kind,
+                     b_box_rows(tile_n_for(args.n)), kind != kTF32, shape, mn_major);
+}
+
+// What the kernel runs: the caller's product, or (c_trans) C^T = B^T A^T on the same memory.
+struct Problem {
+  GemmArgs args;
+  bool c_trans = false;
+};
+
+// tf32 wgmma reads B K-major only, while a @ b with a row-major b (the common case) has B
+// contiguous along N. Read the other way round, that B is an M-major A of C^T = B^T A^T,
+// which the register-sourced form takes in place, and a row-major A is a K-major B: the
+// product runs with no copy and writes C transposed. Not for narrow outputs (they would
+// become 64-row tiles of a 128-row CTA; their B is small to copy), nor when A is M-major
+// (then A already goes through registers and only B is copied).
+bool swap_for_tf32(const GemmArgs& args) {
+  if (tc_kind_of(args) != kTF32 || args.n <= kBNNarrow) return false;
+  MapShape probe;
+  bool mn = false;
+  if (map_b(args, kTF32, &probe, &mn)) return false;
+  if (map_a(args, kTF32, &probe, &mn) && mn) return false;
+  return map_operand(args.b, args.b_stride_k, args.b_stride_n, args.n, args.k, kTF32, kBM, true,
+                     &probe, &mn) &&
+         mn;
+}
+
+Problem problem_for(const GemmArgs& args) {
+  Problem pr;
+  pr.args = args;
+  if (!swap_for_tf32(args)) return pr;
+  GemmArgs& t = pr.args;
+  t.m = args.n;
+  t.n = args.m;
+  t.a = args.b;
+  t.a_stride_m = args.b_stride_n;
+  t.a_stride_k = args.b_stride_k;
+  t.b = args.a;
+  t.b_stride_n = args.a_stride_m;
+  t.b_stride_k = args.a_stride_k;
+  pr.c_trans = true;
+  return pr;
+}
+
+bool make_plan(const Problem& pr, Plan* plan) {
 #if !defined(GEMMT_HAS_SM90A)
-  (void)args;
+  (void)pr;
   (void)plan;
   return false;
 #else
+  const GemmArgs& args = pr.args;
   if (args.cc_major != 9 || args.cc_minor != 0) return false;
   // Largest m, n, k accepted: TMA coordinates and tile origins are 32-bit signed.
   constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1024;
@@ -791,18 +1072,16 @@ bool make_plan(const GemmArgs& args, Plan* plan) {
   if (args.m < 1 || args.n < 1 || args.k < 1) return false;
   if (args.m > kMaxDim || args.n > kMaxDim || args.k > kMaxDim) return false;
   if (args.a == nullptr || args.b == nullptr || args.c == nullptr) return false;
-  if (args.ldc < args.n && args.m > 1) return false;
+  // The lines of C (rows, or columns of the tile grid when transposed) must not overlap.
+  if (pr.c_trans ? (args.ldc < args.m && args.n > 1) : (args.ldc < args.n && args.m > 1)) {
+    return false;
+  }
   const int elt = static_cast<int>(element_size(args.dtype));
   Plan pl;
   pl.kind = kind;
   pl.elt = elt;
   pl.bn = tile_n_for(args.n);
-  if (!map_operand(args.a, args.a_stride_k, args.a_stride_m, args.m, args.k, kind, kBM, &pl.a,
-                   &pl.a_mn) ||
-      !map_operand(args.b, args.b_stride_k, args.b_stride_n, args.n, args.k, kind,
-                   b_box_rows(pl.bn), &pl.b, &pl.b_mn)) {
-    return false;
-  }
+  if (!map_a(args, kind, &pl.a, &pl.a_mn) || !map_b(args, kind, &pl.b, &pl.b_mn)) return false;
   // Tile indices are 32-bit.
   const int64_t tiles = ((args.m + kBM - 1) / kBM) * ((args.n + pl.bn - 1) / pl.bn);
   if (tiles > INT32_MAX / 2) return false;
@@ -919,8 +1198,9 @@ template <int kKind, int kCluster, int kBN>
 cudaError_t launch_layout(const Plan& plan, const Maps& maps, const Params& p, int sm_count,
                           cudaStream_t stream) {
   if constexpr (kKind == kTF32) {
-    if (plan.a_mn || plan.b_mn) return cudaErrorNotSupported;
-    return launch<kKind, false, false, kCluster, kBN>(maps, p, sm_count, stream);
+    if (plan.b_mn) return cudaErrorNotSupported;
+    return plan.a_mn ? launch<kKind, true, false, kCluster, kBN>(maps, p, sm_count, stream)
+                     : launch<kKind, false, false, kCluster, kBN>(maps, p, sm_count, stream);
   } else {
     if (plan.a_mn) {
       return plan.b_mn ? launch<kKind, true, true, kCluster, kBN>(maps, p, sm_count, stream)
@@ -1043,10 +1323,11 @@ std::size_t partial_bytes(const GemmArgs& args, const SplitPlan& sp) {
 // no split: a pair needs both of its M tiles). store: 0 automatic, 1 direct register-to-
 // global stores, 2 TMA stores (granted only when C rows are 16-byte aligned). sp.splits > 1
 // needs `partial` (partial_bytes) and adds the reduction pass.
-cudaError_t run_planned(const GemmArgs& args, cudaStream_t stream, int cluster, int store,
+cudaError_t run_planned(const Problem& pr, cudaStream_t stream, int cluster, int store,
                         const SplitPlan& sp, float* partial) {
+  const GemmArgs& args = pr.args;
   Plan plan;
-  if (!make_plan(args, &plan)) return cudaErrorNotSupported;
+  if (!make_plan(pr, &plan)) return cudaErrorNotSupported;
   const bool split = sp.splits > 1;
   if (split && partial == nullptr) return cudaErrorInvalidValue;
   const int elt = plan.elt;
@@ -1057,8 +1338,11 @@ cudaError_t run_planned(const GemmArgs& args, cudaStream_t stream, int cluster, 
   }
   // C as a {n, m} tensor with 64-row boxes of 128 bytes, the staging layout of the epilogue.
   MapShape c_shape;
+  // (Transposed: C's lines are the tile grid's columns.)
+  const int64_t c_inner = pr.c_trans ? args.m : args.n;
+  const int64_t c_outer = pr.c_trans ? args.n : args.m;
   const bool c_tma_ok = !split && store != 1 && plan.bn == kBNWide && aligned16(args.c) &&
-                        map_shape(args.n, args.m, args.ldc, elt, 128u / elt, 64, &c_shape) &&
+                        map_shape(c_inner, c_outer, args.ldc, elt, 128u / elt, 64, &c_shape) &&
                         encode(&maps.c, args.c, c_shape, plan.kind);
   const int64_t tiles_m128 = (args.m + kBM - 1) / kBM;
   const bool narrow = plan.bn == kBNNarrow;
@@ -1078,6 +1362,7 @@ cudaError_t run_planned(const GemmArgs& args, cudaStream_t stream, int cluster, 
   p.c_pair =
       (reinterpret_cast<uintptr_t>(args.c) % (2 * elt)) == 0 && (args.ldc % 2 == 0 || args.m == 1);
   p.tma_store = c_tma_ok ? 1 : 0;
+  p.c_trans = pr.c_trans ? 1 : 0;
   p.splits = split ? sp.splits : 1;
   p.kb_per_split = split ? sp.kb_per_split : p.num_kb;
   p.partial = split ? partial : nullptr;
@@ -1092,7 +1377,10 @@ cudaError_t run_planned(const GemmArgs& args, cudaStream_t stream, int cluster, 
   }
   GEMMT_RETURN_IF_ERROR(launched);
   if (!split) return cudaSuccess;
-  return gemm_reduce_k_slices(args, partial, sp.splits, stream);
+  // The slices are in C's orientation; the reduction writes C as the caller described it.
+  GemmArgs out = args;
+  if (pr.c_trans) std::swap(out.m, out.n);
+  return gemm_reduce_k_slices(out, partial, sp.splits, stream);
 }
 
 }  // namespace
@@ -1102,39 +1390,37 @@ namespace detail {
 // Variant knobs for tests and benchmarks (see run_planned); no staging, no split-k.
 cudaError_t gemm_sm90_run_variant(const GemmArgs& args, cudaStream_t stream, int cluster,
                                   int store) {
-  return run_planned(args, stream, cluster, store, SplitPlan{1, 0}, nullptr);
+  return run_planned(problem_for(args), stream, cluster, store, SplitPlan{1, 0}, nullptr);
 }
 
 bool gemm_sm90_variant_supports(const GemmArgs& args) {
-  return make_plan(args, nullptr);
+  return make_plan(problem_for(args), nullptr);
 }
 
 }  // namespace detail
 
 // ---- Operands TMA cannot read in place ----------------------------------------------------
-// tf32 wgmma reads both operands K-major from shared memory, while a @ b with a row-major b
-// (the common case) has B contiguous along N; and TMA needs 16-byte aligned bases and row
-// strides, which a view at an odd offset or with an odd leading dimension (a 4097-wide
-// matrix of 16-bit values) does not have. Such an operand is first rewritten K-major, rows
-// padded to 16 bytes, into the workspace by one bandwidth-bound pass (a few percent of the
-// product's time at the sizes where wgmma pays), then the product runs on the copy.
+// TMA needs 16-byte aligned bases and row strides, which a view at an odd offset or with an
+// odd leading dimension (a 4097-wide matrix of 16-bit values) does not have, and tf32 wgmma
+// reads B K-major only (a row-major B is usually read in place through swap_for_tf32, but
+// not always). Such an operand is first rewritten K-major, rows padded to 16 bytes, into the
+// workspace by one bandwidth-bound pass (a few percent of the product's time at the sizes
+// where wgmma pays), then the product runs on the copy.
 namespace {
 
 struct Staging {
   bool a = false, b = false;
 };
 
-// Which operands TMA cannot read in place and must be staged.
+// Which operands of the kernel's problem TMA cannot read in place and must be staged.
 Staging staging_for(const GemmArgs& args) {
   Staging st;
   const int kind = tc_kind_of(args);
   if (kind < 0 || args.m < 1 || args.n < 1 || args.k < 1) return st;
   MapShape probe;
   bool mn = false;
-  st.a = !map_operand(args.a, args.a_stride_k, args.a_stride_m, args.m, args.k, kind, kBM, &probe,
-                      &mn);
-  st.b = !map_operand(args.b, args.b_stride_k, args.b_stride_n, args.n, args.k, kind,
-                      b_box_rows(tile_n_for(args.n)), &probe, &mn);
+  st.a = !map_a(args, kind, &probe, &mn);
+  st.b = !map_b(args, kind, &probe, &mn);
   return st;
 }
 
@@ -1186,47 +1472,58 @@ bool staging_fits(const GemmArgs& args, const Staging& st) {
 
 }  // namespace
 
-bool gemm_sm90_supports(const GemmArgs& args) {
-  const Staging st = staging_for(args);
-  if (!(st.a || st.b)) return make_plan(args, nullptr);
-  return staging_fits(args, st) && make_plan(staged_args(args, st, planning_workspace()), nullptr);
-}
-
 namespace {
+
+bool problem_supported(const Problem& pr) {
+  const Staging st = staging_for(pr.args);
+  if (!(st.a || st.b)) return make_plan(pr, nullptr);
+  Problem staged = pr;
+  staged.args = staged_args(pr.args, st, planning_workspace());
+  return staging_fits(pr.args, st) && make_plan(staged, nullptr);
+}
 
 SplitPlan split_plan_or_auto(const GemmArgs& args, int splits) {
   return splits > 0 ? split_plan(args, splits) : choose_splits(args);
 }
 
 std::size_t workspace_bytes_with(const GemmArgs& args, int splits) {
-  if (!gemm_sm90_supports(args)) return 0;
-  return workspace_for(args, staging_for(args), split_plan_or_auto(args, splits)).total();
+  const Problem pr = problem_for(args);
+  if (!problem_supported(pr)) return 0;
+  return workspace_for(pr.args, staging_for(pr.args), split_plan_or_auto(pr.args, splits))
+      .total();
 }
 
 // Stages what must be staged, then runs the product with `splits` k-slices (0: chosen by
 // the cost model).
 cudaError_t run_with(const GemmArgs& args, int splits, void* workspace, cudaStream_t stream) {
-  if (!gemm_sm90_supports(args)) return cudaErrorNotSupported;
-  const Staging st = staging_for(args);
-  const SplitPlan sp = split_plan_or_auto(args, splits);
-  const Workspace w = workspace_for(args, st, sp);
+  const Problem pr = problem_for(args);
+  if (!problem_supported(pr)) return cudaErrorNotSupported;
+  const GemmArgs& t = pr.args;
+  const Staging st = staging_for(t);
+  const SplitPlan sp = split_plan_or_auto(t, splits);
+  const Workspace w = workspace_for(t, st, sp);
   if (w.total() > 0 && workspace == nullptr) return cudaErrorInvalidValue;
   char* ws = static_cast<char*>(workspace);
-  const GemmArgs s = staged_args(args, st, ws);
+  Problem staged = pr;
+  staged.args = staged_args(t, st, ws);
   if (st.a) {
-    GEMMT_RETURN_IF_ERROR(stage_k_major(args, args.a, args.a_stride_m, args.a_stride_k, args.m,
-                                        const_cast<void*>(s.a), stream));
+    GEMMT_RETURN_IF_ERROR(stage_k_major(t, t.a, t.a_stride_m, t.a_stride_k, t.m,
+                                        const_cast<void*>(staged.args.a), stream));
   }
   if (st.b) {
-    GEMMT_RETURN_IF_ERROR(stage_k_major(args, args.b, args.b_stride_n, args.b_stride_k, args.n,
-                                        const_cast<void*>(s.b), stream));
+    GEMMT_RETURN_IF_ERROR(stage_k_major(t, t.b, t.b_stride_n, t.b_stride_k, t.n,
+                                        const_cast<void*>(staged.args.b), stream));
   }
   float* partial =
       w.partial_bytes > 0 ? reinterpret_cast<float*>(ws + w.a_bytes + w.b_bytes) : nullptr;
-  return run_planned(s, stream, 0, 0, sp, partial);
+  return run_planned(staged, stream, 0, 0, sp, partial);
 }
 
 }  // namespace
+
+bool gemm_sm90_supports(const GemmArgs& args) {
+  return problem_supported(problem_for(args));
+}
 
 std::size_t gemm_sm90_workspace_bytes(const GemmArgs& args) {
   return workspace_bytes_with(args, 0);
@@ -1248,7 +1545,7 @@ cudaError_t gemm_sm90_run_splits(const GemmArgs& args, int splits, void* workspa
 }
 
 int gemm_sm90_auto_splits(const GemmArgs& args) {
-  return choose_splits(args).splits;
+  return choose_splits(problem_for(args).args).splits;
 }
 
 }  // namespace detail

@@ -51,6 +51,9 @@ if has build; then
   $PY -c "import gemmt, json; print(json.dumps(gemmt.build_info()))" >>"$SUMMARY" 2>&1
   cuobjdump --dump-sass build/cmake-gpu/_gemmt*.so 2>/dev/null | grep -c "HGMMA" \
     | xargs -I{} echo "HGMMA instructions in the module's SASS: {}" | tee -a "$SUMMARY"
+  # The Hopper kernels' SASS, kept with the logs (the wgmma issue pattern, register use).
+  wg_obj=$(find build/cmake-gpu -name 'gemm_sm90_wgmma.cu.o' | head -n1)
+  [ -n "$wg_obj" ] && cuobjdump --dump-sass "$wg_obj" >"$LOGS/gemm_sm90_wgmma.sass" 2>&1
 fi
 
 if has selftest; then

@@ -1,6 +1,6 @@
 // Device-side building blocks of the SIMT GEMM family (kernels/gemm_simt.cu): element
-// conversion, cp.async wrappers, the C epilogue, and the global -> shared tile loaders of the
-// pipelined kernel. Private to kernels/: include only from .cu files.
+// conversion, the C epilogue, and the global -> shared tile loaders of the pipelined kernel.
+// Private to kernels/: include only from .cu files.
 //
 // Shared-memory convention used by every tiled kernel here: an operand tile is stored as
 // S[k][c] (c = m for A, n for B) in float32, so that at a fixed k a thread's fragment of A
@@ -14,6 +14,8 @@
 
 #include <cstdint>
 #include <type_traits>
+
+#include "gemmt/cp_async.cuh"
 
 namespace gemmt {
 namespace simt {
@@ -73,53 +75,6 @@ __device__ __forceinline__ uint4 pack8(const uint16_t h[8]) {
   v.z = static_cast<uint32_t>(h[4]) | (static_cast<uint32_t>(h[5]) << 16);
   v.w = static_cast<uint32_t>(h[6]) | (static_cast<uint32_t>(h[7]) << 16);
   return v;
-}
-
-// ---- cp.async -----------------------------------------------------------------------------
-// On sm_80+ these are asynchronous global -> shared copies; the fallback for older targets is
-// a synchronous copy, which the same wait/__syncthreads protocol keeps correct.
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes, bypassing L1 (each byte is used once per block). src_bytes < 16 zero-fills the
-// rest, which is how partial vectors at the m / n edge are handled without a scalar path.
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
-               "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
-               : "memory");
-#else
-  const unsigned char* s = static_cast<const unsigned char*>(src);
-  unsigned char* d = static_cast<unsigned char*>(__cvta_shared_to_generic(dst));
-  for (int i = 0; i < 16; ++i) d[i] = i < src_bytes ? s[i] : 0;
-#endif
-}
-
-// 4 bytes through L1: the transposing loaders fetch four neighbouring floats of one row with
-// four of these, so the second to fourth hit the line the first brought in.
-__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, int src_bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst),
-               "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
-               : "memory");
-#else
-  float* d = static_cast<float*>(__cvta_shared_to_generic(dst));
-  *d = src_bytes ? *static_cast<const float*>(src) : 0.f;
-#endif
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-#endif
 }
 
 // ---- Epilogue -----------------------------------------------------------------------------
@@ -228,9 +183,10 @@ __device__ __forceinline__ void swizzle_tile(int pid, int tiles_m, int tiles_n, 
 //   kVecK   k is the unit-stride dimension (a row-major A, a transposed B): elements are
 //           fetched along k and written transposed into S[k][c];
 //   kScalar anything else: one element per copy, lanes along c.
-// Bounds: an element outside [0, c_ext) x [k_begin, k_end) is written as zero. Addresses are
-// only formed for elements inside the operand: lanes past the c edge are pointed at a valid
-// line, and the k tail (only the last tile can have one) uses `base` for dropped copies.
+// Bounds: an element outside [0, c_ext) x [k_begin, k_end) is written as zero by an ordinary
+// shared store, and no copy reads a byte outside the operand (cp_async.cuh says why the
+// pipeline protocol covers those stores). Addresses are only formed for elements inside the
+// operand: lanes past the c edge are pointed at a valid line.
 enum LoadMode : int { kVecC = 0, kVecK = 1, kScalar = 2 };
 
 template <int MODE, int BK, int BC, int THREADS, int PITCH>
@@ -257,7 +213,6 @@ struct AsyncTileLoader {
   static_assert(MODE != kVecK || (BK % 8 == 0 && BC % LINE_STEP == 0 && NL >= 1), "kVecK tiling");
   static_assert(MODE != kScalar || (THREADS % BC == 0 && NS >= 1), "kScalar tiling");
 
-  const float* base;
   const float* ptr;  // the thread's first element of the next tile
   int64_t step;      // kVecC / kScalar: between a thread's rows; kVecK: between its lines
   int64_t tile_step;
@@ -269,7 +224,6 @@ struct AsyncTileLoader {
 
   __device__ __forceinline__ void init(const float* b, int64_t sc, int64_t sk, int64_t c0,
                                        int64_t c_ext, int64_t k_begin, int tid) {
-    base = b;
     tile_step = BK * sk;
     if constexpr (MODE == kVecC) {
       const int cv = tid % VPR, kr = tid / VPR;
@@ -314,10 +268,8 @@ struct AsyncTileLoader {
       const float* src = ptr;
 #pragma unroll
       for (int e = 0; e < NV; ++e) {
-        if (FULL || e * VK_STEP < krem)
-          cp_async_16(dst0 + e * VK_STEP * PITCH * 4, src, bytes);
-        else
-          cp_async_16(dst0 + e * VK_STEP * PITCH * 4, base, 0);
+        cp_async_16_zfill(dst0 + e * VK_STEP * PITCH * 4, src,
+                          FULL || e * VK_STEP < krem ? bytes : 0);
         src += step;
       }
     } else if constexpr (MODE == kVecK) {
@@ -327,7 +279,7 @@ struct AsyncTileLoader {
         for (int i = 0; i < NL; ++i) {
 #pragma unroll
           for (int ch = 0; ch < KCH; ++ch)
-            cp_async_4(dst0 + (ch * 8 * PITCH + i * LINE_STEP) * 4, src + ch * 8, 4);
+            cp_async_4(dst0 + (ch * 8 * PITCH + i * LINE_STEP) * 4, src + ch * 8);
           src += step;
         }
       } else {
@@ -338,9 +290,9 @@ struct AsyncTileLoader {
           for (int ch = 0; ch < KCH; ++ch) {
             const uint32_t dst = dst0 + (ch * 8 * PITCH + i * LINE_STEP) * 4;
             if (i * LINE_STEP < c_rem && (FULL || ch * 8 < krem))
-              cp_async_4(dst, src + ch * 8, 4);
+              cp_async_4(dst, src + ch * 8);
             else
-              cp_async_4(dst, base, 0);
+              st_shared_b32(dst, 0u);
           }
           src += step;
         }
@@ -349,10 +301,11 @@ struct AsyncTileLoader {
       const float* src = ptr;
 #pragma unroll
       for (int e = 0; e < NS; ++e) {
-        if (FULL || e * SK_STEP < krem)
-          cp_async_4(dst0 + e * SK_STEP * PITCH * 4, src, bytes);
+        const uint32_t dst = dst0 + e * SK_STEP * PITCH * 4;
+        if (bytes != 0 && (FULL || e * SK_STEP < krem))
+          cp_async_4(dst, src);
         else
-          cp_async_4(dst0 + e * SK_STEP * PITCH * 4, base, 0);
+          st_shared_b32(dst, 0u);
         src += step;
       }
     }

@@ -573,10 +573,10 @@ void run_perf(Ctx& ctx) {
       copy_sync(dA, h.bits.data(), bytes, cudaMemcpyHostToDevice, ctx.stream);
       copy_sync(dB, h.bits.data(), bytes, cudaMemcpyHostToDevice, ctx.stream);
       for (const Layout& lay : kLayouts) {
-        // Keep the report short: all layouts for bf16 8192, the torch.matmul case otherwise.
+        // Keep the report short: every layout for bf16 8192 and for tf32 (each tf32 layout
+        // takes a different path), the torch.matmul case otherwise.
         const bool torch_case = !lay.a_col && !lay.b_col;
-        const bool tf32_case = dt.elt == 4 && !lay.a_col && lay.b_col;
-        if (!(torch_case || tf32_case || (dti == 0 && s == 8192))) continue;
+        if (!(torch_case || dt.elt == 4 || (dti == 0 && s == 8192))) continue;
         std::printf("  %-4s %5lld^3 %-12s", dt.name, (long long)s, lay.name);
         for (int pi = 0; pi < kNumPaths; ++pi) {
           const double tf =
@@ -625,6 +625,8 @@ int main(int argc, char** argv) {
       {256, 256, 16384, false}, {300, 130, 4099, false},  // split-k (the latter staged too)
       {200, 64, 300, false},    {130, 33, 2000, false},   // narrow tile (N <= 64)
       {333, 1, 520, false},     {2048, 48, 8192, false},  // narrow, with split-k
+      {64, 300, 1000, false},   {48, 2048, 8192, false},  // tf32 C^T with the narrow tile
+      {520, 1032, 96, false},                             // tf32 C^T, ragged, 3 k-blocks
   };
   if (tests) {
     uint64_t seed = 1;
