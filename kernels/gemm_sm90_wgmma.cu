@@ -331,13 +331,13 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint3
 // TB are the PTX operand numbers of the predicate input and the descriptors / flags.
 #define GEMMT_WGMMA_16(INSTR, DREGS, ACCS, P, A, B, TA, TB)                                 \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\n" INSTR " " DREGS ", " A ", " B \
-               ", p, 1, 1, " TA ", " TB ";\n}\n"                                              \
-               : ACCS                                                                        \
+               ", p, 1, 1, " TA ", " TB ";\n}\n"                                            \
+               : ACCS                                                                       \
                : "l"(da), "l"(db), "r"(accumulate), "n"(kTransA), "n"(kTransB))
 #define GEMMT_WGMMA_TF32(INSTR, DREGS, ACCS, P, A, B)                                       \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\n" INSTR " " DREGS ", " A ", " B \
-               ", p, 1, 1;\n}\n"                                                             \
-               : ACCS                                                                        \
+               ", p, 1, 1;\n}\n"                                                            \
+               : ACCS                                                                       \
                : "l"(da), "l"(db), "r"(accumulate))
 
 // D(64x256, fp32) (+)= A(64xK) * B(Kx256) for one K step (16 for 16-bit types, 8 for tf32).
@@ -349,8 +349,8 @@ __device__ __forceinline__ void wgmma_m64n256(float (&d)[128], uint64_t da, uint
     GEMMT_WGMMA_16("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", GEMMT_D128,
                    GEMMT_ACC128, "%130", "%128", "%129", "%131", "%132");
   } else if constexpr (kKind == kF16) {
-    GEMMT_WGMMA_16("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", GEMMT_D128,
-                   GEMMT_ACC128, "%130", "%128", "%129", "%131", "%132");
+    GEMMT_WGMMA_16("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", GEMMT_D128, GEMMT_ACC128,
+                   "%130", "%128", "%129", "%131", "%132");
   } else {
     static_assert(kTransA == 0 && kTransB == 0, "tf32 wgmma reads K-major operands only");
     GEMMT_WGMMA_TF32("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32", GEMMT_D128,
@@ -359,7 +359,7 @@ __device__ __forceinline__ void wgmma_m64n256(float (&d)[128], uint64_t da, uint
 }
 
 #define GEMMT_ACC32 GEMMT_ACC8(0), GEMMT_ACC8(8), GEMMT_ACC8(16), GEMMT_ACC8(24)
-#define GEMMT_D32                                                                  \
+#define GEMMT_D32                                                                \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, " \
   "%17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 
@@ -368,15 +368,15 @@ template <int kKind, int kTransA, int kTransB>
 __device__ __forceinline__ void wgmma_m64n64(float (&d)[32], uint64_t da, uint64_t db,
                                              uint32_t accumulate) {
   if constexpr (kKind == kBF16) {
-    GEMMT_WGMMA_16("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", GEMMT_D32,
-                   GEMMT_ACC32, "%34", "%32", "%33", "%35", "%36");
+    GEMMT_WGMMA_16("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", GEMMT_D32, GEMMT_ACC32,
+                   "%34", "%32", "%33", "%35", "%36");
   } else if constexpr (kKind == kF16) {
     GEMMT_WGMMA_16("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", GEMMT_D32, GEMMT_ACC32,
                    "%34", "%32", "%33", "%35", "%36");
   } else {
     static_assert(kTransA == 0 && kTransB == 0, "tf32 wgmma reads K-major operands only");
-    GEMMT_WGMMA_TF32("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", GEMMT_D32,
-                     GEMMT_ACC32, "%34", "%32", "%33");
+    GEMMT_WGMMA_TF32("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", GEMMT_D32, GEMMT_ACC32,
+                     "%34", "%32", "%33");
   }
 }
 
@@ -395,8 +395,8 @@ __device__ __forceinline__ void wgmma_step(float (&d)[kBN / 2], uint64_t da, uin
 // a_fragment_offsets), B comes from shared memory K-major as above.
 #define GEMMT_WGMMA_TF32_RS(INSTR, DREGS, ACCS, P, A, B)                                    \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\n" INSTR " " DREGS ", " A ", " B \
-               ", p, 1, 1;\n}\n"                                                             \
-               : ACCS                                                                        \
+               ", p, 1, 1;\n}\n"                                                            \
+               : ACCS                                                                       \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate))
 
 template <int kBN>
@@ -537,8 +537,7 @@ __device__ __forceinline__ void store_block_direct(const Params& p, const float 
 // 32-byte sectors.
 template <typename T, int kAcc>
 __device__ __forceinline__ void store_block_transposed(const Params& p, const float (&acc)[kAcc],
-                                                       int row0, int n0, int warp_in_wg,
-                                                       int lane) {
+                                                       int row0, int n0, int warp_in_wg, int lane) {
   const int row = row0 + warp_in_wg * 16 + (lane >> 2);
   const int col0 = n0 + 2 * (lane & 3);
   T* const c = static_cast<T*>(p.c);
@@ -725,7 +724,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   using Cfg = TileCfg<kBN>;
   constexpr int kStages = Cfg::kStages;
   constexpr int kBBytes = Cfg::kBBytes;
-  constexpr int kBK = kKind == kTF32 ? 32 : 64;  // 128 bytes of K per stage row
+  constexpr int kBK = kKind == kTF32 ? 32 : 64;               // 128 bytes of K per stage row
   constexpr int kMnRows = 128 / static_cast<int>(sizeof(T));  // M/N extent of an MN-major box
   constexpr int kMnBox = mn_box_bytes<kKind>();
   // tf32 with an M-major A: A goes through registers (the only transposable tf32 operand).
@@ -858,6 +857,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int m0 = (tm * kCluster + static_cast<int>(rank)) * kBM;
       const int n0 = tn * kBN;
       int prev_stage = 0;
+      // Called once k-block kb's group is issued: every group but that one has then finished
+      // reading its stage, so the previous stage goes back to the producer.
+      auto retire_previous = [&](int kb) {
+        if (kb > w.kb_begin) {
+          wgmma_wait<1>();
+          release(prev_stage);
+        }
+        prev_stage = stage;
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1u;
+        }
+      };
       if constexpr (kARegs) {
         // The fragments of k-block kb are loaded while the group of kb - 1 still reads its
         // own, so two register sets alternate and the loop runs two k-blocks per trip.
@@ -871,23 +883,14 @@ __global__ void __launch_bounds__(kThreads, 1)
             const uint64_t db = make_desc(smem_b + stage * kBBytes, kBLbo, 1024);
             tf32_rs_kblock<kBN>(acc, h == 0 ? frag0 : frag1, smem_a + stage * kABytes, a_off, db,
                                 kb == w.kb_begin);
-            if (kb > w.kb_begin) {
-              wgmma_wait<1>();
-              release(prev_stage);
-            }
-            prev_stage = stage;
-            if (++stage == kStages) {
-              stage = 0;
-              phase ^= 1u;
-            }
+            retire_previous(kb);
           }
         }
       } else {
         for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
           mbar_wait(full_bar(stage), phase);
           // Rows 64*cw.. of the A tile: 8 KB into the stage in both layouts.
-          const uint64_t da =
-              make_desc(smem_a + stage * kABytes + cw * (kABytes / 2), kALbo, 1024);
+          const uint64_t da = make_desc(smem_a + stage * kABytes + cw * (kABytes / 2), kALbo, 1024);
           const uint64_t db = make_desc(smem_b + stage * kBBytes, kBLbo, 1024);
           wgmma_fence();
 #pragma unroll
@@ -896,16 +899,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 acc, da + kk * kAStep, db + kk * kBStep, (kb != w.kb_begin || kk != 0) ? 1u : 0u);
           }
           wgmma_commit();
-          if (kb > w.kb_begin) {
-            // Everything but the group just issued has finished reading its stage.
-            wgmma_wait<1>();
-            release(prev_stage);
-          }
-          prev_stage = stage;
-          if (++stage == kStages) {
-            stage = 0;
-            phase ^= 1u;
-          }
+          retire_previous(kb);
         }
       }
       wgmma_wait<0>();
@@ -918,8 +912,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if constexpr (kBN == kBNWide) {
           const uint32_t buf = smem_c + cw * kCStageBytes;
           if (kARegs && p.c_trans) {
-            store_block_tma_transposed(p, &tma_c, acc, buf, m0 + cw * 64, n0, warp_in_wg, lane,
-                                       cw);
+            store_block_tma_transposed(p, &tma_c, acc, buf, m0 + cw * 64, n0, warp_in_wg, lane, cw);
           } else {
             store_block_tma<T>(p, &tma_c, acc, buf, m0 + cw * 64, n0, warp_in_wg, lane, cw);
           }
@@ -1269,10 +1262,10 @@ SplitPlan split_plan(const GemmArgs& args, int64_t splits) {
 // memory; a split adds the reduction pass, which reads every partial and writes C. The
 // constants are per-SM times of one k-block measured on H100 (gemm_tc_selftest -sweep).
 double split_cost_us(const GemmArgs& args, const SplitPlan& sp) {
-  constexpr double kKbUsWide = 0.56;    // 128x256x(128 B of K): tensor-core bound
-  constexpr double kKbUsNarrow = 0.30;  // 128x64x(128 B of K): bound by streaming A
-  constexpr double kUnitFixedKb = 3.0;  // ring fill and epilogue, in k-blocks
-  constexpr double kBytesPerUs = 2.6e6;  // DRAM, bytes per microsecond
+  constexpr double kKbUsWide = 0.56;      // 128x256x(128 B of K): tensor-core bound
+  constexpr double kKbUsNarrow = 0.30;    // 128x64x(128 B of K): bound by streaming A
+  constexpr double kUnitFixedKb = 3.0;    // ring fill and epilogue, in k-blocks
+  constexpr double kBytesPerUs = 2.6e6;   // DRAM, bytes per microsecond
   constexpr double kReduceFixedUs = 3.0;  // the extra launch and its tail
   const double sms = args.sm_count > 0 ? args.sm_count : 1;
   const double units = static_cast<double>(tile_count(args)) * sp.splits;
@@ -1489,8 +1482,7 @@ SplitPlan split_plan_or_auto(const GemmArgs& args, int splits) {
 std::size_t workspace_bytes_with(const GemmArgs& args, int splits) {
   const Problem pr = problem_for(args);
   if (!problem_supported(pr)) return 0;
-  return workspace_for(pr.args, staging_for(pr.args), split_plan_or_auto(pr.args, splits))
-      .total();
+  return workspace_for(pr.args, staging_for(pr.args), split_plan_or_auto(pr.args, splits)).total();
 }
 
 // Stages what must be staged, then runs the product with `splits` k-slices (0: chosen by

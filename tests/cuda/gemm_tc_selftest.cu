@@ -497,9 +497,9 @@ void run_split_sweep(Ctx& ctx) {
   struct Mnk {
     int64_t m, n, k;
   };
-  const Mnk shapes[] = {{1000, 1000, 1000}, {8192, 64, 8192},   {4096, 64, 4096},
-                        {256, 256, 65536},  {127, 8192, 511},   {1024, 1024, 8192},
-                        {512, 512, 16384},  {2048, 512, 4096},  {2048, 2048, 2048},
+  const Mnk shapes[] = {{1000, 1000, 1000}, {8192, 64, 8192},  {4096, 64, 4096},
+                        {256, 256, 65536},  {127, 8192, 511},  {1024, 1024, 8192},
+                        {512, 512, 16384},  {2048, 512, 4096}, {2048, 2048, 2048},
                         {8192, 32, 8192},   {1024, 64, 65536}};
   const int candidates[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
   std::printf("\nSplit-k sweep (gemm_sm90_run, A and B row-major, median of 20):\n");
@@ -619,9 +619,9 @@ int main(int argc, char** argv) {
               ctx.prop.multiProcessorCount);
 
   const Shape shapes[] = {
-      {128, 256, 64, false},   {4096, 4096, 4096, true}, {1000, 1000, 1000, false},
-      {127, 8192, 511, false}, {8192, 64, 8192, true},   {1, 512, 512, false},
-      {129, 257, 65, false},   {200, 328, 136, false},  // ragged tiles; odd k: staged
+      {128, 256, 64, false},    {4096, 4096, 4096, true}, {1000, 1000, 1000, false},
+      {127, 8192, 511, false},  {8192, 64, 8192, true},   {1, 512, 512, false},
+      {129, 257, 65, false},    {200, 328, 136, false},   // ragged tiles; odd k: staged
       {256, 256, 16384, false}, {300, 130, 4099, false},  // split-k (the latter staged too)
       {200, 64, 300, false},    {130, 33, 2000, false},   // narrow tile (N <= 64)
       {333, 1, 520, false},     {2048, 48, 8192, false},  // narrow, with split-k
