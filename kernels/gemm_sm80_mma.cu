@@ -30,6 +30,7 @@
 #include "gemmt/gemm_epilogue.cuh"
 #include "gemmt/gemm_tc_kind.h"
 #include "gemmt/numeric.cuh"
+#include "gemmt/shared_memory.cuh"
 
 namespace gemmt {
 namespace {
@@ -80,12 +81,6 @@ struct KindTraits<kTF32> {
   using T = float;
   static constexpr int kElt = 4;
 };
-
-__device__ __forceinline__ uint32_t ld_shared_b32(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr));
-  return v;
-}
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"

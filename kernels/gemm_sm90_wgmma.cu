@@ -40,6 +40,7 @@
 #include "gemmt/gemm_epilogue.cuh"
 #include "gemmt/gemm_tc_kind.h"
 #include "gemmt/numeric.cuh"
+#include "gemmt/shared_memory.cuh"
 #include "gemmt/strided_copy.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -139,10 +140,6 @@ constexpr int kConsumerWarps = 8;
 template <int kKind>
 constexpr int mn_box_bytes() {
   return kKind == kTF32 ? 32 * 128 : 64 * 128;
-}
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
 __device__ __forceinline__ uint32_t cluster_ctarank() {
@@ -250,18 +247,6 @@ __device__ __forceinline__ void wgmma_wait() {
 
 __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
-__device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
-  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
-}
-
-__device__ __forceinline__ void st_shared_f32(uint32_t addr, float v) {
-  asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
-}
-
-__device__ __forceinline__ void st_shared_v2_f32(uint32_t addr, float x, float y) {
-  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
 }
 
 // Generic-proxy writes to shared memory become visible to a later TMA read of it.
@@ -442,12 +427,6 @@ __device__ __forceinline__ void a_fragment_offsets(int cw, int warp, int lane, u
   off[1] = box + swizzled_mn_offset(m + 8, k);
   off[2] = box + swizzled_mn_offset(m, k + 4);
   off[3] = box + swizzled_mn_offset(m + 8, k + 4);
-}
-
-__device__ __forceinline__ uint32_t ld_shared_b32(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
-  return v;
 }
 
 // One k-block (four k-steps of 8) with A from registers: load the fragments, then issue and

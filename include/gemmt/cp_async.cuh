@@ -1,6 +1,6 @@
-// cp.async wrappers and shared-memory stores shared by the cp.async-pipelined GEMM kernels
-// (kernels/gemm_simt.cu through gemm_simt_tiles.cuh, kernels/gemm_sm80_mma.cu). Private to
-// kernels/: include only from .cu files.
+// cp.async wrappers shared by the cp.async-pipelined GEMM kernels (kernels/gemm_simt.cu
+// through gemm_simt_tiles.cuh, kernels/gemm_sm80_mma.cu). Private to kernels/: include only
+// from .cu files.
 //
 // On sm_80+ the copies are asynchronous global -> shared; the fallback for older targets is
 // a synchronous copy, which the same wait/__syncthreads protocol keeps correct.
@@ -18,22 +18,9 @@
 
 #include <cstdint>
 
+#include "gemmt/shared_memory.cuh"
+
 namespace gemmt {
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t x) {
-  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(x) : "memory");
-}
-
-__device__ __forceinline__ void st_shared_v4(uint32_t addr, uint32_t x, uint32_t y, uint32_t z,
-                                             uint32_t w) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(x), "r"(y), "r"(z),
-               "r"(w)
-               : "memory");
-}
 
 // 16 in-range bytes, bypassing L1 (each byte is used once per block). dst and src 16-byte
 // aligned.
