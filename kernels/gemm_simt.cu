@@ -329,6 +329,10 @@ using CfgSmall = PipeConfig<64, 64, 16, 32, 32, 8, 4, 3, 4>;
 // panel is loaded once for 256 columns. Wide (8x8 per thread, 8 warps), Tall (256x128) and a
 // 4-stage Large were measured as well and lost everywhere to one of these four.
 using CfgFat = PipeConfig<128, 256, 16, 64, 64, 16, 8, 3, 1>;
+// Narrow: 128x64, 4x1 warps of 32x64, 8x8 per thread (Medium turned on its side). Float32
+// only. For n <= 64 (tall-skinny products, usually split over k) every other shape wastes
+// columns or, as Small, pays Small's low FFMA : LDS ratio.
+using CfgNarrow = PipeConfig<128, 64, 16, 32, 64, 8, 8, 3, 3>;
 
 constexpr int kRasterGroup = 8;
 
@@ -878,8 +882,8 @@ PipeEntry entry_for_modes(int am, int bm, double eff) {
   }
 }
 
-// Configurations 0-2 serve every dtype; 3 (Fat) is float32 only.
-constexpr int kNumPipeConfigs = 4;
+// Configurations 0-2 serve every dtype; 3 (Fat) and 4 (Narrow) are float32 only.
+constexpr int kNumPipeConfigs = 5;
 
 // Relative FFMA efficiencies of the tile shapes at full occupancy, fitted to H100 timings of
 // every shape on square, long-k, tall-skinny and non-multiple problems (the self-test's
@@ -902,6 +906,11 @@ PipeEntry pipe_entry(int cfg, int am, int bm) {
     case 3:
       if constexpr (std::is_same<T, float>::value)
         return entry_for_modes<T, CfgFat>(am, bm, 1.02);
+      else
+        return PipeEntry{};
+    case 4:
+      if constexpr (std::is_same<T, float>::value)
+        return entry_for_modes<T, CfgNarrow>(am, bm, 0.9);
       else
         return PipeEntry{};
     default:
@@ -987,8 +996,8 @@ PipePlan plan_pipelined(const GemmArgs& a, bool allow_split, int only_cfg = -1) 
       if (splits == prev_splits) continue;
       prev_splits = splits;
       const double blocks = static_cast<double>(tm * tn) * splits;
-      double cost =
-          wave_cost(e, blocks, static_cast<double>(e.bm) * e.bn * kps / (128.0 * e.efficiency), sms);
+      double cost = wave_cost(e, blocks,
+                              static_cast<double>(e.bm) * e.bn * kps / (128.0 * e.efficiency), sms);
       if (splits > 1) {
         const double mn = static_cast<double>(a.m) * static_cast<double>(a.n);
         cost += (splits * mn * 8.0 + mn * es * 2.0) / (12.0 * sms) + 4000.0;
@@ -1215,9 +1224,8 @@ cudaError_t run_pipelined_staged(const GemmArgs& a, bool allow_split, void* work
   }
   if (workspace == nullptr) return cudaErrorInvalidValue;
   const int64_t pitch = staged_b_pitch<T>(a);
-  GEMMT_RETURN_IF_ERROR(copy_2d_bits(static_cast<int>(raw_bytes<T>()), a.b,
-                                     a.b_stride_k, a.b_stride_n, a.k, a.n, workspace, pitch,
-                                     stream));
+  GEMMT_RETURN_IF_ERROR(copy_2d_bits(static_cast<int>(raw_bytes<T>()), a.b, a.b_stride_k,
+                                     a.b_stride_n, a.k, a.n, workspace, pitch, stream));
   const GemmArgs s = with_staged_b(a, workspace, pitch);
   float* partial = reinterpret_cast<float*>(static_cast<char*>(workspace) + staged_b_bytes<T>(a));
   return run_pipelined<T>(s, plan_pipelined<T>(s, allow_split), partial, stream);
@@ -1260,9 +1268,8 @@ SimtPlan plan_for(const GemmArgs& a, GemmVariant v) {
       sp.splits = pp.splits;
       if (stages_b<T>(a)) sp.workspace_bytes = staged_b_bytes<T>(a);
       if (pp.splits > 1)
-        sp.workspace_bytes += static_cast<std::size_t>(pp.splits) *
-                              static_cast<std::size_t>(a.m) * static_cast<std::size_t>(a.n) *
-                              sizeof(float);
+        sp.workspace_bytes += static_cast<std::size_t>(pp.splits) * static_cast<std::size_t>(a.m) *
+                              static_cast<std::size_t>(a.n) * sizeof(float);
       break;
     }
     case GemmVariant::kGemv: {
@@ -1322,8 +1329,9 @@ cudaError_t reduce_typed(const GemmArgs& a, const float* slices, int splits, cud
   const int64_t gx = ceil_div(a.n, 256);
   if (gx > kMaxGridX) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(std::min<int64_t>(a.m, 65535)));
-  reduce_slices_kernel<T><<<grid, 256, 0, stream>>>(
-      slices, splits, a.m, a.n, static_cast<typename Elem<T>::raw*>(a.c), a.ldc, 1, a.alpha, a.beta);
+  reduce_slices_kernel<T><<<grid, 256, 0, stream>>>(slices, splits, a.m, a.n,
+                                                    static_cast<typename Elem<T>::raw*>(a.c), a.ldc,
+                                                    1, a.alpha, a.beta);
   GEMMT_RETURN_LAUNCH_ERROR();
 }
 
@@ -1348,7 +1356,9 @@ cudaError_t gemm_reduce_k_slices(const GemmArgs& args, const float* slices, int 
 
 namespace detail {
 
-int gemm_simt_pipelined_config_count() { return simt::kNumPipeConfigs; }
+int gemm_simt_pipelined_config_count() {
+  return simt::kNumPipeConfigs;
+}
 
 cudaError_t gemm_simt_run_pipelined_config(const GemmArgs& args, int config, SimtPlan* plan,
                                            cudaStream_t stream) {

@@ -1240,12 +1240,17 @@ SplitPlan split_plan(const GemmArgs& args, int64_t splits) {
 // (filling the ring, the epilogue) and can be no faster than reading A and B once from
 // memory; a split adds the reduction pass, which reads every partial and writes C. The
 // constants are per-SM times of one k-block measured on H100 (gemm_tc_selftest -sweep).
+// DRAM is streamed at its full rate only with loads in flight from about half of the SMs
+// or more: with fewer busy SMs the memory floor rises in proportion. Without that term the
+// model stops at 48 units for 256x256x65536 (24 slices), where 64 units (32 slices) measured
+// 11% faster; 1024x64x65536 likewise runs fastest at 64 units.
 double split_cost_us(const GemmArgs& args, const SplitPlan& sp) {
-  constexpr double kKbUsWide = 0.56;      // 128x256x(128 B of K): tensor-core bound
-  constexpr double kKbUsNarrow = 0.30;    // 128x64x(128 B of K): bound by streaming A
-  constexpr double kUnitFixedKb = 3.0;    // ring fill and epilogue, in k-blocks
-  constexpr double kBytesPerUs = 2.6e6;   // DRAM, bytes per microsecond
-  constexpr double kReduceFixedUs = 3.0;  // the extra launch and its tail
+  constexpr double kKbUsWide = 0.56;          // 128x256x(128 B of K): tensor-core bound
+  constexpr double kKbUsNarrow = 0.30;        // 128x64x(128 B of K): bound by streaming A
+  constexpr double kUnitFixedKb = 3.0;        // ring fill and epilogue, in k-blocks
+  constexpr double kBytesPerUs = 2.6e6;       // DRAM, bytes per microsecond
+  constexpr double kStreamingSmShare = 0.48;  // busy SMs that reach kBytesPerUs
+  constexpr double kReduceFixedUs = 3.0;      // the extra launch and its tail
   const double sms = args.sm_count > 0 ? args.sm_count : 1;
   const double units = static_cast<double>(tile_count(args)) * sp.splits;
   const double waves = std::ceil(units / sms);
@@ -1253,7 +1258,8 @@ double split_cost_us(const GemmArgs& args, const SplitPlan& sp) {
   const double elt = static_cast<double>(element_size(args.dtype));
   const double operand_bytes = (static_cast<double>(args.m) + args.n) * args.k * elt;
   const double compute = waves * (sp.kb_per_split + kUnitFixedKb) * kb_us;
-  double t = std::max(compute, operand_bytes / kBytesPerUs);
+  const double stream_share = std::min(1.0, std::min(units, sms) / (kStreamingSmShare * sms));
+  double t = std::max(compute, operand_bytes / (kBytesPerUs * stream_share));
   if (sp.splits > 1) {
     const double mn = static_cast<double>(args.m) * args.n;
     const double c_bytes = mn * elt * (args.beta != 0.f ? 2.0 : 1.0);

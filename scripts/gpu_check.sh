@@ -2,7 +2,8 @@
 # On a CUDA machine, in one go: build gemmt (pip and plain CMake), run the standalone kernel
 # self-tests, the whole pytest suite (CUDA cases included), the demo, and the benchmarks.
 # Logs and JSON go under $OUT (default ./gpu-out); a summary is printed last.
-#   STAGES="build selftest test slow demo bench sanitize" (default: all but sanitize)
+#   STAGES="build selftest test slow demo bench profile sanitize" (default: all but profile
+#   and sanitize)
 #   BENCH_ARGS="--quick"   passed to python -m gemmt bench
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -92,6 +93,15 @@ if has bench; then
   stage "bench gemm" "$LOGS/bench_gemm.log" $PY -m gemmt bench gemm --out "$OUT" ${BENCH_ARGS:-}
   grep -v "it/s\|s/it" "$LOGS/bench_memory.log" | tail -n 35 >>"$SUMMARY"
   grep -v "it/s\|s/it" "$LOGS/bench_gemm.log" | tail -n 90 >>"$SUMMARY"
+fi
+
+if has profile; then
+  # Per-kernel durations of the shapes furthest from target (staging, main, reduction).
+  stage "ncu gemm breakdown" "$LOGS/ncu_gemm.log" \
+    ncu --profile-from-start off --clock-control none --section SpeedOfLight \
+    $PY scripts/profile_gemm.py
+  grep -E "Context [0-9]+, Stream|Duration|Compute \(SM\) Throughput|Memory Throughput" \
+    "$LOGS/ncu_gemm.log" | sed -E 's/\(([^()]|\([^()]*\))*\)//; s/  +/ /g' | cut -c1-160 >>"$SUMMARY"
 fi
 
 # The slow tests (builds: JIT, setuptools, pip, CMake) are CPU-bound and the sanitizer does

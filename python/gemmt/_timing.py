@@ -57,17 +57,34 @@ def median_ms(
     return statistics.median(times)
 
 
-def per_call_us(fn: Callable[[], object], device: torch.device | str, calls: int = 2000) -> float:
-    """Host-side time per call for a stream of back-to-back calls (launch/dispatch cost)."""
-    dev = torch.device(device)
-    for _ in range(100):
+def _calls_us(fn: Callable[[], object], dev: torch.device, calls: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(calls):
         fn()
     sync(dev)
-    samples = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(calls):
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def per_call_us_many(
+    fns: dict[str, Callable[[], object]],
+    device: torch.device | str,
+    *,
+    calls: int = 1000,
+    rounds: int = 15,
+) -> dict[str, float]:
+    """Host time per call of each of ``fns``, medians over ``rounds`` interleaved rounds.
+
+    Every round times a stream of ``calls`` back-to-back calls of each function in turn, so
+    that a slow phase of the host (another process, a frequency change) lands on all of
+    them alike instead of on whichever was being timed at that moment.
+    """
+    dev = torch.device(device)
+    for fn in fns.values():
+        for _ in range(100):
             fn()
-        sync(dev)
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
-    return statistics.median(samples)
+    sync(dev)
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            samples[name].append(_calls_us(fn, dev, calls))
+    return {name: statistics.median(s) for name, s in samples.items()}

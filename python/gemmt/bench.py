@@ -19,7 +19,7 @@ import torch
 
 import gemmt
 from gemmt import _native
-from gemmt._timing import median_ms, per_call_us
+from gemmt._timing import median_ms, per_call_us_many
 
 try:
     from tqdm import tqdm as _tqdm
@@ -233,7 +233,7 @@ def _small_call_overhead() -> dict[str, Any]:
         "torch.square": lambda: torch.square(x),
         "torch.ops.gemmt.square": lambda: torch.ops.gemmt.square(x),
     }
-    breakdown = {name: per_call_us(fn, "cuda") for name, fn in paths.items()}
+    breakdown = per_call_us_many(paths, "cuda")
     ours, ref = breakdown["torch.ops.gemmt.add"], breakdown["torch.add"]
     return dict(op="add", dtype="float32", numel=1, ours_us=ours, ref_us=ref, ratio=ours / ref,
                 breakdown_us=breakdown,

@@ -16,10 +16,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -58,8 +58,12 @@ float from_bf16_bits(uint16_t h) {
   std::memcpy(&f, &u, 4);
   return f;
 }
-uint16_t to_half_bits(float f) { return __half_as_ushort(__float2half_rn(f)); }
-float from_half_bits(uint16_t b) { return __half2float(__ushort_as_half(b)); }
+uint16_t to_half_bits(float f) {
+  return __half_as_ushort(__float2half_rn(f));
+}
+float from_half_bits(uint16_t b) {
+  return __half2float(__ushort_as_half(b));
+}
 
 std::size_t esize(ScalarType t) {
   return t == ScalarType::kFloat32 ? 4 : 2;
@@ -277,9 +281,9 @@ void run_case(ScalarType dt, const Shape& s, const std::vector<double>& A,
     // Every variant, then (float32) every tile shape of the pipelined kernel on its own, so
     // that a shape the auto policy picks only for large problems is checked here too.
     const int num_variants = static_cast<int>(sizeof(variants) / sizeof(variants[0]));
-    const int num_runs = num_variants + (dt == ScalarType::kFloat32
-                                             ? gemmt::detail::gemm_simt_pipelined_config_count()
-                                             : 0);
+    const int num_runs =
+        num_variants +
+        (dt == ScalarType::kFloat32 ? gemmt::detail::gemm_simt_pipelined_config_count() : 0);
     for (int run = 0; run < num_runs; ++run) {
       const GemmVariant v = run < num_variants ? variants[run] : GemmVariant::kPipelined;
       const int cfg = run - num_variants;  // >= 0: this tile shape of the pipelined kernel
@@ -316,8 +320,8 @@ void run_case(ScalarType dt, const Shape& s, const std::vector<double>& A,
       std::snprintf(what, sizeof(what),
                     "%-16s %-8s A=%-7s B=%-7s m=%-5lld n=%-5lld k=%-6lld alpha=%.2f beta=%.2f "
                     "tile=%dx%d splits=%d",
-                    cfg >= 0 ? "pipelined-shape" : variant_name(v), dtype_name(dt), layout_name(la), layout_name(lb),
-                    static_cast<long long>(s.m), static_cast<long long>(s.n),
+                    cfg >= 0 ? "pipelined-shape" : variant_name(v), dtype_name(dt), layout_name(la),
+                    layout_name(lb), static_cast<long long>(s.m), static_cast<long long>(s.n),
                     static_cast<long long>(s.k), alpha, beta, plan.block_m, plan.block_n,
                     plan.splits);
       if (launch != cudaSuccess || sync != cudaSuccess) {
@@ -434,8 +438,8 @@ void bench(GemmVariant v, int64_t m, int64_t n, int64_t k) {
       "BENCH %-10s float32 %6lldx%6lldx%6lld tile=%dx%dx%d splits=%-3d %8.3f ms %7.2f TFLOP/s "
       "%7.1f GB/s\n",
       variant_name(v), static_cast<long long>(m), static_cast<long long>(n),
-      static_cast<long long>(k), plan.block_m, plan.block_n, plan.block_k, plan.splits, ms,
-      tflops, gbs);
+      static_cast<long long>(k), plan.block_m, plan.block_n, plan.block_k, plan.splits, ms, tflops,
+      gbs);
 }
 
 // Times every tile configuration of the pipelined kernel (auto candidates and the float32
@@ -450,11 +454,12 @@ void sweep(int64_t m, int64_t n, int64_t k, bool a_trans) {
     const double ms = median_ms(
         [&] { return gemmt::detail::gemm_simt_run_pipelined_config(pb.args, cfg, nullptr, 0); },
         m * n * k >= (int64_t{1} << 36) ? 10 : 30);
-    std::printf("SWEEP cfg=%d %s %6lldx%6lldx%6lld tile=%dx%dx%d stages=%d threads=%d %8.3f ms "
-                "%7.2f TFLOP/s\n",
-                cfg, a_trans ? "tn" : "nn", static_cast<long long>(m), static_cast<long long>(n),
-                static_cast<long long>(k), plan.block_m, plan.block_n, plan.block_k, plan.stages,
-                plan.threads, ms, 2.0 * m * n * k / ms / 1e9);
+    std::printf(
+        "SWEEP cfg=%d %s %6lldx%6lldx%6lld tile=%dx%dx%d stages=%d threads=%d %8.3f ms "
+        "%7.2f TFLOP/s\n",
+        cfg, a_trans ? "tn" : "nn", static_cast<long long>(m), static_cast<long long>(n),
+        static_cast<long long>(k), plan.block_m, plan.block_n, plan.block_k, plan.stages,
+        plan.threads, ms, 2.0 * m * n * k / ms / 1e9);
   }
 }
 
@@ -476,13 +481,30 @@ int main(int argc, char** argv) {
               prop.minor);
 
   const Shape shapes[] = {
-      {1, 1, 1},        {7, 7, 7},       {33, 33, 33},  {1, 1, 1000},       {1, 257, 127},
-      {257, 1, 129},    {33, 1, 7},      {1, 7, 33},    {127, 129, 257},    {129, 127, 33},
-      {257, 257, 1},    {7, 257, 129},   {257, 7, 129}, {100, 70, 5000},    {4, 1, 200000},
-      {1, 300, 100000}, {200, 136, 264}, {72, 520, 48}, {1000, 1000, 1000}, {256, 256, 8192},
+      {1, 1, 1},
+      {7, 7, 7},
+      {33, 33, 33},
+      {1, 1, 1000},
+      {1, 257, 127},
+      {257, 1, 129},
+      {33, 1, 7},
+      {1, 7, 33},
+      {127, 129, 257},
+      {129, 127, 33},
+      {257, 257, 1},
+      {7, 257, 129},
+      {257, 7, 129},
+      {100, 70, 5000},
+      {4, 1, 200000},
+      {1, 300, 100000},
+      {200, 136, 264},
+      {72, 520, 48},
+      {1000, 1000, 1000},
+      {256, 256, 8192},
       {9, 11, 0},
       // m >= 2048: a K-major B is first copied N-major (with split-k in the second).
-      {2050, 36, 77},   {2304, 40, 4100},
+      {2050, 36, 77},
+      {2304, 40, 4100},
   };
   const ScalarType dtypes[] = {ScalarType::kFloat32, ScalarType::kFloat16, ScalarType::kBFloat16};
   const std::pair<Layout, Layout> layouts[] = {
@@ -515,6 +537,10 @@ int main(int argc, char** argv) {
     bench(GemmVariant::kPipelined, 4096, 1024, 4096);
     bench(GemmVariant::kPipelined, 256, 256, 65536);
     bench(GemmVariant::kSplitK, 256, 256, 65536);
+    bench(GemmVariant::kSplitK, 8192, 64, 8192);
+    bench(GemmVariant::kPipelined, 1000, 1000, 1000);
+    bench(GemmVariant::kSplitK, 1000, 1000, 1000);
+    bench(GemmVariant::kPipelined, 4097, 4097, 4097);
     bench(GemmVariant::kWarpTiled, 4096, 4096, 4096);
     bench(GemmVariant::kGemv, 1, 8192, 8192);
     bench(GemmVariant::kGemv, 8192, 1, 8192);
