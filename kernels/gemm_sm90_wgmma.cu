@@ -926,11 +926,6 @@ struct Plan {
   MapShape a, b;
 };
 
-// The narrow tile for outputs at most its width, the wide one otherwise.
-int tile_n_for(int64_t n) {
-  return n <= kBNNarrow ? kBNNarrow : kBNWide;
-}
-
 // Rows of a K-major B box: half the wide tile (two boxes, or one per CTA of a pair), the
 // whole narrow one.
 uint32_t b_box_rows(int bn) {
@@ -984,15 +979,157 @@ bool map_a(const GemmArgs& args, int kind, MapShape* shape, bool* mn_major) {
                      shape, mn_major);
 }
 
-bool map_b(const GemmArgs& args, int kind, MapShape* shape, bool* mn_major) {
-  return map_operand(args.b, args.b_stride_k, args.b_stride_n, args.n, args.k, kind,
-                     b_box_rows(tile_n_for(args.n)), kind != kTF32, shape, mn_major);
+// bn: the tile width, which sets the rows of a K-major box (any width serves as a probe of
+// whether TMA can read B in place).
+bool map_b(const GemmArgs& args, int kind, int bn, MapShape* shape, bool* mn_major) {
+  return map_operand(args.b, args.b_stride_k, args.b_stride_n, args.n, args.k, kind, b_box_rows(bn),
+                     kind != kTF32, shape, mn_major);
+}
+
+// Split-k for outputs with too few tiles to occupy the GPU: the persistent CTAs take
+// (tile, k-slice) units, each slice writes a float32 partial tile, and one pass adds the
+// slices in order (deterministic) and applies alpha, beta and the rounding. A slice keeps
+// at least kMinKbPerSplit k-blocks so the ring reaches a steady state.
+constexpr int kMinKbPerSplit = 4;
+constexpr int kMaxSplits = 64;
+
+struct SplitPlan {
+  int splits = 1;
+  int kb_per_split = 0;
+};
+
+int64_t k_blocks(const GemmArgs& args) {
+  const int64_t per_kb = 128 / static_cast<int64_t>(element_size(args.dtype));
+  return (args.k + per_kb - 1) / per_kb;
+}
+
+int64_t tile_count(const GemmArgs& args, int bn) {
+  return ((args.m + kBM - 1) / kBM) * ((args.n + bn - 1) / bn);
+}
+
+// The plan for (at most) `splits` slices: equal slices, none empty.
+SplitPlan split_plan(const GemmArgs& args, int64_t splits) {
+  SplitPlan sp;
+  const int64_t num_kb = k_blocks(args);
+  sp.kb_per_split = static_cast<int>(num_kb);
+  if (splits > num_kb) splits = num_kb;
+  if (splits < 2) return sp;
+  const int64_t per = (num_kb + splits - 1) / splits;
+  sp.kb_per_split = static_cast<int>(per);
+  sp.splits = static_cast<int>((num_kb + per - 1) / per);
+  return sp;
+}
+
+// Estimated time, in microseconds, of the product with `splits` slices. The main kernel
+// runs ceil(units / SMs) waves of units of kb_per_split k-blocks plus a fixed cost per unit
+// (filling the ring, the epilogue) and can be no faster than reading A and B once from
+// memory; a split adds the reduction pass, which reads every partial and writes C. The
+// constants are per-SM times of one k-block measured on H100 (gemm_tc_selftest -sweep).
+// DRAM is streamed at its full rate only with loads in flight from about half of the SMs
+// or more: with fewer busy SMs the memory floor rises in proportion. Without that term the
+// model stops at 48 units for 256x256x65536 (24 slices), where 64 units (32 slices) measured
+// 11% faster; 1024x64x65536 likewise runs fastest at 64 units.
+double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp) {
+  constexpr double kKbUsWide = 0.56;          // 128x256x(128 B of K): tensor-core bound
+  constexpr double kKbUsNarrow = 0.30;        // 128x64x(128 B of K): bound by streaming A
+  constexpr double kUnitFixedKb = 3.0;        // ring fill and epilogue, in k-blocks
+  constexpr double kBytesPerUs = 2.6e6;       // DRAM, bytes per microsecond
+  constexpr double kStreamingSmShare = 0.48;  // busy SMs that reach kBytesPerUs
+  constexpr double kReduceFixedUs = 3.0;      // the extra launch and its tail
+  const double sms = args.sm_count > 0 ? args.sm_count : 1;
+  const double units = static_cast<double>(tile_count(args, bn)) * sp.splits;
+  const double waves = std::ceil(units / sms);
+  const double kb_us = bn == kBNWide ? kKbUsWide : kKbUsNarrow;
+  const double elt = static_cast<double>(element_size(args.dtype));
+  const double operand_bytes = (static_cast<double>(args.m) + args.n) * args.k * elt;
+  const double compute = waves * (sp.kb_per_split + kUnitFixedKb) * kb_us;
+  const double stream_share = std::min(1.0, std::min(units, sms) / (kStreamingSmShare * sms));
+  double t = std::max(compute, operand_bytes / (kBytesPerUs * stream_share));
+  if (sp.splits > 1) {
+    const double mn = static_cast<double>(args.m) * args.n;
+    const double c_bytes = mn * elt * (args.beta != 0.f ? 2.0 : 1.0);
+    t += (mn * 4.0 * sp.splits + c_bytes) / kBytesPerUs + kReduceFixedUs;
+  }
+  return t;
+}
+
+struct TileChoice {
+  int bn = kBNWide;
+  SplitPlan sp;
+  double us = 0.0;
+};
+
+// The split count with the lowest estimated time for tiles bn wide (1 when C alone has
+// tiles for at least half of the SMs).
+TileChoice best_splits(const GemmArgs& args, int bn) {
+  const int64_t tiles = tile_count(args, bn);
+  const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
+  TileChoice best;
+  best.bn = bn;
+  best.sp = split_plan(args, 1);
+  best.us = split_cost_us(args, bn, best.sp);
+  if (tiles * 2 > sms) return best;
+  int64_t max_splits = std::min<int64_t>(kMaxSplits, k_blocks(args) / kMinKbPerSplit);
+  for (int64_t s = 2; s <= max_splits; ++s) {
+    const SplitPlan sp = split_plan(args, s);
+    if (sp.splits != s) continue;  // rounds to a count already tried
+    const double t = split_cost_us(args, bn, sp);
+    if (t < best.us) {
+      best.us = t;
+      best.sp = sp;
+    }
+  }
+  return best;
+}
+
+// Tile width and split count of the kernel's problem. Outputs up to 64 wide take the narrow
+// tile. Wider ones take the wide tile (twice the tensor-core work per byte of shared memory
+// read) unless it leaves more than half of the SMs idle and the narrow tile, four times as
+// many of them, is modelled faster: 1000^3 runs as 32 wide or 128 narrow tiles.
+// The model is evaluated several times per product (planning, workspace, launch), so its
+// last answer is kept per thread.
+TileChoice choose_tile(const GemmArgs& args) {
+  struct Key {
+    int64_t m = -1, n = -1, k = -1;
+    int dtype = -1, sms = -1;
+    bool beta = false;
+    bool operator==(const Key& o) const {
+      return m == o.m && n == o.n && k == o.k && dtype == o.dtype && sms == o.sms && beta == o.beta;
+    }
+  };
+  thread_local Key last_key;
+  thread_local TileChoice last;
+  const Key key{args.m,        args.n,          args.k, static_cast<int>(args.dtype),
+                args.sm_count, args.beta != 0.f};
+  if (key == last_key) return last;
+  TileChoice best;
+  if (args.n <= kBNNarrow) {
+    best = best_splits(args, kBNNarrow);
+  } else {
+    best = best_splits(args, kBNWide);
+    const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
+    if (tile_count(args, kBNWide) * 2 <= sms) {
+      const TileChoice narrow = best_splits(args, kBNNarrow);
+      if (narrow.us < best.us) best = narrow;
+    }
+  }
+  last_key = key;
+  last = best;
+  return best;
+}
+
+std::size_t partial_bytes(const GemmArgs& args, const SplitPlan& sp) {
+  if (sp.splits < 2) return 0;
+  const std::size_t b = static_cast<std::size_t>(sp.splits) * static_cast<std::size_t>(args.m) *
+                        static_cast<std::size_t>(args.n) * sizeof(float);
+  return (b + 255) / 256 * 256;
 }
 
 // What the kernel runs: the caller's product, or (c_trans) C^T = B^T A^T on the same memory.
 struct Problem {
   GemmArgs args;
   bool c_trans = false;
+  int bn = kBNWide;  // tile width (choose_tile unless a benchmark forces one)
 };
 
 // tf32 wgmma reads B K-major only, while a @ b with a row-major b (the common case) has B
@@ -1005,7 +1142,7 @@ bool swap_for_tf32(const GemmArgs& args) {
   if (tc_kind_of(args) != kTF32 || args.n <= kBNNarrow) return false;
   MapShape probe;
   bool mn = false;
-  if (map_b(args, kTF32, &probe, &mn)) return false;
+  if (map_b(args, kTF32, kBNNarrow, &probe, &mn)) return false;
   if (map_a(args, kTF32, &probe, &mn) && mn) return false;
   return map_operand(args.b, args.b_stride_k, args.b_stride_n, args.n, args.k, kTF32, kBM, true,
                      &probe, &mn) &&
@@ -1015,7 +1152,10 @@ bool swap_for_tf32(const GemmArgs& args) {
 Problem problem_for(const GemmArgs& args) {
   Problem pr;
   pr.args = args;
-  if (!swap_for_tf32(args)) return pr;
+  if (!swap_for_tf32(args)) {
+    pr.bn = choose_tile(pr.args).bn;
+    return pr;
+  }
   GemmArgs& t = pr.args;
   t.m = args.n;
   t.n = args.m;
@@ -1026,6 +1166,7 @@ Problem problem_for(const GemmArgs& args) {
   t.b_stride_n = args.a_stride_m;
   t.b_stride_k = args.a_stride_k;
   pr.c_trans = true;
+  pr.bn = choose_tile(pr.args).bn;
   return pr;
 }
 
@@ -1052,8 +1193,10 @@ bool make_plan(const Problem& pr, Plan* plan) {
   Plan pl;
   pl.kind = kind;
   pl.elt = elt;
-  pl.bn = tile_n_for(args.n);
-  if (!map_a(args, kind, &pl.a, &pl.a_mn) || !map_b(args, kind, &pl.b, &pl.b_mn)) return false;
+  pl.bn = pr.bn;
+  if (!map_a(args, kind, &pl.a, &pl.a_mn) || !map_b(args, kind, pl.bn, &pl.b, &pl.b_mn)) {
+    return false;
+  }
   // Tile indices are 32-bit.
   const int64_t tiles = ((args.m + kBM - 1) / kBM) * ((args.n + pl.bn - 1) / pl.bn);
   if (tiles > INT32_MAX / 2) return false;
@@ -1200,102 +1343,6 @@ cudaError_t launch_kind(const Plan& plan, const Maps& maps, const Params& p, int
 
 namespace {
 
-// Split-k for outputs with too few tiles to occupy the GPU: the persistent CTAs take
-// (tile, k-slice) units, each slice writes a float32 partial tile, and one pass adds the
-// slices in order (deterministic) and applies alpha, beta and the rounding. A slice keeps
-// at least kMinKbPerSplit k-blocks so the ring reaches a steady state.
-constexpr int kMinKbPerSplit = 4;
-constexpr int kMaxSplits = 64;
-
-struct SplitPlan {
-  int splits = 1;
-  int kb_per_split = 0;
-};
-
-int64_t k_blocks(const GemmArgs& args) {
-  const int64_t per_kb = 128 / static_cast<int64_t>(element_size(args.dtype));
-  return (args.k + per_kb - 1) / per_kb;
-}
-
-int64_t tile_count(const GemmArgs& args) {
-  const int64_t bn = tile_n_for(args.n);
-  return ((args.m + kBM - 1) / kBM) * ((args.n + bn - 1) / bn);
-}
-
-// The plan for (at most) `splits` slices: equal slices, none empty.
-SplitPlan split_plan(const GemmArgs& args, int64_t splits) {
-  SplitPlan sp;
-  const int64_t num_kb = k_blocks(args);
-  sp.kb_per_split = static_cast<int>(num_kb);
-  if (splits > num_kb) splits = num_kb;
-  if (splits < 2) return sp;
-  const int64_t per = (num_kb + splits - 1) / splits;
-  sp.kb_per_split = static_cast<int>(per);
-  sp.splits = static_cast<int>((num_kb + per - 1) / per);
-  return sp;
-}
-
-// Estimated time, in microseconds, of the product with `splits` slices. The main kernel
-// runs ceil(units / SMs) waves of units of kb_per_split k-blocks plus a fixed cost per unit
-// (filling the ring, the epilogue) and can be no faster than reading A and B once from
-// memory; a split adds the reduction pass, which reads every partial and writes C. The
-// constants are per-SM times of one k-block measured on H100 (gemm_tc_selftest -sweep).
-// DRAM is streamed at its full rate only with loads in flight from about half of the SMs
-// or more: with fewer busy SMs the memory floor rises in proportion. Without that term the
-// model stops at 48 units for 256x256x65536 (24 slices), where 64 units (32 slices) measured
-// 11% faster; 1024x64x65536 likewise runs fastest at 64 units.
-double split_cost_us(const GemmArgs& args, const SplitPlan& sp) {
-  constexpr double kKbUsWide = 0.56;          // 128x256x(128 B of K): tensor-core bound
-  constexpr double kKbUsNarrow = 0.30;        // 128x64x(128 B of K): bound by streaming A
-  constexpr double kUnitFixedKb = 3.0;        // ring fill and epilogue, in k-blocks
-  constexpr double kBytesPerUs = 2.6e6;       // DRAM, bytes per microsecond
-  constexpr double kStreamingSmShare = 0.48;  // busy SMs that reach kBytesPerUs
-  constexpr double kReduceFixedUs = 3.0;      // the extra launch and its tail
-  const double sms = args.sm_count > 0 ? args.sm_count : 1;
-  const double units = static_cast<double>(tile_count(args)) * sp.splits;
-  const double waves = std::ceil(units / sms);
-  const double kb_us = tile_n_for(args.n) == kBNWide ? kKbUsWide : kKbUsNarrow;
-  const double elt = static_cast<double>(element_size(args.dtype));
-  const double operand_bytes = (static_cast<double>(args.m) + args.n) * args.k * elt;
-  const double compute = waves * (sp.kb_per_split + kUnitFixedKb) * kb_us;
-  const double stream_share = std::min(1.0, std::min(units, sms) / (kStreamingSmShare * sms));
-  double t = std::max(compute, operand_bytes / (kBytesPerUs * stream_share));
-  if (sp.splits > 1) {
-    const double mn = static_cast<double>(args.m) * args.n;
-    const double c_bytes = mn * elt * (args.beta != 0.f ? 2.0 : 1.0);
-    t += (mn * 4.0 * sp.splits + c_bytes) / kBytesPerUs + kReduceFixedUs;
-  }
-  return t;
-}
-
-// The split count with the lowest estimated time (1 when C alone has tiles for at least
-// half of the SMs).
-SplitPlan choose_splits(const GemmArgs& args) {
-  const int64_t tiles = tile_count(args);
-  const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
-  SplitPlan best = split_plan(args, 1);
-  if (tiles * 2 > sms) return best;
-  int64_t max_splits = std::min<int64_t>(kMaxSplits, k_blocks(args) / kMinKbPerSplit);
-  double best_t = split_cost_us(args, best);
-  for (int64_t s = 2; s <= max_splits; ++s) {
-    const SplitPlan sp = split_plan(args, s);
-    if (sp.splits != s) continue;  // rounds to a count already tried
-    const double t = split_cost_us(args, sp);
-    if (t < best_t) {
-      best_t = t;
-      best = sp;
-    }
-  }
-  return best;
-}
-
-std::size_t partial_bytes(const GemmArgs& args, const SplitPlan& sp) {
-  if (sp.splits < 2) return 0;
-  const std::size_t b = static_cast<std::size_t>(sp.splits) * static_cast<std::size_t>(args.m) *
-                        static_cast<std::size_t>(args.n) * sizeof(float);
-  return (b + 255) / 256 * 256;
-}
-
 // Launches the product for arguments make_plan accepts. cluster: 0 automatic, 1 single
 // CTAs, 2 B-multicast pairs (granted only when the 128-row tile count is even and there is
 // no split: a pair needs both of its M tiles). store: 0 automatic, 1 direct register-to-
@@ -1398,7 +1445,7 @@ Staging staging_for(const GemmArgs& args) {
   MapShape probe;
   bool mn = false;
   st.a = !map_a(args, kind, &probe, &mn);
-  st.b = !map_b(args, kind, &probe, &mn);
+  st.b = !map_b(args, kind, kBNNarrow, &probe, &mn);
   return st;
 }
 
@@ -1460,24 +1507,35 @@ bool problem_supported(const Problem& pr) {
   return staging_fits(pr.args, st) && make_plan(staged, nullptr);
 }
 
-SplitPlan split_plan_or_auto(const GemmArgs& args, int splits) {
-  return splits > 0 ? split_plan(args, splits) : choose_splits(args);
+// The kernel's problem with tile width bn (0: the model's).
+Problem problem_with(const GemmArgs& args, int bn) {
+  Problem pr = problem_for(args);
+  if (bn == kBNWide || bn == kBNNarrow) pr.bn = bn;
+  return pr;
 }
 
-std::size_t workspace_bytes_with(const GemmArgs& args, int splits) {
-  const Problem pr = problem_for(args);
+// `splits` k-slices, or (0) the model's count for the problem's tile width.
+SplitPlan split_plan_or_auto(const Problem& pr, int splits) {
+  if (splits > 0) return split_plan(pr.args, splits);
+  const TileChoice c = choose_tile(pr.args);
+  return c.bn == pr.bn ? c.sp : best_splits(pr.args, pr.bn).sp;
+}
+
+std::size_t workspace_bytes_with(const GemmArgs& args, int splits, int bn) {
+  const Problem pr = problem_with(args, bn);
   if (!problem_supported(pr)) return 0;
-  return workspace_for(pr.args, staging_for(pr.args), split_plan_or_auto(pr.args, splits)).total();
+  return workspace_for(pr.args, staging_for(pr.args), split_plan_or_auto(pr, splits)).total();
 }
 
-// Stages what must be staged, then runs the product with `splits` k-slices (0: chosen by
-// the cost model).
-cudaError_t run_with(const GemmArgs& args, int splits, void* workspace, cudaStream_t stream) {
-  const Problem pr = problem_for(args);
+// Stages what must be staged, then runs the product with `splits` k-slices and tiles bn
+// wide (0: chosen by the cost model).
+cudaError_t run_with(const GemmArgs& args, int splits, int bn, void* workspace,
+                     cudaStream_t stream) {
+  const Problem pr = problem_with(args, bn);
   if (!problem_supported(pr)) return cudaErrorNotSupported;
   const GemmArgs& t = pr.args;
   const Staging st = staging_for(t);
-  const SplitPlan sp = split_plan_or_auto(t, splits);
+  const SplitPlan sp = split_plan_or_auto(pr, splits);
   const Workspace w = workspace_for(t, st, sp);
   if (w.total() > 0 && workspace == nullptr) return cudaErrorInvalidValue;
   char* ws = static_cast<char*>(workspace);
@@ -1503,26 +1561,31 @@ bool gemm_sm90_supports(const GemmArgs& args) {
 }
 
 std::size_t gemm_sm90_workspace_bytes(const GemmArgs& args) {
-  return workspace_bytes_with(args, 0);
+  return workspace_bytes_with(args, 0, 0);
 }
 
 cudaError_t gemm_sm90_run(const GemmArgs& args, void* workspace, cudaStream_t stream) {
-  return run_with(args, 0, workspace, stream);
+  return run_with(args, 0, 0, workspace, stream);
 }
 
 namespace detail {
 
-std::size_t gemm_sm90_split_workspace_bytes(const GemmArgs& args, int splits) {
-  return workspace_bytes_with(args, splits);
+std::size_t gemm_sm90_split_workspace_bytes(const GemmArgs& args, int splits, int bn) {
+  return workspace_bytes_with(args, splits, bn);
 }
 
-cudaError_t gemm_sm90_run_splits(const GemmArgs& args, int splits, void* workspace,
+cudaError_t gemm_sm90_run_splits(const GemmArgs& args, int splits, int bn, void* workspace,
                                  cudaStream_t stream) {
-  return run_with(args, splits, workspace, stream);
+  return run_with(args, splits, bn, workspace, stream);
 }
 
 int gemm_sm90_auto_splits(const GemmArgs& args) {
-  return choose_splits(problem_for(args).args).splits;
+  const Problem pr = problem_for(args);
+  return split_plan_or_auto(pr, 0).splits;
+}
+
+int gemm_sm90_auto_tile_n(const GemmArgs& args) {
+  return problem_for(args).bn;
 }
 
 }  // namespace detail

@@ -33,12 +33,14 @@ cudaError_t gemm_sm90_run_variant(const GemmArgs& args, cudaStream_t stream, int
                                   int store);
 // True when the kernel reads the operands in place (gemm_sm90_run_variant runs them).
 bool gemm_sm90_variant_supports(const GemmArgs& args);
-// gemm_sm90_run with `splits` k-slices instead of the cost model's choice.
-std::size_t gemm_sm90_split_workspace_bytes(const GemmArgs& args, int splits);
-cudaError_t gemm_sm90_run_splits(const GemmArgs& args, int splits, void* workspace,
+// gemm_sm90_run with `splits` k-slices and tiles `bn` wide (64 or 256) instead of the cost
+// model's choice.
+std::size_t gemm_sm90_split_workspace_bytes(const GemmArgs& args, int splits, int bn);
+cudaError_t gemm_sm90_run_splits(const GemmArgs& args, int splits, int bn, void* workspace,
                                  cudaStream_t stream);
-// The split count gemm_sm90_run picks.
+// The split count and tile width gemm_sm90_run picks.
 int gemm_sm90_auto_splits(const GemmArgs& args);
+int gemm_sm90_auto_tile_n(const GemmArgs& args);
 }  // namespace detail
 }  // namespace gemmt
 
@@ -210,15 +212,32 @@ const Layout kLayouts[] = {
 
 // sm90 is what gemm_sm90_run does (CTA pairs with B multicast when the M tile count is even,
 // TMA-store epilogue when C rows are 16-byte aligned); the two others pin single CTAs with
-// either epilogue, so a failure can be pinned on the multicast or on the store path.
-enum Path { kSm80 = 0, kSm90Auto = 1, kSm90Direct = 2, kSm90Tma = 3, kNumPaths = 4 };
-const char* kPathNames[] = {"sm80", "sm90", "sm90-c1d", "sm90-c1t"};
+// either epilogue, so a failure can be pinned on the multicast or on the store path. The
+// last two are gemm_sm90_run with the tile width pinned to 256 or 64 (the cost model picks
+// one of them; both must be right wherever they run).
+enum Path {
+  kSm80 = 0,
+  kSm90Auto = 1,
+  kSm90Direct = 2,
+  kSm90Tma = 3,
+  kSm90Wide = 4,
+  kSm90Narrow = 5,
+  kNumPaths = 6
+};
+const char* kPathNames[] = {"sm80", "sm90", "sm90-c1d", "sm90-c1t", "sm90-w", "sm90-n"};
+
+// The pinned widths apply to outputs wider than the narrow tile (after the tf32 C^T swap the
+// output's width is m); narrower ones always run narrow.
+bool path_applies(Path p, const GemmArgs& a) {
+  if (p != kSm90Wide && p != kSm90Narrow) return true;
+  return a.m > 64 && a.n > 64;
+}
 
 // The pinned sm90 variants run the kernel alone (no staging copy, no split-k), so they skip
 // operands that gemm_sm90_run first stages in its workspace.
 bool path_supported(Path p, const GemmArgs& a) {
   if (p == kSm80) return gemmt::gemm_sm80_supports(a);
-  if (p == kSm90Auto) return gemmt::gemm_sm90_supports(a);
+  if (p == kSm90Auto || p == kSm90Wide || p == kSm90Narrow) return gemmt::gemm_sm90_supports(a);
   return gemmt::detail::gemm_sm90_variant_supports(a);
 }
 
@@ -246,6 +265,12 @@ cudaError_t run_path(Path p, const GemmArgs& a, cudaStream_t s) {
       return gemmt::gemm_sm90_run(a, workspace(gemmt::gemm_sm90_workspace_bytes(a), s), s);
     case kSm90Direct:
       return gemmt::detail::gemm_sm90_run_variant(a, s, 1, 1);
+    case kSm90Wide:
+    case kSm90Narrow: {
+      const int bn = p == kSm90Wide ? 256 : 64;
+      void* ws = workspace(gemmt::detail::gemm_sm90_split_workspace_bytes(a, 0, bn), s);
+      return gemmt::detail::gemm_sm90_run_splits(a, 0, bn, ws, s);
+    }
     default:
       return gemmt::detail::gemm_sm90_run_variant(a, s, 1, 2);
   }
@@ -363,6 +388,7 @@ void test_shape(Ctx& ctx, int dti, const Shape& sh, uint64_t seed) {
 
       for (int pi = 0; pi < kNumPaths; ++pi) {
         const Path path = static_cast<Path>(pi);
+        if (!path_applies(path, args)) continue;
         Stats& st = ctx.stats[dti][pi];
         char what[256];
         std::snprintf(what, sizeof what, "%s %-8s %lldx%lldx%lld %s alpha=%.1f beta=%.1f", dt.name,
@@ -529,25 +555,33 @@ void run_split_sweep(Ctx& ctx) {
       args.ldc = sh.n;
       if (!gemmt::gemm_sm90_supports(args)) continue;
       const int auto_splits = gemmt::detail::gemm_sm90_auto_splits(args);
+      const int auto_bn = gemmt::detail::gemm_sm90_auto_tile_n(args);
       const int64_t num_kb = (sh.k * dt.elt + 127) / 128;
-      for (int s : candidates) {
-        if (s > 1 && s > num_kb / 2) continue;
-        void* ws = workspace(gemmt::detail::gemm_sm90_split_workspace_bytes(args, s), ctx.stream);
-        char what[160];
-        std::snprintf(what, sizeof what, "sweep %s %lldx%lldx%lld splits=%d", dt.name,
-                      (long long)sh.m, (long long)sh.n, (long long)sh.k, s);
-        const double ms = median_ms(ctx, what, [&] {
-          return gemmt::detail::gemm_sm90_run_splits(args, s, ws, ctx.stream);
-        });
-        std::printf("TCSWEEP %-4s %5lld x %5lld x %5lld splits=%2d %9.4f ms %7.1f TFLOP/s%s\n",
-                    dt.name, (long long)sh.m, (long long)sh.n, (long long)sh.k, s, ms,
-                    2.0 * sh.m * sh.n * sh.k / (ms * 1e-3) / 1e12,
-                    s == auto_splits ? "  <- auto" : "");
-        std::fflush(stdout);
+      for (int bn : {256, 64}) {
+        if (bn == 256 && sh.n <= 64) continue;
+        for (int s : candidates) {
+          if (s > 1 && s > num_kb / 2) continue;
+          void* ws =
+              workspace(gemmt::detail::gemm_sm90_split_workspace_bytes(args, s, bn), ctx.stream);
+          char what[160];
+          std::snprintf(what, sizeof what, "sweep %s %lldx%lldx%lld bn=%d splits=%d", dt.name,
+                        (long long)sh.m, (long long)sh.n, (long long)sh.k, bn, s);
+          const double ms = median_ms(ctx, what, [&] {
+            return gemmt::detail::gemm_sm90_run_splits(args, s, bn, ws, ctx.stream);
+          });
+          std::printf(
+              "TCSWEEP %-4s %5lld x %5lld x %5lld bn=%3d splits=%2d %9.4f ms %7.1f "
+              "TFLOP/s%s\n",
+              dt.name, (long long)sh.m, (long long)sh.n, (long long)sh.k, bn, s, ms,
+              2.0 * sh.m * sh.n * sh.k / (ms * 1e-3) / 1e12,
+              (s == auto_splits && bn == auto_bn) ? "  <- auto" : "");
+          std::fflush(stdout);
+        }
       }
       if (auto_splits > 1 && auto_splits > num_kb / 2) {
-        std::printf("TCSWEEP %-4s %5lld x %5lld x %5lld auto splits=%d (not swept)\n", dt.name,
-                    (long long)sh.m, (long long)sh.n, (long long)sh.k, auto_splits);
+        std::printf("TCSWEEP %-4s %5lld x %5lld x %5lld auto bn=%d splits=%d (not swept)\n",
+                    dt.name, (long long)sh.m, (long long)sh.n, (long long)sh.k, auto_bn,
+                    auto_splits);
       }
       CHECK_CUDA(cudaStreamSynchronize(ctx.stream));
       CHECK_CUDA(cudaFree(dA));
@@ -578,7 +612,8 @@ void run_perf(Ctx& ctx) {
         const bool torch_case = !lay.a_col && !lay.b_col;
         if (!(torch_case || dt.elt == 4 || (dti == 0 && s == 8192))) continue;
         std::printf("  %-4s %5lld^3 %-12s", dt.name, (long long)s, lay.name);
-        for (int pi = 0; pi < kNumPaths; ++pi) {
+        // The pinned tile widths are timed by the split sweep, not here.
+        for (int pi = 0; pi < kSm90Wide; ++pi) {
           const double tf =
               bench(ctx, static_cast<Path>(pi), dt, s, lay.a_col, lay.b_col, dA, dB, dC);
           if (tf < 0) {
