@@ -535,25 +535,43 @@ __global__ void __launch_bounds__(256)
 // The same for matrix outputs whose rows hold whole quads (n % 4 == 0), over the flattened
 // output: a thread adds four neighbouring columns of every slice with 16-byte loads, so a
 // narrow output (n = 64) keeps every lane busy where the kernel above idles three in four.
-// Slices are added in the same order, so both kernels round alike.
+// A small output has few threads, each walking many slices: 16 loads are issued before
+// their sums so that latency is paid once per 16 slices (256x256 from 64 slices: 17 us with
+// 4 in flight). Slices are still added in order, so both kernels round alike.
+constexpr int kReduceThreads = 128;
+constexpr int kReduceUnroll = 16;
+
 template <class T>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(kReduceThreads)
     reduce_slice_quads_kernel(const float* __restrict__ ws, int splits, const OutView<T> o) {
   const int64_t slice = o.m * o.n;
   const int64_t quads = slice / 4;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x; i < quads;
-       i += static_cast<int64_t>(gridDim.x) * 256) {
-    const int64_t e = 4 * i;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kReduceThreads + threadIdx.x; i < quads;
+       i += static_cast<int64_t>(gridDim.x) * kReduceThreads) {
+    const float* src = ws + 4 * i;
     float s[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 4
-    for (int q = 0; q < splits; ++q) {
-      const float4 v = __ldg(reinterpret_cast<const float4*>(ws + q * slice + e));
+    int q = 0;
+    for (; q + kReduceUnroll <= splits; q += kReduceUnroll) {
+      float4 v[kReduceUnroll];
+#pragma unroll
+      for (int u = 0; u < kReduceUnroll; ++u)
+        v[u] = __ldg(reinterpret_cast<const float4*>(src + (q + u) * slice));
+#pragma unroll
+      for (int u = 0; u < kReduceUnroll; ++u) {
+        s[0] += v[u].x;
+        s[1] += v[u].y;
+        s[2] += v[u].z;
+        s[3] += v[u].w;
+      }
+    }
+    for (; q < splits; ++q) {
+      const float4 v = __ldg(reinterpret_cast<const float4*>(src + q * slice));
       s[0] += v.x;
       s[1] += v.y;
       s[2] += v.z;
       s[3] += v.w;
     }
-    store_quad(o, e / o.n, e % o.n, s);
+    store_quad(o, 4 * i / o.n, 4 * i % o.n, s);
   }
 }
 
@@ -985,7 +1003,7 @@ double wave_cost(const PipeEntry& e, double blocks, double work, double sms) {
 // workspace traffic (written by the GEMM, read by the reduction) at ~12 B/clk/SM and a launch.
 // only_cfg >= 0 restricts the choice to that configuration (benchmarks of each shape).
 template <class T>
-PipePlan plan_pipelined(const GemmArgs& a, bool allow_split, int only_cfg = -1) {
+PipePlan plan_pipelined_uncached(const GemmArgs& a, bool allow_split, int only_cfg) {
   PipePlan best;
   const int am = pipe_mode<T>(a.a, a.a_stride_m, a.a_stride_k, a.m, a.k);
   const int bmode = pipe_mode<T>(a.b, a.b_stride_n, a.b_stride_k, a.n, a.k);
@@ -1044,13 +1062,46 @@ PipePlan plan_pipelined(const GemmArgs& a, bool allow_split, int only_cfg = -1) 
   return best;
 }
 
+// plan_pipelined_uncached, remembered per thread for the last problem: a call plans once for
+// its workspace size and again to launch, and with split-k the search (every tile shape times
+// every slice count) costs about as much host time as a small product's kernels.
+template <class T>
+PipePlan plan_pipelined(const GemmArgs& a, bool allow_split, int only_cfg = -1) {
+  struct Key {
+    int64_t m = -1, n = -1, k = -1;
+    int am = -1, bm = -1, sms = -1, device = -1, only_cfg = -2;
+    bool allow_split = false;
+    bool operator==(const Key& o) const {
+      return m == o.m && n == o.n && k == o.k && am == o.am && bm == o.bm && sms == o.sms &&
+             device == o.device && only_cfg == o.only_cfg && allow_split == o.allow_split;
+    }
+  };
+  thread_local Key last_key;
+  thread_local PipePlan last;
+  Key key;
+  key.m = a.m;
+  key.n = a.n;
+  key.k = a.k;
+  key.am = pipe_mode<T>(a.a, a.a_stride_m, a.a_stride_k, a.m, a.k);
+  key.bm = pipe_mode<T>(a.b, a.b_stride_n, a.b_stride_k, a.n, a.k);
+  key.sms = a.sm_count;
+  key.only_cfg = only_cfg;
+  key.allow_split = allow_split;
+  if (cudaGetDevice(&key.device) != cudaSuccess)
+    return plan_pipelined_uncached<T>(a, allow_split, only_cfg);
+  if (key == last_key) return last;
+  last = plan_pipelined_uncached<T>(a, allow_split, only_cfg);
+  last_key = last.err == cudaSuccess ? key : Key{};
+  return last;
+}
+
 // C = alpha * (sum of `splits` float32 slices [splits][m][n]) + beta * C.
 template <class T>
 cudaError_t reduce_slices(const GemmArgs& a, const float* slices, int splits, cudaStream_t stream) {
   if (a.n % 4 == 0) {
-    const int64_t blocks = std::min<int64_t>(ceil_div(a.m * a.n / 4, 256), 8192);
-    reduce_slice_quads_kernel<T>
-        <<<static_cast<unsigned>(blocks), 256, 0, stream>>>(slices, splits, make_out<T>(a));
+    const int64_t blocks = std::min<int64_t>(ceil_div(a.m * a.n / 4, kReduceThreads), 16384);
+    reduce_slice_quads_kernel<T><<<static_cast<unsigned>(blocks), kReduceThreads, 0, stream>>>(
+        slices, splits, make_out<T>(a));
     GEMMT_RETURN_LAUNCH_ERROR();
   }
   const int64_t gx = ceil_div(a.n, 256);

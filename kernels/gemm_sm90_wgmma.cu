@@ -1031,7 +1031,8 @@ SplitPlan split_plan(const GemmArgs& args, int64_t splits) {
 // 11% faster; 1024x64x65536 likewise runs fastest at 64 units.
 double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp) {
   constexpr double kKbUsWide = 0.56;          // 128x256x(128 B of K): tensor-core bound
-  constexpr double kKbUsNarrow = 0.30;        // 128x64x(128 B of K): bound by streaming A
+  constexpr double kKbUsNarrow = 0.20;        // 128x64x(128 B of K), 16-bit
+  constexpr double kKbUsNarrowTf32 = 0.35;    // the same in tf32 (A often through registers)
   constexpr double kUnitFixedKb = 3.0;        // ring fill and epilogue, in k-blocks
   constexpr double kBytesPerUs = 2.6e6;       // DRAM, bytes per microsecond
   constexpr double kStreamingSmShare = 0.48;  // busy SMs that reach kBytesPerUs
@@ -1039,7 +1040,8 @@ double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp) {
   const double sms = args.sm_count > 0 ? args.sm_count : 1;
   const double units = static_cast<double>(tile_count(args, bn)) * sp.splits;
   const double waves = std::ceil(units / sms);
-  const double kb_us = bn == kBNWide ? kKbUsWide : kKbUsNarrow;
+  const double kb_us =
+      bn == kBNWide ? kKbUsWide : (tc_kind_of(args) == kTF32 ? kKbUsNarrowTf32 : kKbUsNarrow);
   const double elt = static_cast<double>(element_size(args.dtype));
   const double operand_bytes = (static_cast<double>(args.m) + args.n) * args.k * elt;
   const double compute = waves * (sp.kb_per_split + kUnitFixedKb) * kb_us;
@@ -1085,7 +1087,9 @@ TileChoice best_splits(const GemmArgs& args, int bn) {
 // Tile width and split count of the kernel's problem. Outputs up to 64 wide take the narrow
 // tile. Wider ones take the wide tile (twice the tensor-core work per byte of shared memory
 // read) unless it leaves more than half of the SMs idle and the narrow tile, four times as
-// many of them, is modelled faster: 1000^3 runs as 32 wide or 128 narrow tiles.
+// many of them and unsplit, is modelled faster than the wide one with its best split:
+// 1000^3 runs as 32 wide or 128 narrow tiles. A split narrow tile is not considered: in the
+// H100 sweep (gemm_tc_selftest --sweep) it won only where the wide split was within 3%.
 // The model is evaluated several times per product (planning, workspace, launch), so its
 // last answer is kept per thread.
 TileChoice choose_tile(const GemmArgs& args) {
@@ -1109,7 +1113,10 @@ TileChoice choose_tile(const GemmArgs& args) {
     best = best_splits(args, kBNWide);
     const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
     if (tile_count(args, kBNWide) * 2 <= sms) {
-      const TileChoice narrow = best_splits(args, kBNNarrow);
+      TileChoice narrow;
+      narrow.bn = kBNNarrow;
+      narrow.sp = split_plan(args, 1);
+      narrow.us = split_cost_us(args, kBNNarrow, narrow.sp);
       if (narrow.us < best.us) best = narrow;
     }
   }
