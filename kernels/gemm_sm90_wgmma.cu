@@ -63,7 +63,8 @@ constexpr int kCStageBytes = 2 * kCBoxBytes;
 // wgmma work would be thrown away, and such products are bound by streaming A instead: the
 // 128x64 tile issues m64n64 instructions and spends the smaller stages on a deeper ring
 // (24 KB a stage, 8 of them) to keep more of A in flight. It runs as single CTAs with the
-// register-to-global epilogue.
+// register-to-global epilogue. Small outputs of any width use it too when their wide tiles
+// would leave most SMs idle (choose_tile).
 template <int kBN>
 struct TileCfg {
   static_assert(kBN == 256 || kBN == 64, "tile widths: 256 and 64");
@@ -1089,7 +1090,8 @@ TileChoice best_splits(const GemmArgs& args, int bn) {
 // read) unless it leaves more than half of the SMs idle and the narrow tile, four times as
 // many of them and unsplit, is modelled faster than the wide one with its best split:
 // 1000^3 runs as 32 wide or 128 narrow tiles. A split narrow tile is not considered: in the
-// H100 sweep (gemm_tc_selftest --sweep) it won only where the wide split was within 3%.
+// H100 sweeps (gemm_tc_selftest --sweep) it was within 3% of the best wide split or behind
+// it, but for one shape in one run (tf32 512x512x16384) that the next run did not repeat.
 // The model is evaluated several times per product (planning, workspace, launch), so its
 // last answer is kept per thread.
 TileChoice choose_tile(const GemmArgs& args) {
