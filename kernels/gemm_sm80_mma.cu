@@ -29,6 +29,7 @@
 #include "gemmt/gemm.h"
 #include "gemmt/gemm_epilogue.cuh"
 #include "gemmt/gemm_tc_kind.h"
+#include "gemmt/launch.cuh"
 #include "gemmt/numeric.cuh"
 #include "gemmt/shared_memory.cuh"
 
@@ -408,9 +409,8 @@ Operand describe(const void* ptr, int64_t size_x, int64_t stride_x, int64_t size
 
 template <int kKind, bool kAMn, bool kBMn>
 cudaError_t launch(const Params& p, cudaStream_t stream) {
-  auto kernel = sm80_gemm_kernel<kKind, kAMn, kBMn>;
-  GEMMT_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  constexpr auto kernel = sm80_gemm_kernel<kKind, kAMn, kBMn>;
+  GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(kSmemBytes));
   const unsigned grid = static_cast<unsigned>(p.tiles_m) * static_cast<unsigned>(p.tiles_n);
   kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
   GEMMT_RETURN_LAUNCH_ERROR();

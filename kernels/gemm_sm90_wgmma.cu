@@ -39,6 +39,7 @@
 #include "gemmt/gemm.h"
 #include "gemmt/gemm_epilogue.cuh"
 #include "gemmt/gemm_tc_kind.h"
+#include "gemmt/launch.cuh"
 #include "gemmt/numeric.cuh"
 #include "gemmt/shared_memory.cuh"
 #include "gemmt/strided_copy.cuh"
@@ -1292,10 +1293,9 @@ struct Maps {
 
 template <int kKind, bool kAMn, bool kBMn, int kCluster, int kBN>
 cudaError_t launch(const Maps& maps, const Params& p, int sm_count, cudaStream_t stream) {
-  auto kernel = sm90_gemm_kernel<kKind, kAMn, kBMn, kCluster, kBN>;
+  constexpr auto kernel = sm90_gemm_kernel<kKind, kAMn, kBMn, kCluster, kBN>;
   constexpr int kSmemBytes = TileCfg<kBN>::kSmemBytes;
-  GEMMT_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(kSmemBytes));
   int max_clusters = sm_count;
   if constexpr (kCluster > 1) max_clusters = max_pair_clusters(kernel, sm_count);
   if (max_clusters < 1) max_clusters = 1;

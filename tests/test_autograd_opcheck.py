@@ -122,3 +122,39 @@ def test_torch_compile_fullgraph(device: str) -> None:
     gray = torch.compile(lambda t: gemmt.rgb_to_gray(t, bgr=True), fullgraph=True,
                          backend="aot_eager")
     assert torch.equal(gray(img), gemmt.rgb_to_gray(img, bgr=True))
+
+
+def test_python_entry_points_route_overrides_through_torch_ops(device: str) -> None:
+    # Eager calls take the extension's binding; a __torch_function__ mode must still see
+    # every op (it only sees calls made through torch.ops), and both routes must agree.
+    from torch.overrides import TorchFunctionMode
+
+    seen: list[str] = []
+
+    class Spy(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    a, b, x = randn(16, 8, device=device), randn(8, 12, device=device), randn(16, 12, device=device)
+    img = torch.randint(0, 256, (4, 5, 3), dtype=torch.uint8, device=device)
+    vol = torch.randint(0, 4096, (3, 4), dtype=torch.int32, device=device).to(torch.uint16)
+    calls: dict[str, Callable[[], Any]] = {
+        "mm": lambda: gemmt.mm(a, b),
+        "add": lambda: gemmt.add(x, x),
+        "square": lambda: gemmt.square(x),
+        "scale": lambda: gemmt.scale(x, 3.0),
+        "rgb_to_gray": lambda: gemmt.rgb_to_gray(img, bgr=True),
+        "normalize_volume": lambda: gemmt.normalize_volume(vol, 4095.0),
+    }
+    eager = {name: fn() for name, fn in calls.items()}
+    with Spy():
+        spied = {name: fn() for name, fn in calls.items()}
+        c = torch.zeros(16, 12, device=device)
+        gemmt.gemm(c, a, b, 2.0, 0.0)
+    for name in calls:
+        assert any(f"gemmt.{name}" in s for s in seen), (name, seen)
+        assert torch.equal(spied[name], eager[name]), name
+    assert any("gemmt.gemm" in s for s in seen), seen
+    torch.testing.assert_close(c, 2.0 * eager["mm"])

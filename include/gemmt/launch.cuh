@@ -52,4 +52,23 @@ inline cudaError_t current_device_sm_count(int* sm_count) {
   return cudaSuccess;
 }
 
+// Raises the dynamic shared-memory limit of kKernel to `bytes`, with the driver call made
+// once per device rather than on every launch: the attribute belongs to the per-device
+// function object and stays set, and a product of a few microseconds should not pay a driver
+// round trip for it each time. Racing first callers both set the same value, which is
+// harmless.
+template <auto kKernel>
+cudaError_t allow_dynamic_smem(int bytes) {
+  constexpr int kMaxCachedDevices = 64;
+  static std::atomic<int> granted[kMaxCachedDevices] = {};
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  const bool cached = device >= 0 && device < kMaxCachedDevices;
+  if (cached && granted[device].load(std::memory_order_relaxed) >= bytes) return cudaSuccess;
+  err = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err == cudaSuccess && cached) granted[device].store(bytes, std::memory_order_relaxed);
+  return err;
+}
+
 }  // namespace gemmt
