@@ -54,9 +54,9 @@ inline cudaError_t current_device_sm_count(int* sm_count) {
 
 // Raises the dynamic shared-memory limit of kKernel to `bytes`, with the driver call made
 // once per device rather than on every launch: the attribute belongs to the per-device
-// function object and stays set, and a product of a few microseconds should not pay a driver
-// round trip for it each time. Racing first callers both set the same value, which is
-// harmless.
+// function object and stays set for the life of the context, and a product of a few
+// microseconds should not pay a driver call for it each time. Racing first callers both set
+// the same value, which is harmless.
 template <auto kKernel>
 cudaError_t allow_dynamic_smem(int bytes) {
   constexpr int kMaxCachedDevices = 64;

@@ -4,7 +4,7 @@ Each function reaches the op ``gemmt::<op>`` through PyTorch's dispatcher: the d
 picks the CPU or CUDA kernel, autograd is registered in C++, and the ops work under
 ``torch.compile``. In eager mode the call goes through the extension's own binding, which
 enters the same dispatcher from C++ and skips the Python-side op lookup of
-``torch.ops.gemmt`` (about 2-3 us a call, as much as a small kernel takes); under
+``torch.ops.gemmt`` (1-3 us a call, as much as a small kernel takes); under
 ``torch.compile`` and whenever a ``__torch_function__`` override is present (a tensor
 subclass or an active mode, which only the Python layer sees) it goes through
 ``torch.ops.gemmt``.
