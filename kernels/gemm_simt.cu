@@ -298,7 +298,9 @@ __global__ void __launch_bounds__(kWtThreads)
 //    of step kk, so their latency overlaps arithmetic even at 4 warps per block;
 //  * 128 (large tile) accumulators per thread: per k step a thread issues 6 LDS.128 for 128
 //    FFMA, which keeps shared-memory bandwidth and issue slots below the FFMA rate;
-//  * a grouped launch order for L2 reuse, and a tile shape chosen per problem on the host.
+//  * a grouped launch order for L2 reuse, and a tile shape chosen per problem on the host;
+//  * for problems that are whole tiles, an interior instance with branch-free copies that
+//    the compiler interleaves with the FFMAs (gemm_pipelined_kernel's INTERIOR).
 // =============================================================================================
 template <int BM_, int BN_, int BK_, int WM_, int WN_, int TM_, int TN_, int STAGES_, int MINB_>
 struct PipeConfig {
@@ -352,7 +354,11 @@ struct PipeParams {
   int tiles_m, tiles_n;
 };
 
-template <class T, class Cfg, int AMODE, int BMODE>
+// INTERIOR instances serve problems whose every block and k-slice is whole tiles (float32,
+// vector loader modes; the host checks): their copies carry no bound checks or branches, and
+// their FFMAs run column by column (see the inner loop). On an H100 squares of 1024-8192
+// ran 2-4% faster than with the general instance for the 128x256 tile, 7-10% for 64x128.
+template <class T, class Cfg, int AMODE, int BMODE, bool INTERIOR>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     gemm_pipelined_kernel(const PipeParams p) {
   using raw = typename Elem<T>::raw;
@@ -361,6 +367,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   constexpr int STAGES = Cfg::STAGES, THREADS = Cfg::THREADS;
   constexpr int STAGE_FLOATS = Cfg::STAGE_FLOATS, B_OFF = BK * PA;
   constexpr bool kAsync = std::is_same<T, float>::value;
+  static_assert(!INTERIOR || kAsync, "interior instances are float32 (cp.async) only");
   using LoaderA = std::conditional_t<kAsync, AsyncTileLoader<AMODE, BK, BM, THREADS, PA>,
                                      RegTileLoader<T, AMODE, BK, BM, THREADS, PA>>;
   using LoaderB = std::conditional_t<kAsync, AsyncTileLoader<BMODE, BK, BN, THREADS, PB>,
@@ -400,15 +407,25 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     }
     tile_k += BK;
   };
+  auto load_interior_tile = [&](uint32_t stage_addr, int tile) {
+    if constexpr (INTERIOR) {
+      la.load_interior(stage_addr, tile);
+      lb.load_interior(stage_addr + B_OFF * 4, tile);
+    }
+  };
 
   // Prologue: tiles 0 .. STAGES-2 into stages 0 .. STAGES-2, one commit group per tile
   // (empty groups included), so that "group g complete" always means "tile g landed".
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < num_kt) {
-      load_tile(smem0 + s * STAGE_FLOATS * 4);
-      la.store(smem + s * STAGE_FLOATS);
-      lb.store(smem + s * STAGE_FLOATS + B_OFF);
+      if constexpr (INTERIOR) {
+        load_interior_tile(smem0 + s * STAGE_FLOATS * 4, s);
+      } else {
+        load_tile(smem0 + s * STAGE_FLOATS * 4);
+        la.store(smem + s * STAGE_FLOATS);
+        lb.store(smem + s * STAGE_FLOATS + B_OFF);
+      }
     }
     cp_async_commit();
   }
@@ -472,13 +489,29 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
       load_frags(af[(kk + 1) & 1], bf[(kk + 1) & 1], rd, (kk + 1) % BK);
       if (kk == 0) {
         // Refill the stage released by the previous barrier with tile kt + STAGES - 1.
-        if (more) load_tile(smem0 + write_stage * STAGE_FLOATS * 4);
+        // Interior instances clamp instead of branching: past the slice's last tile they copy
+        // that tile again into the free stage, which is never read.
+        if constexpr (INTERIOR)
+          load_interior_tile(smem0 + write_stage * STAGE_FLOATS * 4,
+                             min(kt + STAGES - 1, num_kt - 1));
+        else if (more)
+          load_tile(smem0 + write_stage * STAGE_FLOATS * 4);
         cp_async_commit();
       }
+      // The FFMA order decides how ptxas allocates registers and schedules the copies among
+      // the FFMAs, which moved the H100 rate by up to 10% between orders: row by row was
+      // measured fastest for the general instances, column by column for the interior ones.
+      if constexpr (INTERIOR) {
 #pragma unroll
-      for (int i = 0; i < TM; ++i)
+        for (int j = 0; j < TN; ++j)
 #pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(af[kk & 1][i], bf[kk & 1][j], acc[i][j]);
+          for (int i = 0; i < TM; ++i) acc[i][j] = fmaf(af[kk & 1][i], bf[kk & 1][j], acc[i][j]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+          for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(af[kk & 1][i], bf[kk & 1][j], acc[i][j]);
+      }
     }
   }
   cp_async_wait<0>();
@@ -884,14 +917,16 @@ struct PipeEntry {
   KernelInfo info;
   int bm = 0, bn = 0, bk = 0, stages = 0, threads = 0, smem = 0;
   double efficiency = 1.0;  // relative FFMA efficiency of the tile shape at full occupancy
+  bool interior = false;    // the whole-tiles instance (gemm_pipelined_kernel's INTERIOR)
 };
 
-template <class T, class Cfg, int AM, int BMD>
+template <class T, class Cfg, int AM, int BMD, bool INTERIOR = false>
 PipeEntry make_entry(double eff) {
-  constexpr PipeKernel fn = &gemm_pipelined_kernel<T, Cfg, AM, BMD>;
+  constexpr PipeKernel fn = &gemm_pipelined_kernel<T, Cfg, AM, BMD, INTERIOR>;
   PipeEntry e;
   e.fn = fn;
-  e.info = kernel_info<&gemm_pipelined_kernel<T, Cfg, AM, BMD>, Cfg::THREADS, Cfg::SMEM_BYTES>();
+  e.info = kernel_info<fn, Cfg::THREADS, Cfg::SMEM_BYTES>();
+  e.interior = INTERIOR;
   e.bm = Cfg::BM;
   e.bn = Cfg::BN;
   e.bk = Cfg::BK;
@@ -926,6 +961,26 @@ PipeEntry entry_for_modes(int am, int bm, double eff) {
   }
 }
 
+// The interior instance of Cfg for float32 operands in vector modes; none otherwise.
+template <class T, class Cfg>
+PipeEntry interior_entry(int am, int bm, double eff) {
+  if constexpr (std::is_same<T, float>::value) {
+    switch (am * 3 + bm) {
+      case 0:
+        return make_entry<T, Cfg, kVecC, kVecC, true>(eff);
+      case 1:
+        return make_entry<T, Cfg, kVecC, kVecK, true>(eff);
+      case 3:
+        return make_entry<T, Cfg, kVecK, kVecC, true>(eff);
+      case 4:
+        return make_entry<T, Cfg, kVecK, kVecK, true>(eff);
+      default:
+        break;
+    }
+  }
+  return PipeEntry{};
+}
+
 // Configurations 0-2 serve every dtype; 3 (Fat) and 4 (Narrow) are float32 only.
 constexpr int kNumPipeConfigs = 5;
 
@@ -933,6 +988,19 @@ constexpr int kNumPipeConfigs = 5;
 // every shape on square, long-k, tall-skinny and non-multiple problems (the self-test's
 // -sweep); together with the wave model of plan_pipelined they pick the fastest measured
 // shape, or one within 5%, on each of them.
+// Interior instances exist for the two shapes that serve large squares (Medium, Fat): for
+// Large and Small they measured no better than the general instance. Their efficiencies are
+// the general ones raised by what the self-test's -sweep measured on an H100 (Fat's interior
+// instance 2-4% faster than its general one, Medium's 7-10%). Medium's interior instance
+// matched Fat's on the self-test's 6144^3 and 8192^3 but ran 4% slower at 8192^3 in the
+// Python benchmark (longer sustained load), so the model keeps Fat for large squares.
+template <class T>
+PipeEntry pipe_interior_entry(int cfg, int am, int bm) {
+  if (cfg == 1) return interior_entry<T, CfgMedium>(am, bm, 0.97);
+  if (cfg == 3) return interior_entry<T, CfgFat>(am, bm, 1.05);
+  return PipeEntry{};
+}
+
 template <class T>
 PipeEntry pipe_entry(int cfg, int am, int bm) {
   switch (cfg) {
@@ -1002,9 +1070,12 @@ double wave_cost(const PipeEntry& e, double blocks, double work, double sms) {
 // Picks the tile shape (and, when allowed, the number of k-slices) with the lowest modelled
 // time: wave_cost of blocks of bm * bn * kps / efficiency FFMA-slots. A split adds the
 // workspace traffic (written by the GEMM, read by the reduction) at ~12 B/clk/SM and a launch.
-// only_cfg >= 0 restricts the choice to that configuration (benchmarks of each shape).
+// only_cfg >= 0 restricts the choice to that configuration (benchmarks of each shape). A
+// shape that tiles the problem exactly competes with its interior instance (if any), unless
+// allow_interior is false (benchmarks of the general instance).
 template <class T>
-PipePlan plan_pipelined_uncached(const GemmArgs& a, bool allow_split, int only_cfg) {
+PipePlan plan_pipelined_uncached(const GemmArgs& a, bool allow_split, int only_cfg,
+                                 bool allow_interior) {
   PipePlan best;
   const int am = pipe_mode<T>(a.a, a.a_stride_m, a.a_stride_k, a.m, a.k);
   const int bmode = pipe_mode<T>(a.b, a.b_stride_n, a.b_stride_k, a.n, a.k);
@@ -1014,8 +1085,14 @@ PipePlan plan_pipelined_uncached(const GemmArgs& a, bool allow_split, int only_c
   const int cfg_begin = only_cfg >= 0 ? only_cfg : 0;
   const int cfg_end = only_cfg >= 0 ? std::min(only_cfg + 1, kNumPipeConfigs) : kNumPipeConfigs;
   for (int cfg = cfg_begin; cfg < cfg_end; ++cfg) {
-    const PipeEntry e = pipe_entry<T>(cfg, am, bmode);
+    PipeEntry e = pipe_entry<T>(cfg, am, bmode);
     if (e.fn == nullptr) continue;
+    // Whole tiles everywhere: every block lies inside C and, k being a multiple of the
+    // k-tile, so does every k-slice (k_per_split below is a multiple of it).
+    if (allow_interior && a.k > 0 && a.m % e.bm == 0 && a.n % e.bn == 0 && a.k % e.bk == 0) {
+      const PipeEntry ie = pipe_interior_entry<T>(cfg, am, bmode);
+      if (ie.fn != nullptr && ie.info.err == cudaSuccess) e = ie;
+    }
     if (e.info.err != cudaSuccess) {
       if (best.err == cudaErrorNotSupported) best.err = e.info.err;
       continue;
@@ -1067,14 +1144,16 @@ PipePlan plan_pipelined_uncached(const GemmArgs& a, bool allow_split, int only_c
 // its workspace size and again to launch, and with split-k the search (every tile shape times
 // every slice count) costs about as much host time as a small product's kernels.
 template <class T>
-PipePlan plan_pipelined(const GemmArgs& a, bool allow_split, int only_cfg = -1) {
+PipePlan plan_pipelined(const GemmArgs& a, bool allow_split, int only_cfg = -1,
+                        bool allow_interior = true) {
   struct Key {
     int64_t m = -1, n = -1, k = -1;
     int am = -1, bm = -1, sms = -1, device = -1, only_cfg = -2;
-    bool allow_split = false;
+    bool allow_split = false, allow_interior = false;
     bool operator==(const Key& o) const {
       return m == o.m && n == o.n && k == o.k && am == o.am && bm == o.bm && sms == o.sms &&
-             device == o.device && only_cfg == o.only_cfg && allow_split == o.allow_split;
+             device == o.device && only_cfg == o.only_cfg && allow_split == o.allow_split &&
+             allow_interior == o.allow_interior;
     }
   };
   thread_local Key last_key;
@@ -1088,10 +1167,11 @@ PipePlan plan_pipelined(const GemmArgs& a, bool allow_split, int only_cfg = -1) 
   key.sms = a.sm_count;
   key.only_cfg = only_cfg;
   key.allow_split = allow_split;
+  key.allow_interior = allow_interior;
   if (cudaGetDevice(&key.device) != cudaSuccess)
-    return plan_pipelined_uncached<T>(a, allow_split, only_cfg);
+    return plan_pipelined_uncached<T>(a, allow_split, only_cfg, allow_interior);
   if (key == last_key) return last;
-  last = plan_pipelined_uncached<T>(a, allow_split, only_cfg);
+  last = plan_pipelined_uncached<T>(a, allow_split, only_cfg, allow_interior);
   last_key = last.err == cudaSuccess ? key : Key{};
   return last;
 }
@@ -1353,6 +1433,7 @@ SimtPlan plan_for(const GemmArgs& a, GemmVariant v) {
       sp.block_k = pp.entry.bk;
       sp.stages = pp.entry.stages;
       sp.threads = pp.entry.threads;
+      sp.interior = pp.entry.interior;
       sp.splits = pp.splits;
       if (stages_b<T>(a)) sp.workspace_bytes = staged_b_bytes<T>(a);
       if (pp.splits > 1)
@@ -1438,11 +1519,11 @@ int gemm_simt_pipelined_config_count() {
 }
 
 cudaError_t gemm_simt_run_pipelined_config(const GemmArgs& args, int config, SimtPlan* plan,
-                                           cudaStream_t stream) {
+                                           cudaStream_t stream, bool allow_interior) {
   if (args.dtype != ScalarType::kFloat32 || args.m <= 0 || args.n <= 0 || args.k <= 0)
     return cudaErrorNotSupported;
   if (config < 0 || config >= simt::kNumPipeConfigs) return cudaErrorInvalidValue;
-  const simt::PipePlan pp = simt::plan_pipelined<float>(args, false, config);
+  const simt::PipePlan pp = simt::plan_pipelined<float>(args, false, config, allow_interior);
   if (pp.err != cudaSuccess) return pp.err;
   if (plan != nullptr) {
     *plan = SimtPlan{};
@@ -1451,6 +1532,7 @@ cudaError_t gemm_simt_run_pipelined_config(const GemmArgs& args, int config, Sim
     plan->block_k = pp.entry.bk;
     plan->stages = pp.entry.stages;
     plan->threads = pp.entry.threads;
+    plan->interior = pp.entry.interior;
   }
   return simt::run_pipelined<float>(args, pp, nullptr, stream);
 }

@@ -73,6 +73,19 @@ def main() -> int:
                         print(f"BAD {variant} {dtype} tf32={tf32} {m}x{n}x{k} {lay}: {err:.2e}")
                         bad += 1
     torch.backends.cuda.matmul.allow_tf32 = False
+    # Whole-tile float32 problems run the pipelined kernel's interior instances: one k-tile
+    # (fewer than the pipeline's stages) and five, A row-major and column-major.
+    for m, n, k in ((2048, 2048, 16), (2048, 2048, 80)):
+        for a_t in (False, True):
+            ha, hb, hc = torch.randn(m, k), torch.randn(k, n), torch.randn(m, n)
+            if a_t:
+                ha = ha.t().contiguous().t()
+            c = cuda(hc)
+            gemmt.gemm(c, cuda(ha), cuda(hb), 0.5, 0.25)
+            err = rel(c, 0.5 * (ha.double() @ hb.double()) + 0.25 * hc.double())
+            if err > 1e-5:
+                print(f"BAD interior {m}x{n}x{k} a_t={a_t}: {err:.2e}")
+                bad += 1
     for v in ((1, 777, 333), (555, 1, 129)):
         ha, hb = torch.randn(v[0], v[2]), torch.randn(v[2], v[1])
         c = torch.empty(v[0], v[1], device="cuda")

@@ -192,6 +192,22 @@ def test_cuda_fp32_accuracy_long_k() -> None:
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
+@pytest.mark.parametrize("m,n,k", [(2048, 2048, 16), (2048, 2048, 80), (256, 256, 8192)])
+def test_cuda_fp32_whole_tile_problems(layout: str, m: int, n: int, k: int) -> None:
+    # Whole-tile float32 problems run the pipelined kernel's interior instances (branch-free
+    # copies, the tile index clamped past the last k-tile): one k-tile (fewer than the
+    # pipeline's stages), five, and split-k slices of whole tiles, with alpha and beta.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a = operand((m, k), torch.float32, "cuda", layout[0])
+    b = operand((k, n), torch.float32, "cuda", layout[1])
+    c = randn(m, n, device="cuda")
+    ref = reference(c, a, b, 0.75, -0.5)
+    gemmt.gemm(c, a, b, 0.75, -0.5)
+    assert rel_err(c, ref) <= 1e-5
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cuda_split_k_deterministic(dtype: torch.dtype) -> None:
     # float32: the SIMT split-k; bfloat16: the tensor-core split-k. Both add their k-slices

@@ -16,6 +16,7 @@ struct SimtPlan {
   int stages = 0;                             // shared-memory stages (pipelined, split-k)
   int threads = 0;                            // threads per block of the main kernel
   int splits = 1;
+  bool interior = false;  // the whole-tiles instance of the pipelined kernel
   std::size_t workspace_bytes = 0;
 };
 
@@ -26,10 +27,11 @@ SimtPlan gemm_simt_plan(const GemmArgs& args, GemmVariant v);
 namespace detail {
 // Benchmark and test hooks: runs the pipelined kernel with one of its tile configurations
 // (the ones auto chooses among), so each can be timed and checked on its own. Float32,
-// no split-k; `plan` (optional) receives the tile.
+// no split-k; `plan` (optional) receives the tile. allow_interior = false keeps the general
+// instance on problems that the whole-tiles instance would serve.
 int gemm_simt_pipelined_config_count();
 cudaError_t gemm_simt_run_pipelined_config(const GemmArgs& args, int config, SimtPlan* plan,
-                                           cudaStream_t stream);
+                                           cudaStream_t stream, bool allow_interior = true);
 }  // namespace detail
 
 // Number of k-slices kSplitK uses for args (1 when splitting would not help).

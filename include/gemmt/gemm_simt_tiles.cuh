@@ -330,6 +330,27 @@ struct AsyncTileLoader {
     ptr += (MODE == kVecK) ? static_cast<int64_t>(BK) : tile_step;
   }
 
+  // Copies tile `tile` of the slice (k = k_begin + tile * BK) for a block whose tiles all lie
+  // inside the operand (host-checked: c_ext and the slice are whole tiles, vector modes
+  // only). No bound checks and no branches: the copies join the FFMA stream in one basic
+  // block instead of a branchy run between barriers. Never advances ptr.
+  __device__ __forceinline__ void load_interior(uint32_t stage_addr, int tile) const {
+    static_assert(MODE != kScalar, "interior tiles are copied with vector modes only");
+    const uint32_t dst0 = stage_addr + smem_off;
+    if constexpr (MODE == kVecC) {
+      const float* src = ptr + static_cast<int64_t>(tile) * tile_step;
+#pragma unroll
+      for (int e = 0; e < NV; ++e) cp_async_16(dst0 + e * VK_STEP * PITCH * 4, src + e * step);
+    } else {
+      const float* src = ptr + static_cast<int64_t>(tile) * BK;
+#pragma unroll
+      for (int i = 0; i < NL; ++i)
+#pragma unroll
+        for (int ch = 0; ch < KCH; ++ch)
+          cp_async_4(dst0 + (ch * 8 * PITCH + i * LINE_STEP) * 4, src + i * step + ch * 8);
+    }
+  }
+
   __device__ __forceinline__ void store(float*) {}
 };
 

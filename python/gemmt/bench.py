@@ -57,7 +57,7 @@ def environment() -> dict[str, Any]:
 
 
 def _paired_ms(ours: Callable[[], object], ref: Callable[[], object],
-               rounds: int = 2) -> tuple[float, float]:
+               rounds: int = 3) -> tuple[float, float]:
     """Median times of ``ours`` and ``ref`` measured in alternating rounds; each keeps its
     best round, so neither side pays for a cold cache or a clock ramp the other skipped."""
     o, r = [], []

@@ -214,6 +214,7 @@ struct Stats {
 
 bool g_quiet = false;
 int g_sm_count = 1;
+int g_interior_runs = 0;  // cases served by a whole-tiles (interior) pipelined instance
 
 // Reference C0 = A @ B in double (ab has m * n entries).
 void reference(const std::vector<double>& A, const std::vector<double>& B, int64_t m, int64_t n,
@@ -319,11 +320,12 @@ void run_case(ScalarType dt, const Shape& s, const std::vector<double>& A,
       char what[256];
       std::snprintf(what, sizeof(what),
                     "%-16s %-8s A=%-7s B=%-7s m=%-5lld n=%-5lld k=%-6lld alpha=%.2f beta=%.2f "
-                    "tile=%dx%d splits=%d",
+                    "tile=%dx%d%s splits=%d",
                     cfg >= 0 ? "pipelined-shape" : variant_name(v), dtype_name(dt), layout_name(la),
                     layout_name(lb), static_cast<long long>(s.m), static_cast<long long>(s.n),
                     static_cast<long long>(s.k), alpha, beta, plan.block_m, plan.block_n,
-                    plan.splits);
+                    plan.interior ? " interior" : "", plan.splits);
+      if (plan.interior) ++g_interior_runs;
       if (launch != cudaSuccess || sync != cudaSuccess) {
         std::printf("FAIL %s: launch=%s sync=%s\n", what, cudaGetErrorName(launch),
                     cudaGetErrorName(sync));
@@ -443,23 +445,31 @@ void bench(GemmVariant v, int64_t m, int64_t n, int64_t k) {
 }
 
 // Times every tile configuration of the pipelined kernel (auto candidates and the float32
-// ones under evaluation) on one problem.
+// ones under evaluation) on one problem; where a shape tiles the problem exactly, both its
+// interior instance ("interior") and its general one ("general").
 void sweep(int64_t m, int64_t n, int64_t k, bool a_trans) {
   BenchProblem pb(m, n, k, a_trans);
   for (int cfg = 0; cfg < gemmt::detail::gemm_simt_pipelined_config_count(); ++cfg) {
-    gemmt::SimtPlan plan;
-    const cudaError_t e = gemmt::detail::gemm_simt_run_pipelined_config(pb.args, cfg, &plan, 0);
-    if (e == cudaErrorNotSupported) continue;
-    CHECK_CUDA(e);
-    const double ms = median_ms(
-        [&] { return gemmt::detail::gemm_simt_run_pipelined_config(pb.args, cfg, nullptr, 0); },
-        m * n * k >= (int64_t{1} << 36) ? 10 : 30);
-    std::printf(
-        "SWEEP cfg=%d %s %6lldx%6lldx%6lld tile=%dx%dx%d stages=%d threads=%d %8.3f ms "
-        "%7.2f TFLOP/s\n",
-        cfg, a_trans ? "tn" : "nn", static_cast<long long>(m), static_cast<long long>(n),
-        static_cast<long long>(k), plan.block_m, plan.block_n, plan.block_k, plan.stages,
-        plan.threads, ms, 2.0 * m * n * k / ms / 1e9);
+    for (const bool allow_interior : {true, false}) {
+      gemmt::SimtPlan plan;
+      const cudaError_t e =
+          gemmt::detail::gemm_simt_run_pipelined_config(pb.args, cfg, &plan, 0, allow_interior);
+      if (e == cudaErrorNotSupported) break;
+      CHECK_CUDA(e);
+      const double ms = median_ms(
+          [&] {
+            return gemmt::detail::gemm_simt_run_pipelined_config(pb.args, cfg, nullptr, 0,
+                                                                 allow_interior);
+          },
+          m * n * k >= (int64_t{1} << 36) ? 10 : 30);
+      std::printf(
+          "SWEEP cfg=%d %s %6lldx%6lldx%6lld tile=%dx%dx%d stages=%d threads=%d %-8s %8.3f ms "
+          "%7.2f TFLOP/s\n",
+          cfg, a_trans ? "tn" : "nn", static_cast<long long>(m), static_cast<long long>(n),
+          static_cast<long long>(k), plan.block_m, plan.block_n, plan.block_k, plan.stages,
+          plan.threads, plan.interior ? "interior" : "general", ms, 2.0 * m * n * k / ms / 1e9);
+      if (!plan.interior) break;  // no interior instance: the general one was just timed
+    }
   }
 }
 
@@ -501,6 +511,10 @@ int main(int argc, char** argv) {
       {72, 520, 48},
       {1000, 1000, 1000},
       {256, 256, 8192},
+      // Whole tiles of the 128x256 and 64x128 shapes: their interior instances (fewer
+      // k-tiles than pipeline stages in the first).
+      {128, 256, 16},
+      {256, 512, 48},
       {9, 11, 0},
       // m >= 2048: a K-major B is first copied N-major (with split-k in the second).
       {2050, 36, 77},
@@ -527,6 +541,14 @@ int main(int argc, char** argv) {
       reference(A, B, s.m, s.n, s.k, ab);
       for (const auto& lay : layouts) run_case(dt, s, A, B, ab, lay.first, lay.second, st);
     }
+  }
+  // The whole-tiles shapes above must have reached the interior instances (auto, split-k and
+  // the per-shape runs), or those instances went untested.
+  if (g_interior_runs == 0) {
+    std::printf("FAIL no case ran an interior pipelined instance\n");
+    ++st.fail;
+  } else {
+    std::printf("interior pipelined instances ran in %d cases\n", g_interior_runs);
   }
   std::printf("%s: %d passed, %d failed\n", st.fail ? "FAILED" : "ALL PASSED", st.pass, st.fail);
   if (do_bench) {
