@@ -53,6 +53,32 @@ def test_empty(device: str, op: str) -> None:
     assert out.shape == (0, 5)
 
 
+@pytest.mark.cuda
+def test_cuda_empty_inputs_launch_no_kernel() -> None:
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.empty(0, 7, device="cuda")
+    img = torch.empty(0, 4, 3, dtype=torch.uint8, device="cuda")
+    vol = torch.empty(0, 5, dtype=torch.uint16, device="cuda")
+    calls = [lambda: gemmt.add(x, x), lambda: gemmt.square(x), lambda: gemmt.scale(x, 2.0),
+             lambda: gemmt.rgb_to_gray(img), lambda: gemmt.normalize_volume(vol, 7.0)]
+
+    def kernels_of(fns) -> list[str]:
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            outs = [fn() for fn in fns]
+            torch.cuda.synchronize()
+        del outs
+        return [e.name for e in prof.events() if e.device_type == DeviceType.CUDA]
+
+    kernels_of(calls)  # warm-up: first calls may load modules
+    assert kernels_of(calls) == []
+    # The same profiler does see gemmt's kernels when there is work.
+    one = torch.ones(8, device="cuda")
+    assert kernels_of([lambda: gemmt.add(one, one)])
+
+
 def test_nan_inf_propagate(device: str) -> None:
     x = torch.tensor([float("nan"), float("inf"), -float("inf"), 1.0], device=device)
     assert torch.equal(gemmt.add(x, x).isnan(), (x + x).isnan())
