@@ -988,9 +988,10 @@ constexpr int kNumPipeConfigs = 5;
 // every shape on square, long-k, tall-skinny and non-multiple problems (the self-test's
 // -sweep); together with the wave model of plan_pipelined they pick the fastest measured
 // shape, or one within 5%, on each of them.
-// Interior instances exist for the two shapes that serve large squares (Medium, Fat): for
-// Large and Small they measured no better than the general instance. Their efficiencies are
-// the general ones raised by what the self-test's -sweep measured on an H100 (Fat's interior
+// Interior instances exist for the two shapes that serve large squares (Medium, Fat). For
+// Large the interior form measured from 1% faster to 2% slower than the general one on the
+// 2048-8192 squares, for Small the same, so neither has one. The efficiencies below are the
+// general ones raised by what the self-test's -sweep measured on an H100 (Fat's interior
 // instance 2-4% faster than its general one, Medium's 7-10%). Medium's interior instance
 // matched Fat's on the self-test's 6144^3 and 8192^3 but ran 4% slower at 8192^3 in the
 // Python benchmark (longer sustained load), so the model keeps Fat for large squares.
