@@ -357,7 +357,7 @@ struct PipeParams {
 // INTERIOR instances serve problems whose every block and k-slice is whole tiles (float32,
 // vector loader modes; the host checks): their copies carry no bound checks or branches, and
 // their FFMAs run column by column (see the inner loop). On an H100 squares of 1024-8192
-// ran 2-4% faster than with the general instance for the 128x256 tile, 7-10% for 64x128.
+// ran 2-4% faster than with the general instance for the 128x256 tile, 5-10% for 64x128.
 template <class T, class Cfg, int AMODE, int BMODE, bool INTERIOR>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     gemm_pipelined_kernel(const PipeParams p) {
@@ -992,7 +992,7 @@ constexpr int kNumPipeConfigs = 5;
 // Large the interior form measured from 1% faster to 2% slower than the general one on the
 // 2048-8192 squares, for Small the same, so neither has one. The efficiencies below are the
 // general ones raised by what the self-test's -sweep measured on an H100 (Fat's interior
-// instance 2-4% faster than its general one, Medium's 7-10%). Medium's interior instance
+// instance 2-4% faster than its general one, Medium's 5-10%). Medium's interior instance
 // matched Fat's on the self-test's 6144^3 and 8192^3 but ran 4% slower at 8192^3 in the
 // Python benchmark (longer sustained load), so the model keeps Fat for large squares.
 template <class T>
