@@ -8,7 +8,8 @@
 //   3. register_blocked  128x128 block tile, 8x8 outputs per thread held in registers
 //   4. warp_tiled        warp-shaped thread layout, 16-byte shared loads, padded transposed A
 //   5. pipelined         multi-stage cp.async pipeline, fragment double buffering, rasterised
-//                        grid, tile shape chosen per problem
+//                        grid, tile shape chosen per problem; 5b. the last, partial wave of
+//                        tiles as stream-k (even runs of k-tiles across tiles)
 //   6. split_k           the pipelined kernel over k-slices + a fixed-order reduction
 //   7. gemv              m == 1 or n == 1: bandwidth-bound dot products
 // Every kernel converts elements to float on load, accumulates in float with fmaf and rounds
@@ -338,6 +339,38 @@ using CfgNarrow = PipeConfig<128, 64, 16, 32, 64, 8, 8, 3, 3>;
 
 constexpr int kRasterGroup = 8;
 
+// Stream-k (ladder step 5b): the last, partly filled wave of a data-parallel grid idles the
+// SMs it does not reach (at 4096^3 the 128x256 tile makes 512 tiles, 3.88 waves of 132 SMs:
+// 4 waves' time for 3.88 waves' work). The stream-k form of the pipelined kernel instead
+// deals the k-tiles of the last tiles out evenly to one full wave of blocks, each a
+// contiguous run that may start and end inside a tile; the tiles before them run as
+// ordinary data-parallel blocks. A tile covered by several blocks is finished by exactly one
+// of them: each other contributor publishes its raw sums to a workspace slot and counts
+// itself in; the tile's first contributor, when it finds everyone else in, adds their slots
+// to its registers, otherwise the last to arrive adds all slots. Either way the sums are
+// added in contributor order, so results do not depend on timing, and no block ever waits
+// for another.
+struct StreamKParams {
+  int first_tile;  // launch-order index of the first stream-k tile
+  int k_tiles;     // k-tiles per output tile
+  int64_t iters;   // k-tiles of each block; the first `extra` blocks take one more
+  int64_t extra;
+  float* slots;    // [blocks][2] slots of THREADS * TM * TN floats, thread-major
+  int* arrivals;   // per stream-k tile: contributors that published; zero at launch
+
+  __device__ __forceinline__ int64_t begin(int64_t block) const {
+    return block * iters + min(block, extra);
+  }
+  __device__ __forceinline__ int block_of(int64_t it) const {
+    const int64_t longer = extra * (iters + 1);
+    return static_cast<int>(it < longer ? it / (iters + 1) : extra + (it - longer) / iters);
+  }
+  // A block's slot 0 holds the tile its run starts in, slot 1 the tile its run ends in.
+  __device__ __forceinline__ int slot_of(int block, int tile) const {
+    return begin(block) / k_tiles == tile ? 0 : 1;
+  }
+};
+
 struct PipeParams {
   const void* a;
   int64_t sam, sak;
@@ -351,14 +384,103 @@ struct PipeParams {
   float* partial;       // split-k: [splits][m][n] float32 slices; nullptr writes C directly
   bool partial_vec4;    // n % 4 == 0: slice rows are 16-byte aligned
   int64_t k_per_split;  // multiple of BK
-  int tiles_m, tiles_n;
+  int tiles_m, tiles_n;  StreamKParams sk;     // the stream-k form only
 };
 
-// INTERIOR instances serve problems whose every block and k-slice is whole tiles (float32,
+__device__ __forceinline__ int load_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// The workspace slots of the stream-k form: one thread's TM x TN sums as TM * TN / 4
+// 16-byte words, word w of thread t at w * THREADS + t, so every store and load is
+// coalesced and the reading block uses the same thread -> accumulator map.
+template <class Cfg>
+struct StreamKSlots {
+  static constexpr int TM = Cfg::TM, TN = Cfg::TN, THREADS = Cfg::THREADS;
+
+  __device__ __forceinline__ static float4* slot(const StreamKParams& s, int block, int idx) {
+    return reinterpret_cast<float4*>(s.slots) +
+           (static_cast<int64_t>(block) * 2 + idx) * (TM * TN / 4) * THREADS + threadIdx.x;
+  }
+
+  __device__ __forceinline__ static void publish(const StreamKParams& s, int tile,
+                                                 const float (&acc)[TM][TN]) {
+    float4* dst = slot(s, blockIdx.x, s.slot_of(blockIdx.x, tile));
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int q = 0; q < TN / 4; ++q)
+        __stcg(dst + (i * (TN / 4) + q) * THREADS,
+               make_float4(acc[i][4 * q], acc[i][4 * q + 1], acc[i][4 * q + 2], acc[i][4 * q + 3]));
+  }
+
+  // acc += the slots of contributors first .. last, in that order.
+  __device__ __forceinline__ static void add(const StreamKParams& s, int tile, int first,
+                                             int last, float (&acc)[TM][TN]) {
+    for (int b = first; b <= last; ++b) {
+      const float4* src = slot(s, b, s.slot_of(b, tile));
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int q = 0; q < TN / 4; ++q) {
+          const float4 v = __ldcg(src + (i * (TN / 4) + q) * THREADS);
+          acc[i][4 * q] += v.x;
+          acc[i][4 * q + 1] += v.y;
+          acc[i][4 * q + 2] += v.z;
+          acc[i][4 * q + 3] += v.w;
+        }
+    }
+  }
+};
+
+// A stream-k block's share of a tile it covers only in part (`head`: its run covers the
+// tile's first k-tile, so it is the tile's first contributor). Returns true when this block
+// finishes the tile: acc then holds the tile's whole sums, to be written to C.
+template <class Cfg>
+__device__ __forceinline__ bool streamk_share(const StreamKParams& s, int tile, bool head,
+                                              float (&acc)[Cfg::TM][Cfg::TN]) {
+  using Slots = StreamKSlots<Cfg>;
+  __shared__ int finish;
+  const int64_t t0 = static_cast<int64_t>(tile) * s.k_tiles;
+  const int first = s.block_of(t0), last = s.block_of(t0 + s.k_tiles - 1);
+  int* arrivals = s.arrivals + tile;
+  if (head) {
+    // The head's run ends in this tile, so it usually finishes last: then nothing needs
+    // publishing, and its registers are contributor 0's sums.
+    if (threadIdx.x == 0) finish = load_acquire(arrivals) == last - first;
+    __syncthreads();
+    if (finish) {
+      Slots::add(s, tile, first + 1, last, acc);
+      return true;
+    }
+  }
+  Slots::publish(s, tile, acc);
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) finish = atomicAdd(arrivals, 1) == last - first;
+  __syncthreads();
+  if (!finish) return false;
+  __threadfence();
+  // -0 is the exact identity of float addition, so this equals the head's in-place sum.
+#pragma unroll
+  for (int i = 0; i < Cfg::TM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::TN; ++j) acc[i][j] = -0.f;
+  Slots::add(s, tile, first, last, acc);
+  return true;
+}
+
+
+// INTERIOR instances serve problems whose every block and k-range is whole tiles (float32,
 // vector loader modes; the host checks): their copies carry no bound checks or branches, and
 // their FFMAs run column by column (see the inner loop). On an H100 squares of 1024-8192
 // ran 2-4% faster than with the general instance for the 128x256 tile, 5-10% for 64x128.
-template <class T, class Cfg, int AMODE, int BMODE, bool INTERIOR>
+// STREAMK instances are the stream-k form (see StreamKParams): the block loops over the runs
+// of its k-tiles, one per tile it touches. The data-parallel form (STREAMK false) is the
+// same code without the loop; keeping one body keeps its machine code exactly as tuned.
+template <class T, class Cfg, int AMODE, int BMODE, bool INTERIOR, bool STREAMK = false>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     gemm_pipelined_kernel(const PipeParams p) {
   using raw = typename Elem<T>::raw;
@@ -368,6 +490,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   constexpr int STAGE_FLOATS = Cfg::STAGE_FLOATS, B_OFF = BK * PA;
   constexpr bool kAsync = std::is_same<T, float>::value;
   static_assert(!INTERIOR || kAsync, "interior instances are float32 (cp.async) only");
+  static_assert(!STREAMK || kAsync, "stream-k instances are float32 (cp.async) only");
   using LoaderA = std::conditional_t<kAsync, AsyncTileLoader<AMODE, BK, BM, THREADS, PA>,
                                      RegTileLoader<T, AMODE, BK, BM, THREADS, PA>>;
   using LoaderB = std::conditional_t<kAsync, AsyncTileLoader<BMODE, BK, BN, THREADS, PB>,
@@ -378,11 +501,35 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   const int warp_m = warp / Cfg::WARPS_N, warp_n = warp % Cfg::WARPS_N;
   const int lane_m = lane / LN, lane_n = lane % LN;
 
+  // Stream-k: this block's k-tiles [it, it_end) of the stream-k tiles, taken one tile's run
+  // per pass of the loop.
+  [[maybe_unused]] int64_t it = 0, it_end = 0;
+  if constexpr (STREAMK) {
+    it = p.sk.begin(blockIdx.x);
+    it_end = p.sk.begin(static_cast<int64_t>(blockIdx.x) + 1);
+  }
+  do {
   int tm, tn;
-  swizzle_tile<kRasterGroup>(blockIdx.x, p.tiles_m, p.tiles_n, tm, tn);
+  int64_t k_begin, k_end;
+  [[maybe_unused]] int sk_tile = 0;
+  [[maybe_unused]] bool sk_head = true, sk_whole = true;
   const int split = blockIdx.z;
-  const int64_t k_begin = split * p.k_per_split;
-  const int64_t k_end = min(p.k, k_begin + p.k_per_split);
+  if constexpr (STREAMK) {
+    sk_tile = static_cast<int>(it / p.sk.k_tiles);
+    const int64_t t0 = static_cast<int64_t>(sk_tile) * p.sk.k_tiles, t1 = t0 + p.sk.k_tiles;
+    const int64_t run_end = min(it_end, t1);
+    swizzle_tile<kRasterGroup>(p.sk.first_tile + sk_tile, p.tiles_m, p.tiles_n, tm, tn);
+    k_begin = (it - t0) * BK;
+    k_end = min(p.k, (run_end - t0) * BK);
+    sk_head = it == t0;
+    sk_whole = sk_head && run_end == t1;
+    it = run_end;
+    __syncthreads();  // the previous run's last shared-memory reads precede this prologue
+  } else {
+    swizzle_tile<kRasterGroup>(blockIdx.x, p.tiles_m, p.tiles_n, tm, tn);
+    k_begin = split * p.k_per_split;
+    k_end = min(p.k, k_begin + p.k_per_split);
+  }
   const int num_kt = k_end > k_begin ? static_cast<int>((k_end - k_begin + BK - 1) / BK) : 0;
 
   LoaderA la;
@@ -516,6 +663,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   }
   cp_async_wait<0>();
 
+  bool write_c = true;
+  if constexpr (STREAMK)
+    if (!sk_whole) write_c = streamk_share<Cfg>(p.sk, sk_tile, sk_head, acc);
   const int64_t row0 = static_cast<int64_t>(tm) * BM + a_off;
   const int64_t col0 = static_cast<int64_t>(tn) * BN + warp_n * Cfg::WN + lane_n * 4;
   if (p.partial != nullptr) {
@@ -527,7 +677,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
       for (int q = 0; q < TN / 4; ++q)
         store_partial_quad(ws, p.m, p.n, p.partial_vec4, row, col0 + q * LN * 4, &acc[i][4 * q]);
     }
-  } else {
+  } else if (write_c) {
     const OutView<T> out{static_cast<raw*>(p.c), p.ldc, p.m, p.n, p.alpha, p.beta, p.c_vec4};
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
@@ -536,9 +686,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
       for (int q = 0; q < TN / 4; ++q) store_quad(out, row, col0 + q * LN * 4, &acc[i][4 * q]);
     }
   }
+  } while (STREAMK && it < it_end);
 }
 
-// =============================================================================================
 // 6. Split-k: when C has too few tiles to fill the GPU but k is long, the pipelined kernel
 // runs over `splits` k-slices (blockIdx.z) and writes float32 partial tiles to a workspace;
 // this kernel then adds the slices in slice order (deterministic, no atomics), applies
@@ -887,7 +1037,7 @@ struct KernelInfo {
 
 // Raises the dynamic shared-memory limit of one kernel instance and records its occupancy,
 // once per device (the attribute belongs to the per-device function object).
-template <PipeKernel K, int THREADS, int SMEM>
+template <auto K, int THREADS, int SMEM>
 KernelInfo kernel_info() {
   constexpr int kMaxDevices = 64;
   static std::once_flag once[kMaxDevices];
@@ -915,10 +1065,20 @@ KernelInfo kernel_info() {
 struct PipeEntry {
   PipeKernel fn = nullptr;
   KernelInfo info;
+  PipeKernel sk_fn = nullptr;  // the stream-k form of the same instance, if built
+  KernelInfo sk_info;
   int bm = 0, bn = 0, bk = 0, stages = 0, threads = 0, smem = 0;
   double efficiency = 1.0;  // relative FFMA efficiency of the tile shape at full occupancy
+  double lone_rate = 0.5;   // FFMA rate, relative to full occupancy, of one 4-warp block alone
   bool interior = false;    // the whole-tiles instance (gemm_pipelined_kernel's INTERIOR)
 };
+
+// Stream-k instances exist for the float32 shapes that serve large products (Medium, Fat)
+// in vector loader modes: the cases whose last wave matters, at a bounded build time.
+template <class T, class Cfg, int AM, int BMD>
+constexpr bool kHasStreamK = std::is_same<T, float>::value && AM != kScalar && BMD != kScalar &&
+                             (std::is_same<Cfg, CfgFat>::value ||
+                              std::is_same<Cfg, CfgMedium>::value);
 
 template <class T, class Cfg, int AM, int BMD, bool INTERIOR = false>
 PipeEntry make_entry(double eff) {
@@ -926,6 +1086,11 @@ PipeEntry make_entry(double eff) {
   PipeEntry e;
   e.fn = fn;
   e.info = kernel_info<fn, Cfg::THREADS, Cfg::SMEM_BYTES>();
+  if constexpr (kHasStreamK<T, Cfg, AM, BMD>) {
+    constexpr PipeKernel sk = &gemm_pipelined_kernel<T, Cfg, AM, BMD, INTERIOR, true>;
+    e.sk_fn = sk;
+    e.sk_info = kernel_info<sk, Cfg::THREADS, Cfg::SMEM_BYTES>();
+  }
   e.interior = INTERIOR;
   e.bm = Cfg::BM;
   e.bn = Cfg::BN;
@@ -1052,31 +1217,110 @@ struct PipePlan {
   int splits = 1;
   int64_t k_per_split = 0;
   int tiles_m = 0, tiles_n = 0;
+  // Stream-k (5b): the last sk_tiles tiles in launch order run on sk_blocks blocks of
+  // sk_iters k-tiles (sk_extra of them one more); 0 blocks: data-parallel only.
+  int sk_tiles = 0, sk_blocks = 0;
+  int64_t sk_iters = 0, sk_extra = 0;
   cudaError_t err = cudaErrorNotSupported;
 };
 
+// Stream-k workspace: the arrival counters, then two partial-sum slots per block.
+std::size_t streamk_workspace_bytes(const PipePlan& pl) {
+  if (pl.sk_blocks == 0) return 0;
+  const std::size_t counters = (static_cast<std::size_t>(pl.sk_tiles) * 4 + 255) / 256 * 256;
+  return counters + static_cast<std::size_t>(pl.sk_blocks) * 2 * pl.entry.bm * pl.entry.bn * 4;
+}
+
+// FFMA rate of one 4-warp block alone on an SM, relative to full occupancy. Self-test sweep
+// at 1024^3 on an H100, where each of 128 blocks has an SM to itself: 0.66-0.69 for the
+// 8x8-per-thread shapes (Medium, Narrow), 0.5 for Large.
+double lone_block_rate(int cfg) {
+  return cfg == 1 || cfg == 4 ? 0.67 : 0.5;
+}
+
 // Modelled time of `blocks` equal blocks of `work` FFMA-slots each. Equal blocks advance in
-// waves of sms * blocks_per_sm; a wave whose SMs hold r blocks of w warps takes
-// r * work / min(1, r * w / 8): fewer than 8 resident warps cannot hide the FFMA and shared
-// load latencies, so one 4-warp block alone runs at about half rate.
+// waves of sms * blocks_per_sm; a wave whose SMs hold r blocks of w warps runs at
+// min(1, lone_rate * r * w / 4) of the full rate: fewer than 8 resident warps cannot hide
+// the FFMA and shared-load latencies.
 double wave_cost(const PipeEntry& e, double blocks, double work, double sms) {
   const double bps = std::max(1, e.info.blocks_per_sm);
   const double warps = e.threads / 32.0;
-  auto wave = [&](double r) { return r * work / std::min(1.0, r * warps / 8.0); };
+  auto wave = [&](double r) { return r * work / std::min(1.0, e.lone_rate * r * warps / 4.0); };
   const double full = std::floor(blocks / (sms * bps));
   const double rem = blocks - full * sms * bps;
   return full * wave(bps) + (rem > 0 ? wave(std::ceil(rem / sms)) : 0.0);
 }
 
+// Stream-k costs beyond the FFMAs, in the same SM-cycle units: a block publishes one slot
+// and the finishing block reads the others at ~32 B/clk/SM (the slots stay in L2), plus a
+// fixed cost: the counter reset, a second launch, two pipeline fills per block and the
+// finishing block's wait for its slot reads. The fixed cost is fitted to an H100 self-test
+// sweep (stream-k against data-parallel, same tile): the model's predicted gain exceeded
+// the measured one by 14-17 us on 1024^3, 127x8192x511 and 4096^3.
+constexpr double kStreamKFixedCost = 24000.0;
+constexpr double kStreamKBytesPerClk = 32.0;
+// A stream-k block's run is at least this many k-tiles (its pipeline must fill).
+constexpr int64_t kStreamKMinIters = 4;
+// Stream-k runs start at different k, so blocks running at the same time no longer share A
+// and B panels through L2. When the operands exceed L2 a block streams its panels from DRAM,
+// needing (bm + bn) * 4 * 128 * efficiency / (bm * bn) bytes per SM clock at the FFMA rate:
+// 6.3 for the 128x256 tile, 11.6 for 64x128. The sweep measured the 64x128 tile's stream-k
+// part ~30% slower than data-parallel at 8192^3 (6144^3: ~10%), the 128x256 one at full
+// rate: the model caps DRAM at 8 B/clk/SM and scales runs that need more.
+constexpr double kStreamKDramBytesPerClk = 8.0;
+constexpr double kL2Bytes = 40.0 * (1 << 20);
+
+// The cheapest stream-k split of a problem of `tiles` tiles of k_tiles k-tiles each, if any
+// beats `cost` (the data-parallel one); force: take the cheapest possible split regardless.
+// Candidates: the last partial wave's tiles, or those plus one full wave (longer runs, fewer
+// contributors per tile), dealt to one full wave of blocks.
+void consider_stream_k(const PipeEntry& e, int64_t tiles, int64_t k_tiles, double sms,
+                       double operand_bytes, bool force, double& cost, PipePlan& plan) {
+  if (e.sk_fn == nullptr || e.sk_info.err != cudaSuccess) return;
+  PipeEntry sk = e;
+  sk.info = e.sk_info;
+  const int64_t wave = static_cast<int64_t>(sms) * std::max(1, sk.info.blocks_per_sm);
+  const int64_t rem = tiles % wave;
+  const double tile_work = static_cast<double>(e.bm) * e.bn * e.bk * k_tiles / (128.0 * e.efficiency);
+  const double slot_cycles = 4.0 * e.bm * e.bn / kStreamKBytesPerClk;
+  const double dram_need = (e.bm + e.bn) * 4.0 * 128.0 * e.efficiency / (e.bm * e.bn);
+  const double slowdown = operand_bytes > kL2Bytes && dram_need > kStreamKDramBytesPerClk
+                              ? dram_need / kStreamKDramBytesPerClk
+                              : 1.0;
+  bool found = false;
+  for (const int64_t sk_tiles : {rem, rem + wave}) {
+    if (rem == 0 || sk_tiles > tiles) continue;
+    const int64_t total = sk_tiles * k_tiles;
+    const int64_t blocks = std::min(wave, force ? total : total / kStreamKMinIters);
+    if (blocks < 1 || (!force && blocks <= sk_tiles)) continue;
+    const int64_t iters = total / blocks, extra = total % blocks;
+    const double run = tile_work * (iters + (extra ? 1 : 0)) / k_tiles * slowdown;
+    const double c = wave_cost(e, static_cast<double>(tiles - sk_tiles), tile_work, sms) +
+                     wave_cost(sk, static_cast<double>(blocks), run, sms) +
+                     slot_cycles * (1.0 + std::ceil(static_cast<double>(k_tiles) / iters)) +
+                     kStreamKFixedCost;
+    if ((force && !found) || c < cost) {
+      found = true;
+      cost = c;
+      plan.sk_tiles = static_cast<int>(sk_tiles);
+      plan.sk_blocks = static_cast<int>(blocks);
+      plan.sk_iters = iters;
+      plan.sk_extra = extra;
+    }
+  }
+}
+
 // Picks the tile shape (and, when allowed, the number of k-slices) with the lowest modelled
 // time: wave_cost of blocks of bm * bn * kps / efficiency FFMA-slots. A split adds the
 // workspace traffic (written by the GEMM, read by the reduction) at ~12 B/clk/SM and a launch.
+// Without a split, the last wave may run as stream-k (stream_k < 0: when the model prefers
+// it; 0: never; > 0: whenever the shape has a stream-k kernel and a partial last wave).
 // only_cfg >= 0 restricts the choice to that configuration (benchmarks of each shape). A
 // shape that tiles the problem exactly competes with its interior instance (if any), unless
 // allow_interior is false (benchmarks of the general instance).
 template <class T>
 PipePlan plan_pipelined_uncached(const GemmArgs& a, bool allow_split, int only_cfg,
-                                 bool allow_interior) {
+                                 bool allow_interior, int stream_k) {
   PipePlan best;
   const int am = pipe_mode<T>(a.a, a.a_stride_m, a.a_stride_k, a.m, a.k);
   const int bmode = pipe_mode<T>(a.b, a.b_stride_n, a.b_stride_k, a.n, a.k);
@@ -1098,6 +1342,7 @@ PipePlan plan_pipelined_uncached(const GemmArgs& a, bool allow_split, int only_c
       if (best.err == cudaErrorNotSupported) best.err = e.info.err;
       continue;
     }
+    e.lone_rate = lone_block_rate(cfg);
     const int64_t tm = ceil_div(a.m, e.bm), tn = ceil_div(a.n, e.bn);
     if (tm * tn > kMaxGridX) continue;
     const int64_t k_tiles = std::max<int64_t>(1, ceil_div(a.k, e.bk));
@@ -1120,12 +1365,18 @@ PipePlan plan_pipelined_uncached(const GemmArgs& a, bool allow_split, int only_c
       const double blocks = static_cast<double>(tm * tn) * splits;
       double cost = wave_cost(e, blocks,
                               static_cast<double>(e.bm) * e.bn * kps / (128.0 * e.efficiency), sms);
+      PipePlan cand;
       if (splits > 1) {
         const double mn = static_cast<double>(a.m) * static_cast<double>(a.n);
         cost += (splits * mn * 8.0 + mn * es * 2.0) / (12.0 * sms) + 4000.0;
+      } else if (stream_k != 0 && a.k > 0) {
+        const double operand_bytes =
+            es * (static_cast<double>(a.m) * a.k + static_cast<double>(a.k) * a.n);
+        consider_stream_k(e, tm * tn, k_tiles, sms, operand_bytes, stream_k > 0, cost, cand);
       }
       if (best.err != cudaSuccess || cost < best_cost) {
         best_cost = cost;
+        best = cand;
         best.entry = e;
         best.splits = splits;
         best.k_per_split = splits > 1 ? kps : std::max<int64_t>(a.k, 1);
@@ -1146,15 +1397,15 @@ PipePlan plan_pipelined_uncached(const GemmArgs& a, bool allow_split, int only_c
 // every slice count) costs about as much host time as a small product's kernels.
 template <class T>
 PipePlan plan_pipelined(const GemmArgs& a, bool allow_split, int only_cfg = -1,
-                        bool allow_interior = true) {
+                        bool allow_interior = true, int stream_k = -1) {
   struct Key {
     int64_t m = -1, n = -1, k = -1;
-    int am = -1, bm = -1, sms = -1, device = -1, only_cfg = -2;
+    int am = -1, bm = -1, sms = -1, device = -1, only_cfg = -2, stream_k = -2;
     bool allow_split = false, allow_interior = false;
     bool operator==(const Key& o) const {
       return m == o.m && n == o.n && k == o.k && am == o.am && bm == o.bm && sms == o.sms &&
-             device == o.device && only_cfg == o.only_cfg && allow_split == o.allow_split &&
-             allow_interior == o.allow_interior;
+             device == o.device && only_cfg == o.only_cfg && stream_k == o.stream_k &&
+             allow_split == o.allow_split && allow_interior == o.allow_interior;
     }
   };
   thread_local Key last_key;
@@ -1169,12 +1420,29 @@ PipePlan plan_pipelined(const GemmArgs& a, bool allow_split, int only_cfg = -1,
   key.only_cfg = only_cfg;
   key.allow_split = allow_split;
   key.allow_interior = allow_interior;
+  key.stream_k = stream_k;
   if (cudaGetDevice(&key.device) != cudaSuccess)
-    return plan_pipelined_uncached<T>(a, allow_split, only_cfg, allow_interior);
+    return plan_pipelined_uncached<T>(a, allow_split, only_cfg, allow_interior, stream_k);
   if (key == last_key) return last;
-  last = plan_pipelined_uncached<T>(a, allow_split, only_cfg, allow_interior);
+  last = plan_pipelined_uncached<T>(a, allow_split, only_cfg, allow_interior, stream_k);
   last_key = last.err == cudaSuccess ? key : Key{};
   return last;
+}
+
+// What a pipelined plan launches, for SimtPlan (the workspace of its stream-k part only).
+SimtPlan describe(const PipePlan& pp) {
+  SimtPlan sp;
+  sp.block_m = pp.entry.bm;
+  sp.block_n = pp.entry.bn;
+  sp.block_k = pp.entry.bk;
+  sp.stages = pp.entry.stages;
+  sp.threads = pp.entry.threads;
+  sp.interior = pp.entry.interior;
+  sp.splits = pp.splits;
+  sp.stream_k_blocks = pp.sk_blocks;
+  sp.stream_k_tiles = pp.sk_tiles;
+  sp.workspace_bytes = streamk_workspace_bytes(pp);
+  return sp;
 }
 
 // C = alpha * (sum of `splits` float32 slices [splits][m][n]) + beta * C. The quad kernel
@@ -1201,7 +1469,7 @@ template <class T>
 cudaError_t run_pipelined(const GemmArgs& a, const PipePlan& plan, float* workspace,
                           cudaStream_t stream) {
   if (plan.err != cudaSuccess) return plan.err;
-  PipeParams p;
+  PipeParams p{};
   p.a = a.a;
   p.sam = a.a_stride_m;
   p.sak = a.a_stride_k;
@@ -1221,8 +1489,27 @@ cudaError_t run_pipelined(const GemmArgs& a, const PipePlan& plan, float* worksp
   p.k_per_split = plan.k_per_split;
   p.tiles_m = plan.tiles_m;
   p.tiles_n = plan.tiles_n;
-  if (plan.splits > 1 && workspace == nullptr) return cudaErrorInvalidValue;
-  const dim3 grid(static_cast<unsigned>(static_cast<int64_t>(plan.tiles_m) * plan.tiles_n), 1,
+  if ((plan.splits > 1 || plan.sk_blocks > 0) && workspace == nullptr)
+    return cudaErrorInvalidValue;
+  const int64_t tiles = static_cast<int64_t>(plan.tiles_m) * plan.tiles_n;
+  if (plan.sk_blocks > 0) {
+    // The stream-k blocks take the last sk_tiles tiles of the launch order; the
+    // data-parallel grid below covers the ones before.
+    StreamKParams& s = p.sk;
+    s.first_tile = static_cast<int>(tiles - plan.sk_tiles);
+    s.k_tiles = static_cast<int>(ceil_div(a.k, plan.entry.bk));
+    s.iters = plan.sk_iters;
+    s.extra = plan.sk_extra;
+    s.arrivals = reinterpret_cast<int*>(workspace);
+    const std::size_t counters = (static_cast<std::size_t>(plan.sk_tiles) * 4 + 255) / 256 * 256;
+    s.slots = reinterpret_cast<float*>(reinterpret_cast<char*>(workspace) + counters);
+    GEMMT_RETURN_IF_ERROR(
+        cudaMemsetAsync(s.arrivals, 0, static_cast<std::size_t>(plan.sk_tiles) * 4, stream));
+    plan.entry.sk_fn<<<plan.sk_blocks, plan.entry.threads, plan.entry.smem, stream>>>(p);
+    GEMMT_RETURN_IF_ERROR(cudaGetLastError());
+    if (tiles == plan.sk_tiles) return cudaSuccess;
+  }
+  const dim3 grid(static_cast<unsigned>(tiles - plan.sk_tiles), 1,
                   static_cast<unsigned>(plan.splits));
   plan.entry.fn<<<grid, plan.entry.threads, plan.entry.smem, stream>>>(p);
   GEMMT_RETURN_IF_ERROR(cudaGetLastError());
@@ -1429,14 +1716,8 @@ SimtPlan plan_for(const GemmArgs& a, GemmVariant v) {
       if (a.k == 0) break;
       const PipePlan pp = plan_pipelined_staged<T>(a, v == GemmVariant::kSplitK);
       if (pp.err != cudaSuccess) break;
-      sp.block_m = pp.entry.bm;
-      sp.block_n = pp.entry.bn;
-      sp.block_k = pp.entry.bk;
-      sp.stages = pp.entry.stages;
-      sp.threads = pp.entry.threads;
-      sp.interior = pp.entry.interior;
-      sp.splits = pp.splits;
-      if (stages_b<T>(a)) sp.workspace_bytes = staged_b_bytes<T>(a);
+      sp = describe(pp);
+      if (stages_b<T>(a)) sp.workspace_bytes += staged_b_bytes<T>(a);
       if (pp.splits > 1)
         sp.workspace_bytes += static_cast<std::size_t>(pp.splits) * static_cast<std::size_t>(a.m) *
                               static_cast<std::size_t>(a.n) * sizeof(float);
@@ -1494,6 +1775,10 @@ cudaError_t scale_typed(const GemmArgs& a, cudaStream_t stream) {
   GEMMT_RETURN_LAUNCH_ERROR();
 }
 
+bool config_hook_ok(const GemmArgs& args) {
+  return args.dtype == ScalarType::kFloat32 && args.m > 0 && args.n > 0 && args.k > 0;
+}
+
 }  // namespace
 }  // namespace simt
 
@@ -1519,23 +1804,24 @@ int gemm_simt_pipelined_config_count() {
   return simt::kNumPipeConfigs;
 }
 
-cudaError_t gemm_simt_run_pipelined_config(const GemmArgs& args, int config, SimtPlan* plan,
-                                           cudaStream_t stream, bool allow_interior) {
-  if (args.dtype != ScalarType::kFloat32 || args.m <= 0 || args.n <= 0 || args.k <= 0)
-    return cudaErrorNotSupported;
+SimtPlan gemm_simt_plan_pipelined_config(const GemmArgs& args, int config, bool allow_interior,
+                                         int stream_k) {
+  if (!simt::config_hook_ok(args) || config < 0 || config >= simt::kNumPipeConfigs)
+    return SimtPlan{};
+  const simt::PipePlan pp =
+      simt::plan_pipelined<float>(args, false, config, allow_interior, stream_k);
+  return pp.err == cudaSuccess ? simt::describe(pp) : SimtPlan{};
+}
+
+cudaError_t gemm_simt_run_pipelined_config(const GemmArgs& args, int config, void* workspace,
+                                           cudaStream_t stream, bool allow_interior,
+                                           int stream_k) {
+  if (!simt::config_hook_ok(args)) return cudaErrorNotSupported;
   if (config < 0 || config >= simt::kNumPipeConfigs) return cudaErrorInvalidValue;
-  const simt::PipePlan pp = simt::plan_pipelined<float>(args, false, config, allow_interior);
+  const simt::PipePlan pp =
+      simt::plan_pipelined<float>(args, false, config, allow_interior, stream_k);
   if (pp.err != cudaSuccess) return pp.err;
-  if (plan != nullptr) {
-    *plan = SimtPlan{};
-    plan->block_m = pp.entry.bm;
-    plan->block_n = pp.entry.bn;
-    plan->block_k = pp.entry.bk;
-    plan->stages = pp.entry.stages;
-    plan->threads = pp.entry.threads;
-    plan->interior = pp.entry.interior;
-  }
-  return simt::run_pipelined<float>(args, pp, nullptr, stream);
+  return simt::run_pipelined<float>(args, pp, static_cast<float*>(workspace), stream);
 }
 
 }  // namespace detail

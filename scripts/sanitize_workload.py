@@ -74,8 +74,9 @@ def main() -> int:
                         bad += 1
     torch.backends.cuda.matmul.allow_tf32 = False
     # Whole-tile float32 problems run the pipelined kernel's interior instances: one k-tile
-    # (fewer than the pipeline's stages) and five, A row-major and column-major.
-    for m, n, k in ((2048, 2048, 16), (2048, 2048, 80)):
+    # (fewer than the pipeline's stages) and five, A row-major and column-major. On an H100
+    # 1024^3 runs as stream-k (each of 128 tiles shared by ~3 blocks through the workspace).
+    for m, n, k in ((2048, 2048, 16), (2048, 2048, 80), (1024, 1024, 1024)):
         for a_t in (False, True):
             ha, hb, hc = torch.randn(m, k), torch.randn(k, n), torch.randn(m, n)
             if a_t:

@@ -207,6 +207,48 @@ def test_cuda_fp32_whole_tile_problems(layout: str, m: int, n: int, k: int) -> N
     assert rel_err(c, ref) <= 1e-5
 
 
+def _cuda_kernel_names(fn) -> list[str]:
+    """Names of the CUDA kernels that fn() launches."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == DeviceType.CUDA]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
+@pytest.mark.parametrize("m,n,k", [(4096, 4096, 4096), (4000, 4000, 4000), (1024, 1024, 1024)])
+def test_cuda_fp32_stream_k_last_wave(layout: str, m: int, n: int, k: int) -> None:
+    # On an H100's 132 SMs, 512 tiles of 128x256 leave a last wave of 116 tiles: those run as
+    # stream-k (runs of k-tiles that start and end inside tiles, finished through the
+    # workspace), whole tiles (interior instance) and edge tiles (general instance) alike.
+    # At 1024^3 all 128 tiles of 64x128 are shared out to 396 blocks (three per SM).
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a = operand((m, k), torch.float32, "cuda", layout[0])
+    b = operand((k, n), torch.float32, "cuda", layout[1])
+    c0 = randn(m, n, device="cuda")
+    ref = reference(c0, a, b, 0.75, -0.5)
+    outs = []
+    for _ in range(3):
+        c = c0.clone()
+        gemmt.gemm(c, a, b, 0.75, -0.5)
+        outs.append(c)
+    assert rel_err(outs[0], ref) <= 1e-5
+    # Partial sums are added in a fixed order whichever block finishes a tile.
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
+    if torch.cuda.get_device_properties(0).multi_processor_count == 132:
+        # The pipelined kernel's last template argument says which form ran (STREAMK): both.
+        names = _cuda_kernel_names(lambda: gemmt.gemm(c0.clone(), a, b, 0.75, -0.5))
+        forms = [n.split(">(")[0].endswith(", true") for n in names
+                 if "gemm_pipelined_kernel<" in n]
+        expected = [True] if m == 1024 else [False, True]
+        assert sorted(forms) == expected, [n[-120:] for n in names]
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cuda_split_k_deterministic(dtype: torch.dtype) -> None:

@@ -17,6 +17,9 @@ struct SimtPlan {
   int threads = 0;                            // threads per block of the main kernel
   int splits = 1;
   bool interior = false;  // the whole-tiles instance of the pipelined kernel
+  // Stream-k: the last stream_k_tiles tiles run on stream_k_blocks blocks that share out
+  // their k-tiles evenly (0: every tile is one block).
+  int stream_k_blocks = 0, stream_k_tiles = 0;
   std::size_t workspace_bytes = 0;
 };
 
@@ -25,13 +28,18 @@ struct SimtPlan {
 SimtPlan gemm_simt_plan(const GemmArgs& args, GemmVariant v);
 
 namespace detail {
-// Benchmark and test hooks: runs the pipelined kernel with one of its tile configurations
-// (the ones auto chooses among), so each can be timed and checked on its own. Float32,
-// no split-k; `plan` (optional) receives the tile. allow_interior = false keeps the general
-// instance on problems that the whole-tiles instance would serve.
+// Benchmark and test hooks: run the pipelined kernel with one of its tile configurations
+// (the ones auto chooses among), so each can be timed and checked on its own. Float32, no
+// split-k. allow_interior = false keeps the general instance on problems that the
+// whole-tiles instance would serve; stream_k < 0 lets the planner decide whether the last
+// wave runs as stream-k, 0 never, > 0 whenever the configuration can. The plan says which
+// tile ran and the workspace the run needs (pass at least that many bytes).
 int gemm_simt_pipelined_config_count();
-cudaError_t gemm_simt_run_pipelined_config(const GemmArgs& args, int config, SimtPlan* plan,
-                                           cudaStream_t stream, bool allow_interior = true);
+SimtPlan gemm_simt_plan_pipelined_config(const GemmArgs& args, int config,
+                                         bool allow_interior = true, int stream_k = -1);
+cudaError_t gemm_simt_run_pipelined_config(const GemmArgs& args, int config, void* workspace,
+                                           cudaStream_t stream, bool allow_interior = true,
+                                           int stream_k = -1);
 }  // namespace detail
 
 // Number of k-slices kSplitK uses for args (1 when splitting would not help).

@@ -215,6 +215,14 @@ struct Stats {
 bool g_quiet = false;
 int g_sm_count = 1;
 int g_interior_runs = 0;  // cases served by a whole-tiles (interior) pipelined instance
+int g_streamk_runs = 0;   // cases whose last tiles ran as stream-k
+
+// One run of the pipelined kernel through the per-configuration hook: the tile shape, the
+// stream-k policy and the SM count the planner sees (a small count makes stream-k runs span
+// several tiles and leaves data-parallel tiles beside them).
+struct HookRun {
+  int cfg, stream_k, sm_count;
+};
 
 // Reference C0 = A @ B in double (ab has m * n entries).
 void reference(const std::vector<double>& A, const std::vector<double>& B, int64_t m, int64_t n,
@@ -280,14 +288,20 @@ void run_case(ScalarType dt, const Shape& s, const std::vector<double>& A,
         }
       }
     // Every variant, then (float32) every tile shape of the pipelined kernel on its own, so
-    // that a shape the auto policy picks only for large problems is checked here too.
+    // that a shape the auto policy picks only for large problems is checked here too: as
+    // planned, and with stream-k forced at the real SM count and at 3 SMs.
     const int num_variants = static_cast<int>(sizeof(variants) / sizeof(variants[0]));
-    const int num_runs =
-        num_variants +
-        (dt == ScalarType::kFloat32 ? gemmt::detail::gemm_simt_pipelined_config_count() : 0);
+    std::vector<HookRun> hook_runs;
+    if (dt == ScalarType::kFloat32)
+      for (int cfg = 0; cfg < gemmt::detail::gemm_simt_pipelined_config_count(); ++cfg)
+        for (const HookRun r : {HookRun{cfg, -1, g_sm_count}, HookRun{cfg, 1, g_sm_count},
+                                HookRun{cfg, 1, 3}})
+          hook_runs.push_back(r);
+    const int num_runs = num_variants + static_cast<int>(hook_runs.size());
     for (int run = 0; run < num_runs; ++run) {
       const GemmVariant v = run < num_variants ? variants[run] : GemmVariant::kPipelined;
-      const int cfg = run - num_variants;  // >= 0: this tile shape of the pipelined kernel
+      const bool hook = run >= num_variants;
+      const HookRun hr = hook ? hook_runs[run - num_variants] : HookRun{-1, -1, g_sm_count};
       GemmArgs args;
       args.m = s.m;
       args.n = s.n;
@@ -303,29 +317,38 @@ void run_case(ScalarType dt, const Shape& s, const std::vector<double>& A,
       args.alpha = alpha;
       args.beta = beta;
       args.dtype = dt;
-      args.sm_count = g_sm_count;
+      args.sm_count = hr.sm_count;
       if (!gemmt::gemm_simt_supports(args, v)) continue;
-      gemmt::SimtPlan plan = gemmt::gemm_simt_plan(args, v);
-      const std::size_t ws_bytes = cfg >= 0 ? 0 : gemmt::gemm_simt_workspace_bytes(args, v);
-      DeviceBuffer ws(ws_bytes);
+      if (hook && s.k == 0) continue;  // the shape hook takes k >= 1; k == 0 is covered above
+      const gemmt::SimtPlan plan =
+          hook ? gemmt::detail::gemm_simt_plan_pipelined_config(args, hr.cfg, true, hr.stream_k)
+               : gemmt::gemm_simt_plan(args, v);
+      // A forced run that cannot use stream-k repeats the planned run: skip it.
+      if (hook && hr.stream_k > 0 && plan.stream_k_blocks == 0) continue;
+      DeviceBuffer ws(plan.workspace_bytes);
       CHECK_CUDA(cudaMemcpy(dc.p, hc0.data(), hc0.size(), cudaMemcpyHostToDevice));
       cudaError_t launch;
-      if (cfg >= 0) {
-        if (s.k == 0) continue;  // the shape hook takes k >= 1; k == 0 is covered above
-        launch = gemmt::detail::gemm_simt_run_pipelined_config(args, cfg, &plan, 0);
+      if (hook) {
+        launch = gemmt::detail::gemm_simt_run_pipelined_config(args, hr.cfg, ws.p, 0, true,
+                                                                hr.stream_k);
       } else {
-        launch = gemmt::gemm_simt_run(args, v, ws_bytes ? ws.p : nullptr, 0);
+        launch = gemmt::gemm_simt_run(args, v, ws.p, 0);
       }
       const cudaError_t sync = cudaDeviceSynchronize();
-      char what[256];
+      char sk[48] = "";
+      if (plan.stream_k_blocks > 0)
+        std::snprintf(sk, sizeof(sk), " stream-k=%d/%d sms=%d", plan.stream_k_tiles,
+                      plan.stream_k_blocks, hr.sm_count);
+      char what[320];
       std::snprintf(what, sizeof(what),
                     "%-16s %-8s A=%-7s B=%-7s m=%-5lld n=%-5lld k=%-6lld alpha=%.2f beta=%.2f "
-                    "tile=%dx%d%s splits=%d",
-                    cfg >= 0 ? "pipelined-shape" : variant_name(v), dtype_name(dt), layout_name(la),
+                    "tile=%dx%d%s splits=%d%s",
+                    hook ? "pipelined-shape" : variant_name(v), dtype_name(dt), layout_name(la),
                     layout_name(lb), static_cast<long long>(s.m), static_cast<long long>(s.n),
                     static_cast<long long>(s.k), alpha, beta, plan.block_m, plan.block_n,
-                    plan.interior ? " interior" : "", plan.splits);
+                    plan.interior ? " interior" : "", plan.splits, sk);
       if (plan.interior) ++g_interior_runs;
+      if (plan.stream_k_blocks > 0) ++g_streamk_runs;
       if (launch != cudaSuccess || sync != cudaSuccess) {
         std::printf("FAIL %s: launch=%s sync=%s\n", what, cudaGetErrorName(launch),
                     cudaGetErrorName(sync));
@@ -437,38 +460,49 @@ void bench(GemmVariant v, int64_t m, int64_t n, int64_t k) {
   const double tflops = 2.0 * m * n * k / sec / 1e12;
   const double gbs = 4.0 * (m * k + k * n + m * n) / sec / 1e9;
   std::printf(
-      "BENCH %-10s float32 %6lldx%6lldx%6lld tile=%dx%dx%d splits=%-3d %8.3f ms %7.2f TFLOP/s "
-      "%7.1f GB/s\n",
+      "BENCH %-10s float32 %6lldx%6lldx%6lld tile=%dx%dx%d splits=%-3d sk=%d/%-3d %8.3f ms "
+      "%7.2f TFLOP/s %7.1f GB/s\n",
       variant_name(v), static_cast<long long>(m), static_cast<long long>(n),
-      static_cast<long long>(k), plan.block_m, plan.block_n, plan.block_k, plan.splits, ms, tflops,
-      gbs);
+      static_cast<long long>(k), plan.block_m, plan.block_n, plan.block_k, plan.splits,
+      plan.stream_k_tiles, plan.stream_k_blocks, ms, tflops, gbs);
 }
 
 // Times every tile configuration of the pipelined kernel (auto candidates and the float32
 // ones under evaluation) on one problem; where a shape tiles the problem exactly, both its
-// interior instance ("interior") and its general one ("general").
+// interior instance ("interior") and its general one ("general"); each data-parallel only
+// ("dp") and, where the shape has a stream-k kernel, with the last wave as stream-k ("sk",
+// forced) and as planned ("auto", printed when the planner's choice differs from both).
 void sweep(int64_t m, int64_t n, int64_t k, bool a_trans) {
   BenchProblem pb(m, n, k, a_trans);
   for (int cfg = 0; cfg < gemmt::detail::gemm_simt_pipelined_config_count(); ++cfg) {
     for (const bool allow_interior : {true, false}) {
-      gemmt::SimtPlan plan;
-      const cudaError_t e =
-          gemmt::detail::gemm_simt_run_pipelined_config(pb.args, cfg, &plan, 0, allow_interior);
-      if (e == cudaErrorNotSupported) break;
-      CHECK_CUDA(e);
-      const double ms = median_ms(
-          [&] {
-            return gemmt::detail::gemm_simt_run_pipelined_config(pb.args, cfg, nullptr, 0,
-                                                                 allow_interior);
-          },
-          m * n * k >= (int64_t{1} << 36) ? 10 : 30);
-      std::printf(
-          "SWEEP cfg=%d %s %6lldx%6lldx%6lld tile=%dx%dx%d stages=%d threads=%d %-8s %8.3f ms "
-          "%7.2f TFLOP/s\n",
-          cfg, a_trans ? "tn" : "nn", static_cast<long long>(m), static_cast<long long>(n),
-          static_cast<long long>(k), plan.block_m, plan.block_n, plan.block_k, plan.stages,
-          plan.threads, plan.interior ? "interior" : "general", ms, 2.0 * m * n * k / ms / 1e9);
-      if (!plan.interior) break;  // no interior instance: the general one was just timed
+      const gemmt::SimtPlan dp =
+          gemmt::detail::gemm_simt_plan_pipelined_config(pb.args, cfg, allow_interior, 0);
+      if (dp.block_m == 0) break;
+      for (const int stream_k : {0, 1}) {
+        const gemmt::SimtPlan plan =
+            gemmt::detail::gemm_simt_plan_pipelined_config(pb.args, cfg, allow_interior, stream_k);
+        if (stream_k > 0 && plan.stream_k_blocks == 0) continue;
+        DeviceBuffer ws(plan.workspace_bytes);
+        const double ms = median_ms(
+            [&] {
+              return gemmt::detail::gemm_simt_run_pipelined_config(pb.args, cfg, ws.p, 0,
+                                                                   allow_interior, stream_k);
+            },
+            m * n * k >= (int64_t{1} << 36) ? 10 : 30);
+        const gemmt::SimtPlan chosen =
+            gemmt::detail::gemm_simt_plan_pipelined_config(pb.args, cfg, allow_interior, -1);
+        std::printf(
+            "SWEEP cfg=%d %s %6lldx%6lldx%6lld tile=%dx%dx%d stages=%d threads=%d %-8s %-2s "
+            "sk=%d/%d%s %8.3f ms %7.2f TFLOP/s\n",
+            cfg, a_trans ? "tn" : "nn", static_cast<long long>(m), static_cast<long long>(n),
+            static_cast<long long>(k), plan.block_m, plan.block_n, plan.block_k, plan.stages,
+            plan.threads, plan.interior ? "interior" : "general", stream_k ? "sk" : "dp",
+            plan.stream_k_tiles, plan.stream_k_blocks,
+            chosen.stream_k_blocks == plan.stream_k_blocks ? " planned" : "", ms,
+            2.0 * m * n * k / ms / 1e9);
+      }
+      if (!dp.interior) break;  // no interior instance: the general one was just timed
     }
   }
 }
@@ -549,6 +583,12 @@ int main(int argc, char** argv) {
     ++st.fail;
   } else {
     std::printf("interior pipelined instances ran in %d cases\n", g_interior_runs);
+  }
+  if (g_streamk_runs == 0) {
+    std::printf("FAIL no case ran the stream-k kernel\n");
+    ++st.fail;
+  } else {
+    std::printf("stream-k runs: %d cases\n", g_streamk_runs);
   }
   std::printf("%s: %d passed, %d failed\n", st.fail ? "FAILED" : "ALL PASSED", st.pass, st.fail);
   if (do_bench) {
