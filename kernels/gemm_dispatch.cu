@@ -10,7 +10,9 @@ bool is_tensor_core_problem(const GemmArgs& a) {
          (a.dtype == ScalarType::kFloat32 && a.allow_tf32);
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 // Split-k pays when the output has too few 128x128 tiles to occupy every SM while k is long
 // enough that each slice still streams a deep panel.
@@ -23,11 +25,16 @@ bool wants_split_k(const GemmArgs& a) {
 
 bool gemm_supports(const GemmArgs& args, GemmVariant v) {
   switch (v) {
-    case GemmVariant::kAuto: return true;
-    case GemmVariant::kMmaSync: return args.cc_major >= 8 && gemm_sm80_supports(args);
-    case GemmVariant::kWgmma: return gemm_sm90_supports(args);
-    case GemmVariant::kCount: return false;
-    default: return gemm_simt_supports(args, v);
+    case GemmVariant::kAuto:
+      return true;
+    case GemmVariant::kMmaSync:
+      return args.cc_major >= 8 && gemm_sm80_supports(args);
+    case GemmVariant::kWgmma:
+      return gemm_sm90_supports(args);
+    case GemmVariant::kCount:
+      return false;
+    default:
+      return gemm_simt_supports(args, v);
   }
 }
 
@@ -44,10 +51,13 @@ GemmVariant gemm_pick(const GemmArgs& args) {
 std::size_t gemm_workspace_bytes(const GemmArgs& args, GemmVariant v) {
   if (v == GemmVariant::kAuto) v = gemm_pick(args);
   switch (v) {
-    case GemmVariant::kWgmma: return gemm_sm90_workspace_bytes(args);
+    case GemmVariant::kWgmma:
+      return gemm_sm90_workspace_bytes(args);
     case GemmVariant::kMmaSync:
-    case GemmVariant::kCount: return 0;
-    default: return gemm_simt_workspace_bytes(args, v);
+    case GemmVariant::kCount:
+      return 0;
+    default:
+      return gemm_simt_workspace_bytes(args, v);
   }
 }
 
@@ -57,9 +67,12 @@ cudaError_t gemm_run(const GemmArgs& args, GemmVariant v, void* workspace, cudaS
   if (!gemm_supports(args, v)) return cudaErrorNotSupported;
   if (args.k == 0) return gemm_scale_c(args, stream);
   switch (v) {
-    case GemmVariant::kMmaSync: return gemm_sm80_run(args, stream);
-    case GemmVariant::kWgmma: return gemm_sm90_run(args, workspace, stream);
-    default: return gemm_simt_run(args, v, workspace, stream);
+    case GemmVariant::kMmaSync:
+      return gemm_sm80_run(args, stream);
+    case GemmVariant::kWgmma:
+      return gemm_sm90_run(args, workspace, stream);
+    default:
+      return gemm_simt_run(args, v, workspace, stream);
   }
 }
 

@@ -355,8 +355,8 @@ struct StreamKParams {
   int k_tiles;     // k-tiles per output tile
   int64_t iters;   // k-tiles of each block; the first `extra` blocks take one more
   int64_t extra;
-  float* slots;    // [blocks][2] slots of THREADS * TM * TN floats, thread-major
-  int* arrivals;   // per stream-k tile: contributors that published; zero at launch
+  float* slots;   // [blocks][2] slots of THREADS * TM * TN floats, thread-major
+  int* arrivals;  // per stream-k tile: contributors that published; zero at launch
 
   __device__ __forceinline__ int64_t begin(int64_t block) const {
     return block * iters + min(block, extra);
@@ -384,7 +384,8 @@ struct PipeParams {
   float* partial;       // split-k: [splits][m][n] float32 slices; nullptr writes C directly
   bool partial_vec4;    // n % 4 == 0: slice rows are 16-byte aligned
   int64_t k_per_split;  // multiple of BK
-  int tiles_m, tiles_n;  StreamKParams sk;     // the stream-k form only
+  int tiles_m, tiles_n;
+  StreamKParams sk;  // the stream-k form only
 };
 
 __device__ __forceinline__ int load_acquire(const int* p) {
@@ -417,8 +418,8 @@ struct StreamKSlots {
   }
 
   // acc += the slots of contributors first .. last, in that order.
-  __device__ __forceinline__ static void add(const StreamKParams& s, int tile, int first,
-                                             int last, float (&acc)[TM][TN]) {
+  __device__ __forceinline__ static void add(const StreamKParams& s, int tile, int first, int last,
+                                             float (&acc)[TM][TN]) {
     for (int b = first; b <= last; ++b) {
       const float4* src = slot(s, b, s.slot_of(b, tile));
 #pragma unroll
@@ -472,7 +473,6 @@ __device__ __forceinline__ bool streamk_share(const StreamKParams& s, int tile, 
   return true;
 }
 
-
 // INTERIOR instances serve problems whose every block and k-range is whole tiles (float32,
 // vector loader modes; the host checks): their copies carry no bound checks or branches, and
 // their FFMAs run column by column (see the inner loop). On an H100 squares of 1024-8192
@@ -509,183 +509,183 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     it_end = p.sk.begin(static_cast<int64_t>(blockIdx.x) + 1);
   }
   do {
-  int tm, tn;
-  int64_t k_begin, k_end;
-  [[maybe_unused]] int sk_tile = 0;
-  [[maybe_unused]] bool sk_head = true, sk_whole = true;
-  const int split = blockIdx.z;
-  if constexpr (STREAMK) {
-    sk_tile = static_cast<int>(it / p.sk.k_tiles);
-    const int64_t t0 = static_cast<int64_t>(sk_tile) * p.sk.k_tiles, t1 = t0 + p.sk.k_tiles;
-    const int64_t run_end = min(it_end, t1);
-    swizzle_tile<kRasterGroup>(p.sk.first_tile + sk_tile, p.tiles_m, p.tiles_n, tm, tn);
-    k_begin = (it - t0) * BK;
-    k_end = min(p.k, (run_end - t0) * BK);
-    sk_head = it == t0;
-    sk_whole = sk_head && run_end == t1;
-    it = run_end;
-    __syncthreads();  // the previous run's last shared-memory reads precede this prologue
-  } else {
-    swizzle_tile<kRasterGroup>(blockIdx.x, p.tiles_m, p.tiles_n, tm, tn);
-    k_begin = split * p.k_per_split;
-    k_end = min(p.k, k_begin + p.k_per_split);
-  }
-  const int num_kt = k_end > k_begin ? static_cast<int>((k_end - k_begin + BK - 1) / BK) : 0;
-
-  LoaderA la;
-  LoaderB lb;
-  la.init(static_cast<const raw*>(p.a), p.sam, p.sak, static_cast<int64_t>(tm) * BM, p.m, k_begin,
-          tid);
-  lb.init(static_cast<const raw*>(p.b), p.sbn, p.sbk, static_cast<int64_t>(tn) * BN, p.n, k_begin,
-          tid);
-  const uint32_t smem0 = smem_addr(smem);
-
-  // Issues the loads of the next tile (at k = tile_k) into the stage at byte address
-  // stage_addr. Only the last tile of a slice can cross k_end; the others take the
-  // check-free path.
-  int64_t tile_k = k_begin;
-  auto load_tile = [&](uint32_t stage_addr) {
-    if (tile_k + BK <= k_end) {
-      la.template load<true>(stage_addr, tile_k, k_end);
-      lb.template load<true>(stage_addr + B_OFF * 4, tile_k, k_end);
+    int tm, tn;
+    int64_t k_begin, k_end;
+    [[maybe_unused]] int sk_tile = 0;
+    [[maybe_unused]] bool sk_head = true, sk_whole = true;
+    const int split = blockIdx.z;
+    if constexpr (STREAMK) {
+      sk_tile = static_cast<int>(it / p.sk.k_tiles);
+      const int64_t t0 = static_cast<int64_t>(sk_tile) * p.sk.k_tiles, t1 = t0 + p.sk.k_tiles;
+      const int64_t run_end = min(it_end, t1);
+      swizzle_tile<kRasterGroup>(p.sk.first_tile + sk_tile, p.tiles_m, p.tiles_n, tm, tn);
+      k_begin = (it - t0) * BK;
+      k_end = min(p.k, (run_end - t0) * BK);
+      sk_head = it == t0;
+      sk_whole = sk_head && run_end == t1;
+      it = run_end;
+      __syncthreads();  // the previous run's last shared-memory reads precede this prologue
     } else {
-      la.template load<false>(stage_addr, tile_k, k_end);
-      lb.template load<false>(stage_addr + B_OFF * 4, tile_k, k_end);
+      swizzle_tile<kRasterGroup>(blockIdx.x, p.tiles_m, p.tiles_n, tm, tn);
+      k_begin = split * p.k_per_split;
+      k_end = min(p.k, k_begin + p.k_per_split);
     }
-    tile_k += BK;
-  };
-  auto load_interior_tile = [&](uint32_t stage_addr, int tile) {
-    if constexpr (INTERIOR) {
-      la.load_interior(stage_addr, tile);
-      lb.load_interior(stage_addr + B_OFF * 4, tile);
-    }
-  };
+    const int num_kt = k_end > k_begin ? static_cast<int>((k_end - k_begin + BK - 1) / BK) : 0;
 
-  // Prologue: tiles 0 .. STAGES-2 into stages 0 .. STAGES-2, one commit group per tile
-  // (empty groups included), so that "group g complete" always means "tile g landed".
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < num_kt) {
-      if constexpr (INTERIOR) {
-        load_interior_tile(smem0 + s * STAGE_FLOATS * 4, s);
+    LoaderA la;
+    LoaderB lb;
+    la.init(static_cast<const raw*>(p.a), p.sam, p.sak, static_cast<int64_t>(tm) * BM, p.m, k_begin,
+            tid);
+    lb.init(static_cast<const raw*>(p.b), p.sbn, p.sbk, static_cast<int64_t>(tn) * BN, p.n, k_begin,
+            tid);
+    const uint32_t smem0 = smem_addr(smem);
+
+    // Issues the loads of the next tile (at k = tile_k) into the stage at byte address
+    // stage_addr. Only the last tile of a slice can cross k_end; the others take the
+    // check-free path.
+    int64_t tile_k = k_begin;
+    auto load_tile = [&](uint32_t stage_addr) {
+      if (tile_k + BK <= k_end) {
+        la.template load<true>(stage_addr, tile_k, k_end);
+        lb.template load<true>(stage_addr + B_OFF * 4, tile_k, k_end);
       } else {
-        load_tile(smem0 + s * STAGE_FLOATS * 4);
-        la.store(smem + s * STAGE_FLOATS);
-        lb.store(smem + s * STAGE_FLOATS + B_OFF);
+        la.template load<false>(stage_addr, tile_k, k_end);
+        lb.template load<false>(stage_addr + B_OFF * 4, tile_k, k_end);
       }
-    }
-    cp_async_commit();
-  }
-  cp_async_wait<STAGES - 2>();
-  __syncthreads();
+      tile_k += BK;
+    };
+    auto load_interior_tile = [&](uint32_t stage_addr, int tile) {
+      if constexpr (INTERIOR) {
+        la.load_interior(stage_addr, tile);
+        lb.load_interior(stage_addr + B_OFF * 4, tile);
+      }
+    };
 
-  float acc[TM][TN];
+    // Prologue: tiles 0 .. STAGES-2 into stages 0 .. STAGES-2, one commit group per tile
+    // (empty groups included), so that "group g complete" always means "tile g landed".
 #pragma unroll
-  for (int i = 0; i < TM; ++i)
-#pragma unroll
-    for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
-
-  float af[2][TM], bf[2][TN];
-  const int a_off = warp_m * Cfg::WM + lane_m * 4;
-  const int b_off = B_OFF + warp_n * Cfg::WN + lane_n * 4;
-  auto load_frags = [&](float* fa, float* fb, const float* stage, int kk) {
-#pragma unroll
-    for (int q = 0; q < TM / 4; ++q) {
-      const float4 v = *reinterpret_cast<const float4*>(stage + kk * PA + a_off + q * LM * 4);
-      fa[4 * q] = v.x;
-      fa[4 * q + 1] = v.y;
-      fa[4 * q + 2] = v.z;
-      fa[4 * q + 3] = v.w;
-    }
-#pragma unroll
-    for (int q = 0; q < TN / 4; ++q) {
-      const float4 v = *reinterpret_cast<const float4*>(stage + kk * PB + b_off + q * LN * 4);
-      fb[4 * q] = v.x;
-      fb[4 * q + 1] = v.y;
-      fb[4 * q + 2] = v.z;
-      fb[4 * q + 3] = v.w;
-    }
-  };
-
-  // Invariants at the top of k-tile kt: stage kt % STAGES holds tile kt (published by the
-  // last barrier), fragments of its k-step 0 are in af[0] / bf[0], and write_stage =
-  // (kt - 1) % STAGES is the stage every thread finished reading before that barrier.
-  int read_stage = 0, write_stage = STAGES - 1;
-  const float* rd = smem;
-  load_frags(af[0], bf[0], rd, 0);
-  for (int kt = 0; kt < num_kt; ++kt) {
-    const bool more = kt + STAGES - 1 < num_kt;
-#pragma unroll
-    for (int kk = 0; kk < BK; ++kk) {
-      if (kk == BK - 1) {
-        // All fragments of this tile are in registers. Publish tile kt + STAGES - 1
-        // (register-staged loaders write it now), wait for this thread's copies of tile
-        // kt + 1, and let one barrier both publish those and release stage kt % STAGES.
-        if (more) {
-          la.store(smem + write_stage * STAGE_FLOATS);
-          lb.store(smem + write_stage * STAGE_FLOATS + B_OFF);
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (s < num_kt) {
+        if constexpr (INTERIOR) {
+          load_interior_tile(smem0 + s * STAGE_FLOATS * 4, s);
+        } else {
+          load_tile(smem0 + s * STAGE_FLOATS * 4);
+          la.store(smem + s * STAGE_FLOATS);
+          lb.store(smem + s * STAGE_FLOATS + B_OFF);
         }
-        write_stage = write_stage + 1 == STAGES ? 0 : write_stage + 1;
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();
-        read_stage = read_stage + 1 == STAGES ? 0 : read_stage + 1;
-        rd = smem + read_stage * STAGE_FLOATS;
       }
-      // Next k step's fragments (k-step 0 of the next tile when kk == BK - 1; on the last
-      // tile that read is of a stale stage and is never used).
-      load_frags(af[(kk + 1) & 1], bf[(kk + 1) & 1], rd, (kk + 1) % BK);
-      if (kk == 0) {
-        // Refill the stage released by the previous barrier with tile kt + STAGES - 1.
-        // Interior instances clamp instead of branching: past the slice's last tile they copy
-        // that tile again into the free stage, which is never read.
-        if constexpr (INTERIOR)
-          load_interior_tile(smem0 + write_stage * STAGE_FLOATS * 4,
-                             min(kt + STAGES - 1, num_kt - 1));
-        else if (more)
-          load_tile(smem0 + write_stage * STAGE_FLOATS * 4);
-        cp_async_commit();
-      }
-      // The FFMA order decides how ptxas allocates registers and schedules the copies among
-      // the FFMAs, which moved the H100 rate by up to 10% between orders: row by row was
-      // measured fastest for the general instances, column by column for the interior ones.
-      if constexpr (INTERIOR) {
-#pragma unroll
-        for (int j = 0; j < TN; ++j)
-#pragma unroll
-          for (int i = 0; i < TM; ++i) acc[i][j] = fmaf(af[kk & 1][i], bf[kk & 1][j], acc[i][j]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < TM; ++i)
-#pragma unroll
-          for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(af[kk & 1][i], bf[kk & 1][j], acc[i][j]);
-      }
+      cp_async_commit();
     }
-  }
-  cp_async_wait<0>();
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
 
-  bool write_c = true;
-  if constexpr (STREAMK)
-    if (!sk_whole) write_c = streamk_share<Cfg>(p.sk, sk_tile, sk_head, acc);
-  const int64_t row0 = static_cast<int64_t>(tm) * BM + a_off;
-  const int64_t col0 = static_cast<int64_t>(tn) * BN + warp_n * Cfg::WN + lane_n * 4;
-  if (p.partial != nullptr) {
-    float* ws = p.partial + static_cast<int64_t>(split) * p.m * p.n;
+    float acc[TM][TN];
 #pragma unroll
-    for (int i = 0; i < TM; ++i) {
-      const int64_t row = row0 + (i / 4) * LM * 4 + (i % 4);
+    for (int i = 0; i < TM; ++i)
 #pragma unroll
-      for (int q = 0; q < TN / 4; ++q)
-        store_partial_quad(ws, p.m, p.n, p.partial_vec4, row, col0 + q * LN * 4, &acc[i][4 * q]);
+      for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+
+    float af[2][TM], bf[2][TN];
+    const int a_off = warp_m * Cfg::WM + lane_m * 4;
+    const int b_off = B_OFF + warp_n * Cfg::WN + lane_n * 4;
+    auto load_frags = [&](float* fa, float* fb, const float* stage, int kk) {
+#pragma unroll
+      for (int q = 0; q < TM / 4; ++q) {
+        const float4 v = *reinterpret_cast<const float4*>(stage + kk * PA + a_off + q * LM * 4);
+        fa[4 * q] = v.x;
+        fa[4 * q + 1] = v.y;
+        fa[4 * q + 2] = v.z;
+        fa[4 * q + 3] = v.w;
+      }
+#pragma unroll
+      for (int q = 0; q < TN / 4; ++q) {
+        const float4 v = *reinterpret_cast<const float4*>(stage + kk * PB + b_off + q * LN * 4);
+        fb[4 * q] = v.x;
+        fb[4 * q + 1] = v.y;
+        fb[4 * q + 2] = v.z;
+        fb[4 * q + 3] = v.w;
+      }
+    };
+
+    // Invariants at the top of k-tile kt: stage kt % STAGES holds tile kt (published by the
+    // last barrier), fragments of its k-step 0 are in af[0] / bf[0], and write_stage =
+    // (kt - 1) % STAGES is the stage every thread finished reading before that barrier.
+    int read_stage = 0, write_stage = STAGES - 1;
+    const float* rd = smem;
+    load_frags(af[0], bf[0], rd, 0);
+    for (int kt = 0; kt < num_kt; ++kt) {
+      const bool more = kt + STAGES - 1 < num_kt;
+#pragma unroll
+      for (int kk = 0; kk < BK; ++kk) {
+        if (kk == BK - 1) {
+          // All fragments of this tile are in registers. Publish tile kt + STAGES - 1
+          // (register-staged loaders write it now), wait for this thread's copies of tile
+          // kt + 1, and let one barrier both publish those and release stage kt % STAGES.
+          if (more) {
+            la.store(smem + write_stage * STAGE_FLOATS);
+            lb.store(smem + write_stage * STAGE_FLOATS + B_OFF);
+          }
+          write_stage = write_stage + 1 == STAGES ? 0 : write_stage + 1;
+          cp_async_wait<STAGES - 2>();
+          __syncthreads();
+          read_stage = read_stage + 1 == STAGES ? 0 : read_stage + 1;
+          rd = smem + read_stage * STAGE_FLOATS;
+        }
+        // Next k step's fragments (k-step 0 of the next tile when kk == BK - 1; on the last
+        // tile that read is of a stale stage and is never used).
+        load_frags(af[(kk + 1) & 1], bf[(kk + 1) & 1], rd, (kk + 1) % BK);
+        if (kk == 0) {
+          // Refill the stage released by the previous barrier with tile kt + STAGES - 1.
+          // Interior instances clamp instead of branching: past the slice's last tile they copy
+          // that tile again into the free stage, which is never read.
+          if constexpr (INTERIOR)
+            load_interior_tile(smem0 + write_stage * STAGE_FLOATS * 4,
+                               min(kt + STAGES - 1, num_kt - 1));
+          else if (more)
+            load_tile(smem0 + write_stage * STAGE_FLOATS * 4);
+          cp_async_commit();
+        }
+        // The FFMA order decides how ptxas allocates registers and schedules the copies among
+        // the FFMAs, which moved the H100 rate by up to 10% between orders: row by row was
+        // measured fastest for the general instances, column by column for the interior ones.
+        if constexpr (INTERIOR) {
+#pragma unroll
+          for (int j = 0; j < TN; ++j)
+#pragma unroll
+            for (int i = 0; i < TM; ++i) acc[i][j] = fmaf(af[kk & 1][i], bf[kk & 1][j], acc[i][j]);
+        } else {
+#pragma unroll
+          for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(af[kk & 1][i], bf[kk & 1][j], acc[i][j]);
+        }
+      }
     }
-  } else if (write_c) {
-    const OutView<T> out{static_cast<raw*>(p.c), p.ldc, p.m, p.n, p.alpha, p.beta, p.c_vec4};
+    cp_async_wait<0>();
+
+    bool write_c = true;
+    if constexpr (STREAMK)
+      if (!sk_whole) write_c = streamk_share<Cfg>(p.sk, sk_tile, sk_head, acc);
+    const int64_t row0 = static_cast<int64_t>(tm) * BM + a_off;
+    const int64_t col0 = static_cast<int64_t>(tn) * BN + warp_n * Cfg::WN + lane_n * 4;
+    if (p.partial != nullptr) {
+      float* ws = p.partial + static_cast<int64_t>(split) * p.m * p.n;
 #pragma unroll
-    for (int i = 0; i < TM; ++i) {
-      const int64_t row = row0 + (i / 4) * LM * 4 + (i % 4);
+      for (int i = 0; i < TM; ++i) {
+        const int64_t row = row0 + (i / 4) * LM * 4 + (i % 4);
 #pragma unroll
-      for (int q = 0; q < TN / 4; ++q) store_quad(out, row, col0 + q * LN * 4, &acc[i][4 * q]);
+        for (int q = 0; q < TN / 4; ++q)
+          store_partial_quad(ws, p.m, p.n, p.partial_vec4, row, col0 + q * LN * 4, &acc[i][4 * q]);
+      }
+    } else if (write_c) {
+      const OutView<T> out{static_cast<raw*>(p.c), p.ldc, p.m, p.n, p.alpha, p.beta, p.c_vec4};
+#pragma unroll
+      for (int i = 0; i < TM; ++i) {
+        const int64_t row = row0 + (i / 4) * LM * 4 + (i % 4);
+#pragma unroll
+        for (int q = 0; q < TN / 4; ++q) store_quad(out, row, col0 + q * LN * 4, &acc[i][4 * q]);
+      }
     }
-  }
   } while (STREAMK && it < it_end);
 }
 
@@ -1076,9 +1076,9 @@ struct PipeEntry {
 // Stream-k instances exist for the float32 shapes that serve large products (Medium, Fat)
 // in vector loader modes: the cases whose last wave matters, at a bounded build time.
 template <class T, class Cfg, int AM, int BMD>
-constexpr bool kHasStreamK = std::is_same<T, float>::value && AM != kScalar && BMD != kScalar &&
-                             (std::is_same<Cfg, CfgFat>::value ||
-                              std::is_same<Cfg, CfgMedium>::value);
+constexpr bool kHasStreamK =
+    std::is_same<T, float>::value && AM != kScalar && BMD != kScalar &&
+    (std::is_same<Cfg, CfgFat>::value || std::is_same<Cfg, CfgMedium>::value);
 
 template <class T, class Cfg, int AM, int BMD, bool INTERIOR = false>
 PipeEntry make_entry(double eff) {
@@ -1281,7 +1281,8 @@ void consider_stream_k(const PipeEntry& e, int64_t tiles, int64_t k_tiles, doubl
   sk.info = e.sk_info;
   const int64_t wave = static_cast<int64_t>(sms) * std::max(1, sk.info.blocks_per_sm);
   const int64_t rem = tiles % wave;
-  const double tile_work = static_cast<double>(e.bm) * e.bn * e.bk * k_tiles / (128.0 * e.efficiency);
+  const double tile_work =
+      static_cast<double>(e.bm) * e.bn * e.bk * k_tiles / (128.0 * e.efficiency);
   const double slot_cycles = 4.0 * e.bm * e.bn / kStreamKBytesPerClk;
   const double dram_need = (e.bm + e.bn) * 4.0 * 128.0 * e.efficiency / (e.bm * e.bn);
   const double slowdown = operand_bytes > kL2Bytes && dram_need > kStreamKDramBytesPerClk
@@ -1489,8 +1490,7 @@ cudaError_t run_pipelined(const GemmArgs& a, const PipePlan& plan, float* worksp
   p.k_per_split = plan.k_per_split;
   p.tiles_m = plan.tiles_m;
   p.tiles_n = plan.tiles_n;
-  if ((plan.splits > 1 || plan.sk_blocks > 0) && workspace == nullptr)
-    return cudaErrorInvalidValue;
+  if ((plan.splits > 1 || plan.sk_blocks > 0) && workspace == nullptr) return cudaErrorInvalidValue;
   const int64_t tiles = static_cast<int64_t>(plan.tiles_m) * plan.tiles_n;
   if (plan.sk_blocks > 0) {
     // The stream-k blocks take the last sk_tiles tiles of the launch order; the
@@ -1814,8 +1814,7 @@ SimtPlan gemm_simt_plan_pipelined_config(const GemmArgs& args, int config, bool 
 }
 
 cudaError_t gemm_simt_run_pipelined_config(const GemmArgs& args, int config, void* workspace,
-                                           cudaStream_t stream, bool allow_interior,
-                                           int stream_k) {
+                                           cudaStream_t stream, bool allow_interior, int stream_k) {
   if (!simt::config_hook_ok(args)) return cudaErrorNotSupported;
   if (config < 0 || config >= simt::kNumPipeConfigs) return cudaErrorInvalidValue;
   const simt::PipePlan pp =

@@ -294,8 +294,8 @@ void run_case(ScalarType dt, const Shape& s, const std::vector<double>& A,
     std::vector<HookRun> hook_runs;
     if (dt == ScalarType::kFloat32)
       for (int cfg = 0; cfg < gemmt::detail::gemm_simt_pipelined_config_count(); ++cfg)
-        for (const HookRun r : {HookRun{cfg, -1, g_sm_count}, HookRun{cfg, 1, g_sm_count},
-                                HookRun{cfg, 1, 3}})
+        for (const HookRun r :
+             {HookRun{cfg, -1, g_sm_count}, HookRun{cfg, 1, g_sm_count}, HookRun{cfg, 1, 3}})
           hook_runs.push_back(r);
     const int num_runs = num_variants + static_cast<int>(hook_runs.size());
     for (int run = 0; run < num_runs; ++run) {
@@ -329,8 +329,8 @@ void run_case(ScalarType dt, const Shape& s, const std::vector<double>& A,
       CHECK_CUDA(cudaMemcpy(dc.p, hc0.data(), hc0.size(), cudaMemcpyHostToDevice));
       cudaError_t launch;
       if (hook) {
-        launch = gemmt::detail::gemm_simt_run_pipelined_config(args, hr.cfg, ws.p, 0, true,
-                                                                hr.stream_k);
+        launch =
+            gemmt::detail::gemm_simt_run_pipelined_config(args, hr.cfg, ws.p, 0, true, hr.stream_k);
       } else {
         launch = gemmt::gemm_simt_run(args, v, ws.p, 0);
       }
