@@ -91,8 +91,11 @@ fi
 if has bench; then
   stage "bench memory" "$LOGS/bench_memory.log" $PY -m gemmt bench memory --out "$OUT" ${BENCH_ARGS:-}
   stage "bench gemm" "$LOGS/bench_gemm.log" $PY -m gemmt bench gemm --out "$OUT" ${BENCH_ARGS:-}
+  stage "fp32 square rounds" "$LOGS/fp32_square_rounds.log" \
+    $PY scripts/fp32_square_rounds.py --out "$OUT"
   grep -v "it/s\|s/it" "$LOGS/bench_memory.log" | tail -n 35 >>"$SUMMARY"
   grep -v "it/s\|s/it" "$LOGS/bench_gemm.log" | tail -n 90 >>"$SUMMARY"
+  cat "$LOGS/fp32_square_rounds.log" >>"$SUMMARY"
 fi
 
 if has profile; then
