@@ -303,6 +303,20 @@ __global__ void __launch_bounds__(kWtThreads)
 //  * for problems that are whole tiles, an interior instance with branch-free copies that
 //    the compiler interleaves with the FFMAs (gemm_pipelined_kernel's INTERIOR).
 // =============================================================================================
+// A thread's fragment of one operand at one k: N floats in runs of 4, run q at src + q * STEP
+// (16-byte shared loads).
+template <int N, int STEP>
+__device__ __forceinline__ void load_fragment(float* dst, const float* src) {
+#pragma unroll
+  for (int q = 0; q < N / 4; ++q) {
+    const float4 v = *reinterpret_cast<const float4*>(src + q * STEP);
+    dst[4 * q] = v.x;
+    dst[4 * q + 1] = v.y;
+    dst[4 * q + 2] = v.z;
+    dst[4 * q + 3] = v.w;
+  }
+}
+
 template <int BM_, int BN_, int BK_, int WM_, int WN_, int TM_, int TN_, int STAGES_, int MINB_>
 struct PipeConfig {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, TM = TM_, TN = TN_;
@@ -589,22 +603,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     const int a_off = warp_m * Cfg::WM + lane_m * 4;
     const int b_off = B_OFF + warp_n * Cfg::WN + lane_n * 4;
     auto load_frags = [&](float* fa, float* fb, const float* stage, int kk) {
-#pragma unroll
-      for (int q = 0; q < TM / 4; ++q) {
-        const float4 v = *reinterpret_cast<const float4*>(stage + kk * PA + a_off + q * LM * 4);
-        fa[4 * q] = v.x;
-        fa[4 * q + 1] = v.y;
-        fa[4 * q + 2] = v.z;
-        fa[4 * q + 3] = v.w;
-      }
-#pragma unroll
-      for (int q = 0; q < TN / 4; ++q) {
-        const float4 v = *reinterpret_cast<const float4*>(stage + kk * PB + b_off + q * LN * 4);
-        fb[4 * q] = v.x;
-        fb[4 * q + 1] = v.y;
-        fb[4 * q + 2] = v.z;
-        fb[4 * q + 3] = v.w;
-      }
+      load_fragment<TM, LM * 4>(fa, stage + kk * PA + a_off);
+      load_fragment<TN, LN * 4>(fb, stage + kk * PB + b_off);
     };
 
     // Invariants at the top of k-tile kt: stage kt % STAGES holds tile kt (published by the
