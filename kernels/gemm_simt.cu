@@ -345,7 +345,10 @@ using CfgSmall = PipeConfig<64, 64, 16, 32, 32, 8, 4, 3, 4>;
 // for Large): one block of 8 warps keeps the same FFMA : LDS ratio as Large while each B
 // panel is loaded once for 256 columns. Wide (8x8 per thread, 8 warps), Tall (256x128) and a
 // 4-stage Large were measured as well and lost everywhere to one of these four.
-using CfgFat = PipeConfig<128, 256, 16, 64, 64, 16, 8, 3, 1>;
+// Four stages (98 KiB): with a single block per SM no other block hides a late tile, so one
+// more tile in flight paid 0.5-1.5% on the 2048-8192 squares (interior instance, H100); a
+// k-tile of 8 with 5 stages (half the unrolled loop) lost 1-2%.
+using CfgFat = PipeConfig<128, 256, 16, 64, 64, 16, 8, 4, 1>;
 // Narrow: 128x64, 4x1 warps of 32x64, 8x8 per thread (Medium turned on its side). Float32
 // only. For n <= 64 (tall-skinny products, usually split over k) every other shape wastes
 // columns or, as Small, pays Small's low FFMA : LDS ratio.
@@ -489,7 +492,7 @@ __device__ __forceinline__ bool streamk_share(const StreamKParams& s, int tile, 
 
 // INTERIOR instances serve problems whose every block and k-range is whole tiles (float32,
 // vector loader modes; the host checks): their copies carry no bound checks or branches, and
-// their FFMAs run column by column (see the inner loop). On an H100 squares of 1024-8192
+// their FFMAs run in a column snake (see the inner loop). On an H100 squares of 1024-8192
 // ran 2-4% faster than with the general instance for the 128x256 tile, 5-10% for 64x128.
 // STREAMK instances are the stream-k form (see StreamKParams): the block loops over the runs
 // of its k-tiles, one per tile it touches. The data-parallel form (STREAMK false) is the
@@ -647,12 +650,17 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
         }
         // The FFMA order decides how ptxas allocates registers and schedules the copies among
         // the FFMAs, which moved the H100 rate by up to 10% between orders: row by row was
-        // measured fastest for the general instances, column by column for the interior ones.
+        // measured fastest for the general instances; for the interior ones a column snake
+        // (down column 0, up column 1, ...: each turn reuses the last A value) beat plain
+        // column order by 1-2.5% on the 2048-8192 squares and eight other orders by more.
         if constexpr (INTERIOR) {
 #pragma unroll
           for (int j = 0; j < TN; ++j)
 #pragma unroll
-            for (int i = 0; i < TM; ++i) acc[i][j] = fmaf(af[kk & 1][i], bf[kk & 1][j], acc[i][j]);
+            for (int r = 0; r < TM; ++r) {
+              const int i = j % 2 == 0 ? r : TM - 1 - r;
+              acc[i][j] = fmaf(af[kk & 1][i], bf[kk & 1][j], acc[i][j]);
+            }
         } else {
 #pragma unroll
           for (int i = 0; i < TM; ++i)
