@@ -345,10 +345,12 @@ using CfgSmall = PipeConfig<64, 64, 16, 32, 32, 8, 4, 3, 4>;
 // for Large): one block of 8 warps keeps the same FFMA : LDS ratio as Large while each B
 // panel is loaded once for 256 columns. Wide (8x8 per thread, 8 warps), Tall (256x128) and a
 // 4-stage Large were measured as well and lost everywhere to one of these four.
-// Four stages (98 KiB): with a single block per SM no other block hides a late tile, so one
-// more tile in flight paid 0.5-1.5% on the 2048-8192 squares (interior instance, H100); a
-// k-tile of 8 with 5 stages (half the unrolled loop) lost 1-2%.
-using CfgFat = PipeConfig<128, 256, 16, 64, 64, 16, 8, 4, 1>;
+using CfgFat = PipeConfig<128, 256, 16, 64, 64, 16, 8, 3, 1>;
+// Fat's interior instances keep four stages (98 KiB): with a single block per SM no other
+// block hides a late tile, and one more tile in flight paid 0.5-1.5% on the 2048-8192
+// squares (H100). The general instances ran 2-4% slower with four, and a k-tile of 8 with
+// 5 stages (half the unrolled loop) lost 1-2% in both.
+using CfgFatInterior = PipeConfig<128, 256, 16, 64, 64, 16, 8, 4, 1>;
 // Narrow: 128x64, 4x1 warps of 32x64, 8x8 per thread (Medium turned on its side). Float32
 // only. For n <= 64 (tall-skinny products, usually split over k) every other shape wastes
 // columns or, as Small, pays Small's low FFMA : LDS ratio.
@@ -492,7 +494,7 @@ __device__ __forceinline__ bool streamk_share(const StreamKParams& s, int tile, 
 
 // INTERIOR instances serve problems whose every block and k-range is whole tiles (float32,
 // vector loader modes; the host checks): their copies carry no bound checks or branches, and
-// their FFMAs run in a column snake (see the inner loop). On an H100 squares of 1024-8192
+// their FFMAs run column by column (see the inner loop). On an H100 squares of 1024-8192
 // ran 2-4% faster than with the general instance for the 128x256 tile, 5-10% for 64x128.
 // STREAMK instances are the stream-k form (see StreamKParams): the block loops over the runs
 // of its k-tiles, one per tile it touches. The data-parallel form (STREAMK false) is the
@@ -506,6 +508,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   constexpr int STAGES = Cfg::STAGES, THREADS = Cfg::THREADS;
   constexpr int STAGE_FLOATS = Cfg::STAGE_FLOATS, B_OFF = BK * PA;
   constexpr bool kAsync = std::is_same<T, float>::value;
+  // Column snake against plain column order, interior instances, H100 squares 2048-8192:
+  // 128x256 tile 1-2.5% faster with B read along n, 0-1.5% slower with B read along k;
+  // 64x128 tile at most 1% faster, and 3-26% slower with A read along m (the order meets
+  // the loaders' code, which ptxas schedules among the FFMAs).
+  constexpr bool kColumnSnake = std::is_same<Cfg, CfgFatInterior>::value && BMODE == kVecC;
   static_assert(!INTERIOR || kAsync, "interior instances are float32 (cp.async) only");
   static_assert(!STREAMK || kAsync, "stream-k instances are float32 (cp.async) only");
   using LoaderA = std::conditional_t<kAsync, AsyncTileLoader<AMODE, BK, BM, THREADS, PA>,
@@ -649,16 +656,16 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
           cp_async_commit();
         }
         // The FFMA order decides how ptxas allocates registers and schedules the copies among
-        // the FFMAs, which moved the H100 rate by up to 10% between orders: row by row was
-        // measured fastest for the general instances; for the interior ones a column snake
-        // (down column 0, up column 1, ...: each turn reuses the last A value) beat plain
-        // column order by 1-2.5% on the 2048-8192 squares and eight other orders by more.
+        // the FFMAs, which moved the H100 rate by up to 26% between orders: row by row was
+        // measured fastest for the general instances, column by column for the interior
+        // ones, except a column snake (down column 0, up column 1, ...) for the 128x256
+        // interior tile when B is read along n (benchmarks/experiments/ffma_order).
         if constexpr (INTERIOR) {
 #pragma unroll
           for (int j = 0; j < TN; ++j)
 #pragma unroll
             for (int r = 0; r < TM; ++r) {
-              const int i = j % 2 == 0 ? r : TM - 1 - r;
+              const int i = kColumnSnake && j % 2 == 1 ? TM - 1 - r : r;
               acc[i][j] = fmaf(af[kk & 1][i], bf[kk & 1][j], acc[i][j]);
             }
         } else {
@@ -1086,7 +1093,8 @@ struct PipeEntry {
 template <class T, class Cfg, int AM, int BMD>
 constexpr bool kHasStreamK =
     std::is_same<T, float>::value && AM != kScalar && BMD != kScalar &&
-    (std::is_same<Cfg, CfgFat>::value || std::is_same<Cfg, CfgMedium>::value);
+    (std::is_same<Cfg, CfgFat>::value || std::is_same<Cfg, CfgFatInterior>::value ||
+     std::is_same<Cfg, CfgMedium>::value);
 
 template <class T, class Cfg, int AM, int BMD, bool INTERIOR = false>
 PipeEntry make_entry(double eff) {
@@ -1171,7 +1179,7 @@ constexpr int kNumPipeConfigs = 5;
 template <class T>
 PipeEntry pipe_interior_entry(int cfg, int am, int bm) {
   if (cfg == 1) return interior_entry<T, CfgMedium>(am, bm, 0.97);
-  if (cfg == 3) return interior_entry<T, CfgFat>(am, bm, 1.05);
+  if (cfg == 3) return interior_entry<T, CfgFatInterior>(am, bm, 1.05);
   return PipeEntry{};
 }
 
