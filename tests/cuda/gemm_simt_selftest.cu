@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.cuh"
 #include "gemmt/gemm.h"
 #include "gemmt/gemm_simt.h"
 
@@ -33,6 +34,9 @@ using gemmt::GemmVariant;
 using gemmt::ScalarType;
 
 namespace {
+
+using gemmt_bench::fill_random;
+using gemmt_bench::median_ms;
 
 #define CHECK_CUDA(expr)                                                                   \
   do {                                                                                     \
@@ -388,21 +392,6 @@ void run_case(ScalarType dt, const Shape& s, const std::vector<double>& A,
   }
 }
 
-// Uniform values in [-1, 1) from a hash of the index: benchmarks never time zeros (an FFMA
-// on zeros draws less power, so the clock and the timing would flatter the kernel).
-__global__ void fill_random(float* p, int64_t n, uint32_t seed) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    p[i] = static_cast<float>(x >> 8) * (2.0f / 16777216.0f) - 1.0f;
-  }
-}
-
 struct BenchProblem {
   DeviceBuffer da, db, dc;
   GemmArgs args;
@@ -427,27 +416,6 @@ struct BenchProblem {
     args.sm_count = g_sm_count;
   }
 };
-
-// Median milliseconds of `iters` timed launches of `launch` after warm-up.
-template <class F>
-double median_ms(F&& launch, int iters) {
-  cudaEvent_t t0, t1;
-  CHECK_CUDA(cudaEventCreate(&t0));
-  CHECK_CUDA(cudaEventCreate(&t1));
-  for (int i = 0; i < 3; ++i) CHECK_CUDA(launch());
-  std::vector<float> ms(static_cast<std::size_t>(iters));
-  for (float& t : ms) {
-    CHECK_CUDA(cudaEventRecord(t0));
-    CHECK_CUDA(launch());
-    CHECK_CUDA(cudaEventRecord(t1));
-    CHECK_CUDA(cudaEventSynchronize(t1));
-    CHECK_CUDA(cudaEventElapsedTime(&t, t0, t1));
-  }
-  CHECK_CUDA(cudaEventDestroy(t0));
-  CHECK_CUDA(cudaEventDestroy(t1));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
 // Times one float32 problem (row-major operands) and prints TFLOP/s (GB/s for gemv).
 void bench(GemmVariant v, int64_t m, int64_t n, int64_t k) {
