@@ -348,8 +348,9 @@ using CfgSmall = PipeConfig<64, 64, 16, 32, 32, 8, 4, 3, 4>;
 using CfgFat = PipeConfig<128, 256, 16, 64, 64, 16, 8, 3, 1>;
 // Fat's interior instances keep four stages (98 KiB): with a single block per SM no other
 // block hides a late tile, and one more tile in flight paid 0.5-1.5% on the 2048-8192
-// squares (H100). The general instances ran 2-4% slower with four, and a k-tile of 8 with
-// 5 stages (half the unrolled loop) lost 1-2% in both.
+// squares (H100). The general instances ran slower with four (under 1% in the experiment,
+// 2-4% in the self-test sweep), and a k-tile of 8 with 5 stages (half the unrolled loop) lost
+// 1-2% in both.
 using CfgFatInterior = PipeConfig<128, 256, 16, 64, 64, 16, 8, 4, 1>;
 // Narrow: 128x64, 4x1 warps of 32x64, 8x8 per thread (Medium turned on its side). Float32
 // only. For n <= 64 (tall-skinny products, usually split over k) every other shape wastes
