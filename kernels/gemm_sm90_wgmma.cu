@@ -1215,25 +1215,45 @@ bool make_plan(const Problem& pr, Plan* plan) {
 #endif
 }
 
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  // The driver entry point comes through the runtime so that nothing links libcuda.
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
-    void* ptr = nullptr;
-    cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+// A driver entry point, fetched through the runtime so that nothing links libcuda; nullptr
+// when the driver does not have it.
+void* driver_entry_point(const char* name) {
+  void* ptr = nullptr;
+  cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
 #if CUDART_VERSION >= 12050
-    cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000,
-                                                       cudaEnableDefault, &status);
+  cudaError_t err = cudaGetDriverEntryPointByVersion(name, &ptr, 12000, cudaEnableDefault, &status);
 #else
-    cudaError_t err =
-        cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &ptr, cudaEnableDefault, &status);
+  cudaError_t err = cudaGetDriverEntryPoint(name, &ptr, cudaEnableDefault, &status);
 #endif
-    if (err != cudaSuccess || status != cudaDriverEntryPointSuccess) {
-      if (err != cudaSuccess) (void)cudaGetLastError();
-      return nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
-  }();
+  if (err != cudaSuccess || status != cudaDriverEntryPointSuccess) {
+    if (err != cudaSuccess) (void)cudaGetLastError();
+    return nullptr;
+  }
+  return ptr;
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const auto fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(
+      driver_entry_point("cuTensorMapEncodeTiled"));
   return fn;
+}
+
+// Tensor maps are encoded by the driver, which refuses to work for a thread that has no
+// current context (CUDA_ERROR_INVALID_CONTEXT). The runtime makes its primary context
+// current only at a thread's first runtime call that needs one, so a thread whose first CUDA
+// work is a gemmt product has none: the autograd engine's worker thread, or any thread
+// started after the library's kernel attributes were set (those calls happen once per
+// process). cudaSetDevice binds the primary context of the current device.
+cudaError_t bind_current_context() {
+  static const auto get_current =
+      reinterpret_cast<PFN_cuCtxGetCurrent_v4000>(driver_entry_point("cuCtxGetCurrent"));
+  CUcontext ctx = nullptr;
+  if (get_current != nullptr && get_current(&ctx) == CUDA_SUCCESS && ctx != nullptr) {
+    return cudaSuccess;
+  }
+  int device = 0;
+  GEMMT_RETURN_IF_ERROR(cudaGetDevice(&device));
+  return cudaSetDevice(device);
 }
 
 bool encode(CUtensorMap* map, const void* ptr, const MapShape& s, int kind) {
@@ -1365,6 +1385,7 @@ cudaError_t run_planned(const Problem& pr, cudaStream_t stream, int cluster, int
   const bool split = sp.splits > 1;
   if (split && partial == nullptr) return cudaErrorInvalidValue;
   const int elt = plan.elt;
+  GEMMT_RETURN_IF_ERROR(bind_current_context());
   Maps maps;
   std::memset(&maps, 0, sizeof(maps));
   if (!encode(&maps.a, args.a, plan.a, plan.kind) || !encode(&maps.b, args.b, plan.b, plan.kind)) {

@@ -165,3 +165,74 @@ def test_second_device() -> None:
         outs = all_ops(*args)
         assert all(o.device == torch.device("cuda:1") for o in outs)
         check(outs, references(*args))
+
+
+# A thread whose first CUDA work is a tensor-core product: the Hopper path encodes its TMA
+# descriptors through the driver, which needs a context current on the calling thread. Run
+# in a fresh interpreter so that no earlier test has already bound one to the threads in it
+# (the autograd engine's worker is created once per process).
+_NEW_THREAD_SCRIPT = r"""
+import sys, threading, torch, gemmt
+dtype = getattr(torch, sys.argv[1])
+dev = "cuda"
+a = torch.randn(2048, 4096, device=dev).to(dtype)
+b = torch.randn(4096, 4096, device=dev).to(dtype)
+ref = (a.double() @ b.double())
+failures = []
+
+def check(name, out):
+    err = ((out.double() - ref).norm() / ref.norm()).item()
+    if not err < 1e-2:
+        failures.append(f"{name}: rel err {err}")
+
+def in_thread(name, fn):
+    def run():
+        try:
+            check(name, fn())
+        except Exception as exc:
+            failures.append(f"{name}: {exc}")
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+
+def gemm_into():
+    c = torch.empty(2048, 4096, device=dev, dtype=dtype)
+    gemmt.gemm(c, a, b)
+    return c
+
+in_thread("first thread mm", lambda: gemmt.mm(a, b))
+check("main thread mm", gemmt.mm(a, b))
+in_thread("later thread mm", lambda: gemmt.mm(a, b))
+in_thread("later thread gemm", gemm_into)
+in_thread("later thread torch.ops", lambda: torch.ops.gemmt.mm(a, b))
+torch.cuda.synchronize()
+
+# A training step whose backward runs on the autograd engine's own thread.
+x = torch.randn(2048, 4096, device=dev).to(dtype).requires_grad_()
+w = torch.randn(11008, 4096, device=dev).to(dtype).div_(64).requires_grad_()
+c = torch.empty(2048, 11008, device=dev, dtype=dtype)
+gemmt.gemm(c, x.detach(), w.detach().t())
+g = torch.randn(2048, 11008, device=dev).to(dtype)
+try:
+    gemmt.mm(x, w.t()).backward(g)
+    gx_ref = g.double() @ w.detach().double()
+    gw_ref = g.double().t() @ x.detach().double()
+    for name, got, want in (("grad x", x.grad, gx_ref), ("grad w", w.grad, gw_ref.t())):
+        err = ((got.double() - want).norm() / want.norm()).item()
+        if not err < 1e-2:
+            failures.append(f"backward {name}: rel err {err}")
+except Exception as exc:
+    failures.append(f"backward: {exc}")
+print("\n".join(failures) if failures else "ok")
+sys.exit(1 if failures else 0)
+"""
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_tensor_core_gemm_from_new_threads_and_autograd(dtype: str) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _NEW_THREAD_SCRIPT, dtype],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
