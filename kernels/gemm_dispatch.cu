@@ -21,9 +21,19 @@ bool wants_split_k(const GemmArgs& a) {
   return tiles * 2 <= a.sm_count && a.k >= 4096;
 }
 
+// Families whose kernels apply a GemmEpilogue (bias, activation, pre-activation output) in
+// their own epilogue; the others take the plain product only.
+bool applies_epilogue(GemmVariant v) {
+  switch (v) {
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 bool gemm_supports(const GemmArgs& args, GemmVariant v) {
+  if (!args.epilogue.empty() && v != GemmVariant::kAuto && !applies_epilogue(v)) return false;
   switch (v) {
     case GemmVariant::kAuto:
       return true;

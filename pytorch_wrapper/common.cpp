@@ -12,8 +12,8 @@ namespace gemmt::wrapper {
 std::string describe(const at::Tensor& t) {
   if (!t.defined()) return "an undefined tensor";
   std::ostringstream s;
-  s << "a " << t.dim() << "-D " << t.scalar_type() << " tensor of shape " << t.sym_sizes()
-    << " on " << t.device();
+  s << "a " << t.dim() << "-D " << t.scalar_type() << " tensor of shape " << t.sym_sizes() << " on "
+    << t.device();
   return s.str();
 }
 
@@ -35,8 +35,8 @@ void check_dtype(const char* op, const char* arg, const at::Tensor& t,
                  std::initializer_list<at::ScalarType> allowed) {
   check_defined(op, arg, t);
   bool ok = std::find(allowed.begin(), allowed.end(), t.scalar_type()) != allowed.end();
-  TORCH_CHECK(ok, op, ": argument '", arg, "' expected dtype ", dtype_list(allowed),
-                   ", got ", describe(t));
+  TORCH_CHECK(ok, op, ": argument '", arg, "' expected dtype ", dtype_list(allowed), ", got ",
+              describe(t));
 }
 
 void check_dim(const char* op, const char* arg, const at::Tensor& t, int64_t dim) {
@@ -53,8 +53,8 @@ void check_same_shape(const char* op, const char* arg_a, const at::Tensor& a, co
 
 void check_same_dtype(const char* op, const char* arg_a, const at::Tensor& a, const char* arg_b,
                       const at::Tensor& b) {
-  TORCH_CHECK(a.scalar_type() == b.scalar_type(), op, ": arguments '", arg_a, "' and '",
-                   arg_b, "' expected the same dtype, got ", describe(a), " and ", describe(b));
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), op, ": arguments '", arg_a, "' and '", arg_b,
+              "' expected the same dtype, got ", describe(a), " and ", describe(b));
 }
 
 void check_same_device(const char* op, const char* arg_a, const at::Tensor& a, const char* arg_b,
@@ -83,13 +83,25 @@ at::Tensor new_output(c10::SymIntArrayRef sizes, const at::TensorOptions& option
 
 ScalarType to_kernel_dtype(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return ScalarType::kFloat32;
-    case at::kHalf: return ScalarType::kFloat16;
-    case at::kBFloat16: return ScalarType::kBFloat16;
-    case at::kByte: return ScalarType::kUInt8;
-    case at::kUInt16: return ScalarType::kUInt16;
-    default: TORCH_CHECK(false, "gemmt: no kernel dtype for ", t);
+    case at::kFloat:
+      return ScalarType::kFloat32;
+    case at::kHalf:
+      return ScalarType::kFloat16;
+    case at::kBFloat16:
+      return ScalarType::kBFloat16;
+    case at::kByte:
+      return ScalarType::kUInt8;
+    case at::kUInt16:
+      return ScalarType::kUInt16;
+    default:
+      TORCH_CHECK(false, "gemmt: no kernel dtype for ", t);
   }
+}
+
+int64_t leading_rows(const at::Tensor& t) {
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < t.dim(); ++d) rows *= t.size(d);
+  return rows;
 }
 
 StridedLayout strided_layout(const char* op, const char* arg, const at::Tensor& t) {

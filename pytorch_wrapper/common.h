@@ -51,6 +51,10 @@ at::Tensor new_output(c10::SymIntArrayRef sizes, const at::TensorOptions& option
 
 ScalarType to_kernel_dtype(at::ScalarType t);
 
+// Rows of t seen as a matrix of its last dimension: the product of the leading sizes (well
+// defined also when the last dimension is 0, where reshape(-1, 0) is not).
+int64_t leading_rows(const at::Tensor& t);
+
 // Describes a non-contiguous tensor for the strided kernel path: size-1 dimensions are
 // dropped and dimensions that are contiguous with each other are merged. Refuses, naming
 // the op, a tensor that still has more than kMaxDims dimensions after that.
@@ -75,8 +79,8 @@ inline cudaStream_t stream_for(const at::Tensor& t) {
 
 // Turns a launcher's status into an error that names the op.
 inline void check_launch(const char* op, cudaError_t status) {
-  TORCH_CHECK(status == cudaSuccess, op, ": CUDA kernel launch failed: ",
-              cudaGetErrorString(status));
+  TORCH_CHECK(status == cudaSuccess, op,
+              ": CUDA kernel launch failed: ", cudaGetErrorString(status));
 }
 #endif
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common.h"
+#include "gemm_launch.h"
 #include "ops.h"
 
 #ifdef GEMMT_WITH_CUDA
@@ -66,8 +67,10 @@ void check_no_overlap(const at::Tensor& c, const at::Tensor& a, const at::Tensor
     if (t.numel() == 0 || !c.storage().is_alias_of(t.storage())) continue;
     const auto ts = byte_span(t);
     TORCH_CHECK(cs.second <= ts.first || ts.second <= cs.first, kGemm,
-                ": argument 'c' expected memory separate from argument '", name, "' (c is written "
-                "while ", name, " is read), got views of one storage whose memory ranges overlap");
+                ": argument 'c' expected memory separate from argument '", name,
+                "' (c is written "
+                "while ",
+                name, " is read), got views of one storage whose memory ranges overlap");
   }
 }
 
@@ -84,8 +87,8 @@ GemmVariant parse_variant(std::string_view name) {
 // panels it needs into contiguous buffers (any input strides become unit-stride), and runs
 // an i-p-j loop whose inner j loop the compiler vectorises.
 template <typename scalar_t>
-void gemm_cpu_kernel(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b,
-                     double alpha, double beta) {
+void gemm_cpu_kernel(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double alpha,
+                     double beta, const EpilogueTensors& epi) {
   using acc_t = at::opmath_type<scalar_t>;
   constexpr int64_t kMB = 64, kNB = 256, kKB = 128;
   const int64_t M = a.size(0), N = b.size(1), K = a.size(1);
@@ -95,6 +98,11 @@ void gemm_cpu_kernel(const at::Tensor& c, const at::Tensor& a, const at::Tensor&
   const int64_t sam = a.stride(0), sak = a.stride(1), sbk = b.stride(0), sbn = b.stride(1);
   const int64_t scm = c.stride(0), scn = c.stride(1);
   const acc_t alpha_v = static_cast<acc_t>(alpha), beta_v = static_cast<acc_t>(beta);
+  const scalar_t* bias = epi.bias.defined() ? epi.bias.const_data_ptr<scalar_t>() : nullptr;
+  const int64_t bias_stride = epi.bias.defined() ? epi.bias.stride(0) : 0;
+  scalar_t* preact = epi.preact.defined() ? epi.preact.mutable_data_ptr<scalar_t>() : nullptr;
+  const int64_t spm = preact ? epi.preact.stride(0) : 0, spn = preact ? epi.preact.stride(1) : 0;
+  const Activation act = epi.activation;
   const int64_t m_blocks = (M + kMB - 1) / kMB, n_blocks = (N + kNB - 1) / kNB;
 
   at::parallel_for(0, m_blocks * n_blocks, 1, [&](int64_t begin, int64_t end) {
@@ -126,7 +134,9 @@ void gemm_cpu_kernel(const at::Tensor& c, const at::Tensor& a, const at::Tensor&
           scalar_t& out = C[(i0 + i) * scm + (j0 + j) * scn];
           acc_t v = alpha_v * acc[i * kNB + j];
           if (beta_v != acc_t(0)) v += beta_v * static_cast<acc_t>(out);
-          out = static_cast<scalar_t>(v);
+          if (bias) v += static_cast<acc_t>(bias[(j0 + j) * bias_stride]);
+          if (preact) preact[(i0 + i) * spm + (j0 + j) * spn] = static_cast<scalar_t>(v);
+          out = static_cast<scalar_t>(apply_activation(act, v));
         }
       }
     }
@@ -160,7 +170,24 @@ GemmArgs make_args(int64_t m, int64_t n, int64_t k, const void* a, int64_t sam, 
   return args;
 }
 
-void launch_gemm(GemmArgs args, const at::Tensor& c, GemmVariant variant) {
+// The kernel-level epilogue of a product written into C's memory as-is (transposed: the
+// kernels see C^T, so the bias runs along their rows and preact is read transposed too).
+GemmEpilogue kernel_epilogue(const EpilogueTensors& epi, bool transposed, int64_t rows) {
+  GemmEpilogue e;
+  e.activation = epi.activation;
+  if (epi.bias.defined()) {
+    e.bias = epi.bias.const_data_ptr();
+    e.bias_per_row = transposed;
+  }
+  if (epi.preact.defined()) {
+    e.preact = epi.preact.data_ptr();
+    const int64_t ld = transposed ? epi.preact.stride(1) : epi.preact.stride(0);
+    e.ld_preact = rows == 1 ? std::max<int64_t>(ld, 1) : ld;
+  }
+  return e;
+}
+
+void launch_gemm(const char* op, GemmArgs args, const at::Tensor& c, GemmVariant variant) {
   const at::cuda::CUDAGuard guard(c.device());
   const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
   args.dtype = to_kernel_dtype(c.scalar_type());
@@ -170,24 +197,32 @@ void launch_gemm(GemmArgs args, const at::Tensor& c, GemmVariant variant) {
   args.cc_major = prop->major;
   args.cc_minor = prop->minor;
   if (variant == GemmVariant::kAuto) variant = gemm_pick(args);
-  TORCH_CHECK(gemm_supports(args, variant), kGemm, ": argument 'variant' = '",
-              gemm_variant_name(variant), "' cannot run this problem (", args.m, "x", args.n,
-              "x", args.k, " ", scalar_type_name(args.dtype), ", a strides [", args.a_stride_m,
-              ", ", args.a_stride_k, "], b strides [", args.b_stride_k, ", ", args.b_stride_n,
-              "], sm_", args.cc_major, args.cc_minor, "); use variant='auto'");
+  TORCH_CHECK(gemm_supports(args, variant), op, ": argument 'variant' = '",
+              gemm_variant_name(variant), "' cannot run this problem (", args.m, "x", args.n, "x",
+              args.k, " ", scalar_type_name(args.dtype), ", a strides [", args.a_stride_m, ", ",
+              args.a_stride_k, "], b strides [", args.b_stride_k, ", ", args.b_stride_n, "], sm_",
+              args.cc_major, args.cc_minor, args.epilogue.empty() ? "" : ", with an epilogue",
+              "); use variant='auto'");
   const std::size_t ws_bytes = gemm_workspace_bytes(args, variant);
   at::Tensor workspace;
   if (ws_bytes > 0) {
     workspace = at::empty({static_cast<int64_t>(ws_bytes)}, c.options().dtype(at::kByte));
   }
-  const cudaError_t status =
-      gemm_run(args, variant, ws_bytes ? workspace.data_ptr() : nullptr,
-               at::cuda::getCurrentCUDAStream(c.get_device()).stream());
-  check_launch(kGemm, status);
+  const cudaError_t status = gemm_run(args, variant, ws_bytes ? workspace.data_ptr() : nullptr,
+                                      at::cuda::getCurrentCUDAStream(c.get_device()).stream());
+  check_launch(op, status);
 }
 #endif
 
 }  // namespace
+
+void gemm_cpu_run(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double alpha,
+                  double beta, const EpilogueTensors& epilogue) {
+  if (c.numel() == 0) return;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, c.scalar_type(), "gemmt_gemm_cpu", [&] {
+    gemm_cpu_kernel<scalar_t>(c, a, b, alpha, beta, epilogue);
+  });
+}
 
 void gemm_meta(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double /*alpha*/,
                double /*beta*/, std::string_view variant) {
@@ -203,9 +238,7 @@ void gemm_cpu(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, dou
               "kernels), got '",
               std::string(variant), "'");
   check_no_overlap(c, a, b);
-  if (c.numel() == 0) return;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, c.scalar_type(), "gemmt_gemm_cpu",
-                                  [&] { gemm_cpu_kernel<scalar_t>(c, a, b, alpha, beta); });
+  gemm_cpu_run(c, a, b, alpha, beta, EpilogueTensors{});
 }
 
 at::Tensor mm_meta(const at::Tensor& a, const at::Tensor& b) {
@@ -216,47 +249,57 @@ at::Tensor mm_meta(const at::Tensor& a, const at::Tensor& b) {
 at::Tensor mm_cpu(const at::Tensor& a, const at::Tensor& b) {
   check_matmul_operands(kMm, a, b);
   at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
-  gemm_cpu(out, a, b, 1.0, 0.0, "auto");
+  gemm_cpu_run(out, a, b, 1.0, 0.0, EpilogueTensors{});
   return out;
 }
 
 #ifdef GEMMT_WITH_CUDA
+void gemm_cuda_run(const char* op, const at::Tensor& c, const at::Tensor& a, const at::Tensor& b,
+                   double alpha, double beta, GemmVariant variant,
+                   const EpilogueTensors& epilogue) {
+  const int64_t M = a.size(0), N = b.size(1), K = a.size(1);
+  if (M == 0 || N == 0) return;
+  const bool c_row_major = (N == 1 || c.stride(1) == 1) && (M == 1 || c.stride(0) >= N);
+  const bool c_col_major = (M == 1 || c.stride(0) == 1) && (N == 1 || c.stride(1) >= M);
+  TORCH_CHECK(epilogue.empty() || c_row_major || c_col_major, op,
+              ": internal error: an epilogue needs a row- or column-major output");
+  if (c_row_major) {
+    GemmArgs args =
+        make_args(M, N, K, a.const_data_ptr(), a.stride(0), a.stride(1), b.const_data_ptr(),
+                  b.stride(0), b.stride(1), c.data_ptr(), M == 1 ? N : c.stride(0));
+    args.alpha = static_cast<float>(alpha);
+    args.beta = static_cast<float>(beta);
+    args.epilogue = kernel_epilogue(epilogue, false, M);
+    launch_gemm(op, args, c, variant);
+  } else if (c_col_major) {
+    // C^T = B^T A^T is row-major in C's memory: swap the operands instead of copying C.
+    GemmArgs args =
+        make_args(N, M, K, b.const_data_ptr(), b.stride(1), b.stride(0), a.const_data_ptr(),
+                  a.stride(1), a.stride(0), c.data_ptr(), N == 1 ? M : c.stride(1));
+    args.alpha = static_cast<float>(alpha);
+    args.beta = static_cast<float>(beta);
+    args.epilogue = kernel_epilogue(epilogue, true, N);
+    launch_gemm(op, args, c, variant);
+  } else {
+    // A C with no unit stride: compute into a row-major temporary and copy back.
+    at::Tensor tmp = beta != 0.0 ? c.contiguous() : at::empty({M, N}, c.options());
+    gemm_cuda_run(op, tmp, a, b, alpha, beta, variant, epilogue);
+    c.copy_(tmp);
+  }
+}
+
 void gemm_cuda(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double alpha,
                double beta, std::string_view variant_name) {
   check_gemm_operands(c, a, b);
   const GemmVariant variant = parse_variant(variant_name);
   check_no_overlap(c, a, b);
-  const int64_t M = a.size(0), N = b.size(1), K = a.size(1);
-  if (M == 0 || N == 0) return;
-  const bool c_row_major = (N == 1 || c.stride(1) == 1) && (M == 1 || c.stride(0) >= N);
-  const bool c_col_major = (M == 1 || c.stride(0) == 1) && (N == 1 || c.stride(1) >= M);
-  if (c_row_major) {
-    GemmArgs args = make_args(M, N, K, a.const_data_ptr(), a.stride(0), a.stride(1),
-                              b.const_data_ptr(), b.stride(0), b.stride(1), c.data_ptr(),
-                              M == 1 ? N : c.stride(0));
-    args.alpha = static_cast<float>(alpha);
-    args.beta = static_cast<float>(beta);
-    launch_gemm(args, c, variant);
-  } else if (c_col_major) {
-    // C^T = B^T A^T is row-major in C's memory: swap the operands instead of copying C.
-    GemmArgs args = make_args(N, M, K, b.const_data_ptr(), b.stride(1), b.stride(0),
-                              a.const_data_ptr(), a.stride(1), a.stride(0), c.data_ptr(),
-                              N == 1 ? M : c.stride(1));
-    args.alpha = static_cast<float>(alpha);
-    args.beta = static_cast<float>(beta);
-    launch_gemm(args, c, variant);
-  } else {
-    // A C with no unit stride: compute into a row-major temporary and copy back.
-    at::Tensor tmp = beta != 0.0 ? c.contiguous() : at::empty({M, N}, c.options());
-    gemm_cuda(tmp, a, b, alpha, beta, variant_name);
-    c.copy_(tmp);
-  }
+  gemm_cuda_run(kGemm, c, a, b, alpha, beta, variant, EpilogueTensors{});
 }
 
 at::Tensor mm_cuda(const at::Tensor& a, const at::Tensor& b) {
   check_matmul_operands(kMm, a, b);
   at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
-  gemm_cuda(out, a, b, 1.0, 0.0, "auto");
+  gemm_cuda_run(kMm, out, a, b, 1.0, 0.0, GemmVariant::kAuto, EpilogueTensors{});
   return out;
 }
 #endif

@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 #include <torch/extension.h>
 
+#include <optional>
 #include <string>
 
 #include "ops.h"
@@ -25,10 +26,10 @@ c10::TypedOperatorHandle<Sig> find(const char* name) {
 // Each binding looks its operator up once (a static local of its own lambda); a call then
 // costs one dispatch. The GIL is released for the call, as torch.ops does, so other Python
 // threads run meanwhile.
-#define GEMMT_OP(Sig, name)                          \
-  ([]() -> const c10::TypedOperatorHandle<Sig>& {    \
-    static const auto gemmt_op_ = find<Sig>(name);   \
-    return gemmt_op_;                                \
+#define GEMMT_OP(Sig, name)                        \
+  ([]() -> const c10::TypedOperatorHandle<Sig>& {  \
+    static const auto gemmt_op_ = find<Sig>(name); \
+    return gemmt_op_;                              \
   }())
 
 using Release = py::call_guard<py::gil_scoped_release>;
@@ -41,8 +42,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "gemm",
       [](const Tensor& c, const Tensor& a, const Tensor& b, double alpha, double beta,
          const std::string& variant) {
-        GEMMT_OP(void(const Tensor&, const Tensor&, const Tensor&, double, double,
-                    std::string_view), "gemmt::gemm")
+        GEMMT_OP(
+            void(const Tensor&, const Tensor&, const Tensor&, double, double, std::string_view),
+            "gemmt::gemm")
             .call(c, a, b, alpha, beta, variant);
       },
       "c = alpha * a @ b + beta * c, in place", py::arg("c"), py::arg("a"), py::arg("b"),
@@ -85,6 +87,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       },
       "uint8/uint16 volume -> float32 vol / max_val", py::arg("vol"), py::arg("max_val"),
       Release());
+  m.def(
+      "linear",
+      [](const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias,
+         const std::string& activation) {
+        return GEMMT_OP(Tensor(const Tensor&, const Tensor&, const std::optional<Tensor>&,
+                               std::string_view),
+                        "gemmt::linear")
+            .call(x, weight, bias, activation);
+      },
+      "act(x @ weight.T + bias) (differentiable)", py::arg("x"), py::arg("weight"),
+      py::arg("bias") = py::none(), py::arg("activation") = "none", Release());
   m.def("build_info_json", &gemmt::wrapper::build_info_json,
         "JSON string: versions, architectures and compiler this module was built with");
   m.def(

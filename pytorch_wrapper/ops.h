@@ -4,7 +4,9 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
 #include <string_view>
+#include <tuple>
 
 namespace gemmt::wrapper {
 
@@ -18,6 +20,41 @@ void gemm_meta(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, do
 at::Tensor mm_cpu(const at::Tensor& a, const at::Tensor& b);
 at::Tensor mm_cuda(const at::Tensor& a, const at::Tensor& b);
 at::Tensor mm_meta(const at::Tensor& a, const at::Tensor& b);
+
+// ---- Linear (linear_ops.cpp): act(x @ weight.T + bias) and its backward's pieces ----
+at::Tensor linear_cpu(const at::Tensor& x, const at::Tensor& weight,
+                      const std::optional<at::Tensor>& bias, std::string_view activation);
+at::Tensor linear_cuda(const at::Tensor& x, const at::Tensor& weight,
+                       const std::optional<at::Tensor>& bias, std::string_view activation);
+at::Tensor linear_meta(const at::Tensor& x, const at::Tensor& weight,
+                       const std::optional<at::Tensor>& bias, std::string_view activation);
+std::tuple<at::Tensor, at::Tensor> linear_with_preact_cpu(const at::Tensor& x,
+                                                          const at::Tensor& weight,
+                                                          const std::optional<at::Tensor>& bias,
+                                                          std::string_view activation);
+std::tuple<at::Tensor, at::Tensor> linear_with_preact_cuda(const at::Tensor& x,
+                                                           const at::Tensor& weight,
+                                                           const std::optional<at::Tensor>& bias,
+                                                           std::string_view activation);
+std::tuple<at::Tensor, at::Tensor> linear_with_preact_meta(const at::Tensor& x,
+                                                           const at::Tensor& weight,
+                                                           const std::optional<at::Tensor>& bias,
+                                                           std::string_view activation);
+std::tuple<at::Tensor, at::Tensor> linear_activation_backward_cpu(const at::Tensor& grad,
+                                                                  const at::Tensor& preact,
+                                                                  std::string_view activation,
+                                                                  bool bias_grad);
+std::tuple<at::Tensor, at::Tensor> linear_activation_backward_cuda(const at::Tensor& grad,
+                                                                   const at::Tensor& preact,
+                                                                   std::string_view activation,
+                                                                   bool bias_grad);
+std::tuple<at::Tensor, at::Tensor> linear_activation_backward_meta(const at::Tensor& grad,
+                                                                   const at::Tensor& preact,
+                                                                   std::string_view activation,
+                                                                   bool bias_grad);
+at::Tensor linear_bias_backward_cpu(const at::Tensor& grad);
+at::Tensor linear_bias_backward_cuda(const at::Tensor& grad);
+at::Tensor linear_bias_backward_meta(const at::Tensor& grad);
 
 // ---- Elementwise family (elementwise_ops.cpp) ----
 at::Tensor add_cpu(const at::Tensor& a, const at::Tensor& b);

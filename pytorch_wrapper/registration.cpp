@@ -4,6 +4,8 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include "common.h"
+#include "gemmt/activation.h"
 #include "ops.h"
 
 namespace gemmt::wrapper {
@@ -35,6 +37,34 @@ at::Tensor call_square_backward(const at::Tensor& g, const at::Tensor& x) {
   static auto op =
       op_handle<at::Tensor(const at::Tensor&, const at::Tensor&)>("gemmt::square_backward");
   return op.call(g, x);
+}
+using OptTensor = std::optional<at::Tensor>;
+at::Tensor call_linear(const at::Tensor& x, const at::Tensor& w, const OptTensor& b,
+                       std::string_view activation) {
+  static auto op = op_handle<at::Tensor(const at::Tensor&, const at::Tensor&, const OptTensor&,
+                                        std::string_view)>("gemmt::linear");
+  return op.call(x, w, b, activation);
+}
+std::tuple<at::Tensor, at::Tensor> call_linear_with_preact(const at::Tensor& x, const at::Tensor& w,
+                                                           const OptTensor& b,
+                                                           std::string_view activation) {
+  static auto op = op_handle<std::tuple<at::Tensor, at::Tensor>(
+      const at::Tensor&, const at::Tensor&, const OptTensor&, std::string_view)>(
+      "gemmt::linear_with_preact");
+  return op.call(x, w, b, activation);
+}
+std::tuple<at::Tensor, at::Tensor> call_linear_activation_backward(const at::Tensor& g,
+                                                                   const at::Tensor& preact,
+                                                                   std::string_view activation,
+                                                                   bool bias_grad) {
+  static auto op = op_handle<std::tuple<at::Tensor, at::Tensor>(
+      const at::Tensor&, const at::Tensor&, std::string_view, bool)>(
+      "gemmt::linear_activation_backward");
+  return op.call(g, preact, activation, bias_grad);
+}
+at::Tensor call_linear_bias_backward(const at::Tensor& g) {
+  static auto op = op_handle<at::Tensor(const at::Tensor&)>("gemmt::linear_bias_backward");
+  return op.call(g);
 }
 at::Tensor call_scale(const at::Tensor& x, double factor) {
   static auto op = op_handle<at::Tensor(const at::Tensor&, double)>("gemmt::scale");
@@ -82,6 +112,101 @@ class SquareFunction : public torch::autograd::Function<SquareFunction> {
   }
 };
 
+// d(grad * 2x): with respect to grad, 2x * gg; with respect to x, 2 grad * gg. Both are
+// square_backward again, so second derivatives of square run gemmt's kernels too.
+class SquareBackwardFunction : public torch::autograd::Function<SquareBackwardFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& grad, const at::Tensor& x) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    ctx->save_for_backward({grad, x});
+    return call_square_backward(grad, x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& gg = grads[0];
+    at::Tensor d_grad, d_x;
+    if (ctx->needs_input_grad(0)) d_grad = call_square_backward(gg, saved[1]);
+    if (ctx->needs_input_grad(1)) d_x = call_square_backward(gg, saved[0]);
+    return {d_grad, d_x};
+  }
+};
+
+// act'(z) * g through ATen's differentiable activation backwards: used when the backward
+// itself is being recorded (create_graph), where second derivatives need every step.
+at::Tensor aten_activation_backward(const at::Tensor& g, const at::Tensor& z, Activation act) {
+  switch (act) {
+    case Activation::kReLU:
+      return at::threshold_backward(g, z, 0);
+    case Activation::kGelu:
+      return at::gelu_backward(g, z, "none");
+    case Activation::kGeluTanh:
+      return at::gelu_backward(g, z, "tanh");
+    case Activation::kSilu: {
+      // Composite (ATen's silu_backward has no derivative of its own).
+      const at::Tensor s = at::sigmoid(z);
+      return g * s * (1 + z * (1 - s));
+    }
+    default:
+      return g;
+  }
+}
+
+// y = act(x @ w.T + b). Saved for backward: x, w, b and, for GELU and SiLU, the pre-activation
+// z that the forward's epilogue wrote beside y (for ReLU, y itself: it is positive exactly
+// where z is). The backward is one fused pass for act'(z) and the bias gradient, then two
+// gemmt products: grad_x = gz @ w and grad_w = gz.T @ x.
+class LinearFunction : public torch::autograd::Function<LinearFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            const OptTensor& b, std::string_view activation) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    Activation act = Activation::kNone;
+    activation_from_name(activation, &act);  // an unknown name is refused by the op below
+    at::Tensor y, saved_act;
+    if (act == Activation::kGelu || act == Activation::kGeluTanh || act == Activation::kSilu) {
+      std::tie(y, saved_act) = call_linear_with_preact(x, w, b, activation);
+    } else {
+      y = call_linear(x, w, b, activation);
+      if (act == Activation::kReLU) saved_act = y;
+    }
+    ctx->saved_data["activation"] = static_cast<int64_t>(act);
+    ctx->saved_data["has_bias"] = b.has_value() && b->defined();
+    ctx->save_for_backward({x, w, b.has_value() ? *b : at::Tensor(), saved_act});
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &w = saved[1], &b = saved[2], &z = saved[3];
+    const auto act = static_cast<Activation>(ctx->saved_data["activation"].toInt());
+    const bool need_b = ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2);
+    const int64_t out_features = w.size(0), in_features = w.size(1);
+    const at::Tensor g = grads[0].reshape({leading_rows(grads[0]), out_features});
+    at::Tensor gz, gb;
+    if (at::GradMode::is_enabled()) {
+      // Recorded backward (create_graph): recompute z differentiably so that second
+      // derivatives reach x, w and b through it.
+      gz = g;
+      if (act != Activation::kNone) {
+        const at::Tensor zz = call_linear(x, w, b.defined() ? OptTensor(b) : OptTensor(), "none");
+        gz = aten_activation_backward(g, zz.reshape(g.sizes()), act);
+      }
+      if (need_b) gb = gz.sum(0);
+    } else if (act == Activation::kNone) {
+      gz = g;
+      if (need_b) gb = call_linear_bias_backward(g);
+    } else {
+      std::tie(gz, gb) =
+          call_linear_activation_backward(g, z.reshape(g.sizes()), activation_name(act), need_b);
+      if (!need_b) gb = at::Tensor();
+    }
+    at::Tensor gx, gw;
+    if (ctx->needs_input_grad(0)) gx = call_mm(gz, w).reshape(x.sizes());
+    if (ctx->needs_input_grad(1)) gw = call_mm(gz.t(), x.reshape({leading_rows(x), in_features}));
+    return {gx, gw, gb, at::Tensor()};
+  }
+};
+
 class ScaleFunction : public torch::autograd::Function<ScaleFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, double factor) {
@@ -120,6 +245,21 @@ at::Tensor add_autograd(const at::Tensor& a, const at::Tensor& b) {
 at::Tensor square_autograd(const at::Tensor& x) {
   return apply_or_call<SquareFunction>(records_graph(x), call_square, x);
 }
+at::Tensor square_backward_autograd(const at::Tensor& grad, const at::Tensor& x) {
+  return apply_or_call<SquareBackwardFunction>(records_graph(grad, x), call_square_backward, grad,
+                                               x);
+}
+at::Tensor linear_autograd(const at::Tensor& x, const at::Tensor& w, const OptTensor& b,
+                           std::string_view activation) {
+  const bool record =
+      at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad() ||
+                                     (b.has_value() && b->defined() && b->requires_grad()));
+  if (!record) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return call_linear(x, w, b, activation);
+  }
+  return LinearFunction::apply(x, w, b, activation);
+}
 at::Tensor scale_autograd(const at::Tensor& x, double factor) {
   return apply_or_call<ScaleFunction>(records_graph(x), call_scale, x, factor);
 }
@@ -138,22 +278,41 @@ TORCH_LIBRARY(gemmt, m) {
   m.def("scale(Tensor x, float factor=2.) -> Tensor");
   m.def("rgb_to_gray(Tensor img, bool bgr=False) -> Tensor");
   m.def("normalize_volume(Tensor vol, float max_val) -> Tensor");
+  m.def("linear(Tensor x, Tensor weight, Tensor? bias=None, str activation=\"none\") -> Tensor");
+  // The pieces of linear's forward and backward (called by its autograd kernel).
+  m.def(
+      "linear_with_preact(Tensor x, Tensor weight, Tensor? bias=None, "
+      "str activation=\"none\") -> (Tensor, Tensor)");
+  m.def(
+      "linear_activation_backward(Tensor grad, Tensor preact, str activation, bool bias_grad) "
+      "-> (Tensor, Tensor)");
+  m.def("linear_bias_backward(Tensor grad) -> Tensor");
 }
 
-#define GEMMT_IMPL_ALL(m, suffix)                                  \
-  m.impl("gemm", &gemmt::wrapper::gemm_##suffix);                  \
-  m.impl("mm", &gemmt::wrapper::mm_##suffix);                      \
-  m.impl("add", &gemmt::wrapper::add_##suffix);                    \
-  m.impl("square", &gemmt::wrapper::square_##suffix);              \
-  m.impl("square_backward", &gemmt::wrapper::square_backward_##suffix); \
-  m.impl("scale", &gemmt::wrapper::scale_##suffix);                \
-  m.impl("rgb_to_gray", &gemmt::wrapper::rgb_to_gray_##suffix);    \
-  m.impl("normalize_volume", &gemmt::wrapper::normalize_volume_##suffix)
+#define GEMMT_IMPL_ALL(m, suffix)                                                             \
+  m.impl("gemm", &gemmt::wrapper::gemm_##suffix);                                             \
+  m.impl("mm", &gemmt::wrapper::mm_##suffix);                                                 \
+  m.impl("add", &gemmt::wrapper::add_##suffix);                                               \
+  m.impl("square", &gemmt::wrapper::square_##suffix);                                         \
+  m.impl("square_backward", &gemmt::wrapper::square_backward_##suffix);                       \
+  m.impl("scale", &gemmt::wrapper::scale_##suffix);                                           \
+  m.impl("rgb_to_gray", &gemmt::wrapper::rgb_to_gray_##suffix);                               \
+  m.impl("normalize_volume", &gemmt::wrapper::normalize_volume_##suffix);                     \
+  m.impl("linear", &gemmt::wrapper::linear_##suffix);                                         \
+  m.impl("linear_with_preact", &gemmt::wrapper::linear_with_preact_##suffix);                 \
+  m.impl("linear_activation_backward", &gemmt::wrapper::linear_activation_backward_##suffix); \
+  m.impl("linear_bias_backward", &gemmt::wrapper::linear_bias_backward_##suffix)
 
-TORCH_LIBRARY_IMPL(gemmt, CPU, m) { GEMMT_IMPL_ALL(m, cpu); }
-TORCH_LIBRARY_IMPL(gemmt, Meta, m) { GEMMT_IMPL_ALL(m, meta); }
+TORCH_LIBRARY_IMPL(gemmt, CPU, m) {
+  GEMMT_IMPL_ALL(m, cpu);
+}
+TORCH_LIBRARY_IMPL(gemmt, Meta, m) {
+  GEMMT_IMPL_ALL(m, meta);
+}
 #ifdef GEMMT_WITH_CUDA
-TORCH_LIBRARY_IMPL(gemmt, CUDA, m) { GEMMT_IMPL_ALL(m, cuda); }
+TORCH_LIBRARY_IMPL(gemmt, CUDA, m) {
+  GEMMT_IMPL_ALL(m, cuda);
+}
 #endif
 
 TORCH_LIBRARY_IMPL(gemmt, Autograd, m) {
@@ -161,4 +320,6 @@ TORCH_LIBRARY_IMPL(gemmt, Autograd, m) {
   m.impl("add", &gemmt::wrapper::add_autograd);
   m.impl("square", &gemmt::wrapper::square_autograd);
   m.impl("scale", &gemmt::wrapper::scale_autograd);
+  m.impl("square_backward", &gemmt::wrapper::square_backward_autograd);
+  m.impl("linear", &gemmt::wrapper::linear_autograd);
 }

@@ -68,6 +68,14 @@ def opcheck_cases(device: str) -> list[tuple[Any, tuple, dict]]:
         (g.scale, (x.clone().requires_grad_(), 3.0), {}),
         (g.rgb_to_gray, (img,), {"bgr": True}),
         (g.normalize_volume, (vol, 4095.0), {}),
+        (g.linear, (randn(2, 3, 7, device=device).requires_grad_(),
+                    randn(5, 7, device=device).requires_grad_(),
+                    randn(5, device=device).requires_grad_(), "gelu_tanh"), {}),
+        (g.linear_with_preact, (randn(4, 7, device=device), randn(5, 7, device=device), None,
+                                "silu"), {}),
+        (g.linear_activation_backward, (randn(4, 5, device=device), randn(4, 5, device=device),
+                                        "gelu", True), {}),
+        (g.linear_bias_backward, (randn(3, 4, 5, device=device),), {}),
     ]
 
 

@@ -13,10 +13,26 @@
 
 #include <cuda_runtime.h>
 
+#include "gemmt/activation.h"
 #include "gemmt/gemm_variant.h"
 #include "gemmt/types.h"
 
 namespace gemmt {
+
+// What the epilogue applies to v = alpha * A @ B + beta * C, element by element, before C is
+// written: z = v + bias, C = act(z), and optionally z itself to `preact` (what a Linear
+// layer's backward needs for GELU and SiLU). All in float32 from the float32 accumulator,
+// rounded once to the dtype. An empty epilogue is the plain product.
+struct GemmEpilogue {
+  const void* bias = nullptr;  // dtype of C; n values (one per column), or m with bias_per_row
+  bool bias_per_row = false;   // set when the caller transposed the problem (C^T = B^T A^T)
+  Activation activation = Activation::kNone;
+  void* preact = nullptr;  // m x n, row-major with leading dimension ld_preact >= n
+  int64_t ld_preact = 0;
+  bool empty() const {
+    return bias == nullptr && activation == Activation::kNone && preact == nullptr;
+  }
+};
 
 struct GemmArgs {
   int64_t m = 0, n = 0, k = 0;
@@ -27,6 +43,7 @@ struct GemmArgs {
   void* c = nullptr;
   int64_t ldc = 0;
   float alpha = 1.f, beta = 0.f;
+  GemmEpilogue epilogue;
   ScalarType dtype = ScalarType::kFloat32;
   // float32 only: the caller allows inputs rounded to TF32 on the tensor cores.
   bool allow_tf32 = false;
@@ -56,7 +73,8 @@ cudaError_t gemm_run(const GemmArgs& args, GemmVariant v, void* workspace, cudaS
 // SIMT family (kernels/gemm_simt.cu): kNaive .. kGemv, any dtype, any strides.
 bool gemm_simt_supports(const GemmArgs& args, GemmVariant v);
 std::size_t gemm_simt_workspace_bytes(const GemmArgs& args, GemmVariant v);
-cudaError_t gemm_simt_run(const GemmArgs& args, GemmVariant v, void* workspace, cudaStream_t stream);
+cudaError_t gemm_simt_run(const GemmArgs& args, GemmVariant v, void* workspace,
+                          cudaStream_t stream);
 // Scales C by beta (the k == 0 case, and the epilogue-free paths).
 cudaError_t gemm_scale_c(const GemmArgs& args, cudaStream_t stream);
 // C = alpha * (sum of the float32 k-slices) + beta * C, the slices added in order (so the

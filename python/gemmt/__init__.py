@@ -1,6 +1,6 @@
 """gemmt: hand-written CUDA kernels for PyTorch.
 
-Ops: :func:`gemm`, :func:`mm`, :func:`add`, :func:`square`, :func:`scale`,
+Ops: :func:`gemm`, :func:`mm`, :func:`linear`, :func:`add`, :func:`square`, :func:`scale`,
 :func:`rgb_to_gray`, :func:`normalize_volume`, also reachable as ``torch.ops.gemmt.<op>``.
 The native library loads on first use (see :mod:`gemmt._native`).
 """
@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from gemmt import _native
+from gemmt import _native, nn
 from gemmt.ops import (
+    ACTIVATIONS,
     GEMM_VARIANTS,
     add,
     gemm,
+    linear,
     mm,
     normalize_volume,
     rgb_to_gray,
@@ -24,12 +26,15 @@ from gemmt.ops import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "ACTIVATIONS",
     "GEMM_VARIANTS",
     "add",
     "build_info",
     "gemm",
     "library_path",
+    "linear",
     "mm",
+    "nn",
     "normalize_volume",
     "rgb_to_gray",
     "scale",

@@ -20,7 +20,8 @@ from torch.overrides import has_torch_function
 
 from gemmt import _native
 
-__all__ = ["gemm", "mm", "add", "square", "scale", "rgb_to_gray", "normalize_volume"]
+__all__ = ["gemm", "mm", "linear", "add", "square", "scale", "rgb_to_gray", "normalize_volume",
+           "ACTIVATIONS"]
 
 GEMM_VARIANTS: tuple[str, ...] = (
     "auto",
@@ -34,6 +35,9 @@ GEMM_VARIANTS: tuple[str, ...] = (
     "mma_sync",
     "wgmma",
 )
+
+
+ACTIVATIONS: tuple[str, ...] = ("none", "relu", "gelu", "gelu_tanh", "silu")
 
 
 def _ops() -> torch._ops._OpNamespace:
@@ -75,6 +79,24 @@ def mm(a: Tensor, b: Tensor) -> Tensor:
     """``a @ b`` as a new tensor; differentiable (backward runs gemmt's own GEMM)."""
     native = _binding((a, b))
     return native.mm(a, b) if native is not None else _ops().mm(a, b)
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None,
+           activation: str = "none") -> Tensor:
+    """``act(x @ weight.T + bias)``, the forward of a Linear layer; differentiable.
+
+    ``x`` is ``(..., in_features)``, ``weight`` ``(out_features, in_features)``, ``bias``
+    ``(out_features,)`` or None; one floating dtype, one device. ``activation`` is one of
+    ``ACTIVATIONS``: "none", "relu", "gelu" (erf form), "gelu_tanh" (PyTorch's
+    ``approximate="tanh"``) or "silu". On CUDA the bias and the activation are applied in the
+    GEMM's epilogue (one pass over the output). The backward runs gemmt's kernels: one fused
+    pass for the activation's derivative and the bias gradient, then two products. Second
+    derivatives are supported (the backward is recorded with ``create_graph=True``).
+    """
+    native = _binding((x, weight, bias))
+    if native is not None:
+        return native.linear(x, weight, bias, activation)
+    return _ops().linear(x, weight, bias, activation)
 
 
 def add(a: Tensor, b: Tensor) -> Tensor:
