@@ -24,10 +24,7 @@ bool wants_split_k(const GemmArgs& a) {
 // Families whose kernels apply a GemmEpilogue (bias, activation, pre-activation output) in
 // their own epilogue; the others take the plain product only.
 bool applies_epilogue(GemmVariant v) {
-  switch (v) {
-    default:
-      return false;
-  }
+  return v == GemmVariant::kDecode;
 }
 
 }  // namespace
@@ -41,6 +38,8 @@ bool gemm_supports(const GemmArgs& args, GemmVariant v) {
       return args.cc_major >= 8 && gemm_sm80_supports(args);
     case GemmVariant::kWgmma:
       return gemm_sm90_supports(args);
+    case GemmVariant::kDecode:
+      return gemm_decode_supports(args);
     case GemmVariant::kCount:
       return false;
     default:
@@ -49,6 +48,8 @@ bool gemm_supports(const GemmArgs& args, GemmVariant v) {
 }
 
 GemmVariant gemm_pick(const GemmArgs& args) {
+  // Decode-sized products stream B; the decode kernel does that on the tensor cores.
+  if (gemm_supports(args, GemmVariant::kDecode)) return GemmVariant::kDecode;
   if (args.m == 1 || args.n == 1) return GemmVariant::kGemv;
   if (is_tensor_core_problem(args)) {
     if (gemm_supports(args, GemmVariant::kWgmma)) return GemmVariant::kWgmma;
@@ -64,6 +65,7 @@ std::size_t gemm_workspace_bytes(const GemmArgs& args, GemmVariant v) {
     case GemmVariant::kWgmma:
       return gemm_sm90_workspace_bytes(args);
     case GemmVariant::kMmaSync:
+    case GemmVariant::kDecode:
     case GemmVariant::kCount:
       return 0;
     default:
@@ -81,6 +83,8 @@ cudaError_t gemm_run(const GemmArgs& args, GemmVariant v, void* workspace, cudaS
       return gemm_sm80_run(args, stream);
     case GemmVariant::kWgmma:
       return gemm_sm90_run(args, workspace, stream);
+    case GemmVariant::kDecode:
+      return gemm_decode_run(args, stream);
     default:
       return gemm_simt_run(args, v, workspace, stream);
   }

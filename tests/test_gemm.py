@@ -269,3 +269,33 @@ def test_cuda_unknown_or_unsupported_variant_is_refused() -> None:
         gemmt.gemm(c, a, a, variant="fastest")
     with pytest.raises(RuntimeError, match="gemv"):
         gemmt.gemm(c, a, a, variant="gemv")
+
+
+DECODE_SHAPES = [(1, 4096, 4096), (2, 11008, 4096), (3, 17, 40), (7, 128, 1024), (8, 4096, 11008),
+                 (9, 1, 8), (16, 1000, 4104), (31, 333, 64), (33, 4096, 512), (64, 2048, 2048),
+                 (64, 16, 16384), (5, 65, 96)]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cuda_decode_variant(dtype: torch.dtype) -> None:
+    major, _ = torch.cuda.get_device_capability()
+    if major < 8:
+        pytest.skip("the decode kernel needs sm_80 or newer")
+    for m, n, k in DECODE_SHAPES:
+        a = operand((m, k), dtype, "cuda", "n")
+        b = torch.randn(n, k, device="cuda").to(dtype).t()  # K-major B, as x @ W.T reads it
+        for alpha, beta in ((1.0, 0.0), (0.5, 2.0)):
+            c = torch.randn(m, n, device="cuda").to(dtype)
+            if beta == 0.0:
+                c.fill_(float("nan"))  # beta == 0 never reads C; every element is written
+            expected = reference(c, a, b, alpha, beta)
+            gemmt.gemm(c, a, b, alpha, beta, variant="decode")
+            assert rel_err(c, expected) <= tol_for(dtype), (m, n, k, alpha, beta)
+    # What the decode kernel does not take is refused by name, never computed wrongly.
+    a, b = operand((4, 36), dtype, "cuda", "n"), torch.randn(64, 36, device="cuda").to(dtype).t()
+    with pytest.raises(RuntimeError, match="'decode' cannot run this problem"):
+        gemmt.gemm(torch.empty(4, 64, device="cuda", dtype=dtype), a, b, variant="decode")
+    # auto picks it for decode-sized products; the result is the same function.
+    a, b = operand((12, 4096), dtype, "cuda", "n"), torch.randn(4096, 4096, device="cuda").to(dtype).t()
+    assert rel_err(gemmt.mm(a, b), a.double() @ b.double()) <= tol_for(dtype)

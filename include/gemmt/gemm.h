@@ -87,6 +87,11 @@ cudaError_t gemm_reduce_k_slices(const GemmArgs& args, const float* slices, int 
 bool gemm_sm80_supports(const GemmArgs& args);
 cudaError_t gemm_sm80_run(const GemmArgs& args, cudaStream_t stream);
 
+// Decode family (kernels/gemm_decode.cu): bf16 / fp16, m <= 64, A and B K-major with
+// 16-byte aligned rows, k % 8 == 0; applies the epilogue. No workspace.
+bool gemm_decode_supports(const GemmArgs& args);
+cudaError_t gemm_decode_run(const GemmArgs& args, cudaStream_t stream);
+
 // Hopper family (kernels/gemm_sm90_wgmma.cu): compiled to real code only for sm_90a.
 // Operands TMA cannot read in place (tf32 not K-major, unaligned base or row stride) are
 // copied K-major into the workspace first, and outputs with too few tiles for the GPU split

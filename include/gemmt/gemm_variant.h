@@ -18,13 +18,14 @@ enum class GemmVariant : int {
   kGemv,             // m == 1 or n == 1: one warp per output, memory-bound
   kMmaSync,          // tensor cores through mma.sync (sm_80+): bf16, fp16, tf32
   kWgmma,            // Hopper: TMA + wgmma, warp-specialised, persistent (sm_90a)
+  kDecode,           // m <= 64 (decode steps): streams B through mma.sync, split-k in a cluster
   kCount,
 };
 
 // User-facing names, indexed by GemmVariant. Header-only so CPU-only builds share them.
 inline constexpr const char* kGemmVariantNames[] = {
     "auto",   "naive",   "smem_tiled", "register_blocked", "warptiled",
-    "pipelined", "split_k", "gemv",   "mma_sync",         "wgmma"};
+    "pipelined", "split_k", "gemv",   "mma_sync",         "wgmma",   "decode"};
 static_assert(sizeof(kGemmVariantNames) / sizeof(kGemmVariantNames[0]) ==
               static_cast<int>(GemmVariant::kCount));
 

@@ -4,6 +4,8 @@
     python -m gemmt info            print build_info() as JSON
     python -m gemmt bench gemm      GEMM ladder and tensor-core benchmark (JSON + PNG)
     python -m gemmt bench memory    memory-bound ops against the copy bandwidth
+    python -m gemmt bench linear    Linear layers (training products, decode, fused
+                                    epilogues, a whole model) against PyTorch
 """
 
 from __future__ import annotations
@@ -94,9 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("demo", help="run every op and compare with PyTorch (the default)")
     sub.add_parser("info", help="print build_info() as JSON")
     bench = sub.add_parser("bench", help="benchmarks: JSON, table and PNG plot")
-    bench.add_argument("suite", choices=["gemm", "memory", "all"])
+    bench.add_argument("suite", choices=["gemm", "memory", "linear", "all"])
     bench.add_argument("--out", default="benchmarks/results", help="output directory")
     bench.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
+    bench.add_argument("--sections", default="prefill,fp32,decode,fused,model",
+                       help="linear suite: which sections to run (comma separated)")
     args = parser.parse_args(argv)
     if args.cmd == "info":
         print(json.dumps(gemmt.build_info(), indent=2))
@@ -104,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "bench":
         from gemmt import bench as bench_mod
 
-        return bench_mod.run(args.suite, args.out, quick=args.quick)
+        return bench_mod.run(args.suite, args.out, quick=args.quick, sections=args.sections)
     return demo()
 
 

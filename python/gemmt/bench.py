@@ -384,7 +384,8 @@ def run_memory(out_dir: Path, quick: bool) -> list[dict[str, Any]]:
     return records
 
 
-def run(suite: str, out: str, quick: bool = False) -> int:
+def run(suite: str, out: str, quick: bool = False,
+        sections: str = "prefill,fp32,decode,fused,model") -> int:
     """Entry point of ``python -m gemmt bench``."""
     if not torch.cuda.is_available():
         print("the benchmarks need a CUDA device")
@@ -394,4 +395,8 @@ def run(suite: str, out: str, quick: bool = False) -> int:
         run_gemm(out_dir, quick)
     if suite in ("memory", "all"):
         run_memory(out_dir, quick)
+    if suite in ("linear", "all"):
+        from gemmt import bench_linear
+
+        return bench_linear.run(out_dir, quick, sections)
     return 0

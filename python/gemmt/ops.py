@@ -34,6 +34,7 @@ GEMM_VARIANTS: tuple[str, ...] = (
     "gemv",
     "mma_sync",
     "wgmma",
+    "decode",
 )
 
 
