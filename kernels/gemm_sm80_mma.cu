@@ -24,14 +24,14 @@
 
 #include <cstdint>
 
-#include "gemmt/cp_async.cuh"
+#include "common/cp_async.cuh"
 #include "gemmt/cuda_check.h"
 #include "gemmt/gemm.h"
 #include "gemmt/gemm_epilogue.cuh"
 #include "gemmt/gemm_tc_kind.h"
 #include "gemmt/launch.cuh"
 #include "gemmt/numeric.cuh"
-#include "gemmt/shared_memory.cuh"
+#include "common/shared_memory.cuh"
 
 namespace gemmt {
 namespace {

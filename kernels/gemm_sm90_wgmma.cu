@@ -41,7 +41,7 @@
 #include "gemmt/gemm_tc_kind.h"
 #include "gemmt/launch.cuh"
 #include "gemmt/numeric.cuh"
-#include "gemmt/shared_memory.cuh"
+#include "common/shared_memory.cuh"
 #include "gemmt/strided_copy.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)

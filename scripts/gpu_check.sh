@@ -64,7 +64,7 @@ if has selftest; then
     # Linked against the kernels the CMake build compiled (same flags, same targets).
     stage "compile $name" "$LOGS/${name}_build.log" \
       nvcc -std=c++17 -O2 -Iinclude -DGEMMT_HAS_SM90A --expt-relaxed-constexpr \
-      -gencode=arch=compute_90a,code=sm_90a -o "build/$name" "$t" build/cmake-gpu/libgemmt_kernels.a && \
+      -gencode=arch=compute_90a,code=sm_90a -o "build/$name" "$t" build/cmake-gpu/libgemmt_kernels.a build/cmake-gpu/libgemmt_plan.a && \
     args=()
     # The SIMT self-test also times every tile configuration of the pipelined kernel.
     [ "$name" = gemm_simt_selftest ] && args=(-q -bench -sweep)

@@ -101,7 +101,7 @@ def test_gemm_nan_propagates(device: str) -> None:
 
 
 # ---- CUDA: every named kernel on awkward shapes -------------------------------------------
-CUDA_VARIANTS = ["naive", "smem_tiled", "register_blocked", "warptiled", "pipelined", "split_k"]
+CUDA_VARIANTS = ["naive", "smem_tiled", "register_blocked", "warp_tiled", "pipelined", "split_k"]
 AWKWARD = [(1, 1, 1), (7, 9, 5), (33, 17, 65), (127, 129, 131), (128, 256, 64), (257, 129, 1000),
            (64, 48, 4099)]
 

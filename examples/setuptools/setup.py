@@ -24,9 +24,12 @@ def rel(paths: list[Path]) -> list[str]:
     return [os.path.relpath(p, Path(__file__).parent) for p in sorted(paths)]
 
 
-wrapper_sources = rel(list((ROOT / "pytorch_wrapper").glob("*.cpp")))
-kernel_sources = rel(list((ROOT / "kernels").glob("*.cu")))
-include_dirs = [str(ROOT / "include"), str(ROOT / "pytorch_wrapper")]
+# The planners (kernels/plan/*.cpp) are plain C++ and part of every build.
+wrapper_sources = rel(list((ROOT / "pytorch_wrapper").glob("*.cpp"))) + rel(
+    list((ROOT / "kernels" / "plan").glob("*.cpp"))
+)
+kernel_sources = rel(list((ROOT / "kernels").rglob("*.cu")))
+include_dirs = [str(ROOT / "include"), str(ROOT / "kernels"), str(ROOT / "pytorch_wrapper")]
 defines = [f"-DTORCH_EXTENSION_NAME={NAME}", '-DGEMMT_BUILD_SYSTEM="setuptools"']
 
 if torch.version.cuda is not None and CUDA_HOME is not None:

@@ -1,4 +1,4 @@
-// Planning queries of the SIMT GEMM family (kernels/gemm_simt.cu), for the dispatcher and
+// Planning queries of the SIMT GEMM family (kernels/simt/), for the dispatcher and
 // for benchmarks that want to report what ran. The launch entry points themselves are
 // declared in gemmt/gemm.h.
 #pragma once
@@ -6,22 +6,9 @@
 #include <cstddef>
 
 #include "gemmt/gemm.h"
+#include "gemmt/gemm_simt_plan.h"
 
 namespace gemmt {
-
-// What gemm_simt_run will launch for (args, v): the block tile of the main kernel, the
-// number of k-slices (split-k and the split gemv; 1 otherwise) and the workspace it needs.
-struct SimtPlan {
-  int block_m = 0, block_n = 0, block_k = 0;  // 0 for kernels without a block tile (gemv)
-  int stages = 0;                             // shared-memory stages (pipelined, split-k)
-  int threads = 0;                            // threads per block of the main kernel
-  int splits = 1;
-  bool interior = false;  // the whole-tiles instance of the pipelined kernel
-  // Stream-k: the last stream_k_tiles tiles run on stream_k_blocks blocks that share out
-  // their k-tiles evenly (0: every tile is one block).
-  int stream_k_blocks = 0, stream_k_tiles = 0;
-  std::size_t workspace_bytes = 0;
-};
 
 // Deterministic in (args, v) and the current device, so gemm_simt_workspace_bytes and
 // gemm_simt_run always agree. Returns a zero plan when the variant does not support args.

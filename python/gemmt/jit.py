@@ -65,8 +65,10 @@ def sources(with_cuda: bool) -> list[str]:
     """Every source file of the library for this kind of build."""
     root = source_root()
     files = sorted(str(p) for p in (root / "pytorch_wrapper").glob("*.cpp"))
+    # The planners are plain C++ and part of every build (CPU-only ones test them).
+    files += sorted(str(p) for p in (root / "kernels" / "plan").glob("*.cpp"))
     if with_cuda:
-        files += sorted(str(p) for p in (root / "kernels").glob("*.cu"))
+        files += sorted(str(p) for p in (root / "kernels").rglob("*.cu"))
     return files
 
 
@@ -104,7 +106,11 @@ def load(
     module = cpp_extension.load(
         name=name,
         sources=sources(with_cuda),
-        extra_include_paths=[str(root / "include"), str(root / "pytorch_wrapper")],
+        extra_include_paths=[
+            str(root / "include"),
+            str(root / "kernels"),
+            str(root / "pytorch_wrapper"),
+        ],
         extra_cflags=["-O3", *defines],
         extra_cuda_cflags=cuda_flags,
         with_cuda=with_cuda,

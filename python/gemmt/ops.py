@@ -28,7 +28,7 @@ GEMM_VARIANTS: tuple[str, ...] = (
     "naive",
     "smem_tiled",
     "register_blocked",
-    "warptiled",
+    "warp_tiled",
     "pipelined",
     "split_k",
     "gemv",
