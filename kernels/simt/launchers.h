@@ -43,8 +43,10 @@ PipeKernel pipe_kernel_f32_small(LoadMode a, LoadMode b, bool stream_k);
 PipeKernel pipe_kernel_f32_fat(LoadMode a, LoadMode b, bool stream_k);
 PipeKernel pipe_kernel_f32_fat_interior(LoadMode a, LoadMode b, bool stream_k);
 PipeKernel pipe_kernel_f32_narrow(LoadMode a, LoadMode b, bool stream_k);
-PipeKernel pipe_kernel_f16(PipeTile tile, LoadMode a, LoadMode b);
-PipeKernel pipe_kernel_bf16(PipeTile tile, LoadMode a, LoadMode b);
+PipeKernel pipe_kernel_f16_large(LoadMode a, LoadMode b);
+PipeKernel pipe_kernel_f16_small(LoadMode a, LoadMode b);
+PipeKernel pipe_kernel_bf16_large(LoadMode a, LoadMode b);
+PipeKernel pipe_kernel_bf16_small(LoadMode a, LoadMode b);
 
 // Step 6 (split_k_reduce.cu): C = alpha * (sum of `splits` float32 slices [splits][m][n]) +
 // beta * C, slices added in order.

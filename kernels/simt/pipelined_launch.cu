@@ -17,11 +17,12 @@ namespace simt {
 PipeKernel pipe_kernel(ScalarType t, PipeTile tile, LoadMode a, LoadMode b, bool interior,
                        bool stream_k) {
   if (!pipe_instance_built(t, tile, a, b, interior, stream_k)) return PipeKernel{};
+  // pipe_instance_built admits only kLarge and kSmall for 16-bit types.
   switch (t) {
     case ScalarType::kFloat16:
-      return pipe_kernel_f16(tile, a, b);
+      return tile == PipeTile::kLarge ? pipe_kernel_f16_large(a, b) : pipe_kernel_f16_small(a, b);
     case ScalarType::kBFloat16:
-      return pipe_kernel_bf16(tile, a, b);
+      return tile == PipeTile::kLarge ? pipe_kernel_bf16_large(a, b) : pipe_kernel_bf16_small(a, b);
     default:
       break;
   }
