@@ -405,7 +405,8 @@ struct PipeParams {
   bool partial_vec4;    // n % 4 == 0: slice rows are 16-byte aligned
   int64_t k_per_split;  // multiple of BK
   int tiles_m, tiles_n;
-  StreamKParams sk;  // the stream-k form only
+  StreamKParams sk;    // the stream-k form only
+  EpilogueParams epi;  // applied where C is written (split-k: by the reduction)
 };
 
 __device__ __forceinline__ int load_acquire(const int* p) {
@@ -694,7 +695,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
           store_partial_quad(ws, p.m, p.n, p.partial_vec4, row, col0 + q * LN * 4, &acc[i][4 * q]);
       }
     } else if (write_c) {
-      const OutView<T> out{static_cast<raw*>(p.c), p.ldc, p.m, p.n, p.alpha, p.beta, p.c_vec4};
+      const OutView<T> out{static_cast<raw*>(p.c), p.ldc, p.m, p.n, p.alpha, p.beta, p.c_vec4,
+                           p.epi.view<T>()};
 #pragma unroll
       for (int i = 0; i < TM; ++i) {
         const int64_t row = row0 + (i / 4) * LM * 4 + (i % 4);
@@ -716,7 +718,7 @@ template <class T>
 __global__ void __launch_bounds__(256)
     reduce_slices_kernel(const float* __restrict__ ws, int splits, int64_t rows, int64_t cols,
                          typename Elem<T>::raw* out, int64_t ld, int64_t cs, float alpha,
-                         float beta) {
+                         float beta, const EpilogueView<T> epi) {
   const int64_t col = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
   if (col >= cols) return;
   const int64_t slice = rows * cols;
@@ -727,6 +729,7 @@ __global__ void __launch_bounds__(256)
     typename Elem<T>::raw* o = out + r * ld + col * cs;
     float v = alpha * s;
     if (beta != 0.f) v = fmaf(beta, Elem<T>::to_float(*o), v);
+    if (epi.active) v = epi.apply(r, col, v);  // only matrix outputs (cs == 1) carry one
     *o = Elem<T>::from_float(v);
   }
 }
@@ -780,12 +783,15 @@ __global__ void __launch_bounds__(kReduceThreads)
 template <class T>
 __global__ void __launch_bounds__(256)
     scale_kernel(typename Elem<T>::raw* out, int64_t rows, int64_t cols, int64_t ld, int64_t cs,
-                 float beta) {
+                 float beta, const EpilogueView<T> epi, bool column) {
   const int64_t col = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
   if (col >= cols) return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     typename Elem<T>::raw* o = out + r * ld + col * cs;
-    *o = Elem<T>::from_float(beta == 0.f ? 0.f : beta * Elem<T>::to_float(*o));
+    float v = beta == 0.f ? 0.f : beta * Elem<T>::to_float(*o);
+    // A single column is walked as one row: element `col` is C's (col, 0).
+    if (epi.active) v = column ? epi.apply(col, 0, v) : epi.apply(r, col, v);
+    *o = Elem<T>::from_float(v);
   }
 }
 
@@ -970,6 +976,7 @@ OutView<T> make_out(const GemmArgs& a) {
   o.alpha = a.alpha;
   o.beta = a.beta;
   o.vec4 = aligned(a.c, vbytes) && (a.m == 1 || a.ldc % 4 == 0);
+  o.epi = make_epilogue_view<T>(a.epilogue);
   return o;
 }
 
@@ -1480,9 +1487,9 @@ cudaError_t reduce_slices(const GemmArgs& a, const float* slices, int splits, cu
   const int64_t gx = ceil_div(a.n, 256);
   if (gx > kMaxGridX) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(std::min<int64_t>(a.m, 65535)));
-  reduce_slices_kernel<T><<<grid, 256, 0, stream>>>(slices, splits, a.m, a.n,
-                                                    static_cast<typename Elem<T>::raw*>(a.c), a.ldc,
-                                                    1, a.alpha, a.beta);
+  reduce_slices_kernel<T>
+      <<<grid, 256, 0, stream>>>(slices, splits, a.m, a.n, static_cast<typename Elem<T>::raw*>(a.c),
+                                 a.ldc, 1, a.alpha, a.beta, make_epilogue_view<T>(a.epilogue));
   GEMMT_RETURN_LAUNCH_ERROR();
 }
 
@@ -1505,6 +1512,7 @@ cudaError_t run_pipelined(const GemmArgs& a, const PipePlan& plan, float* worksp
   p.alpha = a.alpha;
   p.beta = a.beta;
   p.c_vec4 = make_out<T>(a).vec4;
+  p.epi = make_epilogue_params(a.epilogue);
   p.partial = plan.splits > 1 ? workspace : nullptr;
   p.partial_vec4 = a.n % 4 == 0;
   p.k_per_split = plan.k_per_split;
@@ -1634,7 +1642,7 @@ cudaError_t run_gemv(const GemmArgs& a, float* workspace, cudaStream_t stream) {
     if (gx > kMaxGridX) return cudaErrorInvalidValue;
     reduce_slices_kernel<T><<<static_cast<unsigned>(gx), 256, 0, stream>>>(
         workspace, pl.splits, 1, pl.g.rows, static_cast<typename Elem<T>::raw*>(a.c), 0, pl.g.s_out,
-        a.alpha, a.beta);
+        a.alpha, a.beta, EpilogueView<T>{});
     GEMMT_RETURN_LAUNCH_ERROR();
   }
   return cudaSuccess;
@@ -1791,7 +1799,7 @@ cudaError_t scale_typed(const GemmArgs& a, cudaStream_t stream) {
   if (gx > kMaxGridX) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
   scale_kernel<T><<<grid, 256, 0, stream>>>(static_cast<typename Elem<T>::raw*>(a.c), rows, cols,
-                                            ld, cs, a.beta);
+                                            ld, cs, a.beta, make_epilogue_view<T>(a.epilogue), col);
   GEMMT_RETURN_LAUNCH_ERROR();
 }
 
