@@ -10,10 +10,11 @@ bool is_tensor_core_problem(const GemmArgs& a) {
          (a.dtype == ScalarType::kFloat32 && a.allow_tf32);
 }
 
-// Families whose kernels apply a GemmEpilogue (bias, activation, pre-activation output) in
-// their own epilogue; the others take the plain product only.
+// Every family applies a GemmEpilogue (bias, activation, pre-activation output) where it
+// writes C (split-k: in its reduction) except gemv, whose outputs are single dot products
+// finished in several places; epilogue products with m == 1 or n == 1 go to the others.
 bool applies_epilogue(GemmVariant v) {
-  return v == GemmVariant::kDecode;
+  return v != GemmVariant::kGemv;
 }
 
 }  // namespace
@@ -39,13 +40,15 @@ bool gemm_supports(const GemmArgs& args, GemmVariant v) {
 GemmVariant gemm_pick(const GemmArgs& args) {
   // Decode-sized products stream B; the decode kernel does that on the tensor cores.
   if (gemm_supports(args, GemmVariant::kDecode)) return GemmVariant::kDecode;
-  if (args.m == 1 || args.n == 1) return GemmVariant::kGemv;
+  if ((args.m == 1 || args.n == 1) && gemm_supports(args, GemmVariant::kGemv)) {
+    return GemmVariant::kGemv;
+  }
   if (is_tensor_core_problem(args)) {
     if (gemm_supports(args, GemmVariant::kWgmma)) return GemmVariant::kWgmma;
     if (gemm_supports(args, GemmVariant::kMmaSync)) return GemmVariant::kMmaSync;
   }
   // Split-k when the SIMT planner's cost model gives the problem more than one k-slice.
-  if (args.epilogue.empty() && gemm_simt_wants_split_k(args)) return GemmVariant::kSplitK;
+  if (gemm_simt_wants_split_k(args)) return GemmVariant::kSplitK;
   return GemmVariant::kPipelined;
 }
 

@@ -63,6 +63,7 @@ struct Params {
   float alpha, beta;
   bool c_pair;  // two adjacent outputs can be written with one aligned store
   int tiles_m, tiles_n;
+  EpilogueParams epi;
 };
 
 template <int K>
@@ -289,7 +290,7 @@ __device__ __forceinline__ void store_pair(const Params& p, int64_t row, int64_t
   if (row >= p.m || col >= p.n) return;
   T* dst = static_cast<T*>(p.c) + row * p.ldc + col;
   const bool has_second = col + 1 < p.n;
-  store_c_pair(dst, has_second, p.c_pair, v0, v1, p.alpha, p.beta);
+  store_c_pair(dst, has_second, p.c_pair, v0, v1, p.alpha, p.beta, p.epi.view<T>(), row, col);
 }
 
 template <int kKind, bool kAMn, bool kBMn>
@@ -454,6 +455,7 @@ cudaError_t gemm_sm80_run(const GemmArgs& args, cudaStream_t stream) {
   p.ldc = args.ldc;
   p.alpha = args.alpha;
   p.beta = args.beta;
+  p.epi = make_epilogue_params(args.epilogue);
   p.c_pair =
       (reinterpret_cast<uintptr_t>(args.c) % (2 * elt)) == 0 && (args.ldc % 2 == 0 || args.m == 1);
   p.tiles_m = static_cast<int>((args.m + kBM - 1) / kBM);

@@ -102,6 +102,8 @@ struct Params {
   int splits;
   int kb_per_split;
   float* partial;
+  // Bias / activation / pre-activation output, in the caller's coordinates (C's, not C^T's).
+  EpilogueParams epi;
 };
 
 template <int K>
@@ -466,12 +468,12 @@ __device__ __forceinline__ void tile_coords(int t, const Params& p, int& tm, int
 
 // C[row, col] and C[row, col + 1] from one accumulator pair.
 template <typename T>
-__device__ __forceinline__ void store_pair(const Params& p, T* row_ptr, int col, float v0,
+__device__ __forceinline__ void store_pair(const Params& p, T* row_ptr, int row, int col, float v0,
                                            float v1) {
   if (col >= p.n) return;
   T* dst = row_ptr + col;
   const bool has_second = col + 1 < p.n;
-  store_c_pair(dst, has_second, p.c_pair, v0, v1, p.alpha, p.beta);
+  store_c_pair(dst, has_second, p.c_pair, v0, v1, p.alpha, p.beta, p.epi.view<T>(), row, col);
 }
 
 template <typename T>
@@ -500,14 +502,14 @@ __device__ __forceinline__ void store_block_direct(const Params& p, const float 
     T* const r0 = c + static_cast<int64_t>(row) * p.ldc;
 #pragma unroll
     for (int j = 0; j < kAcc / 4; ++j) {
-      store_pair<T>(p, r0, col0 + 8 * j, acc[4 * j], acc[4 * j + 1]);
+      store_pair<T>(p, r0, row, col0 + 8 * j, acc[4 * j], acc[4 * j + 1]);
     }
   }
   if (row + 8 < p.m) {
     T* const r1 = c + static_cast<int64_t>(row + 8) * p.ldc;
 #pragma unroll
     for (int j = 0; j < kAcc / 4; ++j) {
-      store_pair<T>(p, r1, col0 + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+      store_pair<T>(p, r1, row + 8, col0 + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
     }
   }
 }
@@ -532,8 +534,9 @@ __device__ __forceinline__ void store_block_transposed(const Params& p, const fl
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if (row + 8 * h < p.m) {
+          // Block (row, col) is the caller's C element (col, row).
           store_c_pair(line + row + 8 * h, false, false, acc[4 * j + 2 * h + e], 0.f, p.alpha,
-                       p.beta);
+                       p.beta, p.epi.view<T>(), col, row + 8 * h);
         }
       }
     }
@@ -562,6 +565,7 @@ __device__ __forceinline__ void store_partial_block(const Params& p, const float
   q.alpha = 1.f;
   q.beta = 0.f;
   q.c_pair = p.n % 2 == 0;
+  q.epi.active = false;  // the reduction applies it
   store_block<float, kAcc>(q, acc, row0, n0, warp_in_wg, lane);
 }
 
@@ -619,6 +623,15 @@ __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorM
               if (gc + 1 < p.n) v1 += p.beta * to_float(*(src + 1));
             }
           }
+          if (p.epi.active) {
+            const int gr = row0 + r;
+            const int gc = n0 + 8 * j + 2 * t;
+            if (gr < p.m && gc < p.n) {
+              const EpilogueView<T> e = p.epi.view<T>();
+              v0 = e.apply(gr, gc, v0);
+              if (gc + 1 < p.n) v1 = e.apply(gr, gc + 1, v1);
+            }
+          }
           const uint32_t addr = buf + box * kCBoxBytes + r * 128 +
                                 ((((byte_in_row >> 4) ^ (r & 7))) << 4) + (byte_in_row & 15);
           if constexpr (kElt == 4) {
@@ -674,6 +687,11 @@ __device__ __forceinline__ void store_block_tma_transposed(const Params& p, cons
               const int gc = row0 + r;
               const int gl = n0 + 8 * j + 2 * t + e;
               if (gc < p.m && gl < p.n) v += p.beta * c[static_cast<int64_t>(gl) * p.ldc + gc];
+            }
+            if (p.epi.active) {  // block (gc, gl) is the caller's C element (gl, gc)
+              const int gc = row0 + r;
+              const int gl = n0 + 8 * j + 2 * t + e;
+              if (gc < p.m && gl < p.n) v = p.epi.view<float>().apply(gl, gc, v);
             }
             st_shared_f32(box + line * 128 + (((rb >> 2) ^ (line & 7)) << 4) + (rb & 3) * 4, v);
           }
@@ -1421,6 +1439,7 @@ cudaError_t run_planned(const Problem& pr, cudaStream_t stream, int cluster, int
   p.splits = split ? sp.splits : 1;
   p.kb_per_split = split ? sp.kb_per_split : p.num_kb;
   p.partial = split ? partial : nullptr;
+  p.epi = make_epilogue_params(args.epilogue);
   const int sm_count = args.sm_count > 0 ? args.sm_count : 1;
   cudaError_t launched;
   if (narrow) {

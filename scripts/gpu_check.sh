@@ -2,8 +2,8 @@
 # On a CUDA machine, in one go: build gemmt (pip and plain CMake), run the standalone kernel
 # self-tests, the whole pytest suite (CUDA cases included), the demo, and the benchmarks.
 # Logs and JSON go under $OUT (default ./gpu-out); a summary is printed last.
-#   STAGES="build selftest test slow demo bench profile sanitize" (default: all but profile
-#   and sanitize)
+#   STAGES="build selftest test slow demo linear bench profile sanitize" (default: all but
+#   profile and sanitize)
 #   BENCH_ARGS="--quick"   passed to python -m gemmt bench
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +11,9 @@ ROOT=$PWD
 OUT=${OUT:-$ROOT/gpu-out}
 LOGS=$OUT/logs
 mkdir -p "$LOGS"
-STAGES=${STAGES:-"build selftest test slow demo bench"}
+STAGES=${STAGES:-"build selftest test slow demo linear bench"}
+# PYTEST_TARGETS narrows the test stage (default: the whole suite).
+PYTEST_TARGETS=${PYTEST_TARGETS:-tests}
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
@@ -78,7 +80,7 @@ fi
 
 if has test; then
   stage "pytest (all but slow)" "$LOGS/pytest.log" \
-    $PY -m pytest tests -q -m "not slow" -rfE -p no:cacheprovider --timeout 600
+    $PY -m pytest $PYTEST_TARGETS -q -m "not slow" -rfE -p no:cacheprovider --timeout 600
   tail -n 3 "$LOGS/pytest.log" | tee -a "$SUMMARY"
   cp docs/bad_input_matrix_*.md "$LOGS/" 2>/dev/null
 fi
@@ -86,6 +88,13 @@ fi
 if has demo; then
   stage "python -m gemmt" "$LOGS/demo.log" $PY -m gemmt
   cat "$LOGS/demo.log" >>"$SUMMARY"
+fi
+
+if has linear; then
+  # LINEAR_ARGS: e.g. "--sections decode,fused" (default: every section).
+  stage "bench linear" "$LOGS/bench_linear.log" $PY -m gemmt bench linear --out "$OUT" \
+    ${LINEAR_ARGS:-}
+  grep -v "it/s\|s/it" "$LOGS/bench_linear.log" | tail -n 150 >>"$SUMMARY"
 fi
 
 if has bench; then

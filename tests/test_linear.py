@@ -267,26 +267,52 @@ SWEEP_SHAPES = [(1, 64, 32), (2, 4096, 11008), (7, 33, 65), (16, 4096, 4096), (6
                 (2048, 640, 512), (4096, 256, 1024), (3, 4100, 1030), (65, 11008, 4096)]
 
 
+def _random_shapes(count: int, seed: int) -> list[tuple[int, int, int]]:
+    # M log-uniform over 1..4096; K and N anywhere in 1..3000, so most are odd or not a
+    # multiple of 8 (the unaligned paths), a few of them tiny.
+    gen = torch.Generator().manual_seed(seed)
+    shapes = []
+    for _ in range(count):
+        m = int(2 ** (torch.rand((), generator=gen).item() * 12))
+        k, n = (int(v) for v in torch.randint(1, 3000, (2,), generator=gen))
+        shapes.append((m, k, n))
+    return shapes
+
+
+SWEEP_SHAPES += _random_shapes(24, seed=11)
+SWEEP_LAYOUTS = [("row", "row"), ("row", "transposed"), ("transposed", "row")]
+
+
+def _laid_out(t: torch.Tensor, layout: str) -> torch.Tensor:
+    return t if layout == "row" else t.t().contiguous().t()
+
+
 @pytest.mark.cuda
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_cuda_sweep_forward_backward(dtype: torch.dtype) -> None:
+@pytest.mark.parametrize("dtype", ["float32", "tf32", "float16", "bfloat16"])
+def test_cuda_sweep_forward_backward(dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # tf32: float32 tensors with TF32 allowed, which routes products to the tensor-core
+    # kernels (and, for a row-major W.T, to the kernel that computes C transposed).
+    tf32 = dtype == "tf32"
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", tf32)
+    dtype = torch.float32 if tf32 else getattr(torch, dtype)
+    tol = tol_for(dtype, allow_tf32=tf32)
     gen = torch.Generator().manual_seed(7)
     for (m, in_f, out_f), act in zip(SWEEP_SHAPES, itertools.cycle(ACTS)):
-        for w_layout in ("row", "transposed"):
-            x = torch.randn(m, in_f, generator=gen).to(dtype).cuda()
+        for x_layout, w_layout in SWEEP_LAYOUTS:
+            x = _laid_out(torch.randn(m, in_f, generator=gen).to(dtype).cuda(), x_layout)
             w_cpu = torch.randn(out_f, in_f, generator=gen) / in_f ** 0.5
-            w = (w_cpu.to(dtype).cuda() if w_layout == "row"
-                 else w_cpu.t().contiguous().to(dtype).cuda().t())
+            w = _laid_out(w_cpu.to(dtype).cuda(), w_layout)
             b = torch.randn(out_f, generator=gen).to(dtype).cuda()
             _poison_allocator(m * out_f * 8)
             leaves = [t.detach().requires_grad_() for t in (x, w, b)]
             out = gemmt.linear(*leaves, activation=act)
             ref = reference(x, w, b, act)
-            assert not out.isnan().any(), (m, in_f, out_f, act, w_layout)
-            assert rel_err(out, ref) <= tol_for(dtype), (m, in_f, out_f, act, w_layout)
+            where = (m, in_f, out_f, act, x_layout, w_layout)
+            assert not out.isnan().any(), where
+            assert rel_err(out, ref) <= tol, where
             g = torch.randn(m, out_f, generator=gen).to(dtype).cuda()
             out.backward(g)
             refs = [t.detach().double().requires_grad_() for t in (x, w, b)]
             reference(*refs, act).backward(g.double())
             for got, want in zip(leaves, refs):
-                assert rel_err(got.grad, want.grad) <= 2 * tol_for(dtype), (m, in_f, out_f, act)
+                assert rel_err(got.grad, want.grad) <= 2 * tol, where

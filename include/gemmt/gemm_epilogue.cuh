@@ -5,20 +5,96 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "gemmt/activation.h"
+#include "gemmt/gemm.h"
 #include "gemmt/numeric.cuh"
 
 namespace gemmt {
 
+// A GemmEpilogue as the kernels see it: applied to z = alpha * acc + beta * C of output
+// (row, col) in the coordinates of the caller's GemmArgs (a kernel that computes C^T maps
+// its own coordinates back before calling). `active` is false for a plain product, so the
+// common case costs one uniform branch per store, not a kernel instantiation per epilogue.
+template <typename T>
+struct EpilogueView {
+  const T* bias = nullptr;
+  T* preact = nullptr;
+  int64_t ld_preact = 0;
+  Activation act = Activation::kNone;
+  bool bias_per_row = false;
+  bool active = false;
+
+  __device__ __forceinline__ float apply(int64_t row, int64_t col, float z) const {
+    if (bias != nullptr) z += to_float(bias[bias_per_row ? row : col]);
+    if (preact != nullptr) preact[row * ld_preact + col] = from_float<T>(z);
+    return apply_activation(act, z);
+  }
+};
+
+template <typename T>
+inline EpilogueView<T> make_epilogue_view(const GemmEpilogue& e) {
+  EpilogueView<T> v;
+  v.bias = static_cast<const T*>(e.bias);
+  v.preact = static_cast<T*>(e.preact);
+  v.ld_preact = e.ld_preact;
+  v.act = e.activation;
+  v.bias_per_row = e.bias_per_row;
+  v.active = !e.empty();
+  return v;
+}
+
+// The same for a kernel whose element type is only known at run time (one Params struct
+// for all dtypes): the pointers stay untyped and the caller names the type at the store.
+struct EpilogueParams {
+  const void* bias = nullptr;
+  void* preact = nullptr;
+  int64_t ld_preact = 0;
+  Activation act = Activation::kNone;
+  bool bias_per_row = false;
+  bool active = false;
+
+  template <typename T>
+  __device__ __forceinline__ EpilogueView<T> view() const {
+    EpilogueView<T> v;
+    v.bias = static_cast<const T*>(bias);
+    v.preact = static_cast<T*>(preact);
+    v.ld_preact = ld_preact;
+    v.act = act;
+    v.bias_per_row = bias_per_row;
+    v.active = active;
+    return v;
+  }
+};
+
+inline EpilogueParams make_epilogue_params(const GemmEpilogue& e) {
+  EpilogueParams p;
+  p.bias = e.bias;
+  p.preact = e.preact;
+  p.ld_preact = e.ld_preact;
+  p.act = e.activation;
+  p.bias_per_row = e.bias_per_row;
+  p.active = !e.empty();
+  return p;
+}
+
 // dst[0] (and dst[1] when has_second) = alpha * v + beta * dst. beta == 0 never reads C,
 // which may hold NaN. pair_aligned: dst is aligned for a two-element store.
+// With an active epilogue, (row, col) is dst[0]'s position in GemmArgs coordinates and the
+// second element is (row, col + 1).
 template <typename T>
 __device__ __forceinline__ void store_c_pair(T* dst, bool has_second, bool pair_aligned, float v0,
-                                             float v1, float alpha, float beta) {
+                                             float v1, float alpha, float beta,
+                                             const EpilogueView<T>& epi = EpilogueView<T>{},
+                                             int64_t row = 0, int64_t col = 0) {
   v0 *= alpha;
   v1 *= alpha;
   if (beta != 0.f) {
     v0 += beta * to_float(dst[0]);
     if (has_second) v1 += beta * to_float(dst[1]);
+  }
+  if (epi.active) {
+    v0 = epi.apply(row, col, v0);
+    if (has_second) v1 = epi.apply(row, col + 1, v1);
   }
   if (has_second && pair_aligned) {
     if constexpr (sizeof(T) == 4) {

@@ -68,6 +68,7 @@ OutView<T> make_out(const GemmArgs& a) {
   o.alpha = a.alpha;
   o.beta = a.beta;
   o.vec4 = out_vec4(a);
+  o.epi = make_epilogue_view<T>(a.epilogue);
   return o;
 }
 

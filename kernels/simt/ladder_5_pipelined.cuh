@@ -101,6 +101,7 @@ struct PipeParams {
   int64_t k_per_split;  // multiple of BK
   int tiles_m, tiles_n;
   StreamKParams stream_k;  // the stream-k form only
+  EpilogueParams epi;      // applied where C is written (split-k: by the reduction)
 };
 
 // INTERIOR instances serve problems whose every block and k-range is whole tiles (float32,
@@ -306,7 +307,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
           store_partial_quad(ws, p.m, p.n, p.partial_vec4, row, col0 + q * LN * 4, &acc[i][4 * q]);
       }
     } else if (write_c) {
-      const OutView<T> out{static_cast<raw*>(p.c), p.ldc, p.m, p.n, p.alpha, p.beta, p.c_vec4};
+      const OutView<T> out{static_cast<raw*>(p.c), p.ldc, p.m, p.n, p.alpha, p.beta, p.c_vec4,
+                           p.epi.view<T>()};
 #pragma unroll
       for (int i = 0; i < TM; ++i) {
         const int64_t row = row0 + (i / 4) * LM * 4 + (i % 4);

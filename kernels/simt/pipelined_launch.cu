@@ -89,6 +89,7 @@ cudaError_t run_pipelined(const GemmArgs& a, const PipePlan& plan, float* worksp
   p.alpha = a.alpha;
   p.beta = a.beta;
   p.c_vec4 = out_vec4(a);
+  p.epi = make_epilogue_params(a.epilogue);
   p.partial = plan.splits > 1 ? workspace : nullptr;
   p.partial_vec4 = a.n % 4 == 0;
   p.k_per_split = plan.k_per_split;

@@ -27,7 +27,7 @@ template <class T>
 __global__ void __launch_bounds__(256)
     reduce_slices_kernel(const float* __restrict__ ws, int splits, int64_t rows, int64_t cols,
                          typename Elem<T>::raw* out, int64_t ld, int64_t cs, float alpha,
-                         float beta) {
+                         float beta, const EpilogueView<T> epi) {
   const int64_t col = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
   if (col >= cols) return;
   const int64_t slice = rows * cols;
@@ -38,6 +38,7 @@ __global__ void __launch_bounds__(256)
     typename Elem<T>::raw* o = out + r * ld + col * cs;
     float v = alpha * s;
     if (beta != 0.f) v = fmaf(beta, Elem<T>::to_float(*o), v);
+    if (epi.active) v = epi.apply(r, col, v);  // only matrix outputs (cs == 1) carry one
     *o = Elem<T>::from_float(v);
   }
 }
@@ -91,12 +92,15 @@ __global__ void __launch_bounds__(kReduceThreads)
 template <class T>
 __global__ void __launch_bounds__(256)
     scale_kernel(typename Elem<T>::raw* out, int64_t rows, int64_t cols, int64_t ld, int64_t cs,
-                 float beta) {
+                 float beta, const EpilogueView<T> epi, bool column) {
   const int64_t col = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
   if (col >= cols) return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     typename Elem<T>::raw* o = out + r * ld + col * cs;
-    *o = Elem<T>::from_float(beta == 0.f ? 0.f : beta * Elem<T>::to_float(*o));
+    float v = beta == 0.f ? 0.f : beta * Elem<T>::to_float(*o);
+    // A single column is walked as one row: element `col` is C's (col, 0).
+    if (epi.active) v = column ? epi.apply(col, 0, v) : epi.apply(r, col, v);
+    *o = Elem<T>::from_float(v);
   }
 }
 
@@ -115,9 +119,9 @@ cudaError_t reduce_slices_typed(const GemmArgs& a, const float* slices, int spli
   const int64_t gx = ceil_div(a.n, 256);
   if (gx > kMaxGridX) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(std::min<int64_t>(a.m, 65535)));
-  reduce_slices_kernel<T><<<grid, 256, 0, stream>>>(slices, splits, a.m, a.n,
-                                                    static_cast<typename Elem<T>::raw*>(a.c), a.ldc,
-                                                    1, a.alpha, a.beta);
+  reduce_slices_kernel<T>
+      <<<grid, 256, 0, stream>>>(slices, splits, a.m, a.n, static_cast<typename Elem<T>::raw*>(a.c),
+                                 a.ldc, 1, a.alpha, a.beta, make_epilogue_view<T>(a.epilogue));
   GEMMT_RETURN_LAUNCH_ERROR();
 }
 
@@ -132,7 +136,7 @@ cudaError_t scale_typed(const GemmArgs& a, cudaStream_t stream) {
   if (gx > kMaxGridX) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
   scale_kernel<T><<<grid, 256, 0, stream>>>(static_cast<typename Elem<T>::raw*>(a.c), rows, cols,
-                                            ld, cs, a.beta);
+                                            ld, cs, a.beta, make_epilogue_view<T>(a.epilogue), col);
   GEMMT_RETURN_LAUNCH_ERROR();
 }
 
@@ -152,7 +156,8 @@ cudaError_t reduce_vector_slices(ScalarType t, const float* ws, int splits, int6
   return with_simt_type(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     reduce_slices_kernel<T><<<static_cast<unsigned>(gx), 256, 0, stream>>>(
-        ws, splits, 1, cols, static_cast<typename Elem<T>::raw*>(out), 0, cs, alpha, beta);
+        ws, splits, 1, cols, static_cast<typename Elem<T>::raw*>(out), 0, cs, alpha, beta,
+        EpilogueView<T>{});
     GEMMT_RETURN_LAUNCH_ERROR();
   });
 }

@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "common/cp_async.cuh"
+#include "gemmt/gemm_epilogue.cuh"
 #include "plan/simt_plan.h"
 
 namespace gemmt {
@@ -86,7 +87,8 @@ struct OutView {
   int64_t ldc;
   int64_t m, n;
   float alpha, beta;
-  bool vec4;  // c and ldc allow aligned 4-element vector access (16 B fp32, 8 B 16-bit)
+  bool vec4;            // c and ldc allow aligned 4-element vector access (16 B fp32, 8 B 16-bit)
+  EpilogueView<T> epi;  // bias / activation / pre-activation, (row, col) as C's
 };
 
 template <class T>
@@ -94,6 +96,7 @@ __device__ __forceinline__ void store_one(const OutView<T>& o, int64_t row, int6
   typename Elem<T>::raw* p = o.c + row * o.ldc + col;
   float r = o.alpha * v;
   if (o.beta != 0.f) r = fmaf(o.beta, Elem<T>::to_float(*p), r);
+  if (o.epi.active) r = o.epi.apply(row, col, r);
   *p = Elem<T>::from_float(r);
 }
 
@@ -117,6 +120,10 @@ __device__ __forceinline__ void store_quad(const OutView<T>& o, int64_t row, int
         r[2] = fmaf(o.beta, old.z, r[2]);
         r[3] = fmaf(o.beta, old.w, r[3]);
       }
+      if (o.epi.active) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) r[j] = o.epi.apply(row, col + j, r[j]);
+      }
       *p4 = make_float4(r[0], r[1], r[2], r[3]);
     } else {
       uint2* p2 = reinterpret_cast<uint2*>(p);
@@ -126,6 +133,10 @@ __device__ __forceinline__ void store_quad(const OutView<T>& o, int64_t row, int
         r[1] = fmaf(o.beta, Elem<T>::to_float(static_cast<uint16_t>(old.x >> 16)), r[1]);
         r[2] = fmaf(o.beta, Elem<T>::to_float(static_cast<uint16_t>(old.y & 0xffffu)), r[2]);
         r[3] = fmaf(o.beta, Elem<T>::to_float(static_cast<uint16_t>(old.y >> 16)), r[3]);
+      }
+      if (o.epi.active) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) r[j] = o.epi.apply(row, col + j, r[j]);
       }
       uint2 out;
       out.x = static_cast<uint32_t>(Elem<T>::from_float(r[0])) |

@@ -16,6 +16,7 @@ import sys
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 
 import gemmt
 from gemmt._timing import median_ms
@@ -43,6 +44,17 @@ def _cases(dev: str) -> list[tuple[str, Callable[[], torch.Tensor], Callable[[],
     f = img.double()
     gray_ref = torch.floor(0.299 * f[..., 0] + 0.587 * f[..., 1] + 0.114 * f[..., 2] + 0.5)
 
+    # A Llama-style MLP projection: bf16 activations (prefill and decode sized) through a
+    # 4096 -> 11008 layer with a bias and the tanh GELU fused into the GEMM's epilogue.
+    tokens, d_in, d_out = (2048, 4096, 11008) if big else (64, 256, 704)
+    xl = torch.randn(tokens, d_in, device=dev).to(torch.bfloat16)
+    wl = (torch.randn(d_out, d_in, device=dev) / d_in ** 0.5).to(torch.bfloat16)
+    bl = torch.randn(d_out, device=dev).to(torch.bfloat16)
+    xd = xl[:16]
+
+    def linear_ref(xs: torch.Tensor) -> torch.Tensor:
+        return F.gelu(xs.double() @ wl.double().t() + bl.double(), approximate="tanh")
+
     def ours_gemm() -> torch.Tensor:
         gemmt.gemm(c, a, b)
         return c
@@ -52,6 +64,10 @@ def _cases(dev: str) -> list[tuple[str, Callable[[], torch.Tensor], Callable[[],
         ("gemm fp32", ours_gemm, lambda: torch.matmul(a, b), a.double() @ b.double(), 1e-5),
         ("mm bf16", lambda: gemmt.mm(ah, bh), lambda: torch.matmul(ah, bh),
          ah.double() @ bh.double(), 1e-2),
+        ("linear bf16 gelu", lambda: gemmt.linear(xl, wl, bl, activation="gelu_tanh"),
+         lambda: F.gelu(F.linear(xl, wl, bl), approximate="tanh"), linear_ref(xl), 1e-2),
+        ("linear bf16 decode", lambda: gemmt.linear(xd, wl, bl, activation="gelu_tanh"),
+         lambda: F.gelu(F.linear(xd, wl, bl), approximate="tanh"), linear_ref(xd), 1e-2),
         ("add fp32", lambda: gemmt.add(x, y), lambda: torch.add(x, y), x.double() + y.double(),
          1e-7),
         ("square fp32", lambda: gemmt.square(x), lambda: torch.square(x), x.double() ** 2, 1e-7),
