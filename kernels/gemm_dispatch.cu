@@ -1,5 +1,5 @@
 // Chooses and launches a GEMM kernel: the `auto` policy lives here, the kernels in
-// kernels/simt/ (exact FP32 ladder, split-k, gemv), gemm_sm80_mma.cu and gemm_sm90_wgmma.cu.
+// kernels/simt/ (exact FP32 ladder, split-k, gemv), gemm_sm80_mma.cu and kernels/sm90/.
 #include "gemmt/gemm.h"
 
 namespace gemmt {

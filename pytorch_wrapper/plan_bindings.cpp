@@ -11,10 +11,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "gemmt/copy_layout.h"
 #include "gemmt/gemm_args.h"
 #include "gemmt/gemm_variant.h"
 #include "plan/decode_plan.h"
 #include "plan/simt_plan.h"
+#include "plan/sm90_plan.h"
 
 namespace py = pybind11;
 
@@ -177,9 +179,75 @@ py::dict plan_decode(const std::string& dtype, int64_t m, int64_t n, int64_t k,
   return d;
 }
 
+py::dict plan_sm90(const std::string& dtype, int64_t m, int64_t n, int64_t k,
+                   std::array<int64_t, 2> a_strides, std::array<int64_t, 2> b_strides, int64_t ldc,
+                   std::array<int64_t, 3> offsets, int sm_count, bool allow_tf32, float beta,
+                   int cc_major, bool kernels_built) {
+  GemmArgs a;
+  a.dtype = parse_dtype(dtype);
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.a = fake_ptr(offsets[0]);
+  a.a_stride_m = a_strides[0];
+  a.a_stride_k = a_strides[1];
+  a.b = fake_ptr(offsets[1]);
+  a.b_stride_k = b_strides[0];
+  a.b_stride_n = b_strides[1];
+  a.c = const_cast<void*>(fake_ptr(offsets[2]));
+  a.ldc = ldc;
+  a.beta = beta;
+  a.allow_tf32 = allow_tf32;
+  a.sm_count = sm_count;
+  a.cc_major = cc_major;
+  a.cc_minor = 0;
+  py::dict d;
+  sm90::Problem pr;
+  sm90::Staging st;
+  sm90::SplitPlan sp;
+  sm90::Plan plan;
+  bool supported = false, planned = false;
+  std::size_t ws = 0;
+  {
+    py::gil_scoped_release release;
+    pr = sm90::problem_for(a);
+    supported = sm90::problem_supported(pr, kernels_built);
+    if (supported) {
+      st = sm90::staging_for(pr.args);
+      sp = sm90::split_plan_or_auto(pr, 0);
+      ws = sm90::workspace_bytes_with(a, 0, 0, kernels_built);
+      sm90::Problem staged = pr;
+      staged.args = sm90::staged_args(pr.args, st, planning_workspace());
+      planned = sm90::make_plan(staged, &plan, kernels_built);
+    }
+  }
+  d["supported"] = supported;
+  if (!supported) return d;
+  d["tile_n"] = pr.bn;
+  d["c_trans"] = pr.c_trans;
+  d["splits"] = sp.splits;
+  d["kb_per_split"] = sp.kb_per_split;
+  d["k_blocks"] = sm90::k_blocks(pr.args);
+  d["a_staged"] = st.a;
+  d["b_staged"] = st.b;
+  d["workspace_bytes"] = ws;
+  d["planned"] = planned;
+  d["a_mn_major"] = plan.a_mn;
+  d["b_mn_major"] = plan.b_mn;
+  return d;
+}
+
 }  // namespace
 
 void bind_plans(py::module_& m) {
+  m.def("plan_sm90", &plan_sm90,
+        "The Hopper GEMM's plan (kernels/plan/sm90_plan.cpp) for one problem on a device of "
+        "compute capability cc_major.0 with sm_count SMs; offsets in bytes from a 1 MiB "
+        "address; kernels_built: whether the build holds the sm_90a kernels.",
+        py::arg("dtype"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("a_strides"),
+        py::arg("b_strides"), py::arg("ldc"), py::arg("offsets"), py::arg("sm_count"),
+        py::arg("allow_tf32") = false, py::arg("beta") = 0.0f, py::arg("cc_major") = 9,
+        py::arg("kernels_built") = true);
   m.def("plan_decode", &plan_decode,
         "The decode GEMM's plan (kernels/plan/decode_plan.cpp) for one problem; offsets in "
         "bytes from a 1 MiB address.",

@@ -19,7 +19,7 @@ t=$(now)
 cmake --build "$dir" -j "$jobs" >/dev/null
 echo "configure $configure s, cold build $(since "$t") s (-j$jobs)"
 for f in kernels/simt/ladder_3_register_blocked.cu kernels/simt/pipelined_f32_fat.cu \
-         kernels/gemm_sm90_wgmma.cu kernels/elementwise.cu pytorch_wrapper/gemm_ops.cpp; do
+         kernels/sm90/gemm_sm90.cu kernels/elementwise.cu pytorch_wrapper/gemm_ops.cpp; do
   [ -f "$f" ] || continue
   touch "$f"
   t=$(now)

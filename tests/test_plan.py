@@ -236,3 +236,72 @@ def test_decode_plan_covers_the_problem(m: int, n: int, k: int, cc_major: int) -
     # Clusters need sm_90.
     assert p["cluster"] == 1 or cc_major >= 9
     assert decode(m, n, k, cc_major=cc_major) == p
+
+
+def sm90(m: int, n: int, k: int, *, dtype: str = "bfloat16", a_layout: str = "row",
+         b_layout: str = "row", offsets: tuple[int, int, int] = (0, 0, 0), **kw: Any
+         ) -> dict[str, Any]:
+    """The Hopper planner's answer for an m x k by k x n product (layouts as in plan())."""
+    def strides(layout: str, rows: int, cols: int) -> tuple[int, int]:
+        return {"row": (cols, 1), "col": (1, rows), "strided": (2 * cols, 2)}[layout]
+    es = ELEM_BYTES.get(dtype, 4)
+    return _native.load().plan_sm90(dtype, m, n, k, strides(a_layout, m, k),
+                                    strides(b_layout, k, n), n, tuple(o * es for o in offsets),
+                                    SMS, **kw)
+
+
+def test_sm90_takes_tensor_core_problems_on_hopper_only() -> None:
+    assert sm90(4096, 4096, 4096)["supported"]
+    assert not sm90(4096, 4096, 4096, cc_major=8)["supported"]
+    assert not sm90(4096, 4096, 4096, kernels_built=False)["supported"]
+    assert not sm90(4096, 4096, 4096, dtype="float32")["supported"]
+    assert sm90(4096, 4096, 4096, dtype="float32", allow_tf32=True)["supported"]
+
+
+def test_sm90_choices() -> None:
+    big = sm90(4096, 4096, 4096)
+    assert (big["tile_n"], big["splits"], big["workspace_bytes"]) == (256, 1, 0)
+    assert not big["a_staged"] and not big["b_staged"] and not big["c_trans"]
+    assert sm90(4096, 64, 4096)["tile_n"] == 64
+    # tf32 with a row-major B runs as C^T = B^T A^T, reading both operands in place.
+    tf32 = sm90(4096, 4096, 4096, dtype="float32", allow_tf32=True)
+    assert tf32["c_trans"] and not tf32["a_staged"] and not tf32["b_staged"]
+
+
+def test_sm90_workspace_is_staging_plus_partials() -> None:
+    def copy_bytes(rows: int, length: int, es: int) -> int:
+        pitch = -(-length * es // 16) * 16 // es
+        return -(-rows * pitch * es // 256) * 256
+
+    long_k = sm90(256, 256, 65536)
+    assert long_k["splits"] > 1
+    partial = -(-long_k["splits"] * 256 * 256 * 4 // 256) * 256
+    assert long_k["workspace_bytes"] == partial
+    odd = sm90(1000, 1000, 1000, offsets=(1, 0, 0))
+    assert odd["a_staged"] and not odd["b_staged"] and odd["planned"]
+    expect = copy_bytes(1000, 1000, 2)
+    if odd["splits"] > 1:
+        expect += -(-odd["splits"] * 1000 * 1000 * 4 // 256) * 256
+    assert odd["workspace_bytes"] == expect
+
+
+def test_sm90_every_supported_problem_has_a_plan_the_launcher_accepts() -> None:
+    """Enumerates shapes x layouts x alignments x dtypes: whatever the planner supports, the
+    staged problem has tensor maps (make_plan) and its split covers k."""
+    count = 0
+    for dtype, (m, n, k), al, bl, off in itertools.product(
+            ["bfloat16", "float16", "float32"], SHAPES, LAYOUTS, LAYOUTS, OFFSETS):
+        if 0 in (m, n, k):
+            continue
+        p = sm90(m, n, k, dtype=dtype, a_layout=al, b_layout=bl, offsets=off,
+                 allow_tf32=dtype == "float32")
+        if not p["supported"]:
+            continue
+        count += 1
+        assert p["planned"], (dtype, m, n, k, al, bl, off)
+        assert p["splits"] * p["kb_per_split"] >= p["k_blocks"]
+        assert (p["splits"] - 1) * p["kb_per_split"] < p["k_blocks"]
+        assert p["tile_n"] in (64, 256)
+        assert sm90(m, n, k, dtype=dtype, a_layout=al, b_layout=bl, offsets=off,
+                    allow_tf32=dtype == "float32") == p
+    assert count > 100

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "gemmt/copy_layout.h"
+
 namespace gemmt {
 namespace simt {
 
@@ -279,22 +281,15 @@ std::size_t streamk_workspace_bytes(const PipePlan& pl) {
 }
 
 // ---- K-major B staging ------------------------------------------------------------------------
-// Row pitch of the copy: n rounded up to 16 bytes (as copy_pitch in gemmt/strided_copy.cuh).
 int64_t staged_b_pitch(const GemmArgs& a) {
-  const int64_t per16 = 16 / elem_bytes(a.dtype);
-  return ceil_div(a.n, per16) * per16;
+  return copy_pitch(a.n, elem_bytes(a.dtype));
 }
 
 std::size_t staged_b_bytes(const GemmArgs& a) {
-  const std::size_t b = static_cast<std::size_t>(a.k) *
-                        static_cast<std::size_t>(staged_b_pitch(a)) *
-                        static_cast<std::size_t>(elem_bytes(a.dtype));
-  return (b + 255) / 256 * 256;
+  return copy_bytes(a.k, a.n, elem_bytes(a.dtype));
 }
 
 bool stages_b(const GemmArgs& a) {
-  // The copy's grid has at most 65535 tiles of 32 along n (kCopyMaxLen).
-  constexpr int64_t kCopyMaxLen = int64_t{65535} * 32;
   return a.m >= kStageBMinM && a.n >= 4 && a.k > 1 && a.n <= kCopyMaxLen && b_mode_of(a) == kVecK;
 }
 
@@ -310,9 +305,7 @@ PipePlan plan_pipelined_staged(const GemmArgs& a, bool allow_split, const PipeCa
   PipeOptions opt;
   opt.allow_split = allow_split;
   if (!stages_b(a)) return plan_pipelined(a, opt, cat);
-  // A 256-byte-aligned stand-in for the workspace: plans look at alignment, never at memory.
-  const void* placeholder = reinterpret_cast<const void*>(std::uintptr_t{256});
-  return plan_pipelined(with_staged_b(a, placeholder), opt, cat);
+  return plan_pipelined(with_staged_b(a, planning_workspace()), opt, cat);
 }
 
 // ---- Gemv -------------------------------------------------------------------------------------
