@@ -154,11 +154,13 @@ def renumber_registers(body: str) -> str:
     register counts dropped: two bodies equal after this differ only in how NVVM numbered
     its virtual registers, not in any instruction or operand."""
     seen: dict[tuple[str, str], int] = {}
+    per_class: dict[str, int] = {}
 
     def sub(m: re.Match[str]) -> str:
         key = (m.group(1), m.group(2))
         if key not in seen:
-            seen[key] = sum(1 for k in seen if k[0] == key[0])
+            seen[key] = per_class.get(key[0], 0)
+            per_class[key[0]] = seen[key] + 1
         return f"%{m.group(1)}{seen[key]}"
 
     return _REGISTER.sub(sub, _REG_DECL.sub(r"\1<*>", body))

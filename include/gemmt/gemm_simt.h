@@ -16,7 +16,8 @@ SimtPlan gemm_simt_plan(const GemmArgs& args, GemmVariant v);
 
 namespace detail {
 // Benchmark and test hooks: run the pipelined kernel with one of its tile configurations
-// (the ones auto chooses among), so each can be timed and checked on its own. Float32, no
+// (the ones auto chooses among; `config` is a PipeTile of kernels/plan/simt_plan.h: 0 large,
+// 1 medium, 2 small, 3 fat, 4 narrow), so each can be timed and checked on its own. Float32, no
 // split-k. allow_interior = false keeps the general instance on problems that the
 // whole-tiles instance would serve; stream_k < 0 lets the planner decide whether the last
 // wave runs as stream-k, 0 never, > 0 whenever the configuration can. The plan says which
