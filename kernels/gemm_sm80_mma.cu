@@ -25,11 +25,11 @@
 #include <cstdint>
 
 #include "common/cp_async.cuh"
+#include "common/gemm_epilogue.cuh"
+#include "common/gemm_tc_kind.h"
 #include "common/shared_memory.cuh"
 #include "gemmt/cuda_check.h"
 #include "gemmt/gemm.h"
-#include "gemmt/gemm_epilogue.cuh"
-#include "gemmt/gemm_tc_kind.h"
 #include "gemmt/launch.cuh"
 #include "gemmt/numeric.cuh"
 

@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "gemmt/copy_layout.h"
+#include "common/copy_layout.h"
 #include "gemmt/gemm_args.h"
 #include "gemmt/gemm_variant.h"
 #include "plan/decode_plan.h"

@@ -27,11 +27,11 @@
 
 #include <cuda_runtime.h>
 
+#include "common/strided_index.cuh"
 #include "gemmt/cuda_check.h"
 #include "gemmt/elementwise.h"
 #include "gemmt/launch.cuh"
 #include "gemmt/numeric.cuh"
-#include "gemmt/strided_index.cuh"
 #include "gemmt/vector_access.cuh"
 
 namespace gemmt {

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "gemmt/copy_layout.h"
+#include "common/copy_layout.h"
 
 namespace gemmt {
 namespace simt {

@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/copy_layout.h"
+#include "common/gemm_tc_kind.h"
 #include "gemmt/arith.h"
-#include "gemmt/copy_layout.h"
-#include "gemmt/gemm_tc_kind.h"
 
 namespace gemmt {
 namespace sm90 {

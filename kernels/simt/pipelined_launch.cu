@@ -5,8 +5,8 @@
 // compiled instances.
 #include <cuda_runtime.h>
 
+#include "common/strided_copy.cuh"
 #include "gemmt/cuda_check.h"
-#include "gemmt/strided_copy.cuh"
 #include "simt/common.cuh"
 #include "simt/ladder_5_pipelined.cuh"
 #include "simt/launchers.h"

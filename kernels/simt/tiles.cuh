@@ -15,7 +15,7 @@
 #include <type_traits>
 
 #include "common/cp_async.cuh"
-#include "gemmt/gemm_epilogue.cuh"
+#include "common/gemm_epilogue.cuh"
 #include "plan/simt_plan.h"
 
 namespace gemmt {

@@ -8,8 +8,8 @@
 
 #include <cstdint>
 
-#include "gemmt/gemm_epilogue.cuh"
-#include "gemmt/gemm_tc_kind.h"
+#include "common/gemm_epilogue.cuh"
+#include "common/gemm_tc_kind.h"
 #include "plan/sm90_plan.h"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -13,14 +13,14 @@
 #include <cstring>
 #include <type_traits>
 
+#include "common/gemm_epilogue.cuh"
+#include "common/gemm_tc_kind.h"
+#include "common/strided_copy.cuh"
 #include "gemmt/cuda_check.h"
 #include "gemmt/gemm.h"
-#include "gemmt/gemm_epilogue.cuh"
 #include "gemmt/gemm_tc_hooks.h"
-#include "gemmt/gemm_tc_kind.h"
 #include "gemmt/launch.cuh"
 #include "gemmt/numeric.cuh"
-#include "gemmt/strided_copy.cuh"
 #include "plan/sm90_plan.h"
 #include "sm90/launchers.h"
 

@@ -7,7 +7,7 @@
 
 #include <cuda_runtime.h>
 
-#include "gemmt/copy_layout.h"
+#include "common/copy_layout.h"
 #include "gemmt/cuda_check.h"
 
 namespace gemmt {
