@@ -628,8 +628,8 @@ __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorM
             const int gc = n0 + 8 * j + 2 * t;
             if (gr < p.m && gc < p.n) {
               const EpilogueView<T> e = p.epi.view<T>();
-              v0 = e.apply(gr, gc, v0);
-              if (gc + 1 < p.n) v1 = e.apply(gr, gc + 1, v1);
+              v0 = e.template apply<true>(gr, gc, v0);
+              if (gc + 1 < p.n) v1 = e.template apply<true>(gr, gc + 1, v1);
             }
           }
           const uint32_t addr = buf + box * kCBoxBytes + r * 128 +
