@@ -468,12 +468,12 @@ __device__ __forceinline__ void tile_coords(int t, const Params& p, int& tm, int
 
 // C[row, col] and C[row, col + 1] from one accumulator pair.
 template <typename T>
-__device__ __forceinline__ void store_pair(const Params& p, T* row_ptr, int row, int col, float v0,
+__device__ __forceinline__ void store_pair(const Params& p, T* row_ptr, int col, float v0,
                                            float v1) {
   if (col >= p.n) return;
   T* dst = row_ptr + col;
   const bool has_second = col + 1 < p.n;
-  store_c_pair(dst, has_second, p.c_pair, v0, v1, p.alpha, p.beta, p.epi.view<T>(), row, col);
+  store_c_pair(dst, has_second, p.c_pair, v0, v1, p.alpha, p.beta);
 }
 
 template <typename T>
@@ -502,14 +502,14 @@ __device__ __forceinline__ void store_block_direct(const Params& p, const float 
     T* const r0 = c + static_cast<int64_t>(row) * p.ldc;
 #pragma unroll
     for (int j = 0; j < kAcc / 4; ++j) {
-      store_pair<T>(p, r0, row, col0 + 8 * j, acc[4 * j], acc[4 * j + 1]);
+      store_pair<T>(p, r0, col0 + 8 * j, acc[4 * j], acc[4 * j + 1]);
     }
   }
   if (row + 8 < p.m) {
     T* const r1 = c + static_cast<int64_t>(row + 8) * p.ldc;
 #pragma unroll
     for (int j = 0; j < kAcc / 4; ++j) {
-      store_pair<T>(p, r1, row + 8, col0 + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+      store_pair<T>(p, r1, col0 + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
     }
   }
 }
@@ -534,9 +534,8 @@ __device__ __forceinline__ void store_block_transposed(const Params& p, const fl
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if (row + 8 * h < p.m) {
-          // Block (row, col) is the caller's C element (col, row).
           store_c_pair(line + row + 8 * h, false, false, acc[4 * j + 2 * h + e], 0.f, p.alpha,
-                       p.beta, p.epi.view<T>(), col, row + 8 * h);
+                       p.beta);
         }
       }
     }
@@ -565,7 +564,6 @@ __device__ __forceinline__ void store_partial_block(const Params& p, const float
   q.alpha = 1.f;
   q.beta = 0.f;
   q.c_pair = p.n % 2 == 0;
-  q.epi.active = false;  // the reduction applies it
   store_block<float, kAcc>(q, acc, row0, n0, warp_in_wg, lane);
 }
 
@@ -573,19 +571,74 @@ __device__ __forceinline__ void store_partial_block(const Params& p, const float
 // buffer of the previous round, fill it, make the writes visible to the async proxy, and
 // let one thread hand it to TMA. The global writes then overlap the next tile's main loop;
 // only the reuse of the buffer waits for TMA.
-template <class Fill, class Issue>
-__device__ __forceinline__ void staged_store_round(int cw, Fill fill, Issue issue) {
+// With an activation or a pre-activation output, `post` then rewrites the filled buffer.
+template <class Fill, class Post, class Issue>
+__device__ __forceinline__ void staged_store_round(int cw, Fill fill, bool has_post, Post post,
+                                                   Issue issue) {
   const bool leader = (threadIdx.x & 127) == 0;
   const uint32_t bar_id = 1 + cw;  // 0 is __syncthreads
   if (leader) bulk_wait_read_all();
   named_barrier_sync(bar_id, 128);
   fill();
+  if (has_post) {
+    named_barrier_sync(bar_id, 128);
+    post();
+  }
   fence_proxy_async_smem();
   named_barrier_sync(bar_id, 128);
   if (leader) {
     issue();
     bulk_commit();
   }
+}
+
+// The bias of C element (row, col), in the caller's coordinates (0 without one).
+template <typename T>
+__device__ __forceinline__ float bias_at(const EpilogueParams& e, int row, int col) {
+  return to_float(static_cast<const T*>(e.bias)[e.bias_per_row ? row : col]);
+}
+
+// The rest of the epilogue (pre-activation output, activation) over one staged round: two
+// 128B-swizzled boxes of 64 lines, whose line r holds C row rbase + r and 16-byte chunk c of
+// box b holds the C columns from cbase + b * (128 / sizeof(T)) + c * (16 / sizeof(T)). The
+// fill has already added alpha, beta and the bias, so the buffer holds z rounded to T, the
+// value a separate activation kernel would read. One rolled loop over 16-byte chunks, so the
+// activation's code exists once per kernel instead of once per accumulator.
+template <typename T>
+__device__ __forceinline__ void epilogue_post_round(const EpilogueParams& e, uint32_t buf,
+                                                    int rbase, int cbase, int rows, int cols) {
+  constexpr int kPer = 16 / static_cast<int>(sizeof(T));
+  constexpr int kBoxCols = 128 / static_cast<int>(sizeof(T));
+  const EpilogueView<T> v = e.view<T>();
+#pragma unroll 1
+  for (int q = threadIdx.x & 127; q < 2 * 64 * 8; q += 128) {
+    const int b = q >> 9, r = (q >> 3) & 63, c = q & 7;
+    const int row = rbase + r;
+    const int col0 = cbase + b * kBoxCols + c * kPer;
+    if (row >= rows || col0 >= cols) continue;
+    const uint32_t addr = buf + b * kCBoxBytes + r * 128 + ((c ^ (r & 7)) << 4);
+    uint4 chunk = ld_shared_v4(addr);
+    T vals[kPer];
+    memcpy(vals, &chunk, 16);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int col = col0 + i;
+      if (col >= cols) break;
+      const float z = to_float(vals[i]);
+      if (v.preact != nullptr) v.preact[static_cast<int64_t>(row) * v.ld_preact + col] = vals[i];
+      if constexpr (sizeof(T) == 2) {
+        vals[i] = from_float<T>(activation_16bit_inline(v.act, z));
+      } else {
+        vals[i] = v.act == Activation::kNone ? z : activation_out_of_line(v.act, z);
+      }
+    }
+    memcpy(&chunk, vals, 16);
+    st_shared_v4(addr, chunk.x, chunk.y, chunk.z, chunk.w);
+  }
+}
+
+__device__ __forceinline__ bool has_post_pass(const EpilogueParams& e) {
+  return e.active && (e.preact != nullptr || e.act != Activation::kNone);
 }
 
 // The wide tile's block through shared memory: each round fills two 128B-swizzled 64-row
@@ -623,13 +676,12 @@ __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorM
               if (gc + 1 < p.n) v1 += p.beta * to_float(*(src + 1));
             }
           }
-          if (p.epi.active) {
+          if (p.epi.bias != nullptr) {
             const int gr = row0 + r;
             const int gc = n0 + 8 * j + 2 * t;
             if (gr < p.m && gc < p.n) {
-              const EpilogueView<T> e = p.epi.view<T>();
-              v0 = e.template apply<true>(gr, gc, v0);
-              if (gc + 1 < p.n) v1 = e.template apply<true>(gr, gc + 1, v1);
+              v0 += bias_at<T>(p.epi, gr, gc);
+              if (gc + 1 < p.n) v1 += bias_at<T>(p.epi, gr, gc + 1);
             }
           }
           const uint32_t addr = buf + box * kCBoxBytes + r * 128 +
@@ -650,7 +702,8 @@ __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorM
         if (col < p.n) tma_store(map, buf + b * kCBoxBytes, col, row0);
       }
     };
-    staged_store_round(cw, fill, issue);
+    auto post = [&] { epilogue_post_round<T>(p.epi, buf, row0, n0 + rd * kRoundCols, p.m, p.n); };
+    staged_store_round(cw, fill, has_post_pass(p.epi), post, issue);
   }
 }
 
@@ -688,10 +741,10 @@ __device__ __forceinline__ void store_block_tma_transposed(const Params& p, cons
               const int gl = n0 + 8 * j + 2 * t + e;
               if (gc < p.m && gl < p.n) v += p.beta * c[static_cast<int64_t>(gl) * p.ldc + gc];
             }
-            if (p.epi.active) {  // block (gc, gl) is the caller's C element (gl, gc)
+            if (p.epi.bias != nullptr) {  // block (gc, gl) is the caller's C element (gl, gc)
               const int gc = row0 + r;
               const int gl = n0 + 8 * j + 2 * t + e;
-              if (gc < p.m && gl < p.n) v = p.epi.view<float>().apply(gl, gc, v);
+              if (gc < p.m && gl < p.n) v += bias_at<float>(p.epi, gl, gc);
             }
             st_shared_f32(box + line * 128 + (((rb >> 2) ^ (line & 7)) << 4) + (rb & 3) * 4, v);
           }
@@ -707,7 +760,11 @@ __device__ __forceinline__ void store_block_tma_transposed(const Params& p, cons
         if (col < p.m) tma_store(map, buf + b * kCBoxBytes, col, line0);
       }
     };
-    staged_store_round(cw, fill, issue);
+    // Box line l is C row n0 + rd * 64 + l; box b covers C columns row0 + 32 b ...
+    auto post = [&] {
+      epilogue_post_round<float>(p.epi, buf, n0 + rd * kLinesPerRound, row0, p.n, p.m);
+    };
+    staged_store_round(cw, fill, has_post_pass(p.epi), post, issue);
   }
 }
 
@@ -1390,6 +1447,17 @@ cudaError_t launch_kind(const Plan& plan, const Maps& maps, const Params& p, int
 
 namespace {
 
+// C as a {n, m} tensor with 64-row boxes of 128 bytes, the staging layout of the epilogue
+// (transposed: C's lines are the tile grid's columns). False when TMA cannot write C.
+bool c_tma_shape(const Problem& pr, MapShape* shape) {
+  const GemmArgs& args = pr.args;
+  const int elt = static_cast<int>(element_size(args.dtype));
+  const int64_t c_inner = pr.c_trans ? args.m : args.n;
+  const int64_t c_outer = pr.c_trans ? args.n : args.m;
+  return aligned16(args.c) &&
+         map_shape(c_inner, c_outer, args.ldc, elt, 128u / static_cast<uint32_t>(elt), 64, shape);
+}
+
 // Launches the product for arguments make_plan accepts. cluster: 0 automatic, 1 single
 // CTAs, 2 B-multicast pairs (granted only when the 128-row tile count is even and there is
 // no split: a pair needs both of its M tiles). store: 0 automatic, 1 direct register-to-
@@ -1409,14 +1477,11 @@ cudaError_t run_planned(const Problem& pr, cudaStream_t stream, int cluster, int
   if (!encode(&maps.a, args.a, plan.a, plan.kind) || !encode(&maps.b, args.b, plan.b, plan.kind)) {
     return cudaErrorNotSupported;
   }
-  // C as a {n, m} tensor with 64-row boxes of 128 bytes, the staging layout of the epilogue.
   MapShape c_shape;
-  // (Transposed: C's lines are the tile grid's columns.)
-  const int64_t c_inner = pr.c_trans ? args.m : args.n;
-  const int64_t c_outer = pr.c_trans ? args.n : args.m;
-  const bool c_tma_ok = !split && store != 1 && plan.bn == kBNWide && aligned16(args.c) &&
-                        map_shape(c_inner, c_outer, args.ldc, elt, 128u / elt, 64, &c_shape) &&
+  const bool c_tma_ok = !split && store != 1 && plan.bn == kBNWide && c_tma_shape(pr, &c_shape) &&
                         encode(&maps.c, args.c, c_shape, plan.kind);
+  // The kernel applies an epilogue only on the staged path (a split's reduction applies it).
+  if (!args.epilogue.empty() && !split && !c_tma_ok) return cudaErrorNotSupported;
   const int64_t tiles_m128 = (args.m + kBM - 1) / kBM;
   const bool narrow = plan.bn == kBNNarrow;
   const int cl = (cluster == 1 || split || narrow || tiles_m128 % 2 != 0) ? 1 : 2;
@@ -1548,7 +1613,15 @@ bool staging_fits(const GemmArgs& args, const Staging& st) {
 
 namespace {
 
+SplitPlan split_plan_or_auto(const Problem& pr, int splits);
+
 bool problem_supported(const Problem& pr) {
+  // An epilogue needs the staged store (wide tiles, TMA-writable C) or a split, whose
+  // reduction applies it; other such products go to a family that stores element-wise.
+  if (!pr.args.epilogue.empty() && split_plan_or_auto(pr, 0).splits <= 1) {
+    MapShape c_shape;
+    if (pr.bn != kBNWide || !c_tma_shape(pr, &c_shape)) return false;
+  }
   const Staging st = staging_for(pr.args);
   if (!(st.a || st.b)) return make_plan(pr, nullptr);
   Problem staged = pr;
