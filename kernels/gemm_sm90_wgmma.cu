@@ -592,18 +592,12 @@ __device__ __forceinline__ void staged_store_round(int cw, Fill fill, bool has_p
   }
 }
 
-// The bias of C element (row, col), in the caller's coordinates (0 without one).
-template <typename T>
-__device__ __forceinline__ float bias_at(const EpilogueParams& e, int row, int col) {
-  return to_float(static_cast<const T*>(e.bias)[e.bias_per_row ? row : col]);
-}
-
-// The rest of the epilogue (pre-activation output, activation) over one staged round: two
+// The epilogue (bias, pre-activation output, activation) over one staged round: two
 // 128B-swizzled boxes of 64 lines, whose line r holds C row rbase + r and 16-byte chunk c of
 // box b holds the C columns from cbase + b * (128 / sizeof(T)) + c * (16 / sizeof(T)). The
-// fill has already added alpha, beta and the bias, so the buffer holds z rounded to T, the
-// value a separate activation kernel would read. One rolled loop over 16-byte chunks, so the
-// activation's code exists once per kernel instead of once per accumulator.
+// fill has applied alpha and beta and rounded to T. One rolled loop over 16-byte chunks, so
+// the epilogue's code exists once per kernel instead of once per accumulator, and the fill
+// keeps its short dependency chains (a bias load there waited behind every shared store).
 template <typename T>
 __device__ __forceinline__ void epilogue_post_round(const EpilogueParams& e, uint32_t buf,
                                                     int rbase, int cbase, int rows, int cols) {
@@ -624,7 +618,11 @@ __device__ __forceinline__ void epilogue_post_round(const EpilogueParams& e, uin
     for (int i = 0; i < kPer; ++i) {
       const int col = col0 + i;
       if (col >= cols) break;
-      const float z = to_float(vals[i]);
+      float z = to_float(vals[i]);
+      if (v.bias != nullptr) {
+        z += to_float(v.bias[v.bias_per_row ? row : col]);
+        vals[i] = from_float<T>(z);
+      }
       if (v.preact != nullptr) v.preact[static_cast<int64_t>(row) * v.ld_preact + col] = vals[i];
       if constexpr (sizeof(T) == 2) {
         vals[i] = from_float<T>(activation_16bit_inline(v.act, z));
@@ -638,7 +636,7 @@ __device__ __forceinline__ void epilogue_post_round(const EpilogueParams& e, uin
 }
 
 __device__ __forceinline__ bool has_post_pass(const EpilogueParams& e) {
-  return e.active && (e.preact != nullptr || e.act != Activation::kNone);
+  return e.active;
 }
 
 // The wide tile's block through shared memory: each round fills two 128B-swizzled 64-row
@@ -674,14 +672,6 @@ __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorM
               const T* src = static_cast<const T*>(p.c) + static_cast<int64_t>(gr) * p.ldc + gc;
               v0 += p.beta * to_float(*(src));
               if (gc + 1 < p.n) v1 += p.beta * to_float(*(src + 1));
-            }
-          }
-          if (p.epi.bias != nullptr) {
-            const int gr = row0 + r;
-            const int gc = n0 + 8 * j + 2 * t;
-            if (gr < p.m && gc < p.n) {
-              v0 += bias_at<T>(p.epi, gr, gc);
-              if (gc + 1 < p.n) v1 += bias_at<T>(p.epi, gr, gc + 1);
             }
           }
           const uint32_t addr = buf + box * kCBoxBytes + r * 128 +
@@ -740,11 +730,6 @@ __device__ __forceinline__ void store_block_tma_transposed(const Params& p, cons
               const int gc = row0 + r;
               const int gl = n0 + 8 * j + 2 * t + e;
               if (gc < p.m && gl < p.n) v += p.beta * c[static_cast<int64_t>(gl) * p.ldc + gc];
-            }
-            if (p.epi.bias != nullptr) {  // block (gc, gl) is the caller's C element (gl, gc)
-              const int gc = row0 + r;
-              const int gl = n0 + 8 * j + 2 * t + e;
-              if (gc < p.m && gl < p.n) v += bias_at<float>(p.epi, gl, gc);
             }
             st_shared_f32(box + line * 128 + (((rb >> 2) ^ (line & 7)) << 4) + (rb & 3) * 4, v);
           }
