@@ -43,6 +43,7 @@ DTensors in a process that imported DTensor after gemmt's first call).
 
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
 from dataclasses import dataclass
@@ -304,43 +305,64 @@ def _describe(rule: Rule, names: Sequence[str]) -> str:
     return f"{rule.name}: {ins} -> {outs}"
 
 
+def _accepts(rule: Rule, current: Sequence[Placement | None], exact: bool) -> bool:
+    for cur, want in zip(current, rule.inputs):
+        if (cur is None) != (want is None):
+            return False
+        if cur is not None and not (cur == want if exact else _moves_no_data(cur, want)):
+            return False
+    return True
+
+
+def _shardable(spec: Any, placements: Sequence[Placement], mesh: DeviceMesh) -> bool:
+    """DTensor's own condition on a rule's input: every sharded dim has at least one
+    element per shard. It skips rules that fail it, even for inputs already so sharded."""
+    _, _, Shard = _placements()
+    shape = spec.tensor_meta.shape
+    shards = [1] * len(shape)
+    for mesh_dim, p in enumerate(placements):
+        if isinstance(p, Shard):
+            shards[p.dim] *= mesh.size(mesh_dim)
+    return all(size >= n for size, n in zip(shape, shards))
+
+
 def check_inputs(op_name: str, names: Sequence[str], args: Sequence[Any],
                  rules: Sequence[Rule], exact: bool = False) -> None:
     """Raise :class:`ShardingRuleError` unless, on every mesh dimension, some rule takes the
-    inputs (``args`` in schema order) as they are or by local slicing alone; with ``exact``,
-    only as they are."""
-    tensors = [a for a in args if _is_tensor_arg(a)]
-    mesh = tensors[0].mesh
-    for mesh_dim in range(mesh.ndim):
-        current = [_normalize(a.placements[mesh_dim], _tensor_ndim(a)) if _is_tensor_arg(a)
-                   else None for a in args]
-
-        def accepts(rule: Rule) -> bool:
-            for cur, want in zip(current, rule.inputs):
-                if (cur is None) != (want is None):
-                    return False
-                if cur is not None and not (cur == want if exact
-                                            else _moves_no_data(cur, want)):
-                    return False
-            return True
-
-        if any(accepts(r) for r in rules):
-            continue
-        got = ", ".join(f"{n}={p}" for n, p in zip(names, current) if p is not None)
-        flags = "".join(f", {n}={a!r}" for n, a in zip(names, args)
-                        if isinstance(a, (str, bool)))
-        listing = "\n  ".join(_describe(r, names) for r in rules)
-        activation = dict(zip(names, args)).get("activation")
-        if op_name.startswith("linear") and activation not in (None, "none"):
-            listing += ("\n(row-wise and partial inputs hold only for activation='none': the "
-                        "activation of a partial sum is not the sum of the activations; "
-                        "apply it after the reduction)")
-        raise ShardingRuleError(
-            f"gemmt.{op_name}: no sharding rule accepts the DTensor inputs on mesh dimension "
-            f"{mesh_dim} ({got}{flags}) without moving data between ranks. Rules for these "
-            f"arguments, per mesh dimension:\n  {listing}\nRedistribute the inputs to one of "
-            f"them with DTensor.redistribute, or compute on full_tensor(): gemmt's ops do not "
-            f"gather or reduce their inputs implicitly.")
+    inputs (``args`` in schema order) as they are or by local slicing alone (with ``exact``,
+    only as they are), and DTensor will run the rules so chosen."""
+    mesh = next(a for a in args if _is_tensor_arg(a)).mesh
+    current = [[_normalize(a.placements[m], _tensor_ndim(a)) if _is_tensor_arg(a) else None
+                for a in args] for m in range(mesh.ndim)]
+    flags = "".join(f", {n}={a!r}" for n, a in zip(names, args) if isinstance(a, (str, bool)))
+    advice = ("Redistribute the inputs to one of them with DTensor.redistribute, or compute "
+              "on full_tensor(): gemmt's ops do not gather or reduce their inputs implicitly.")
+    listing = "\n  ".join(_describe(r, names) for r in rules)
+    activation = dict(zip(names, args)).get("activation")
+    if op_name.startswith("linear") and activation not in (None, "none"):
+        listing += ("\n(row-wise and partial inputs hold only for activation='none': the "
+                    "activation of a partial sum is not the sum of the activations; apply it "
+                    "after the reduction)")
+    per_dim = [[r for r in rules if _accepts(r, cur, exact)] for cur in current]
+    for mesh_dim, accepted in enumerate(per_dim):
+        if not accepted:
+            got = ", ".join(f"{n}={p}" for n, p in zip(names, current[mesh_dim])
+                            if p is not None)
+            raise ShardingRuleError(
+                f"gemmt.{op_name}: no sharding rule accepts the DTensor inputs on mesh "
+                f"dimension {mesh_dim} ({got}{flags}) without moving data between ranks. "
+                f"Rules for these arguments, per mesh dimension:\n  {listing}\n{advice}")
+    for combo in itertools.product(*per_dim):
+        if all(_shardable(a, [r.inputs[i] for r in combo], mesh)
+               for i, a in enumerate(args) if _is_tensor_arg(a)):
+            return
+    shapes = ", ".join(f"{n}={list(a.tensor_meta.shape)} {a.placements}"
+                       for n, a in zip(names, args) if _is_tensor_arg(a))
+    raise ShardingRuleError(
+        f"gemmt.{op_name}: the DTensor inputs ({shapes}) match the rules "
+        f"{', '.join(repr(r[0].name) for r in per_dim)}, but a sharded dim of an input has "
+        f"fewer elements than shards, and DTensor does not run a rule that leaves a rank an "
+        f"empty shard. Rules, per mesh dimension:\n  {listing}\n{advice}")
 
 
 def _strategy_fn(op_name: str, schema: torch.FunctionSchema
