@@ -209,3 +209,11 @@ def test_rules_without_processes() -> None:
     assert all(Partial() not in r.inputs for r in gemmt.distributed.rules_for("square", x))
     with pytest.raises(KeyError, match="no sharding rules for op 'nope'"):
         gemmt.distributed.rules_for("nope")
+
+
+def test_every_registered_op_has_rules() -> None:
+    """A new op needs sharding rules (``gemmt/distributed.py``) to run on DTensors."""
+    gemmt.build_info()
+    registered = {s.name.split("::")[1] for s in torch._C._jit_get_all_schemas()
+                  if s.name.startswith("gemmt::")}
+    assert registered == set(gemmt.distributed._OPS)
