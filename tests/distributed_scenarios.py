@@ -246,6 +246,23 @@ def linear_rules(ctx: Context) -> None:
         expect_comms(mode, {"all_reduce": 1} if pout == P else
                      {} if pout == R else {"all_gather_into_tensor": 1}, f"{what} gather")
         assert_close(full, act[activation](x @ w.T + b), what)
+    # DTensor caches sharding decisions by placements: the activation must be part of the
+    # key, or the row-wise decision of the "none" call above would be reused here. Given
+    # positionally and by keyword (which DTensor keys separately).
+    dx, dw, db = _dt(ctx, x, Shard(2)), _dt(ctx, w, Shard(1)), _dt(ctx, b, R)
+    for call in (lambda: gemmt.linear(dx, dw, db, "relu"),
+                 lambda: torch.ops.gemmt.linear(dx, dw, db, activation="gelu"),
+                 lambda: torch.ops.gemmt.linear(dx, dw, bias=db, activation="silu")):
+        try:
+            call()
+        except RuntimeError as exc:
+            if "only for activation='none'" not in str(exc):
+                raise AssertionError(f"unclear error: {exc}") from exc
+        else:
+            raise AssertionError("row-wise linear with an activation reused a cached decision")
+    out = torch.ops.gemmt.linear(dx, dw, bias=db, activation="none")
+    assert out.placements == (P,), out.placements
+    assert_close(out, x @ w.T + b, "row-wise linear, keyword arguments")
     # A partial sum in, a partial sum out (no activation); the bias still counted once.
     dx = _dt(ctx, x, Shard(2)).redistribute(ctx.mesh, [R])
     xp = DTensor.from_local(dx.to_local() / ctx.world, ctx.mesh, [P])
@@ -294,6 +311,23 @@ def elementwise_rules(ctx: Context) -> None:
     out = gemmt.scale(gemmt.add(pa, pb), 2.0)
     assert out.placements == (P,), out.placements
     assert_close(out, (a + b) * 2.0, "add and scale of partial sums")
+    # Image ops: any dim but the channels.
+    gen = torch.Generator().manual_seed(22)
+    img = torch.randint(0, 256, (2 * ctx.world, 5, 3), generator=gen, dtype=torch.uint8).to(
+        ctx.device)
+    gray = gemmt.rgb_to_gray(_dt(ctx, img, Shard(0)))
+    assert gray.placements == (Shard(0),), gray.placements
+    assert torch.equal(gray.full_tensor(), gemmt.rgb_to_gray(img))
+    vol = gemmt.normalize_volume(_dt(ctx, img, Shard(1)), 255.0)
+    assert vol.placements == (Shard(1),), vol.placements
+    assert torch.equal(vol.full_tensor(), gemmt.normalize_volume(img, 255.0))
+    try:
+        gemmt.rgb_to_gray(_dt(ctx, img, Shard(2)))
+    except RuntimeError as exc:
+        if "gemmt.rgb_to_gray: no sharding rule" not in str(exc):
+            raise AssertionError(f"unclear error: {exc}") from exc
+    else:
+        raise AssertionError("rgb_to_gray sharded on its channels ran")
     try:
         gemmt.square(pa)
     except RuntimeError as exc:

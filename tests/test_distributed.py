@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
@@ -110,10 +111,14 @@ def _launch(backend: str, world: int, folder: Path, timeout_s: float = GROUP_TIM
 _cache: dict[tuple[str, int], dict[str, dict[int, str]]] = {}
 
 
+Outcomes = dict[str, dict[int, str]]
+Launcher = Callable[[str, int], Outcomes]
+
+
 @pytest.fixture(scope="module")
-def group_outcomes(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def group_outcomes(tmp_path_factory: pytest.TempPathFactory) -> Launcher:
     """Launches each (backend, world size) group once, on first use."""
-    def get(backend: str, world: int) -> dict[str, dict[int, str]]:
+    def get(backend: str, world: int) -> Outcomes:
         key = (backend, world)
         if key not in _cache:
             _cache[key] = _launch(backend, world,
@@ -136,7 +141,7 @@ def _params() -> list[object]:
 
 
 @pytest.mark.parametrize(("backend", "world", "scenario"), _params())
-def test_scenario(group_outcomes, backend: str, world: int, scenario: str) -> None:  # type: ignore[no-untyped-def]
+def test_scenario(group_outcomes: Launcher, backend: str, world: int, scenario: str) -> None:
     outcome = group_outcomes(backend, world)[scenario]
     failed = {rank: text for rank, text in outcome.items() if text != "ok"}
     assert not failed, "\n".join(f"rank {r}:\n{t}" for r, t in sorted(failed.items()))
@@ -173,10 +178,17 @@ def test_registration_is_lazy_and_idempotent() -> None:
         "assert gemmt.distributed.register()\n"
         "assert dict(prop.op_strategy_funcs) == before\n"
         "print('ok')\n")
+    # And the other order: DTensor imported first, then an explicit register() as the
+    # library's first use (the loader registers too, from inside register()).
+    code_explicit = (
+        "import torch.distributed.tensor, gemmt\n"
+        "assert gemmt.distributed.register() and gemmt.distributed.is_registered()\n"
+        "print('ok')\n")
     env = _worker_env()
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
+    for source in (code, code_explicit):
+        out = subprocess.run([sys.executable, "-c", source], env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
 
 
 def test_rules_without_processes() -> None:

@@ -46,6 +46,7 @@ from __future__ import annotations
 import itertools
 import sys
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -55,10 +56,12 @@ if TYPE_CHECKING:
     from torch.distributed.tensor import DeviceMesh
     from torch.distributed.tensor.placement_types import Placement
 
-__all__ = ["Rule", "ShardingRuleError", "check_inputs", "is_registered", "register", "rules_for"]
+__all__ = ["Rule", "ShardingRuleError", "check_inputs", "is_registered", "maybe_register",
+           "register", "rules_for"]
 
 _lock = threading.Lock()
 _registered = False
+_auto_failed = False
 
 
 class ShardingRuleError(RuntimeError):
@@ -90,8 +93,18 @@ def maybe_register() -> None:
     Cheap when there is nothing to do: a flag and a ``sys.modules`` lookup, so the native
     loader and the ops' non-fast path can call it every time.
     """
-    if not _registered and "torch.distributed.tensor" in sys.modules:
+    global _auto_failed
+    if _registered or _auto_failed or "torch.distributed.tensor" not in sys.modules:
+        return
+    try:
         register()
+    except Exception as exc:  # noqa: BLE001 - plain tensors must keep working
+        # Called from the loader and from every op call: a failure here (a torch release
+        # that moved what the rules need) must not break gemmt on plain tensors. DTensor
+        # calls then fail with DTensor's "no sharding strategy" error; register() raises.
+        _auto_failed = True
+        warnings.warn(f"gemmt: DTensor sharding rules were not registered: {exc}",
+                      RuntimeWarning, stacklevel=2)
 
 
 def register() -> bool:
@@ -105,14 +118,15 @@ def register() -> bool:
         return True
     if not torch.distributed.is_available():
         return False
-    with _lock:
-        if _registered:
-            return True
-        from gemmt import _native
+    from gemmt import _native
 
-        _native.load()
-        _register_all()
-        _registered = True
+    # Outside the lock: the library's first load registers the rules itself (through
+    # maybe_register) when DTensor is imported, and would wait on this lock otherwise.
+    _native.load()
+    with _lock:
+        if not _registered:
+            _register_all()
+            _registered = True
     return True
 
 
@@ -276,14 +290,6 @@ _OPS: tuple[str, ...] = (
     "rgb_to_gray",
 )
 
-# Ops whose rules depend on a non-tensor argument: the index of the first such argument.
-# DTensor caches sharding decisions by input placements and only the arguments from this
-# index on, and register_sharding hashes none of them unless they are ints.
-_STATIC_ARGNUM: dict[str, int] = {
-    "linear": 3,
-    "linear_with_preact": 3,
-}
-
 
 def _normalize(p: Placement, ndim: int) -> Placement:
     _, _, Shard = _placements()
@@ -390,32 +396,10 @@ def _strategy_fn(op_name: str, schema: torch.FunctionSchema
 def _register_all() -> None:
     from torch.distributed.tensor.experimental import register_sharding
 
+    # linear's rules depend on its activation, a string. DTensor caches a decision by the
+    # input placements and the call's other arguments, so a row-wise call without activation
+    # does not decide for one with it (tests/distributed_scenarios.py checks this, since
+    # register_sharding declares only int arguments as part of the key).
     for op_name in _OPS:
         overload = getattr(torch.ops.gemmt, op_name).default
         register_sharding(overload)(_strategy_fn(op_name, overload._schema))
-        if op_name in _STATIC_ARGNUM:
-            _hash_static_args(overload, _STATIC_ARGNUM[op_name])
-
-
-def _hash_static_args(overload: torch._ops.OpOverload, static_argnum: int) -> None:
-    """Make DTensor's sharding cache key include the arguments from ``static_argnum`` on.
-
-    register_sharding derives the key from int arguments only, so ``linear``'s activation
-    (a string) would not be part of it: a row-wise call without activation would hand its
-    Partial decision to a later call with one. There is no public way to pass the schema
-    information, so this sets it where the propagator keeps it, and fails loudly if that
-    moves in another torch version.
-    """
-    from torch.distributed.tensor import DTensor
-    from torch.distributed.tensor._op_schema import RuntimeSchemaInfo
-
-    propagator = DTensor._op_dispatcher.sharding_propagator
-    table = getattr(propagator, "op_to_schema_info", None)
-    if not isinstance(table, dict) or overload not in table:
-        raise RuntimeError(
-            f"gemmt.distributed: cannot set the sharding cache key of {overload} in this "
-            f"torch version ({torch.__version__}); its activation would not be part of it")
-    kwarg_names = [arg.name for arg in overload._schema.arguments[static_argnum:]]
-    table[overload] = RuntimeSchemaInfo(static_argnum=static_argnum,
-                                        static_kwargkey=kwarg_names, needs_pytree=True)
-    propagator.propagate_op_sharding.cache.cache_clear()  # type: ignore[attr-defined]
