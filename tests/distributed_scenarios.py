@@ -405,25 +405,32 @@ def no_rule_is_an_error(ctx: Context) -> None:
 # FSDP2, alone and with tensor parallelism
 
 
-def _train_step(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    loss = F.mse_loss(model(x), target)
-    loss.backward()
-    opt.step()
-    return loss.detach()
+def _train(model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]]
+           ) -> list[torch.Tensor]:
+    """A few SGD steps with momentum (its buffer is optimizer state, sharded like the
+    parameters under FSDP2). Plain SGD rather than Adam: Adam divides each gradient by its
+    own magnitude, which turns the rounding of a near-zero gradient (summed in another order
+    when sharded) into a visible difference of the update."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    losses = []
+    for x, target in batches:
+        loss = F.mse_loss(model(x), target)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.detach())
+    return losses
 
 
-def _shard_of_batch(t: torch.Tensor, index: int, count: int) -> torch.Tensor:
-    return t.chunk(count)[index]
-
-
-def _check_step(ctx: Context, model: nn.Module, tp_mesh: DeviceMesh | None, dp_mesh: DeviceMesh
-                ) -> None:
+def _check_steps(ctx: Context, model: nn.Module, tp_mesh: DeviceMesh | None,
+                 dp_mesh: DeviceMesh) -> None:
+    """Training steps of ``model`` under FSDP2 (and TP) match those of one process."""
     from torch.distributed.fsdp import fully_shard
 
     ref = make_mlp(ctx, bias=True, fused=True)
-    x, target = ctx.randn(8, 3, 16, seed=19), ctx.randn(8, 3, 16, seed=20)
-    ref_loss = _train_step(ref, x, target)
+    batches = [(ctx.randn(8, 3, 16, seed=19 + 2 * i), ctx.randn(8, 3, 16, seed=20 + 2 * i))
+               for i in range(2)]
+    ref_losses = _train(ref, batches)
     if tp_mesh is not None:
         parallelize_module(model, tp_mesh, TP_PLAN)
     for layer in (model.gate, model.up, model.down):
@@ -432,11 +439,11 @@ def _check_step(ctx: Context, model: nn.Module, tp_mesh: DeviceMesh | None, dp_m
     # Each data-parallel rank trains on its part of the batch; FSDP averages the gradients,
     # which is the full batch's gradient of a mean loss.
     dp_rank, dp_size = dp_mesh.get_local_rank(), dp_mesh.size()
-    loss = _train_step(model, _shard_of_batch(x, dp_rank, dp_size),
-                       _shard_of_batch(target, dp_rank, dp_size))
-    loss = loss.full_tensor() if isinstance(loss, DTensor) else loss
-    dist.all_reduce(loss, group=dp_mesh.get_group())
-    assert_close(loss / dp_size, ref_loss, "loss")
+    losses = _train(model, [(x.chunk(dp_size)[dp_rank], t.chunk(dp_size)[dp_rank])
+                            for x, t in batches])
+    for step, (loss, ref_loss) in enumerate(zip(losses, ref_losses)):
+        dist.all_reduce(loss, group=dp_mesh.get_group())
+        assert_close(loss / dp_size, ref_loss, f"loss of step {step}")
     ref_params = dict(ref.named_parameters())
     for name, p in model.named_parameters():
         assert isinstance(p, DTensor), (name, type(p))
@@ -445,7 +452,7 @@ def _check_step(ctx: Context, model: nn.Module, tp_mesh: DeviceMesh | None, dp_m
 
 @scenario
 def fsdp_step(ctx: Context) -> None:
-    _check_step(ctx, make_mlp(ctx, bias=True, fused=True), None, ctx.mesh)
+    _check_steps(ctx, make_mlp(ctx, bias=True, fused=True), None, ctx.mesh)
 
 
 @scenario
@@ -453,7 +460,7 @@ def tp_fsdp_2d_step(ctx: Context) -> None:
     if ctx.world % 2 or ctx.world < 4:
         return  # a 2-D mesh needs 2 x 2 ranks at least
     mesh = init_device_mesh(ctx.device, (ctx.world // 2, 2), mesh_dim_names=("dp", "tp"))
-    _check_step(ctx, make_mlp(ctx, bias=True, fused=True), mesh["tp"], mesh["dp"])
+    _check_steps(ctx, make_mlp(ctx, bias=True, fused=True), mesh["tp"], mesh["dp"])
 
 
 # ---------------------------------------------------------------------------------------
