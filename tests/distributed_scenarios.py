@@ -497,6 +497,7 @@ def main(argv: list[str] | None = None) -> int:
             except Exception:  # reported per scenario, the others still run
                 results[name] = traceback.format_exc()
             out.write_text(json.dumps(results, indent=1))
+        dist.barrier()  # leave together (see examples/distributed/train_mlp.py)
     finally:
         out.write_text(json.dumps(results, indent=1))
         dist.destroy_process_group()

@@ -104,6 +104,9 @@ def main() -> None:
     dist.init_process_group(backend)
     try:
         run(args, backend, device)
+        # Leave together: rank 0 still runs the one-process reference when the others are
+        # done, and a gloo peer that tears down early can abort the process at exit.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
