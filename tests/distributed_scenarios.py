@@ -165,6 +165,33 @@ def tp_mlp_bias_fused_silu(ctx: Context) -> None:
 
 
 @scenario
+def tp_mlp_sequence_parallel(ctx: Context) -> None:
+    """Sequence parallelism: activations sharded on the sequence dim between the blocks.
+    The plan's styles gather and reduce-scatter; the gemmt ops see the TP layouts."""
+    plan = {"gate": ColwiseParallel(input_layouts=Shard(1)),
+            "up": ColwiseParallel(input_layouts=Shard(1)),
+            "down": RowwiseParallel(output_layouts=Shard(1))}
+    ref = make_mlp(ctx, bias=True, fused=True)
+    sp = parallelize_module(make_mlp(ctx, bias=True, fused=True), ctx.mesh, plan)
+    x = ctx.randn(2, 2 * ctx.world, 16, seed=23)
+    x_ref = x.clone().requires_grad_()
+    x_sp = x.chunk(ctx.world, dim=1)[ctx.rank].clone().requires_grad_()
+    with CommDebugMode() as fwd:
+        out = sp(x_sp)
+    # gate and up each gather the sequence; down reduce-scatters its partial sums.
+    expect_comms(fwd, {"all_gather_into_tensor": 2, "reduce_scatter_tensor": 1}, "SP forward")
+    out_ref = ref(x_ref)
+    assert_close(out, out_ref.chunk(ctx.world, dim=1)[ctx.rank], "SP output")
+    grad_out = ctx.randn(*out_ref.shape, seed=24)
+    out_ref.backward(grad_out)
+    out.backward(grad_out.chunk(ctx.world, dim=1)[ctx.rank])
+    assert_close(x_sp.grad, x_ref.grad.chunk(ctx.world, dim=1)[ctx.rank], "SP grad of x")
+    got = full_grads(sp)
+    for name, g in full_grads(ref).items():
+        assert_close(got[name], g, f"SP grad of {name}")
+
+
+@scenario
 def tp_rowwise_activation_refused(ctx: Context) -> None:
     layer = parallelize_module(gemmt.nn.Linear(16, 8, activation="relu").to(ctx.device),
                                ctx.mesh, RowwiseParallel())
@@ -287,6 +314,24 @@ def linear_backward_rules(ctx: Context) -> None:
         loss.backward()
         what = f"linear backward ({px}, {pw}, {pb})"
         assert_close(dx.grad, xr.grad, f"{what}: grad x")
+        assert_close(dw.grad, wr.grad, f"{what}: grad weight")
+        assert_close(db.grad, br.grad, f"{what}: grad bias")
+
+
+@scenario
+def linear_double_backward(ctx: Context) -> None:
+    """Second derivatives (create_graph): the recorded backward of linear runs on DTensors."""
+    x, w, b = ctx.randn(6, 12, seed=25), ctx.randn(8, 12, seed=26), ctx.randn(8, seed=27)
+    xr, wr, br = (t.clone().requires_grad_() for t in (x, w, b))
+    (gxr,) = torch.autograd.grad(F.silu(xr @ wr.T + br).sum(), xr, create_graph=True)
+    gxr.square().sum().backward()
+    R = Replicate()
+    for px, pw, pb in [(R, Shard(0), Shard(0)), (Shard(0), R, R)]:
+        dx, dw, db = (_dt(ctx, t, p).requires_grad_() for t, p in ((x, px), (w, pw), (b, pb)))
+        (gx,) = torch.autograd.grad(gemmt.linear(dx, dw, db, "silu").sum(), dx,
+                                    create_graph=True)
+        gx.square().sum().backward()
+        what = f"double backward ({px}, {pw}, {pb})"
         assert_close(dw.grad, wr.grad, f"{what}: grad weight")
         assert_close(db.grad, br.grad, f"{what}: grad bias")
 
