@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gemmt import _native, nn
+from gemmt import _native, distributed, nn
 from gemmt.ops import (
     ACTIVATIONS,
     GEMM_VARIANTS,
@@ -30,6 +30,7 @@ __all__ = [
     "GEMM_VARIANTS",
     "add",
     "build_info",
+    "distributed",
     "gemm",
     "library_path",
     "linear",

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from torch.overrides import has_torch_function
 
-from gemmt import _native
+from gemmt import _native, distributed
 
 __all__ = ["gemm", "mm", "linear", "add", "square", "scale", "rgb_to_gray", "normalize_volume",
            "ACTIVATIONS"]
@@ -43,6 +43,9 @@ ACTIVATIONS: tuple[str, ...] = ("none", "relu", "gelu", "gelu_tanh", "silu")
 
 def _ops() -> torch._ops._OpNamespace:
     _native.load()
+    # The path taken by tensor subclasses: a DTensor argument means DTensor is imported, and
+    # gemmt's sharding rules must be registered with it before the call.
+    distributed.maybe_register()
     return torch.ops.gemmt
 
 
