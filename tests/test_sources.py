@@ -56,13 +56,18 @@ def test_files_in_subfolders_are_found_by_every_reader(tmp_path: Path) -> None:
     assert cmake_listing(tmp_path) == expected
     with_cuda = [p.relative_to(tmp_path.resolve()).as_posix()
                  for p in _sources.sources(tmp_path, with_cuda=True)]
-    assert with_cuda == ["pytorch_wrapper/e.cpp", "kernels/a.cu", "kernels/gemm/sm90/b.cu",
-                         "kernels/plan/c.cpp"]
+    assert with_cuda == ["pytorch_wrapper/e.cpp", "kernels/plan/c.cpp", "kernels/a.cu",
+                         "kernels/gemm/sm90/b.cu"]
+    # The planners are plain C++: CPU-only builds compile (and test) them too.
+    cpu_only = [p.relative_to(tmp_path.resolve()).as_posix()
+                for p in _sources.sources(tmp_path, with_cuda=False)]
+    assert cpu_only == ["pytorch_wrapper/e.cpp", "kernels/plan/c.cpp"]
 
 
 def test_jit_compiles_what_the_list_says() -> None:
+    listed = _sources.groups(jit.source_root())
     assert jit.sources(with_cuda=False) == [
-        str(p) for p in _sources.groups(jit.source_root())["wrapper"]]
+        str(p) for p in listed["wrapper"] + listed.get("kernel_host", [])]
     with_cuda = jit.sources(with_cuda=True)
     for cu in (REPO_ROOT / "kernels").rglob("*.cu"):
         assert str(cu.resolve()) in with_cuda, cu

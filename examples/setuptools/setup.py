@@ -37,7 +37,7 @@ def rel(paths: list[Path]) -> list[str]:
 
 
 source_list = load_source_list()
-include_dirs = [str(ROOT / "include"), str(ROOT / "pytorch_wrapper")]
+include_dirs = [str(d) for d in source_list.include_dirs(ROOT)]
 defines = [f"-DTORCH_EXTENSION_NAME={NAME}", '-DGEMMT_BUILD_SYSTEM="setuptools"']
 
 if torch.version.cuda is not None and CUDA_HOME is not None:

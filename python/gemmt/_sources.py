@@ -74,11 +74,25 @@ def check_object_names(files: list[Path]) -> None:
         seen[key] = path
 
 
+# The include path of every source (CMakeLists.txt gives the same folders to its targets):
+# the public headers, the kernel layer's private headers, the wrapper's headers.
+INCLUDE_DIRS = ("include", "kernels", "pytorch_wrapper")
+
+
+def include_dirs(root: Path) -> list[Path]:
+    """The folders on the include path of a build of ``root``, as absolute paths."""
+    return [Path(root).resolve() / d for d in INCLUDE_DIRS]
+
+
 def sources(root: Path, *, with_cuda: bool) -> list[Path]:
-    """The files a build compiles: the wrapper, plus the kernel library when ``with_cuda``."""
+    """The files one extension module compiles.
+
+    The wrapper and the kernel layer's plain C++ (the planners) always; the CUDA kernels
+    when ``with_cuda``.
+    """
     listed = groups(root)
-    files = list(listed.get("wrapper", []))
+    files = list(listed.get("wrapper", [])) + list(listed.get("kernel_host", []))
     if with_cuda:
-        files += listed.get("kernel_cuda", []) + listed.get("kernel_host", [])
+        files += listed.get("kernel_cuda", [])
     check_object_names(files)
     return files

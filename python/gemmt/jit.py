@@ -99,7 +99,7 @@ def load(
     module = cpp_extension.load(
         name=name,
         sources=sources(with_cuda),
-        extra_include_paths=[str(root / "include"), str(root / "pytorch_wrapper")],
+        extra_include_paths=[str(d) for d in _sources.include_dirs(root)],
         extra_cflags=["-O3", *defines],
         extra_cuda_cflags=cuda_flags,
         with_cuda=with_cuda,
