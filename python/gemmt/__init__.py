@@ -32,5 +32,5 @@ def library_path() -> str:
 def __getattr__(name: str) -> object:
     # GEMM_VARIANTS comes from the native library, loaded on first use rather than on import.
     if name == "GEMM_VARIANTS":
-        return gemm_variants()
+        return ops.gemm_variants()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
