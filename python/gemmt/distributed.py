@@ -148,7 +148,7 @@ def _tensor_ndim(arg: Any) -> int:
 
 
 def _elementwise_rules(ndims: Sequence[int | None], linear_in: Sequence[bool],
-                       shard_dims: int) -> list[Rule]:
+                       shard_dims: int, n_outputs: int = 1) -> list[Rule]:
     """Rules of an op whose output element i depends only on input element i.
 
     ``ndims`` gives each argument's rank (None: not a tensor). Any of the first
@@ -158,13 +158,13 @@ def _elementwise_rules(ndims: Sequence[int | None], linear_in: Sequence[bool],
     and Partial, gives a Partial output.
     """
     Partial, Replicate, Shard = _placements()
-    rules = [Rule("replicated", (Replicate(),),
+    rules = [Rule("replicated", (Replicate(),) * n_outputs,
                   tuple(None if n is None else Replicate() for n in ndims))]
     for d in range(shard_dims):
-        rules.append(Rule(f"sharded on dim {d}", (Shard(d),),
+        rules.append(Rule(f"sharded on dim {d}", (Shard(d),) * n_outputs,
                           tuple(None if n is None else Shard(d) for n in ndims)))
     if any(linear_in):
-        rules.append(Rule("partial", (Partial(),), tuple(
+        rules.append(Rule("partial", (Partial(),) * n_outputs, tuple(
             None if n is None else (Partial() if ok else Replicate())
             for n, ok in zip(ndims, linear_in))))
     return rules
@@ -271,6 +271,12 @@ def rules_for(op_name: str, *args: Any) -> list[Rule]:
     if op_name in ("scale", "square_backward"):
         # x * factor; 2 * grad * x: linear in the first argument.
         return _elementwise_rules(nd, (True, False), nd[0] or 0)
+    if op_name == "swiglu":
+        # silu(gate) * up: linear in up.
+        return _elementwise_rules(nd, (False, True), nd[0] or 0)
+    if op_name == "swiglu_backward":
+        # (grad * up * silu'(gate), grad * silu(gate)): not linear in (grad, up) jointly.
+        return _elementwise_rules(nd, (False, False, False), nd[0] or 0, n_outputs=2)
     if op_name in ("square", "normalize_volume"):
         return _elementwise_rules(nd, (False,) * len(nd), nd[0] or 0)
     if op_name == "rgb_to_gray":
@@ -287,7 +293,7 @@ def _is_tensor_arg(arg: Any) -> bool:
 _OPS: tuple[str, ...] = (
     "mm", "gemm", "linear", "linear_with_preact", "linear_activation_backward",
     "linear_bias_backward", "add", "scale", "square", "square_backward", "normalize_volume",
-    "rgb_to_gray",
+    "rgb_to_gray", "swiglu", "swiglu_backward",
 )
 
 
