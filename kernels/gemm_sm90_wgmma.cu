@@ -598,40 +598,103 @@ __device__ __forceinline__ void staged_store_round(int cw, Fill fill, bool has_p
 // fill has applied alpha and beta and rounded to T. One rolled loop over 16-byte chunks, so
 // the epilogue's code exists once per kernel instead of once per accumulator, and the fill
 // keeps its short dependency chains (a bias load there waited behind every shared store).
+// A 16-byte chunk as 16 / sizeof(T) floats, and back (rounded to nearest even).
+template <typename T>
+__device__ __forceinline__ void unpack_chunk(const uint4& c, float (&f)[16 / sizeof(T)]) {
+  const uint32_t w[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (sizeof(T) == 4) {
+      f[i] = __uint_as_float(w[i]);
+    } else if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+      f[2 * i] = __uint_as_float(w[i] << 16);
+      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    } else {
+      __half2 h;
+      memcpy(&h, &w[i], 4);
+      const float2 v = __half22float2(h);
+      f[2 * i] = v.x;
+      f[2 * i + 1] = v.y;
+    }
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ uint4 pack_chunk(const float (&f)[16 / sizeof(T)]) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (sizeof(T) == 4) {
+      w[i] = __float_as_uint(f[i]);
+    } else {
+      w[i] = pack2<T>(f[2 * i], f[2 * i + 1]);
+    }
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// The epilogue (bias, pre-activation output, activation) over one staged round: two
+// 128B-swizzled boxes of 64 lines, whose line r holds C row rbase + r and 16-byte chunk c of
+// box b holds the C columns from cbase + b * (128 / sizeof(T)) + c * (16 / sizeof(T)). The
+// fill has applied alpha and beta and rounded to T. One rolled loop over 16-byte chunks (two
+// in flight), so the epilogue's code exists once per kernel instead of once per accumulator;
+// the bias and the pre-activation move as 16-byte vectors where aligned.
 template <typename T>
 __device__ __forceinline__ void epilogue_post_round(const EpilogueParams& e, uint32_t buf,
                                                     int rbase, int cbase, int rows, int cols) {
   constexpr int kPer = 16 / static_cast<int>(sizeof(T));
   constexpr int kBoxCols = 128 / static_cast<int>(sizeof(T));
   const EpilogueView<T> v = e.view<T>();
-#pragma unroll 1
+  const bool bias_vec =
+      v.bias != nullptr && !v.bias_per_row && (reinterpret_cast<uintptr_t>(v.bias) & 15u) == 0;
+  const bool pre_vec = v.preact != nullptr && (reinterpret_cast<uintptr_t>(v.preact) & 15u) == 0 &&
+                       (v.ld_preact * static_cast<int64_t>(sizeof(T))) % 16 == 0;
+#pragma unroll 2
   for (int q = threadIdx.x & 127; q < 2 * 64 * 8; q += 128) {
     const int b = q >> 9, r = (q >> 3) & 63, c = q & 7;
     const int row = rbase + r;
     const int col0 = cbase + b * kBoxCols + c * kPer;
     if (row >= rows || col0 >= cols) continue;
+    const bool full = col0 + kPer <= cols;
     const uint32_t addr = buf + b * kCBoxBytes + r * 128 + ((c ^ (r & 7)) << 4);
-    uint4 chunk = ld_shared_v4(addr);
-    T vals[kPer];
-    memcpy(vals, &chunk, 16);
+    float z[kPer];
+    unpack_chunk<T>(ld_shared_v4(addr), z);
+    if (v.bias != nullptr) {
+      if (bias_vec && full) {
+        float bz[kPer];
+        unpack_chunk<T>(__ldg(reinterpret_cast<const uint4*>(v.bias + col0)), bz);
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int col = col0 + i;
-      if (col >= cols) break;
-      float z = to_float(vals[i]);
-      if (v.bias != nullptr) {
-        z += to_float(v.bias[v.bias_per_row ? row : col]);
-        vals[i] = from_float<T>(z);
-      }
-      if (v.preact != nullptr) v.preact[static_cast<int64_t>(row) * v.ld_preact + col] = vals[i];
-      if constexpr (sizeof(T) == 2) {
-        vals[i] = from_float<T>(activation_16bit_inline(v.act, z));
+        for (int i = 0; i < kPer; ++i) z[i] += bz[i];
       } else {
-        vals[i] = v.act == Activation::kNone ? z : activation_out_of_line(v.act, z);
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) {
+          if (col0 + i < cols) z[i] += to_float(v.bias[v.bias_per_row ? row : col0 + i]);
+        }
       }
     }
-    memcpy(&chunk, vals, 16);
-    st_shared_v4(addr, chunk.x, chunk.y, chunk.z, chunk.w);
+    if (v.preact != nullptr) {
+      T* dst = v.preact + static_cast<int64_t>(row) * v.ld_preact + col0;
+      if (pre_vec && full) {
+        *reinterpret_cast<uint4*>(dst) = pack_chunk<T>(z);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) {
+          if (col0 + i < cols) dst[i] = from_float<T>(z[i]);
+        }
+      }
+    }
+    if (v.act != Activation::kNone) {
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        if constexpr (sizeof(T) == 2) {
+          z[i] = activation_16bit_inline(v.act, z[i]);
+        } else {
+          z[i] = activation_out_of_line(v.act, z[i]);
+        }
+      }
+    }
+    const uint4 out = pack_chunk<T>(z);
+    st_shared_v4(addr, out.x, out.y, out.z, out.w);
   }
 }
 
@@ -1107,7 +1170,13 @@ double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp) {
   const double elt = static_cast<double>(element_size(args.dtype));
   const double operand_bytes = (static_cast<double>(args.m) + args.n) * args.k * elt;
   const double compute = waves * (sp.kb_per_split + kUnitFixedKb) * kb_us;
-  const double stream_share = std::min(1.0, std::min(units, sms) / (kStreamingSmShare * sms));
+  // A product of one M tile (a decode-sized x against a weight) only streams B: DRAM's rate
+  // needs nearly every SM loading, and SMs idle in the last wave of units stream nothing.
+  // (Measured on H100: 4096x11008 weights with m <= 64 ran at 0.47-0.74 of cuBLAS on 64-wide
+  // tiles in 1.3 waves, which the 48% rule below rated as full speed.)
+  const double stream_share = args.m <= kBM
+                                  ? units / (waves * sms)
+                                  : std::min(1.0, std::min(units, sms) / (kStreamingSmShare * sms));
   double t = std::max(compute, operand_bytes / (kBytesPerUs * stream_share));
   if (sp.splits > 1) {
     const double mn = static_cast<double>(args.m) * args.n;
