@@ -12,7 +12,7 @@
 
 #include <cuda_runtime.h>
 
-#include "elementwise_engine.cuh"
+#include "common/elementwise_engine.cuh"
 #include "gemmt/elementwise.h"
 #include "gemmt/numeric.cuh"
 #include "gemmt/vector_access.cuh"

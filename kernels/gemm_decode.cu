@@ -32,16 +32,19 @@
 #include "gemmt/gemm.h"
 #include "gemmt/launch.cuh"
 #include "gemmt/numeric.cuh"
+#include "plan/decode_plan.h"
 
 namespace gemmt {
 namespace {
 
-constexpr int kWarps = 8;
+// The shape constants and the plan: kernels/plan/decode_plan.h.
+using decode::DecodePlan;
+using decode::kMaxCluster;
+using decode::kMaxTokens;
+using decode::kSliceK;
+using decode::kWarps;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kSliceK = 32;     // K elements per slice: 16 bytes per lane-quarter
-constexpr int kInFlight = 4;    // slices of W a warp keeps loading ahead of the mmas
-constexpr int kMaxCluster = 8;  // portable cluster size
-constexpr int kMaxTokens = 64;  // m limit: 8 token tiles of 8
+constexpr int kInFlight = 4;  // slices of W a warp keeps loading ahead of the mmas
 
 struct DecodeParams {
   int m, n, k;
@@ -284,73 +287,6 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(const DecodeParam
 
 // ---- Host side ----------------------------------------------------------------------------
 
-struct DecodePlan {
-  int tiles = 0;      // token tiles of 8: 1, 2, 4 or 8
-  int row_warps = 0;  // 8, 4 or 2: 16 * row_warps features per CTA
-  int cluster = 1;
-  int slices_per_cta = 0;
-  int ctas = 0;
-};
-
-bool aligned16(const void* p) {
-  return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0;
-}
-
-bool decode_shape_ok(const GemmArgs& a) {
-  if (a.dtype != ScalarType::kBFloat16 && a.dtype != ScalarType::kFloat16) return false;
-  if (a.cc_major < 8) return false;
-  if (a.m < 1 || a.m > kMaxTokens || a.n < 1 || a.k < 8 || a.k % 8 != 0) return false;
-  if (a.n > (int64_t{1} << 30) || a.k > (int64_t{1} << 30)) return false;
-  // Both operands K-major, every 16-byte piece of a row aligned.
-  if (a.a_stride_k != 1 || a.b_stride_k != 1) return false;
-  if ((a.m > 1 && a.a_stride_m % 8 != 0) || (a.n > 1 && a.b_stride_n % 8 != 0)) return false;
-  if (!aligned16(a.a) || !aligned16(a.b)) return false;
-  if (a.m > 1 && a.ldc < a.n) return false;
-  if (a.epilogue.preact != nullptr && a.m > 1 && a.epilogue.ld_preact < a.n) return false;
-  if (a.epilogue.bias_per_row) return false;
-  return true;
-}
-
-// Tiles of 8 tokens, rounded up to an instantiated count.
-int token_tiles(int64_t m) {
-  const int t = static_cast<int>((m + 7) / 8);
-  return t <= 1 ? 1 : t <= 2 ? 2 : t <= 4 ? 4 : 8;
-}
-
-// Features per CTA and the cluster size along K: enough CTAs for `ctas_per_sm` per SM in
-// as few waves as possible, the widest row block first (more W rows share each token load),
-// each CTA keeping at least 8 slices per K warp so its loads reach a steady state.
-DecodePlan plan_decode(const GemmArgs& a, int ctas_per_sm) {
-  DecodePlan best;
-  const int64_t slots = std::max(1, a.sm_count) * std::max(1, ctas_per_sm);
-  const int64_t total_slices = ceil_div(a.k, kSliceK);
-  const int max_cluster = a.cc_major >= 9 ? kMaxCluster : 1;
-  double best_score = -1.0;
-  for (int rw : {8, 4, 2}) {
-    const int64_t blocks = ceil_div(a.n, 16 * rw);
-    const int k_warps = kWarps / rw;
-    for (int cl = 1; cl <= max_cluster; ++cl) {
-      const int64_t per_cta = ceil_div(total_slices, cl);
-      if (cl > 1 && per_cta < 8 * k_warps) break;
-      const int64_t ctas = blocks * cl;
-      const int64_t waves = ceil_div(ctas, slots);
-      // Fraction of the slots' time that does work, with a small charge per extra cluster
-      // rank (its partial sums cross the cluster) and per narrower row block (token reuse).
-      double score = static_cast<double>(ctas) / static_cast<double>(waves * slots);
-      score -= 0.01 * (cl - 1) + 0.02 * (rw == 8 ? 0 : rw == 4 ? 1 : 2);
-      if (score > best_score + 1e-9) {
-        best_score = score;
-        best.row_warps = rw;
-        best.cluster = cl;
-        best.slices_per_cta = static_cast<int>(per_cta);
-        best.ctas = static_cast<int>(ctas);
-      }
-    }
-  }
-  best.tiles = token_tiles(a.m);
-  return best;
-}
-
 template <typename T, int kTiles, int kRowWarps>
 cudaError_t launch_decode(const DecodeParams& p, int ctas, cudaStream_t stream) {
   cudaLaunchConfig_t cfg = {};
@@ -394,19 +330,15 @@ cudaError_t launch_typed(const DecodePlan& pl, const DecodeParams& p, cudaStream
   }
 }
 
-// Two CTAs of 256 threads per SM: registers allow it for every instance (<= 128 per thread),
-// and the shared memory of the partial sums (<= 32 KB) does too.
-constexpr int kCtasPerSm = 2;
-
 }  // namespace
 
 bool gemm_decode_supports(const GemmArgs& args) {
-  return decode_shape_ok(args);
+  return decode::decode_supports(args);
 }
 
 cudaError_t gemm_decode_run(const GemmArgs& args, cudaStream_t stream) {
-  if (!decode_shape_ok(args)) return cudaErrorNotSupported;
-  const DecodePlan pl = plan_decode(args, kCtasPerSm);
+  if (!decode::decode_supports(args)) return cudaErrorNotSupported;
+  const DecodePlan pl = decode::plan_decode(args);
   DecodeParams p;
   p.m = static_cast<int>(args.m);
   p.n = static_cast<int>(args.n);

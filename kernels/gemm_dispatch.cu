@@ -1,5 +1,5 @@
 // Chooses and launches a GEMM kernel: the `auto` policy lives here, the kernels in
-// gemm_simt.cu (exact FP32 ladder, split-k, gemv), gemm_sm80_mma.cu and gemm_sm90_wgmma.cu.
+// kernels/simt/ (exact FP32 ladder, split-k, gemv), gemm_sm80_mma.cu and kernels/sm90/.
 #include "gemmt/gemm.h"
 
 namespace gemmt {
@@ -8,17 +8,6 @@ namespace {
 bool is_tensor_core_problem(const GemmArgs& a) {
   return a.dtype == ScalarType::kFloat16 || a.dtype == ScalarType::kBFloat16 ||
          (a.dtype == ScalarType::kFloat32 && a.allow_tf32);
-}
-
-int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
-
-// Split-k pays when the output has too few 128x128 tiles to occupy every SM while k is long
-// enough that each slice still streams a deep panel.
-bool wants_split_k(const GemmArgs& a) {
-  const int64_t tiles = ceil_div(a.m, 128) * ceil_div(a.n, 128);
-  return tiles * 2 <= a.sm_count && a.k >= 4096;
 }
 
 // Every family applies a GemmEpilogue (bias, activation, pre-activation output) where it
@@ -60,7 +49,8 @@ GemmVariant gemm_pick(const GemmArgs& args) {
     if (gemm_supports(args, GemmVariant::kWgmma)) return GemmVariant::kWgmma;
     if (gemm_supports(args, GemmVariant::kMmaSync)) return GemmVariant::kMmaSync;
   }
-  if (wants_split_k(args) && gemm_supports(args, GemmVariant::kSplitK)) return GemmVariant::kSplitK;
+  // Split-k when the SIMT planner's cost model gives the problem more than one k-slice.
+  if (gemm_simt_wants_split_k(args)) return GemmVariant::kSplitK;
   return GemmVariant::kPipelined;
 }
 

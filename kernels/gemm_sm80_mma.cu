@@ -24,14 +24,14 @@
 
 #include <cstdint>
 
-#include "gemmt/cp_async.cuh"
+#include "common/cp_async.cuh"
+#include "common/shared_memory.cuh"
 #include "gemmt/cuda_check.h"
 #include "gemmt/gemm.h"
 #include "gemmt/gemm_epilogue.cuh"
 #include "gemmt/gemm_tc_kind.h"
 #include "gemmt/launch.cuh"
 #include "gemmt/numeric.cuh"
-#include "gemmt/shared_memory.cuh"
 
 namespace gemmt {
 namespace {
@@ -373,7 +373,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm80_gemm_kernel(const Params p) 
 Operand describe(const void* ptr, int64_t size_x, int64_t stride_x, int64_t size_k,
                  int64_t stride_k, int elt, bool* mn_major) {
   const int64_t vec = 16 / elt;
-  const bool base_ok = aligned16(ptr);
+  const bool base_ok = is_aligned(ptr, 16);
   const bool k_vec = base_ok && stride_k == 1 && (size_x == 1 || stride_x % vec == 0);
   const bool x_vec = base_ok && stride_x == 1 && (size_k == 1 || stride_k % vec == 0);
   bool mn;

@@ -4,7 +4,7 @@
 
 #include <cuda_runtime.h>
 
-#include "elementwise_engine.cuh"
+#include "common/elementwise_engine.cuh"
 #include "gemmt/cuda_check.h"
 #include "gemmt/elementwise.h"
 #include "gemmt/launch.cuh"

@@ -55,8 +55,9 @@ if has build; then
   cuobjdump --dump-sass build/cmake-gpu/_gemmt*.so 2>/dev/null | grep -c "HGMMA" \
     | xargs -I{} echo "HGMMA instructions in the module's SASS: {}" | tee -a "$SUMMARY"
   # The Hopper kernels' SASS, kept with the logs (the wgmma issue pattern, register use).
-  wg_obj=$(find build/cmake-gpu -name 'gemm_sm90_wgmma.cu.o' | head -n1)
-  [ -n "$wg_obj" ] && cuobjdump --dump-sass "$wg_obj" >"$LOGS/gemm_sm90_wgmma.sass" 2>&1
+  for wg_obj in $(find build/cmake-gpu -path '*sm90*' -name 'instances_*.cu.o' | sort); do
+    cuobjdump --dump-sass "$wg_obj"
+  done >"$LOGS/gemm_sm90_wgmma.sass" 2>&1
 fi
 
 if has selftest; then

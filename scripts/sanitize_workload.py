@@ -13,7 +13,7 @@ import torch
 
 import gemmt
 
-VARIANTS = ["naive", "smem_tiled", "register_blocked", "warptiled", "pipelined", "split_k",
+VARIANTS = ["naive", "smem_tiled", "register_blocked", "warp_tiled", "pipelined", "split_k",
             "mma_sync", "wgmma", "auto"]
 # (64, 48, 2049): wgmma's narrow tile with split-k; (2056, 24, 40): m >= 2048, so the
 # pipelined kernel copies a K-major B ("tt") N-major first. (96, 136, 72): 16-byte aligned

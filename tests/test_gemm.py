@@ -107,7 +107,7 @@ VARIANT_TESTS = {
     "naive": "test_cuda_simt_variants",
     "smem_tiled": "test_cuda_simt_variants",
     "register_blocked": "test_cuda_simt_variants",
-    "warptiled": "test_cuda_simt_variants",
+    "warp_tiled": "test_cuda_simt_variants",
     "pipelined": "test_cuda_simt_variants",
     "split_k": "test_cuda_simt_variants",
     "gemv": "test_cuda_gemv",

@@ -125,7 +125,7 @@ def test_threads_on_their_own_streams() -> None:
     assert not errors, errors
 
 
-@pytest.mark.parametrize("variant", ["auto", "pipelined", "split_k", "warptiled", "mma_sync",
+@pytest.mark.parametrize("variant", ["auto", "pipelined", "split_k", "warp_tiled", "mma_sync",
                                      "wgmma"])
 def test_deterministic_gemm(variant: str) -> None:
     if variant in ("mma_sync", "wgmma"):

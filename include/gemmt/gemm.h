@@ -13,46 +13,10 @@
 
 #include <cuda_runtime.h>
 
-#include "gemmt/activation.h"
+#include "gemmt/gemm_args.h"
 #include "gemmt/gemm_variant.h"
-#include "gemmt/types.h"
 
 namespace gemmt {
-
-// What the epilogue applies to v = alpha * A @ B + beta * C, element by element, before C is
-// written: z = v + bias, C = act(z), and optionally z itself to `preact` (what a Linear
-// layer's backward needs for GELU and SiLU). All in float32 from the float32 accumulator,
-// rounded once to the dtype. An empty epilogue is the plain product.
-struct GemmEpilogue {
-  const void* bias = nullptr;  // dtype of C; n values (one per column), or m with bias_per_row
-  bool bias_per_row = false;   // set when the caller transposed the problem (C^T = B^T A^T)
-  Activation activation = Activation::kNone;
-  void* preact = nullptr;  // m x n, row-major with leading dimension ld_preact >= n
-  int64_t ld_preact = 0;
-  bool empty() const {
-    return bias == nullptr && activation == Activation::kNone && preact == nullptr;
-  }
-};
-
-struct GemmArgs {
-  int64_t m = 0, n = 0, k = 0;
-  const void* a = nullptr;
-  int64_t a_stride_m = 0, a_stride_k = 0;
-  const void* b = nullptr;
-  int64_t b_stride_k = 0, b_stride_n = 0;
-  void* c = nullptr;
-  int64_t ldc = 0;
-  float alpha = 1.f, beta = 0.f;
-  GemmEpilogue epilogue;
-  ScalarType dtype = ScalarType::kFloat32;
-  // float32 only: the caller allows inputs rounded to TF32 on the tensor cores.
-  bool allow_tf32 = false;
-  // Caller asks for run-to-run bitwise reproducibility (torch.use_deterministic_algorithms).
-  bool deterministic = false;
-  // Properties of the device the pointers live on (the wrapper fills these from a cache).
-  int sm_count = 1;
-  int cc_major = 0, cc_minor = 0;
-};
 
 // What kAuto resolves to for these arguments (never kAuto).
 GemmVariant gemm_pick(const GemmArgs& args);
@@ -70,8 +34,11 @@ std::size_t gemm_workspace_bytes(const GemmArgs& args, GemmVariant v);
 cudaError_t gemm_run(const GemmArgs& args, GemmVariant v, void* workspace, cudaStream_t stream);
 
 // ---- Per-family entry points, used by gemm_dispatch.cu ---------------------------------
-// SIMT family (kernels/gemm_simt.cu): kNaive .. kGemv, any dtype, any strides.
+// SIMT family (kernels/simt/, planned by kernels/plan/simt_plan.cpp): kNaive .. kGemv,
+// float32 / float16 / bfloat16, any strides.
 bool gemm_simt_supports(const GemmArgs& args, GemmVariant v);
+// The one split-k policy: true when the SIMT planner gives kSplitK more than one k-slice.
+bool gemm_simt_wants_split_k(const GemmArgs& args);
 std::size_t gemm_simt_workspace_bytes(const GemmArgs& args, GemmVariant v);
 cudaError_t gemm_simt_run(const GemmArgs& args, GemmVariant v, void* workspace,
                           cudaStream_t stream);
@@ -92,7 +59,7 @@ cudaError_t gemm_sm80_run(const GemmArgs& args, cudaStream_t stream);
 bool gemm_decode_supports(const GemmArgs& args);
 cudaError_t gemm_decode_run(const GemmArgs& args, cudaStream_t stream);
 
-// Hopper family (kernels/gemm_sm90_wgmma.cu): compiled to real code only for sm_90a.
+// Hopper family (kernels/sm90/, planned by kernels/plan/sm90_plan.cpp): compiled to real code only for sm_90a.
 // Operands TMA cannot read in place (tf32 not K-major, unaligned base or row stride) are
 // copied K-major into the workspace first, and outputs with too few tiles for the GPU split
 // k with float32 partials in the workspace; gemm_sm90_workspace_bytes says how much.

@@ -1,4 +1,4 @@
-// Planning queries of the SIMT GEMM family (kernels/gemm_simt.cu), for the dispatcher and
+// Planning queries of the SIMT GEMM family (kernels/simt/), for the dispatcher and
 // for benchmarks that want to report what ran. The launch entry points themselves are
 // declared in gemmt/gemm.h.
 #pragma once
@@ -6,22 +6,9 @@
 #include <cstddef>
 
 #include "gemmt/gemm.h"
+#include "gemmt/gemm_simt_plan.h"
 
 namespace gemmt {
-
-// What gemm_simt_run will launch for (args, v): the block tile of the main kernel, the
-// number of k-slices (split-k and the split gemv; 1 otherwise) and the workspace it needs.
-struct SimtPlan {
-  int block_m = 0, block_n = 0, block_k = 0;  // 0 for kernels without a block tile (gemv)
-  int stages = 0;                             // shared-memory stages (pipelined, split-k)
-  int threads = 0;                            // threads per block of the main kernel
-  int splits = 1;
-  bool interior = false;  // the whole-tiles instance of the pipelined kernel
-  // Stream-k: the last stream_k_tiles tiles run on stream_k_blocks blocks that share out
-  // their k-tiles evenly (0: every tile is one block).
-  int stream_k_blocks = 0, stream_k_tiles = 0;
-  std::size_t workspace_bytes = 0;
-};
 
 // Deterministic in (args, v) and the current device, so gemm_simt_workspace_bytes and
 // gemm_simt_run always agree. Returns a zero plan when the variant does not support args.
@@ -29,7 +16,8 @@ SimtPlan gemm_simt_plan(const GemmArgs& args, GemmVariant v);
 
 namespace detail {
 // Benchmark and test hooks: run the pipelined kernel with one of its tile configurations
-// (the ones auto chooses among), so each can be timed and checked on its own. Float32, no
+// (the ones auto chooses among; `config` is a PipeTile of kernels/plan/simt_plan.h: 0 large,
+// 1 medium, 2 small, 3 fat, 4 narrow), so each can be timed and checked on its own. Float32, no
 // split-k. allow_interior = false keeps the general instance on problems that the
 // whole-tiles instance would serve; stream_k < 0 lets the planner decide whether the last
 // wave runs as stream-k, 0 never, > 0 whenever the configuration can. The plan says which

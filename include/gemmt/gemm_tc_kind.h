@@ -1,11 +1,10 @@
-// What the tensor-core GEMM families (kernels/gemm_sm80_mma.cu, kernels/gemm_sm90_wgmma.cu)
-// share on the host: the operand kind a dtype maps to, and the 16-byte alignment their
-// vector copies and TMA need.
+// What the tensor-core GEMM families (kernels/gemm_sm80_mma.cu, kernels/sm90/) share on the
+// host: the operand kind a dtype maps to. Free of CUDA headers (the planners use it).
 #pragma once
 
 #include <cstdint>
 
-#include "gemmt/gemm.h"
+#include "gemmt/gemm_args.h"
 
 namespace gemmt {
 
@@ -24,10 +23,6 @@ inline int tc_kind_of(const GemmArgs& args) {
     default:
       return -1;
   }
-}
-
-inline bool aligned16(const void* p) {
-  return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0;
 }
 
 }  // namespace gemmt

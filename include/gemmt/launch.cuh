@@ -6,14 +6,9 @@
 
 #include <cuda_runtime.h>
 
+#include "gemmt/arith.h"
+
 namespace gemmt {
-
-// gridDim.x limit on every architecture the project builds for (sm_30 onwards).
-constexpr std::int64_t kMaxGridX = 2147483647;
-
-constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
-  return (a + b - 1) / b;
-}
 
 // Blocks for `work` items when one block takes `per_block` of them in one pass. Never 0
 // (a launch with an empty grid is an error), never above `cap`; a kernel launched with a

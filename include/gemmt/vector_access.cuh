@@ -11,16 +11,12 @@
 
 #include <cuda_runtime.h>
 
+#include "gemmt/arith.h"
+
 namespace gemmt {
 
 // The widest access a thread can issue as one instruction (LDG.128 / STG.128).
 constexpr int kVectorBytes = 16;
-
-template <int kAlign>
-__host__ __device__ __forceinline__ bool is_aligned(const void* p) {
-  static_assert(kAlign > 0 && (kAlign & (kAlign - 1)) == 0, "alignment must be a power of two");
-  return (reinterpret_cast<std::uintptr_t>(p) & (kAlign - 1)) == 0;
-}
 
 // Elements of T that fill one 16-byte access.
 template <typename T>

@@ -74,7 +74,7 @@ def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 # ---- GEMM ---------------------------------------------------------------------------------
-FP32_LADDER = ["naive", "smem_tiled", "register_blocked", "warptiled", "pipelined", "auto"]
+FP32_LADDER = ["naive", "smem_tiled", "register_blocked", "warp_tiled", "pipelined", "auto"]
 TC_VARIANTS = ["mma_sync", "wgmma", "auto"]
 
 

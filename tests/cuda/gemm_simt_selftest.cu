@@ -1,4 +1,4 @@
-// Standalone correctness check of the SIMT GEMM family (kernels/gemm_simt.cu).
+// Standalone correctness check of the SIMT GEMM family (kernels/simt/).
 //
 // Runs every SIMT variant x dtype x operand layout x alpha/beta on awkward shapes against a
 // double-precision CPU reference and prints one PASS / FAIL line per case; exits non-zero on
@@ -7,7 +7,8 @@
 //
 // Build (from the repository root):
 //   nvcc -std=c++17 -O2 -Iinclude -gencode arch=compute_90,code=sm_90
-//        tests/cuda/gemm_simt_selftest.cu kernels/gemm_simt.cu -o gemm_simt_selftest
+//        tests/cuda/gemm_simt_selftest.cu build/<dir>/libgemmt_kernels.a
+//        build/<dir>/libgemmt_plan.a -o gemm_simt_selftest
 // Usage: gemm_simt_selftest [-q] [-bench] [-sweep]
 //   -q      prints failures and the summary only
 //   -bench  after the checks, times the pipelined / split-k / gemv kernels (float32)

@@ -1,11 +1,11 @@
 // Standalone check of the tensor-core GEMM family (kernels/gemm_sm80_mma.cu and
-// kernels/gemm_sm90_wgmma.cu) against a double-precision CPU reference, plus a throughput
+// kernels/sm90/) against a double-precision CPU reference, plus a throughput
 // report. Exits 0 when every supported configuration passes, 1 on any mismatch, 2 on a
 // CUDA error and 3 when a kernel does not finish (a pipeline deadlock would look like that).
 //
 //   nvcc -std=c++17 -O2 -Iinclude -DGEMMT_HAS_SM90A -gencode arch=compute_90a,code=sm_90a \
-//        tests/cuda/gemm_tc_selftest.cu kernels/gemm_sm80_mma.cu kernels/gemm_sm90_wgmma.cu \
-//        -o gemm_tc_selftest
+//        tests/cuda/gemm_tc_selftest.cu build/<dir>/libgemmt_kernels.a build/<dir>/libgemmt_plan.a
+//        \ -o gemm_tc_selftest
 //
 // Options: --quick (skip the largest shapes), --no-perf, --perf-only.
 #include <cuda_bf16.h>
@@ -24,25 +24,7 @@
 #include <vector>
 
 #include "gemmt/gemm.h"
-
-namespace gemmt {
-namespace detail {
-// Defined in kernels/gemm_sm90_wgmma.cu. cluster: 0 automatic, 1 single CTAs, 2 CTA pairs;
-// store: 0 automatic, 1 direct stores, 2 TMA stores.
-cudaError_t gemm_sm90_run_variant(const GemmArgs& args, cudaStream_t stream, int cluster,
-                                  int store);
-// True when the kernel reads the operands in place (gemm_sm90_run_variant runs them).
-bool gemm_sm90_variant_supports(const GemmArgs& args);
-// gemm_sm90_run with `splits` k-slices and tiles `bn` wide (64 or 256) instead of the cost
-// model's choice.
-std::size_t gemm_sm90_split_workspace_bytes(const GemmArgs& args, int splits, int bn);
-cudaError_t gemm_sm90_run_splits(const GemmArgs& args, int splits, int bn, void* workspace,
-                                 cudaStream_t stream);
-// The split count and tile width gemm_sm90_run picks.
-int gemm_sm90_auto_splits(const GemmArgs& args);
-int gemm_sm90_auto_tile_n(const GemmArgs& args);
-}  // namespace detail
-}  // namespace gemmt
+#include "gemmt/gemm_tc_hooks.h"
 
 using gemmt::GemmArgs;
 using gemmt::ScalarType;
@@ -264,7 +246,8 @@ cudaError_t run_path(Path p, const GemmArgs& a, cudaStream_t s) {
     case kSm90Auto:
       return gemmt::gemm_sm90_run(a, workspace(gemmt::gemm_sm90_workspace_bytes(a), s), s);
     case kSm90Direct:
-      return gemmt::detail::gemm_sm90_run_variant(a, s, 1, 1);
+      return gemmt::detail::gemm_sm90_run_variant(a, s, gemmt::detail::Sm90Cluster::kSingle,
+                                                  gemmt::detail::Sm90Store::kDirect);
     case kSm90Wide:
     case kSm90Narrow: {
       const int bn = p == kSm90Wide ? 256 : 64;
@@ -272,7 +255,8 @@ cudaError_t run_path(Path p, const GemmArgs& a, cudaStream_t s) {
       return gemmt::detail::gemm_sm90_run_splits(a, 0, bn, ws, s);
     }
     default:
-      return gemmt::detail::gemm_sm90_run_variant(a, s, 1, 2);
+      return gemmt::detail::gemm_sm90_run_variant(a, s, gemmt::detail::Sm90Cluster::kSingle,
+                                                  gemmt::detail::Sm90Store::kTma);
   }
 }
 
@@ -518,7 +502,7 @@ double bench(Ctx& ctx, Path path, const DtypeInfo& dt, int64_t s, bool a_col, bo
 }
 
 // Times gemm_sm90_run on the shapes where split-k is in play with every split count, to fit
-// the cost model in kernels/gemm_sm90_wgmma.cu: one "TCSWEEP" line per (shape, splits).
+// the cost model in kernels/plan/sm90_plan.cpp: one "TCSWEEP" line per (shape, splits).
 void run_split_sweep(Ctx& ctx) {
   struct Mnk {
     int64_t m, n, k;

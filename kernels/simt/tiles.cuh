@@ -1,6 +1,5 @@
-// Device-side building blocks of the SIMT GEMM family (kernels/gemm_simt.cu): element
+// Device-side building blocks of the SIMT GEMM family (kernels/simt/): element
 // conversion, the C epilogue, and the global -> shared tile loaders of the pipelined kernel.
-// Private to kernels/: include only from .cu files.
 //
 // Shared-memory convention used by every tiled kernel here: an operand tile is stored as
 // S[k][c] (c = m for A, n for B) in float32, so that at a fixed k a thread's fragment of A
@@ -15,8 +14,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "gemmt/cp_async.cuh"
+#include "common/cp_async.cuh"
 #include "gemmt/gemm_epilogue.cuh"
+#include "plan/simt_plan.h"
 
 namespace gemmt {
 namespace simt {
@@ -183,11 +183,11 @@ __device__ __forceinline__ void swizzle_tile(int pid, int tiles_m, int tiles_n, 
 
 // ---- Tile loaders of the pipelined kernel -------------------------------------------------
 // A loader fills one operand tile S[BK][PITCH] (BK rows of k, BC used columns of c) from the
-// operand whose element (k, c) is at base[c * sc + k * sk]. The kernel calls load() for tile
-// t at the start of the k-tile that precedes its use and store() just before the barrier
-// that publishes it. cp.async loaders (float32) write shared memory in load() and have an
-// empty store(); register-staged loaders (16-bit types, which cp.async cannot widen to
-// float) fetch in load() and convert + write in store().
+// operand whose element (k, c) is at base[c * c_stride + k * k_stride]. The kernel calls load() for
+// tile t at the start of the k-tile that precedes its use and store() just before the barrier that
+// publishes it. cp.async loaders (float32) write shared memory in load() and have an empty store();
+// register-staged loaders (16-bit types, which cp.async cannot widen to float) fetch in load() and
+// convert + write in store().
 //
 // Modes, picked on the host from strides and alignment:
 //   kVecC   c is the unit-stride dimension and 16-byte vectors along c are aligned;
@@ -198,7 +198,7 @@ __device__ __forceinline__ void swizzle_tile(int pid, int tiles_m, int tiles_n, 
 // shared store, and no copy reads a byte outside the operand (cp_async.cuh says why the
 // pipeline protocol covers those stores). Addresses are only formed for elements inside the
 // operand: lanes past the c edge are pointed at a valid line.
-enum LoadMode : int { kVecC = 0, kVecK = 1, kScalar = 2 };
+// (LoadMode: kernels/plan/simt_plan.h; the loaders take it as an int template argument.)
 
 template <int MODE, int BK, int BC, int THREADS, int PITCH>
 struct AsyncTileLoader {
@@ -233,24 +233,24 @@ struct AsyncTileLoader {
   bool c_full;    // kVecK: the block's BC lines all lie inside c_ext
   uint32_t smem_off;
 
-  __device__ __forceinline__ void init(const float* b, int64_t sc, int64_t sk, int64_t c0,
-                                       int64_t c_ext, int64_t k_begin, int tid) {
-    tile_step = BK * sk;
+  __device__ __forceinline__ void init(const float* b, int64_t c_stride, int64_t k_stride,
+                                       int64_t c0, int64_t c_ext, int64_t k_begin, int tid) {
+    tile_step = BK * k_stride;
     if constexpr (MODE == kVecC) {
       const int cv = tid % VPR, kr = tid / VPR;
       int64_t c = c0 + 4 * cv;
       const int64_t rem = c_ext - c;
       bytes = rem >= 4 ? 16 : (rem > 0 ? static_cast<int>(rem) * 4 : 0);
       if (rem <= 0) c = c0;
-      ptr = b + c + (k_begin + kr) * sk;
-      step = VK_STEP * sk;
+      ptr = b + c + (k_begin + kr) * k_stride;
+      step = VK_STEP * k_stride;
       k_off = kr;
       smem_off = static_cast<uint32_t>(kr * PITCH + 4 * cv) * 4u;
     } else if constexpr (MODE == kVecK) {
       const int lane = tid % 32, warp = tid / 32;
       const int kl = lane & 7, line = warp * 4 + (lane >> 3);
-      ptr = b + (c0 + line) * sc + k_begin + kl;
-      step = LINE_STEP * sc;
+      ptr = b + (c0 + line) * c_stride + k_begin + kl;
+      step = LINE_STEP * c_stride;
       c_rem = c_ext - (c0 + line);
       c_full = c0 + BC <= c_ext;
       k_off = kl;
@@ -261,8 +261,8 @@ struct AsyncTileLoader {
       const bool ok = c < c_ext;
       if (!ok) c = c0;
       bytes = ok ? 4 : 0;
-      ptr = b + c * sc + (k_begin + kr) * sk;
-      step = SK_STEP * sk;
+      ptr = b + c * c_stride + (k_begin + kr) * k_stride;
+      step = SK_STEP * k_stride;
       k_off = kr;
       smem_off = static_cast<uint32_t>(kr * PITCH + cl) * 4u;
     }
@@ -396,23 +396,23 @@ struct RegTileLoader {
   uint4 vreg[MODE == kScalar ? 1 : NREG];
   uint32_t sreg[MODE == kScalar ? NS : 1];
 
-  __device__ __forceinline__ void init(const raw* b, int64_t sc, int64_t sk, int64_t c0,
+  __device__ __forceinline__ void init(const raw* b, int64_t c_stride, int64_t k_stride, int64_t c0,
                                        int64_t c_ext, int64_t k_begin, int tid) {
-    tile_step = BK * sk;
+    tile_step = BK * k_stride;
     if constexpr (MODE == kVecC) {
       const int cv = tid % VPR, kr = tid / VPR;
       const int64_t c = c0 + 8 * cv;
       const int64_t rem = c_ext - c;
       c_valid = rem >= 8 ? 8 : (rem > 0 ? static_cast<int>(rem) : 0);
-      ptr = b + c + (k_begin + kr) * sk;
-      k_step = VK_STEP * sk;
+      ptr = b + c + (k_begin + kr) * k_stride;
+      k_step = VK_STEP * k_stride;
       k_off = kr;
       smem_off = kr * PITCH + 8 * cv;
     } else if constexpr (MODE == kVecK) {
       const int cl = tid % BC, kq = tid / BC;
       const int64_t c = c0 + cl;
       c_valid = c < c_ext ? 1 : 0;
-      ptr = b + c * sc + k_begin + 8 * kq;
+      ptr = b + c * c_stride + k_begin + 8 * kq;
       k_step = 8 * QK_STEP;
       k_off = 8 * kq;
       smem_off = 8 * kq * PITCH + cl;
@@ -420,8 +420,8 @@ struct RegTileLoader {
       const int cl = tid % BC, kr = tid / BC;
       const int64_t c = c0 + cl;
       c_valid = c < c_ext ? 1 : 0;
-      ptr = b + c * sc + (k_begin + kr) * sk;
-      k_step = SK_STEP * sk;
+      ptr = b + c * c_stride + (k_begin + kr) * k_stride;
+      k_step = SK_STEP * k_stride;
       k_off = kr;
       smem_off = kr * PITCH + cl;
     }

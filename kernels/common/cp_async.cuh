@@ -1,5 +1,5 @@
 // cp.async wrappers shared by the cp.async-pipelined GEMM kernels (kernels/gemm_simt.cu
-// through gemm_simt_tiles.cuh, kernels/gemm_sm80_mma.cu). Private to kernels/: include only
+// through kernels/simt/tiles.cuh, kernels/gemm_sm80_mma.cu). Private to kernels/: include only
 // from .cu files.
 //
 // On sm_80+ the copies are asynchronous global -> shared; the fallback for older targets is
@@ -18,7 +18,7 @@
 
 #include <cstdint>
 
-#include "gemmt/shared_memory.cuh"
+#include "common/shared_memory.cuh"
 
 namespace gemmt {
 

@@ -1,0 +1,310 @@
+// The Hopper GEMM family's planner (see sm90_plan.h).
+#include "plan/sm90_plan.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "gemmt/arith.h"
+#include "gemmt/copy_layout.h"
+#include "gemmt/gemm_tc_kind.h"
+
+namespace gemmt {
+namespace sm90 {
+
+uint32_t b_box_rows(int bn) {
+  return bn == kBNWide ? kBNWide / 2 : kBNNarrow;
+}
+
+bool map_shape(int64_t inner, int64_t outer, int64_t outer_stride, int elt, uint32_t box_inner,
+               uint32_t box_outer, MapShape* shape) {
+  uint64_t stride_bytes;
+  if (outer == 1) {
+    // The stride of a single row is never used, but the encoder still checks it.
+    stride_bytes = static_cast<uint64_t>((inner * elt + 15) / 16 * 16);
+  } else {
+    if (outer_stride < inner) return false;  // overlapping rows (broadcast views)
+    stride_bytes = static_cast<uint64_t>(outer_stride) * elt;
+    if (stride_bytes % 16 != 0 || stride_bytes >= (uint64_t{1} << 40)) return false;
+  }
+  shape->dims[0] = static_cast<uint64_t>(inner);
+  shape->dims[1] = static_cast<uint64_t>(outer);
+  shape->stride_bytes = stride_bytes;
+  shape->box[0] = box_inner;
+  shape->box[1] = box_outer;
+  return true;
+}
+
+bool map_operand(const void* ptr, int64_t stride_k, int64_t stride_mn, int64_t mn, int64_t k,
+                 int kind, uint32_t box_rows, bool mn_ok, MapShape* shape, bool* mn_major) {
+  if (!is_aligned(ptr, 16)) return false;
+  const int elt = kind == kTF32 ? 4 : 2;
+  const uint32_t row_elts = 128u / elt;
+  if (stride_k == 1 && map_shape(k, mn, stride_mn, elt, row_elts, box_rows, shape)) {
+    *mn_major = false;
+    return true;
+  }
+  if (mn_ok && stride_mn == 1 && map_shape(mn, k, stride_k, elt, row_elts, row_elts, shape)) {
+    *mn_major = true;
+    return true;
+  }
+  return false;
+}
+
+bool map_a(const GemmArgs& args, int kind, MapShape* shape, bool* mn_major) {
+  return map_operand(args.a, args.a_stride_k, args.a_stride_m, args.m, args.k, kind, kBM, true,
+                     shape, mn_major);
+}
+
+bool map_b(const GemmArgs& args, int kind, int bn, MapShape* shape, bool* mn_major) {
+  return map_operand(args.b, args.b_stride_k, args.b_stride_n, args.n, args.k, kind, b_box_rows(bn),
+                     kind != kTF32, shape, mn_major);
+}
+
+int64_t k_blocks(const GemmArgs& args) {
+  const int64_t per_kb = 128 / static_cast<int64_t>(element_size(args.dtype));
+  return (args.k + per_kb - 1) / per_kb;
+}
+
+int64_t tile_count(const GemmArgs& args, int bn) {
+  return ((args.m + kBM - 1) / kBM) * ((args.n + bn - 1) / bn);
+}
+
+SplitPlan split_plan(const GemmArgs& args, int64_t splits) {
+  SplitPlan sp;
+  const int64_t num_kb = k_blocks(args);
+  sp.kb_per_split = static_cast<int>(num_kb);
+  if (splits > num_kb) splits = num_kb;
+  if (splits < 2) return sp;
+  const int64_t per = (num_kb + splits - 1) / splits;
+  sp.kb_per_split = static_cast<int>(per);
+  sp.splits = static_cast<int>((num_kb + per - 1) / per);
+  return sp;
+}
+
+double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp) {
+  constexpr double kKbUsWide = 0.56;          // 128x256x(128 B of K): tensor-core bound
+  constexpr double kKbUsNarrow = 0.20;        // 128x64x(128 B of K), 16-bit
+  constexpr double kKbUsNarrowTf32 = 0.35;    // the same in tf32 (A often through registers)
+  constexpr double kUnitFixedKb = 3.0;        // ring fill and epilogue, in k-blocks
+  constexpr double kBytesPerUs = 2.6e6;       // DRAM, bytes per microsecond
+  constexpr double kStreamingSmShare = 0.48;  // busy SMs that reach kBytesPerUs
+  constexpr double kReduceFixedUs = 3.0;      // the extra launch and its tail
+  const double sms = args.sm_count > 0 ? args.sm_count : 1;
+  const double units = static_cast<double>(tile_count(args, bn)) * sp.splits;
+  const double waves = std::ceil(units / sms);
+  const double kb_us =
+      bn == kBNWide ? kKbUsWide : (tc_kind_of(args) == kTF32 ? kKbUsNarrowTf32 : kKbUsNarrow);
+  const double elt = static_cast<double>(element_size(args.dtype));
+  const double operand_bytes = (static_cast<double>(args.m) + args.n) * args.k * elt;
+  const double compute = waves * (sp.kb_per_split + kUnitFixedKb) * kb_us;
+  const double stream_share = std::min(1.0, std::min(units, sms) / (kStreamingSmShare * sms));
+  double t = std::max(compute, operand_bytes / (kBytesPerUs * stream_share));
+  if (sp.splits > 1) {
+    const double mn = static_cast<double>(args.m) * args.n;
+    const double c_bytes = mn * elt * (args.beta != 0.f ? 2.0 : 1.0);
+    t += (mn * 4.0 * sp.splits + c_bytes) / kBytesPerUs + kReduceFixedUs;
+  }
+  return t;
+}
+
+TileChoice best_splits(const GemmArgs& args, int bn) {
+  const int64_t tiles = tile_count(args, bn);
+  const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
+  TileChoice best;
+  best.bn = bn;
+  best.sp = split_plan(args, 1);
+  best.us = split_cost_us(args, bn, best.sp);
+  if (tiles * 2 > sms) return best;
+  int64_t max_splits = std::min<int64_t>(kMaxSplits, k_blocks(args) / kMinKbPerSplit);
+  for (int64_t s = 2; s <= max_splits; ++s) {
+    const SplitPlan sp = split_plan(args, s);
+    if (sp.splits != s) continue;  // rounds to a count already tried
+    const double t = split_cost_us(args, bn, sp);
+    if (t < best.us) {
+      best.us = t;
+      best.sp = sp;
+    }
+  }
+  return best;
+}
+
+TileChoice choose_tile(const GemmArgs& args) {
+  struct Key {
+    int64_t m = -1, n = -1, k = -1;
+    int dtype = -1, sms = -1;
+    bool beta = false;
+    bool operator==(const Key& o) const {
+      return m == o.m && n == o.n && k == o.k && dtype == o.dtype && sms == o.sms && beta == o.beta;
+    }
+  };
+  thread_local Key last_key;
+  thread_local TileChoice last;
+  const Key key{args.m,        args.n,          args.k, static_cast<int>(args.dtype),
+                args.sm_count, args.beta != 0.f};
+  if (key == last_key) return last;
+  TileChoice best;
+  if (args.n <= kBNNarrow) {
+    best = best_splits(args, kBNNarrow);
+  } else {
+    best = best_splits(args, kBNWide);
+    const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
+    if (tile_count(args, kBNWide) * 2 <= sms) {
+      TileChoice narrow;
+      narrow.bn = kBNNarrow;
+      narrow.sp = split_plan(args, 1);
+      narrow.us = split_cost_us(args, kBNNarrow, narrow.sp);
+      if (narrow.us < best.us) best = narrow;
+    }
+  }
+  last_key = key;
+  last = best;
+  return best;
+}
+
+std::size_t partial_bytes(const GemmArgs& args, const SplitPlan& sp) {
+  if (sp.splits < 2) return 0;
+  const std::size_t b = static_cast<std::size_t>(sp.splits) * static_cast<std::size_t>(args.m) *
+                        static_cast<std::size_t>(args.n) * sizeof(float);
+  return (b + 255) / 256 * 256;
+}
+
+bool swap_for_tf32(const GemmArgs& args) {
+  if (tc_kind_of(args) != kTF32 || args.n <= kBNNarrow) return false;
+  MapShape probe;
+  bool mn = false;
+  if (map_b(args, kTF32, kBNNarrow, &probe, &mn)) return false;
+  if (map_a(args, kTF32, &probe, &mn) && mn) return false;
+  return map_operand(args.b, args.b_stride_k, args.b_stride_n, args.n, args.k, kTF32, kBM, true,
+                     &probe, &mn) &&
+         mn;
+}
+
+Problem problem_for(const GemmArgs& args) {
+  Problem pr;
+  pr.args = args;
+  if (!swap_for_tf32(args)) {
+    pr.bn = choose_tile(pr.args).bn;
+    return pr;
+  }
+  GemmArgs& t = pr.args;
+  t.m = args.n;
+  t.n = args.m;
+  t.a = args.b;
+  t.a_stride_m = args.b_stride_n;
+  t.a_stride_k = args.b_stride_k;
+  t.b = args.a;
+  t.b_stride_n = args.a_stride_m;
+  t.b_stride_k = args.a_stride_k;
+  pr.c_trans = true;
+  pr.bn = choose_tile(pr.args).bn;
+  return pr;
+}
+
+bool make_plan(const Problem& pr, Plan* plan, bool kernels_built) {
+  if (!kernels_built) return false;
+  const GemmArgs& args = pr.args;
+  if (args.cc_major != 9 || args.cc_minor != 0) return false;
+  // Largest m, n, k accepted: TMA coordinates and tile origins are 32-bit signed.
+  constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1024;
+  const int kind = tc_kind_of(args);
+  if (kind < 0) return false;
+  if (args.m < 1 || args.n < 1 || args.k < 1) return false;
+  if (args.m > kMaxDim || args.n > kMaxDim || args.k > kMaxDim) return false;
+  if (args.a == nullptr || args.b == nullptr || args.c == nullptr) return false;
+  // The lines of C (rows, or columns of the tile grid when transposed) must not overlap.
+  if (pr.c_trans ? (args.ldc < args.m && args.n > 1) : (args.ldc < args.n && args.m > 1)) {
+    return false;
+  }
+  const int elt = static_cast<int>(element_size(args.dtype));
+  Plan pl;
+  pl.kind = kind;
+  pl.elt = elt;
+  pl.bn = pr.bn;
+  if (!map_a(args, kind, &pl.a, &pl.a_mn) || !map_b(args, kind, pl.bn, &pl.b, &pl.b_mn)) {
+    return false;
+  }
+  // Tile indices are 32-bit.
+  const int64_t tiles = ((args.m + kBM - 1) / kBM) * ((args.n + pl.bn - 1) / pl.bn);
+  if (tiles > INT32_MAX / 2) return false;
+  if (plan != nullptr) *plan = pl;
+  return true;
+}
+
+// ---- Operands TMA cannot read in place ----------------------------------------------------
+// TMA needs 16-byte aligned bases and row strides, which a view at an odd offset or with an
+// odd leading dimension (a 4097-wide matrix of 16-bit values) does not have, and tf32 wgmma
+// reads B K-major only (a row-major B is usually read in place through swap_for_tf32, but
+// not always). Such an operand is first rewritten K-major, rows padded to 16 bytes, into the
+// workspace by one bandwidth-bound pass (a few percent of the product's time at the sizes
+// where wgmma pays), then the product runs on the copy.
+
+Staging staging_for(const GemmArgs& args) {
+  Staging st;
+  const int kind = tc_kind_of(args);
+  if (kind < 0 || args.m < 1 || args.n < 1 || args.k < 1) return st;
+  MapShape probe;
+  bool mn = false;
+  st.a = !map_a(args, kind, &probe, &mn);
+  st.b = !map_b(args, kind, kBNNarrow, &probe, &mn);
+  return st;
+}
+
+Workspace workspace_for(const GemmArgs& args, const Staging& st, const SplitPlan& sp) {
+  const int64_t elt = static_cast<int64_t>(element_size(args.dtype));
+  Workspace w;
+  w.a_bytes = st.a ? copy_bytes(args.m, args.k, elt) : 0;
+  w.b_bytes = st.b ? copy_bytes(args.n, args.k, elt) : 0;
+  w.partial_bytes = partial_bytes(args, sp);
+  return w;
+}
+
+GemmArgs staged_args(const GemmArgs& args, const Staging& st, char* ws) {
+  GemmArgs s = args;
+  const int64_t elt = static_cast<int64_t>(element_size(args.dtype));
+  const int64_t pitch = copy_pitch(args.k, elt);
+  if (st.a) {
+    s.a = ws;
+    s.a_stride_m = pitch;
+    s.a_stride_k = 1;
+    ws += copy_bytes(args.m, args.k, elt);
+  }
+  if (st.b) {
+    s.b = ws;
+    s.b_stride_n = pitch;
+    s.b_stride_k = 1;
+  }
+  return s;
+}
+
+bool staging_fits(const GemmArgs& args, const Staging& st) {
+  return !(st.a || st.b) || args.k <= kCopyMaxLen;
+}
+
+bool problem_supported(const Problem& pr, bool kernels_built) {
+  const Staging st = staging_for(pr.args);
+  if (!(st.a || st.b)) return make_plan(pr, nullptr, kernels_built);
+  Problem staged = pr;
+  staged.args = staged_args(pr.args, st, planning_workspace());
+  return staging_fits(pr.args, st) && make_plan(staged, nullptr, kernels_built);
+}
+
+Problem problem_with(const GemmArgs& args, int bn) {
+  Problem pr = problem_for(args);
+  if (bn == kBNWide || bn == kBNNarrow) pr.bn = bn;
+  return pr;
+}
+
+SplitPlan split_plan_or_auto(const Problem& pr, int splits) {
+  if (splits > 0) return split_plan(pr.args, splits);
+  const TileChoice c = choose_tile(pr.args);
+  return c.bn == pr.bn ? c.sp : best_splits(pr.args, pr.bn).sp;
+}
+
+std::size_t workspace_bytes_with(const GemmArgs& args, int splits, int bn, bool kernels_built) {
+  const Problem pr = problem_with(args, bn);
+  if (!problem_supported(pr, kernels_built)) return 0;
+  return workspace_for(pr.args, staging_for(pr.args), split_plan_or_auto(pr, splits)).total();
+}
+
+}  // namespace sm90
+}  // namespace gemmt

@@ -1,0 +1,163 @@
+// Planning of the Hopper GEMM family (kernels/sm90/): how each operand is read (tensor maps,
+// K- or MN-major), which operands are first copied K-major into the workspace, the tile
+// width, the k-split and its cost model, and whether C^T = B^T A^T is run instead. Plain host
+// C++ with no CUDA: the launcher (kernels/sm90/gemm_sm90.cu) encodes and launches exactly
+// these plans, and tests/test_plan.py checks them on CPU.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gemmt/gemm_args.h"
+
+namespace gemmt {
+namespace sm90 {
+
+constexpr int kBM = 128;  // rows of a CTA's tile
+// Two tile widths: the wide 128x256 tile, and 128x64 for outputs up to 64 wide or too few
+// wide tiles (kernels/sm90/config.cuh says why).
+constexpr int kBNWide = 256;
+constexpr int kBNNarrow = 64;
+
+// Geometry of one operand as a 2-D tensor map: dim 0 is the contiguous one.
+struct MapShape {
+  uint64_t dims[2];
+  uint64_t stride_bytes;  // of dim 1
+  uint32_t box[2];
+};
+
+struct Plan {
+  int kind;
+  int elt;
+  int bn;  // tile width: kBNWide or kBNNarrow
+  bool a_mn, b_mn;
+  MapShape a, b;
+};
+
+// Split-k for outputs with too few tiles to occupy the GPU: the persistent CTAs take
+// (tile, k-slice) units, each slice writes a float32 partial tile, and one pass adds the
+// slices in order (deterministic) and applies alpha, beta and the rounding. A slice keeps
+// at least kMinKbPerSplit k-blocks so the ring reaches a steady state.
+constexpr int kMinKbPerSplit = 4;
+constexpr int kMaxSplits = 64;
+struct SplitPlan {
+  int splits = 1;
+  int kb_per_split = 0;
+};
+
+struct TileChoice {
+  int bn = kBNWide;
+  SplitPlan sp;
+  double us = 0.0;
+};
+
+// What the kernel runs: the caller's product, or (c_trans) C^T = B^T A^T on the same memory.
+struct Problem {
+  GemmArgs args;
+  bool c_trans = false;
+  int bn = kBNWide;  // tile width (choose_tile unless a benchmark forces one)
+};
+
+struct Staging {
+  bool a = false, b = false;
+};
+
+// Workspace layout: [staged A][staged B][split-k partials], each 256-byte aligned.
+struct Workspace {
+  std::size_t a_bytes = 0, b_bytes = 0, partial_bytes = 0;
+  std::size_t total() const { return a_bytes + b_bytes + partial_bytes; }
+};
+
+// Rows of a K-major B box: half the wide tile (two boxes, or one per CTA of a pair), the
+// whole narrow one.
+uint32_t b_box_rows(int bn);
+
+// Fills `shape` for an operand contiguous along the dimension of size `inner` whose other
+// dimension (`outer`) has element stride `outer_stride`. False when TMA cannot take it.
+bool map_shape(int64_t inner, int64_t outer, int64_t outer_stride, int elt, uint32_t box_inner,
+               uint32_t box_outer, MapShape* shape);
+
+// An operand of mn rows (M for A, N for B) and k columns, element (r, p) at
+// ptr[r * stride_mn + p * stride_k], as a tensor map: K-major (box of 128 bytes of K by
+// box_rows rows) or, when mn_ok, MN-major (boxes of 128 bytes along M/N by the stage's K).
+// False when TMA cannot read it in place (base or row stride not 16-byte aligned, no unit
+// stride, overlapping rows). mn_ok: 16-bit operands, and tf32 A (read through registers).
+bool map_operand(const void* ptr, int64_t stride_k, int64_t stride_mn, int64_t mn, int64_t k,
+                 int kind, uint32_t box_rows, bool mn_ok, MapShape* shape, bool* mn_major);
+
+bool map_a(const GemmArgs& args, int kind, MapShape* shape, bool* mn_major);
+
+// bn: the tile width, which sets the rows of a K-major box (any width serves as a probe of
+// whether TMA can read B in place).
+bool map_b(const GemmArgs& args, int kind, int bn, MapShape* shape, bool* mn_major);
+
+int64_t k_blocks(const GemmArgs& args);
+
+int64_t tile_count(const GemmArgs& args, int bn);
+
+// The plan for (at most) `splits` slices: equal slices, none empty.
+SplitPlan split_plan(const GemmArgs& args, int64_t splits);
+
+// Estimated time, in microseconds, of the product with `splits` slices. The main kernel
+// runs ceil(units / SMs) waves of units of kb_per_split k-blocks plus a fixed cost per unit
+// (filling the ring, the epilogue) and can be no faster than reading A and B once from
+// memory; a split adds the reduction pass, which reads every partial and writes C. The
+// constants are per-SM times of one k-block measured on H100 (gemm_tc_selftest -sweep).
+// DRAM is streamed at its full rate only with loads in flight from about half of the SMs
+// or more: with fewer busy SMs the memory floor rises in proportion. Without that term the
+// model stops at 48 units for 256x256x65536 (24 slices), where 64 units (32 slices) measured
+// 11% faster; 1024x64x65536 likewise runs fastest at 64 units.
+double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp);
+
+// The split count with the lowest estimated time for tiles bn wide (1 when C alone has
+// tiles for at least half of the SMs).
+TileChoice best_splits(const GemmArgs& args, int bn);
+
+// Tile width and split count of the kernel's problem. Outputs up to 64 wide take the narrow
+// tile. Wider ones take the wide tile (twice the tensor-core work per byte of shared memory
+// read) unless it leaves more than half of the SMs idle and the narrow tile, four times as
+// many of them and unsplit, is modelled faster than the wide one with its best split:
+// 1000^3 runs as 32 wide or 128 narrow tiles. A split narrow tile is not considered: in the
+// H100 sweeps (gemm_tc_selftest --sweep) it was within 3% of the best wide split or behind
+// it, but for one shape in one run (tf32 512x512x16384) that the next run did not repeat.
+// The model is evaluated several times per product (planning, workspace, launch), so its
+// last answer is kept per thread.
+TileChoice choose_tile(const GemmArgs& args);
+
+std::size_t partial_bytes(const GemmArgs& args, const SplitPlan& sp);
+
+// tf32 wgmma reads B K-major only, while a @ b with a row-major b (the common case) has B
+// contiguous along N. Read the other way round, that B is an M-major A of C^T = B^T A^T,
+// which the register-sourced form takes in place, and a row-major A is a K-major B: the
+// product runs with no copy and writes C transposed. Not for narrow outputs (they would
+// become 64-row tiles of a 128-row CTA; their B is small to copy), nor when A is M-major
+// (then A already goes through registers and only B is copied).
+bool swap_for_tf32(const GemmArgs& args);
+
+Problem problem_for(const GemmArgs& args);
+
+bool make_plan(const Problem& pr, Plan* plan, bool kernels_built);
+
+// Which operands of the kernel's problem TMA cannot read in place and must be staged.
+Staging staging_for(const GemmArgs& args);
+
+Workspace workspace_for(const GemmArgs& args, const Staging& st, const SplitPlan& sp);
+
+// The arguments of the product on the staged copies; `ws` may be a placeholder (planning).
+GemmArgs staged_args(const GemmArgs& args, const Staging& st, char* ws);
+
+// Largest staging pass accepted (copy_2d's grid).
+bool staging_fits(const GemmArgs& args, const Staging& st);
+
+bool problem_supported(const Problem& pr, bool kernels_built);
+
+// The kernel's problem with tile width bn (0: the model's).
+Problem problem_with(const GemmArgs& args, int bn);
+
+// `splits` k-slices, or (0) the model's count for the problem's tile width.
+SplitPlan split_plan_or_auto(const Problem& pr, int splits);
+
+std::size_t workspace_bytes_with(const GemmArgs& args, int splits, int bn, bool kernels_built);
+
+}  // namespace sm90
+}  // namespace gemmt

@@ -1,0 +1,219 @@
+// SIMT GEMM family, gemv: m == 1 or n == 1 (a different problem rather than a step up the
+// ladder; `auto` picks it for every such product).
+//
+// Each output is a dot product of length k, every matrix element
+// is used once, so the kernel is bound by DRAM bandwidth: the goal is wide, coalesced loads
+// and enough bytes in flight. Both cases are out[r] = sum_p M(r, p) * v(p) with
+// M(r, p) = mat[r * s_r + p * s_p]:
+//   n == 1: M = A, v = column 0 of B;   m == 1: M = B^T, v = row 0 of A.
+// Row-dot kernel (p contiguous, or no unit stride): warps stream along p with 16-byte loads,
+//   shuffle-reduce, then warps of one row combine in shared memory in fixed order.
+// Column-sweep kernel (r contiguous): a lane owns 1 or 8/4 consecutive rows and walks p, so a
+//   warp reads 512 contiguous bytes per step; 8 warps split p and combine in fixed order.
+// Long dot products with few outputs additionally split p across blockIdx.y into workspace
+// slices, finished by split_k_reduce.cu. The shape (kernel, vector loads, split) is planned by
+// plan_gemv in kernels/plan/simt_plan.cpp.
+#include <cuda_runtime.h>
+
+#include "gemmt/cuda_check.h"
+#include "simt/common.cuh"
+#include "simt/launchers.h"
+
+namespace gemmt {
+namespace simt {
+namespace {
+
+struct GemvParams {
+  const void* mat;
+  int64_t s_r, s_p;
+  const void* vec;
+  int64_t s_v;
+  int64_t rows, len;
+  void* out;
+  int64_t s_out;
+  float alpha, beta;
+  float* partial;  // [splits][rows] when p is split
+  int64_t p_per_split;
+  int rows_per_block;  // row-dot: 1, 2, 4 or 8 rows per 8-warp block
+  bool vec16;
+};
+
+template <class T>
+__device__ __forceinline__ void gemv_finish(const GemvParams& g, int64_t row, float s) {
+  if (g.partial != nullptr) {
+    g.partial[static_cast<int64_t>(blockIdx.y) * g.rows + row] = s;
+    return;
+  }
+  auto* o = static_cast<typename Elem<T>::raw*>(g.out) + row * g.s_out;
+  float v = g.alpha * s;
+  if (g.beta != 0.f) v = fmaf(g.beta, Elem<T>::to_float(*o), v);
+  *o = Elem<T>::from_float(v);
+}
+
+template <class T>
+__device__ __forceinline__ float dot16(const uint4& a, const uint4& b, float acc) {
+  if constexpr (std::is_same<T, float>::value) {
+    acc = fmaf(__uint_as_float(a.x), __uint_as_float(b.x), acc);
+    acc = fmaf(__uint_as_float(a.y), __uint_as_float(b.y), acc);
+    acc = fmaf(__uint_as_float(a.z), __uint_as_float(b.z), acc);
+    acc = fmaf(__uint_as_float(a.w), __uint_as_float(b.w), acc);
+  } else {
+    float fa[8], fb[8];
+    unpack8<T>(a, fa);
+    unpack8<T>(b, fb);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc = fmaf(fa[i], fb[i], acc);
+  }
+  return acc;
+}
+
+template <class T>
+__global__ void __launch_bounds__(256) gemv_rowdot_kernel(const GemvParams g) {
+  using raw = typename Elem<T>::raw;
+  constexpr int VE = 16 / sizeof(raw);
+  __shared__ float red[8];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wpr = 8 / g.rows_per_block;
+  const int row_in_block = warp / wpr, sub = warp % wpr;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * g.rows_per_block + row_in_block;
+  const int64_t p0 = static_cast<int64_t>(blockIdx.y) * g.p_per_split;
+  const int64_t p1 = min(g.len, p0 + g.p_per_split);
+  const raw* mat = static_cast<const raw*>(g.mat);
+  const raw* vec = static_cast<const raw*>(g.vec);
+  const int stride = wpr * 32;
+  float acc = 0.f;
+  if (row < g.rows && p0 < p1) {
+    const raw* mrow = mat + row * g.s_r;
+    int64_t tail = p0;
+    if (g.vec16) {
+      // p0 is a multiple of VE and rows are 16-byte aligned (checked on the host).
+      const int64_t nvec = (p1 - p0) / VE;
+      const uint4* mv = reinterpret_cast<const uint4*>(mrow + p0);
+      const uint4* vv = reinterpret_cast<const uint4*>(vec + p0);
+#pragma unroll 4
+      for (int64_t i = sub * 32 + lane; i < nvec; i += stride) acc = dot16<T>(mv[i], vv[i], acc);
+      tail = p0 + nvec * VE;
+    }
+    for (int64_t q = tail + sub * 32 + lane; q < p1; q += stride)
+      acc = fmaf(ld<T>(mrow, q * g.s_p), ld<T>(vec, q * g.s_v), acc);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) red[warp] = acc;
+  __syncthreads();
+  if (sub == 0 && lane == 0 && row < g.rows) {
+    float s = 0.f;
+    for (int w = 0; w < wpr; ++w) s += red[row_in_block * wpr + w];
+    gemv_finish<T>(g, row, s);
+  }
+}
+
+template <class T, bool VEC>
+__global__ void __launch_bounds__(256) gemv_colsweep_kernel(const GemvParams g) {
+  using raw = typename Elem<T>::raw;
+  constexpr int VR = VEC ? 16 / static_cast<int>(sizeof(raw)) : 1;
+  __shared__ float red[8][VR][32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * 32 + lane) * VR;
+  const int64_t p0 = static_cast<int64_t>(blockIdx.y) * g.p_per_split;
+  const int64_t p1 = min(g.len, p0 + g.p_per_split);
+  const raw* mat = static_cast<const raw*>(g.mat);
+  const raw* vec = static_cast<const raw*>(g.vec);
+  float acc[VR];
+#pragma unroll
+  for (int i = 0; i < VR; ++i) acc[i] = 0.f;
+  if (r0 < g.rows) {
+    if (VEC && r0 + VR <= g.rows) {
+#pragma unroll 4
+      for (int64_t q = p0 + warp; q < p1; q += 8) {
+        const float x = ld<T>(vec, q * g.s_v);
+        const raw* src = mat + r0 + q * g.s_p;
+        if constexpr (std::is_same<T, float>::value) {
+          const float4 v = *reinterpret_cast<const float4*>(src);
+          acc[0] = fmaf(v.x, x, acc[0]);
+          acc[1] = fmaf(v.y, x, acc[1]);
+          acc[2] = fmaf(v.z, x, acc[2]);
+          acc[3] = fmaf(v.w, x, acc[3]);
+        } else {
+          float f[8];
+          unpack8<T>(*reinterpret_cast<const uint4*>(src), f);
+#pragma unroll
+          for (int i = 0; i < VR; ++i) acc[i] = fmaf(f[i % 8], x, acc[i]);
+        }
+      }
+    } else {
+      for (int64_t q = p0 + warp; q < p1; q += 8) {
+        const float x = ld<T>(vec, q * g.s_v);
+#pragma unroll
+        for (int i = 0; i < VR; ++i)
+          if (r0 + i < g.rows) acc[i] = fmaf(ld<T>(mat, (r0 + i) * g.s_r + q * g.s_p), x, acc[i]);
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < VR; ++i) red[warp][i][lane] = acc[i];
+  __syncthreads();
+  if (warp == 0) {
+#pragma unroll
+    for (int i = 0; i < VR; ++i) {
+      if (r0 + i >= g.rows) break;
+      float s = 0.f;
+#pragma unroll
+      for (int w = 0; w < 8; ++w) s += red[w][i][lane];
+      gemv_finish<T>(g, r0 + i, s);
+    }
+  }
+}
+
+template <class T>
+cudaError_t run_gemv_typed(const GemmArgs& a, const GemvPlan& pl, float* workspace,
+                           cudaStream_t stream) {
+  GemvParams g{};
+  g.mat = pl.mat;
+  g.s_r = pl.s_r;
+  g.s_p = pl.s_p;
+  g.vec = pl.vec;
+  g.s_v = pl.s_v;
+  g.rows = pl.rows;
+  g.len = pl.len;
+  g.out = a.c;
+  g.s_out = pl.s_out;
+  g.alpha = a.alpha;
+  g.beta = a.beta;
+  g.partial = nullptr;
+  g.p_per_split = pl.p_per_split;
+  g.rows_per_block = pl.rows_per_block;
+  g.vec16 = pl.vec16;
+  if (pl.blocks_x > kMaxGridX) return cudaErrorInvalidValue;
+  if (pl.splits > 1) {
+    if (workspace == nullptr) return cudaErrorInvalidValue;
+    g.partial = workspace;
+  }
+  const dim3 grid(static_cast<unsigned>(pl.blocks_x), static_cast<unsigned>(pl.splits));
+  if (pl.colsweep) {
+    if (g.vec16)
+      gemv_colsweep_kernel<T, true><<<grid, 256, 0, stream>>>(g);
+    else
+      gemv_colsweep_kernel<T, false><<<grid, 256, 0, stream>>>(g);
+  } else {
+    gemv_rowdot_kernel<T><<<grid, 256, 0, stream>>>(g);
+  }
+  GEMMT_RETURN_IF_ERROR(cudaGetLastError());
+  if (pl.splits > 1) {
+    return reduce_vector_slices(a.dtype, workspace, pl.splits, pl.rows, a.c, pl.s_out, a.alpha,
+                                a.beta, stream);
+  }
+  return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t run_gemv(const GemmArgs& a, const GemvPlan& plan, float* workspace,
+                     cudaStream_t stream) {
+  return with_simt_type(a.dtype, [&](auto tag) {
+    return run_gemv_typed<typename decltype(tag)::type>(a, plan, workspace, stream);
+  });
+}
+
+}  // namespace simt
+}  // namespace gemmt

@@ -1,0 +1,63 @@
+// The SIMT family's launchers, one translation unit each (kernels/simt/*.cu), called by
+// simt_family.cu with the plans of kernels/plan/simt_plan.h.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "gemmt/gemm.h"
+#include "plan/simt_plan.h"
+
+namespace gemmt {
+namespace simt {
+
+// Ladder steps 1-4 (ladder_1_naive.cu .. ladder_4_warp_tiled.cu).
+cudaError_t run_naive(const GemmArgs& a, cudaStream_t stream);
+cudaError_t run_smem_tiled(const GemmArgs& a, cudaStream_t stream);
+cudaError_t run_register_blocked(const GemmArgs& a, cudaStream_t stream);
+cudaError_t run_warp_tiled(const GemmArgs& a, cudaStream_t stream);
+
+// Step 5 and 6 (pipelined_launch.cu): runs a pipelined plan on the arguments as given.
+cudaError_t run_pipelined(const GemmArgs& a, const PipePlan& plan, float* workspace,
+                          cudaStream_t stream);
+// The same after copying a K-major B N-major into the front of the workspace when the plan
+// says so (SimtFamilyPlan::staged_b).
+cudaError_t run_pipelined_staged(const GemmArgs& a, const SimtFamilyPlan& plan, void* workspace,
+                                 cudaStream_t stream);
+// The compiled pipelined instances, as the planner sees them on the current device.
+PipeCatalog device_pipe_catalog();
+
+// One compiled instance of the pipelined kernel (pipelined_*.cu): its host stub and what the
+// device said about it.
+struct PipeKernel {
+  const void* fn = nullptr;
+  int error = 0;
+  int blocks_per_sm = 0;
+};
+PipeKernel pipe_kernel(ScalarType t, PipeTile tile, LoadMode a, LoadMode b, bool interior,
+                       bool stream_k);
+// The instance translation units, one per dtype and tile (and interior form).
+PipeKernel pipe_kernel_f32_large(LoadMode a, LoadMode b, bool stream_k);
+PipeKernel pipe_kernel_f32_medium(LoadMode a, LoadMode b, bool stream_k);
+PipeKernel pipe_kernel_f32_medium_interior(LoadMode a, LoadMode b, bool stream_k);
+PipeKernel pipe_kernel_f32_small(LoadMode a, LoadMode b, bool stream_k);
+PipeKernel pipe_kernel_f32_fat(LoadMode a, LoadMode b, bool stream_k);
+PipeKernel pipe_kernel_f32_fat_interior(LoadMode a, LoadMode b, bool stream_k);
+PipeKernel pipe_kernel_f32_narrow(LoadMode a, LoadMode b, bool stream_k);
+PipeKernel pipe_kernel_f16_large(LoadMode a, LoadMode b);
+PipeKernel pipe_kernel_f16_small(LoadMode a, LoadMode b);
+PipeKernel pipe_kernel_bf16_large(LoadMode a, LoadMode b);
+PipeKernel pipe_kernel_bf16_small(LoadMode a, LoadMode b);
+
+// Step 6 (split_k_reduce.cu): C = alpha * (sum of `splits` float32 slices [splits][m][n]) +
+// beta * C, slices added in order.
+cudaError_t reduce_slices(const GemmArgs& a, const float* slices, int splits, cudaStream_t stream);
+// The split gemv's finish: out[c * cs] = alpha * sum_s ws[s * cols + c] + beta * out[c * cs].
+cudaError_t reduce_vector_slices(ScalarType t, const float* ws, int splits, int64_t cols, void* out,
+                                 int64_t cs, float alpha, float beta, cudaStream_t stream);
+
+// Step 7 (gemv.cu).
+cudaError_t run_gemv(const GemmArgs& a, const GemvPlan& plan, float* workspace,
+                     cudaStream_t stream);
+
+}  // namespace simt
+}  // namespace gemmt

@@ -1,0 +1,13 @@
+// Instances of the pipelined SIMT kernel: bfloat16, PipeTile::kLarge (16-bit inputs usually go to
+// the tensor-core families, so their SIMT build keeps two shapes, Large and Small).
+#include "simt/pipelined_instances.cuh"
+
+namespace gemmt {
+namespace simt {
+
+PipeKernel pipe_kernel_bf16_large(LoadMode a, LoadMode b) {
+  return pipe_kernel_of<__nv_bfloat16, PipeTile::kLarge, false>(a, b, false);
+}
+
+}  // namespace simt
+}  // namespace gemmt

@@ -1,0 +1,12 @@
+// Instances of the pipelined SIMT kernel: float32, PipeTile::kNarrow.
+#include "simt/pipelined_instances.cuh"
+
+namespace gemmt {
+namespace simt {
+
+PipeKernel pipe_kernel_f32_narrow(LoadMode a, LoadMode b, bool stream_k) {
+  return pipe_kernel_of<float, PipeTile::kNarrow, false>(a, b, stream_k);
+}
+
+}  // namespace simt
+}  // namespace gemmt

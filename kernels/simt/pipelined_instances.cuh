@@ -1,0 +1,98 @@
+// Instantiates the pipelined kernel (ladder_5_pipelined.cuh) for one dtype and tile shape and
+// answers for its instances: included by the pipelined_<dtype>_<tile>.cu translation units
+// only, so each compiles its own share of the instances.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <mutex>
+
+#include "simt/ladder_5_pipelined.cuh"
+#include "simt/launchers.h"
+
+namespace gemmt {
+namespace simt {
+namespace {
+
+template <class T>
+constexpr ScalarType kDtypeOf = std::is_same<T, float>::value    ? ScalarType::kFloat32
+                                : std::is_same<T, __half>::value ? ScalarType::kFloat16
+                                                                 : ScalarType::kBFloat16;
+
+// Raises the dynamic shared-memory limit of one kernel instance and records its occupancy,
+// once per device (the attribute belongs to the per-device function object). call_once makes
+// the answer visible to every thread that asks later.
+template <auto K, int THREADS, int SMEM>
+PipeKernel kernel_info() {
+  constexpr int kMaxDevices = 64;
+  static std::once_flag once[kMaxDevices];
+  static PipeKernel info[kMaxDevices];
+  auto query = [] {
+    PipeKernel r;
+    r.fn = reinterpret_cast<const void*>(K);
+    cudaError_t err = cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
+    if (err == cudaSuccess)
+      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.blocks_per_sm, K, THREADS, SMEM);
+    if (err == cudaSuccess && r.blocks_per_sm < 1) err = cudaErrorInvalidConfiguration;
+    r.error = static_cast<int>(err);
+    return r;
+  };
+  int dev = 0;
+  const cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) {
+    PipeKernel r;
+    r.error = static_cast<int>(e);
+    return r;
+  }
+  if (dev < 0 || dev >= kMaxDevices) return query();
+  std::call_once(once[dev], [&] { info[dev] = query(); });
+  return info[dev];
+}
+
+template <class T, PipeTile TILE, int AM, int BM, bool INTERIOR, bool STREAMK>
+PipeKernel instance() {
+  if constexpr (pipe_instance_built(kDtypeOf<T>, TILE, static_cast<LoadMode>(AM),
+                                    static_cast<LoadMode>(BM), INTERIOR, STREAMK)) {
+    using Cfg = CfgOf<TILE, INTERIOR>;
+    constexpr auto fn = &gemm_pipelined_kernel<T, Cfg, AM, BM, INTERIOR, STREAMK>;
+    return kernel_info<fn, Cfg::THREADS, Cfg::SMEM_BYTES>();
+  } else {
+    return PipeKernel{};
+  }
+}
+
+template <class T, PipeTile TILE, int AM, int BM, bool INTERIOR>
+PipeKernel instance(bool stream_k) {
+  return stream_k ? instance<T, TILE, AM, BM, INTERIOR, true>()
+                  : instance<T, TILE, AM, BM, INTERIOR, false>();
+}
+
+// The instance of (T, TILE, INTERIOR) for the loader modes a and b; an empty PipeKernel when
+// it is not compiled (pipe_instance_built).
+template <class T, PipeTile TILE, bool INTERIOR>
+PipeKernel pipe_kernel_of(LoadMode a, LoadMode b, bool stream_k) {
+  switch (a * kNumLoadModes + b) {
+    case kVecC* kNumLoadModes + kVecC:
+      return instance<T, TILE, kVecC, kVecC, INTERIOR>(stream_k);
+    case kVecC* kNumLoadModes + kVecK:
+      return instance<T, TILE, kVecC, kVecK, INTERIOR>(stream_k);
+    case kVecC* kNumLoadModes + kScalar:
+      return instance<T, TILE, kVecC, kScalar, INTERIOR>(stream_k);
+    case kVecK* kNumLoadModes + kVecC:
+      return instance<T, TILE, kVecK, kVecC, INTERIOR>(stream_k);
+    case kVecK* kNumLoadModes + kVecK:
+      return instance<T, TILE, kVecK, kVecK, INTERIOR>(stream_k);
+    case kVecK* kNumLoadModes + kScalar:
+      return instance<T, TILE, kVecK, kScalar, INTERIOR>(stream_k);
+    case kScalar* kNumLoadModes + kVecC:
+      return instance<T, TILE, kScalar, kVecC, INTERIOR>(stream_k);
+    case kScalar* kNumLoadModes + kVecK:
+      return instance<T, TILE, kScalar, kVecK, INTERIOR>(stream_k);
+    default:
+      return instance<T, TILE, kScalar, kScalar, INTERIOR>(stream_k);
+  }
+}
+
+}  // namespace
+}  // namespace simt
+}  // namespace gemmt

@@ -1,0 +1,101 @@
+// The Hopper GEMM's fixed shapes and its kernel parameters (kernels/sm90/). The device-side
+// headers of this folder compile to code only for sm_90a (GEMMT_SM90_DEVICE_CODE).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "gemmt/gemm_epilogue.cuh"
+#include "gemmt/gemm_tc_kind.h"
+#include "plan/sm90_plan.h"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define GEMMT_SM90_DEVICE_CODE 1
+#endif
+
+namespace gemmt {
+namespace {
+
+using sm90::kBM;
+using sm90::kBNNarrow;
+using sm90::kBNWide;
+constexpr int kThreads = 384;
+constexpr int kABytes = kBM * 128;  // 16 KB
+// Output staging for the TMA-store epilogue: per consumer warpgroup two 128B-swizzled boxes
+// of 64 rows x 128 bytes, i.e. half of its 64x256 bf16 rows (a quarter for fp32) per round.
+constexpr int kCBoxBytes = 64 * 128;
+constexpr int kCStageBytes = 2 * kCBoxBytes;
+
+// Two tile widths. The wide 128x256 tile is the fast one whenever C has columns to fill it.
+// For N <= 64 (tall-skinny products, the backward of a narrow layer) three quarters of its
+// wgmma work would be thrown away, and such products are bound by streaming A instead: the
+// 128x64 tile issues m64n64 instructions and spends the smaller stages on a deeper ring
+// (24 KB a stage, 8 of them) to keep more of A in flight. It runs as single CTAs with the
+// register-to-global epilogue. Small outputs of any width use it too when their wide tiles
+// would leave most SMs idle (choose_tile).
+template <int kBN>
+struct TileCfg {
+  static_assert(kBN == 256 || kBN == 64, "tile widths: 256 and 64");
+  static constexpr int kStages = kBN == 256 ? 4 : 8;
+  static constexpr int kBBytes = kBN * 128;  // 32 KB or 8 KB
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kAcc = kBN / 2;  // fp32 accumulators per consumer thread
+  static constexpr int kCBytes = kBN == 256 ? 2 * kCStageBytes : 0;
+  static constexpr int kBarrierBytes = 2 * kStages * 8;
+  // + 1 KB so the ring can be aligned to the 1024-byte period of the 128B swizzle.
+  static constexpr int kSmemBytes = kStages * kStageBytes + kCBytes + kBarrierBytes + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "exceeds the shared memory of one H100 CTA");
+};
+
+struct Params {
+  int m, n, k;
+  int tiles_m;  // in units of kCluster * kBM rows
+  int tiles_n;
+  int num_kb;
+  int group;  // raster group height, in units of tiles_m
+  void* c;
+  int64_t ldc;
+  float alpha, beta;
+  int c_pair;     // two adjacent outputs can be written with one aligned store
+  int tma_store;  // C goes out through shared memory and TMA (needs 16-byte aligned rows)
+  // The kernel computes C^T = B^T A^T (see swap_for_tf32): output (row, col) of the tile
+  // grid is C[col * ldc + row].
+  int c_trans;
+  // Split-k: a unit of work is (tile, k-slice); slice s covers k-blocks
+  // [s * kb_per_split, (s + 1) * kb_per_split) and writes its float32 partial tile to
+  // partial[(s * m + row) * n + col]. splits == 1: units are tiles and C is written directly.
+  int splits;
+  int kb_per_split;
+  float* partial;
+  // Bias / activation / pre-activation output, in the caller's coordinates (C's, not C^T's).
+  EpilogueParams epi;
+};
+
+template <int K>
+struct KindTraits;
+template <>
+struct KindTraits<kBF16> {
+  using T = __nv_bfloat16;
+};
+template <>
+struct KindTraits<kF16> {
+  using T = __half;
+};
+template <>
+struct KindTraits<kTF32> {
+  using T = float;
+};
+
+constexpr int kConsumerWarps = 8;
+// Box of an MN-major operand: 128 bytes along M/N by the stage's K extent (64 rows of
+// 16-bit values, 32 of tf32).
+template <int kKind>
+constexpr int mn_box_bytes() {
+  return kKind == kTF32 ? 32 * 128 : 64 * 128;
+}
+
+}  // namespace
+}  // namespace gemmt

@@ -1,0 +1,269 @@
+// The Hopper GEMM's epilogue: C (or split-k partials) written from the consumer warpgroups'
+// accumulators, register-to-global (direct or transposed) or staged through shared memory
+// and TMA stores, with alpha, beta and the GemmEpilogue (bias, activation, pre-activation).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/shared_memory.cuh"
+#include "sm90/config.cuh"
+#include "sm90/ptx.cuh"
+#include "sm90/scheduler.cuh"
+
+namespace gemmt {
+namespace {
+
+#if defined(GEMMT_SM90_DEVICE_CODE)
+
+// C[row, col] and C[row, col + 1] from one accumulator pair.
+template <typename T>
+__device__ __forceinline__ void store_pair(const Params& p, T* row_ptr, int row, int col, float v0,
+                                           float v1) {
+  if (col >= p.n) return;
+  T* dst = row_ptr + col;
+  const bool has_second = col + 1 < p.n;
+  store_c_pair(dst, has_second, p.c_pair, v0, v1, p.alpha, p.beta, p.epi.view<T>(), row, col);
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  uint32_t u;
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    memcpy(&u, &v, 4);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    memcpy(&u, &v, 4);
+  }
+  return u;
+}
+
+// Writes the warpgroup's 64 x (2 * kAcc) block (rows row0.., columns n0..) straight from
+// registers. Accumulator i of a thread sits at row 16*warp + lane/4 + 8*((i/2)%2) and column
+// 8*(i/4) + 2*(lane%4) + i%2 of the block.
+template <typename T, int kAcc>
+__device__ __forceinline__ void store_block_direct(const Params& p, const float (&acc)[kAcc],
+                                                   int row0, int n0, int warp_in_wg, int lane) {
+  const int row = row0 + warp_in_wg * 16 + (lane >> 2);
+  const int col0 = n0 + 2 * (lane & 3);
+  T* const c = static_cast<T*>(p.c);
+  if (row < p.m) {
+    T* const r0 = c + static_cast<int64_t>(row) * p.ldc;
+#pragma unroll
+    for (int j = 0; j < kAcc / 4; ++j) {
+      store_pair<T>(p, r0, row, col0 + 8 * j, acc[4 * j], acc[4 * j + 1]);
+    }
+  }
+  if (row + 8 < p.m) {
+    T* const r1 = c + static_cast<int64_t>(row + 8) * p.ldc;
+#pragma unroll
+    for (int j = 0; j < kAcc / 4; ++j) {
+      store_pair<T>(p, r1, row + 8, col0 + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+    }
+  }
+}
+
+// The same block for a transposed C (Params::c_trans): block element (row, col) goes to
+// C[col * ldc + row]. The eight lanes of a quad column hold eight consecutive rows, i.e.
+// 8 consecutive elements of one line of C, so each store instruction still fills whole
+// 32-byte sectors.
+template <typename T, int kAcc>
+__device__ __forceinline__ void store_block_transposed(const Params& p, const float (&acc)[kAcc],
+                                                       int row0, int n0, int warp_in_wg, int lane) {
+  const int row = row0 + warp_in_wg * 16 + (lane >> 2);
+  const int col0 = n0 + 2 * (lane & 3);
+  T* const c = static_cast<T*>(p.c);
+#pragma unroll
+  for (int j = 0; j < kAcc / 4; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int col = col0 + 8 * j + e;
+      if (col >= p.n) continue;
+      T* const line = c + static_cast<int64_t>(col) * p.ldc;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (row + 8 * h < p.m) {
+          // Block (row, col) is the caller's C element (col, row).
+          store_c_pair(line + row + 8 * h, false, false, acc[4 * j + 2 * h + e], 0.f, p.alpha,
+                       p.beta, p.epi.view<T>(), col, row + 8 * h);
+        }
+      }
+    }
+  }
+}
+
+template <typename T, int kAcc>
+__device__ __forceinline__ void store_block(const Params& p, const float (&acc)[kAcc], int row0,
+                                            int n0, int warp_in_wg, int lane) {
+  if (p.c_trans) {
+    store_block_transposed<T, kAcc>(p, acc, row0, n0, warp_in_wg, lane);
+  } else {
+    store_block_direct<T, kAcc>(p, acc, row0, n0, warp_in_wg, lane);
+  }
+}
+
+// A split-k slice's block: float32, unscaled, into its slice of the partial buffer (in C's
+// orientation, so that one reduction serves both).
+template <int kAcc>
+__device__ __forceinline__ void store_partial_block(const Params& p, const float (&acc)[kAcc],
+                                                    int split, int row0, int n0, int warp_in_wg,
+                                                    int lane) {
+  Params q = p;
+  q.c = p.partial + static_cast<int64_t>(split) * p.m * p.n;
+  q.ldc = p.c_trans ? p.m : p.n;
+  q.alpha = 1.f;
+  q.beta = 0.f;
+  q.c_pair = p.n % 2 == 0;
+  q.epi.active = false;  // the reduction applies it
+  store_block<float, kAcc>(q, acc, row0, n0, warp_in_wg, lane);
+}
+
+// One round of the staged epilogue of a consumer warpgroup: wait until TMA has read the
+// buffer of the previous round, fill it, make the writes visible to the async proxy, and
+// let one thread hand it to TMA. The global writes then overlap the next tile's main loop;
+// only the reuse of the buffer waits for TMA.
+template <class Fill, class Issue>
+__device__ __forceinline__ void staged_store_round(int cw, Fill fill, Issue issue) {
+  const bool leader = (threadIdx.x & 127) == 0;
+  const uint32_t bar_id = 1 + cw;  // 0 is __syncthreads
+  if (leader) bulk_wait_read_all();
+  named_barrier_sync(bar_id, 128);
+  fill();
+  fence_proxy_async_smem();
+  named_barrier_sync(bar_id, 128);
+  if (leader) {
+    issue();
+    bulk_commit();
+  }
+}
+
+// The wide tile's block through shared memory: each round fills two 128B-swizzled 64-row
+// boxes of the warpgroup's staging buffer, which TMA writes out, clipping the edges.
+template <typename T>
+__device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorMap* map,
+                                                const float (&acc)[128], uint32_t buf, int row0,
+                                                int n0, int warp_in_wg, int lane, int cw) {
+  constexpr int kElt = static_cast<int>(sizeof(T));
+  constexpr int kBoxCols = 128 / kElt;
+  constexpr int kRoundCols = 2 * kBoxCols;
+  constexpr int kRounds = kBNWide / kRoundCols;
+  constexpr int kGroupsPerRound = kRoundCols / 8;  // accumulator column groups of 8
+  const int g = lane >> 2;
+  const int t = lane & 3;
+#pragma unroll
+  for (int rd = 0; rd < kRounds; ++rd) {
+    auto fill = [&] {
+#pragma unroll
+      for (int jj = 0; jj < kGroupsPerRound; ++jj) {
+        const int j = rd * kGroupsPerRound + jj;
+        const int box = (jj * 8) / kBoxCols;
+        const int byte_in_row = ((jj * 8) % kBoxCols + 2 * t) * kElt;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = warp_in_wg * 16 + g + 8 * h;
+          float v0 = acc[4 * j + 2 * h] * p.alpha;
+          float v1 = acc[4 * j + 2 * h + 1] * p.alpha;
+          if (p.beta != 0.f) {  // beta == 0 must not read C: it may hold NaN
+            const int gr = row0 + r;
+            const int gc = n0 + 8 * j + 2 * t;
+            if (gr < p.m && gc < p.n) {
+              const T* src = static_cast<const T*>(p.c) + static_cast<int64_t>(gr) * p.ldc + gc;
+              v0 += p.beta * to_float(*(src));
+              if (gc + 1 < p.n) v1 += p.beta * to_float(*(src + 1));
+            }
+          }
+          if (p.epi.active) {
+            const int gr = row0 + r;
+            const int gc = n0 + 8 * j + 2 * t;
+            if (gr < p.m && gc < p.n) {
+              const EpilogueView<T> e = p.epi.view<T>();
+              v0 = e.apply(gr, gc, v0);
+              if (gc + 1 < p.n) v1 = e.apply(gr, gc + 1, v1);
+            }
+          }
+          const uint32_t addr = buf + box * kCBoxBytes + r * 128 +
+                                ((((byte_in_row >> 4) ^ (r & 7))) << 4) + (byte_in_row & 15);
+          if constexpr (kElt == 4) {
+            st_shared_v2_f32(addr, v0, v1);
+          } else {
+            st_shared_b32(addr, pack2<T>(v0, v1));
+          }
+        }
+      }
+    };
+    auto issue = [&] {
+      if (row0 >= p.m) return;
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        const int col = n0 + rd * kRoundCols + b * kBoxCols;
+        if (col < p.n) tma_store(map, buf + b * kCBoxBytes, col, row0);
+      }
+    };
+    staged_store_round(cw, fill, issue);
+  }
+}
+
+// The same for a transposed float C (Params::c_trans): block row r is C column row0 + r and
+// block column c is C row n0 + c. A round covers 64 block columns, i.e. 64 lines of C, in two
+// boxes of 32 block rows (128 bytes of a line each). The lanes of a warp write eight
+// consecutive floats of four lines at a time; with the swizzle those land in 32 different
+// banks.
+__device__ __forceinline__ void store_block_tma_transposed(const Params& p, const CUtensorMap* map,
+                                                           const float (&acc)[128], uint32_t buf,
+                                                           int row0, int n0, int warp_in_wg,
+                                                           int lane, int cw) {
+  constexpr int kLinesPerRound = 64;
+  constexpr int kRounds = kBNWide / kLinesPerRound;
+  const int g = lane >> 2;
+  const int t = lane & 3;
+  const uint32_t box = buf + (warp_in_wg >> 1) * kCBoxBytes;
+  const float* c = static_cast<const float*>(p.c);
+#pragma unroll
+  for (int rd = 0; rd < kRounds; ++rd) {
+    auto fill = [&] {
+#pragma unroll
+      for (int jj = 0; jj < kLinesPerRound / 8; ++jj) {
+        const int j = rd * (kLinesPerRound / 8) + jj;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int line = 8 * jj + 2 * t + e;  // line of C within the round, row of the box
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = warp_in_wg * 16 + g + 8 * h;
+            const int rb = r & 31;  // float within the 128-byte line of the box
+            float v = acc[4 * j + 2 * h + e] * p.alpha;
+            if (p.beta != 0.f) {
+              const int gc = row0 + r;
+              const int gl = n0 + 8 * j + 2 * t + e;
+              if (gc < p.m && gl < p.n) v += p.beta * c[static_cast<int64_t>(gl) * p.ldc + gc];
+            }
+            if (p.epi.active) {  // block (gc, gl) is the caller's C element (gl, gc)
+              const int gc = row0 + r;
+              const int gl = n0 + 8 * j + 2 * t + e;
+              if (gc < p.m && gl < p.n) v = p.epi.view<float>().apply(gl, gc, v);
+            }
+            st_shared_f32(box + line * 128 + (((rb >> 2) ^ (line & 7)) << 4) + (rb & 3) * 4, v);
+          }
+        }
+      }
+    };
+    auto issue = [&] {
+      const int line0 = n0 + rd * kLinesPerRound;
+      if (line0 >= p.n) return;
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        const int col = row0 + 32 * b;
+        if (col < p.m) tma_store(map, buf + b * kCBoxBytes, col, line0);
+      }
+    };
+    staged_store_round(cw, fill, issue);
+  }
+}
+
+#endif  // GEMMT_SM90_DEVICE_CODE
+
+}  // namespace
+}  // namespace gemmt

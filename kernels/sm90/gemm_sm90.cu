@@ -1,0 +1,253 @@
+// The Hopper GEMM family's host side (the kernel: kernels/sm90/kernel.cuh): tensor maps,
+// staging of operands TMA cannot read, launches, split-k, and the entry points of gemmt/gemm.h.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "gemmt/cuda_check.h"
+#include "gemmt/gemm.h"
+#include "gemmt/gemm_epilogue.cuh"
+#include "gemmt/gemm_tc_hooks.h"
+#include "gemmt/gemm_tc_kind.h"
+#include "gemmt/launch.cuh"
+#include "gemmt/numeric.cuh"
+#include "gemmt/strided_copy.cuh"
+#include "plan/sm90_plan.h"
+#include "sm90/launchers.h"
+
+namespace gemmt {
+namespace {
+
+// ---- Host side ---------------------------------------------------------------------
+// Planning (tensor maps, tile width, split-k, staging): kernels/plan/sm90_plan.cpp.
+using namespace sm90;
+using sm90::Launch;
+using sm90::Maps;
+
+// Whether this build holds the kernels (compiled for sm_90a); the planner refuses every
+// problem otherwise.
+#if defined(GEMMT_HAS_SM90A)
+constexpr bool kKernelsBuilt = true;
+#else
+constexpr bool kKernelsBuilt = false;
+#endif
+
+// A driver entry point, fetched through the runtime so that nothing links libcuda; nullptr
+// when the driver does not have it.
+void* driver_entry_point(const char* name) {
+  void* ptr = nullptr;
+  cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+  cudaError_t err = cudaGetDriverEntryPointByVersion(name, &ptr, 12000, cudaEnableDefault, &status);
+#else
+  cudaError_t err = cudaGetDriverEntryPoint(name, &ptr, cudaEnableDefault, &status);
+#endif
+  if (err != cudaSuccess || status != cudaDriverEntryPointSuccess) {
+    if (err != cudaSuccess) (void)cudaGetLastError();
+    return nullptr;
+  }
+  return ptr;
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const auto fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(
+      driver_entry_point("cuTensorMapEncodeTiled"));
+  return fn;
+}
+
+// Tensor maps are encoded by the driver, which refuses to work for a thread that has no
+// current context (CUDA_ERROR_INVALID_CONTEXT). The runtime makes its primary context
+// current only at a thread's first runtime call that needs one, so a thread whose first CUDA
+// work is a gemmt product has none: the autograd engine's worker thread, or any thread
+// started after the library's kernel attributes were set (those calls happen once per
+// process). cudaSetDevice binds the primary context of the current device.
+cudaError_t bind_current_context() {
+  static const auto get_current =
+      reinterpret_cast<PFN_cuCtxGetCurrent_v4000>(driver_entry_point("cuCtxGetCurrent"));
+  CUcontext ctx = nullptr;
+  if (get_current != nullptr && get_current(&ctx) == CUDA_SUCCESS && ctx != nullptr) {
+    return cudaSuccess;
+  }
+  int device = 0;
+  GEMMT_RETURN_IF_ERROR(cudaGetDevice(&device));
+  return cudaSetDevice(device);
+}
+
+bool encode(CUtensorMap* map, const void* ptr, const MapShape& s, int kind) {
+  PFN_cuTensorMapEncodeTiled_v12000 fn = tensor_map_encoder();
+  if (fn == nullptr) return false;
+  const CUtensorMapDataType dtype = kind == kBF16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                    : kind == kF16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                   : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  const cuuint64_t dims[2] = {s.dims[0], s.dims[1]};
+  const cuuint64_t strides[1] = {s.stride_bytes};
+  const cuuint32_t box[2] = {s.box[0], s.box[1]};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = fn(map, dtype, 2, const_cast<void*>(ptr), dims, strides, box, elem_strides,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS;
+}
+
+}  // namespace
+
+namespace {
+
+// Launches the product for arguments make_plan accepts. cluster: 0 automatic, 1 single
+// CTAs, 2 B-multicast pairs (granted only when the 128-row tile count is even and there is
+// no split: a pair needs both of its M tiles). store: 0 automatic, 1 direct register-to-
+// global stores, 2 TMA stores (granted only when C rows are 16-byte aligned). sp.splits > 1
+// needs `partial` (partial_bytes) and adds the reduction pass.
+cudaError_t run_planned(const Problem& pr, cudaStream_t stream, detail::Sm90Cluster cluster,
+                        detail::Sm90Store store, const SplitPlan& sp, float* partial) {
+  const GemmArgs& args = pr.args;
+  Plan plan;
+  if (!make_plan(pr, &plan, kKernelsBuilt)) return cudaErrorNotSupported;
+  const bool split = sp.splits > 1;
+  if (split && partial == nullptr) return cudaErrorInvalidValue;
+  const int elt = plan.elt;
+  GEMMT_RETURN_IF_ERROR(bind_current_context());
+  Maps maps;
+  std::memset(&maps, 0, sizeof(maps));
+  if (!encode(&maps.a, args.a, plan.a, plan.kind) || !encode(&maps.b, args.b, plan.b, plan.kind)) {
+    return cudaErrorNotSupported;
+  }
+  // C as a {n, m} tensor with 64-row boxes of 128 bytes, the staging layout of the epilogue.
+  MapShape c_shape;
+  // (Transposed: C's lines are the tile grid's columns.)
+  const int64_t c_inner = pr.c_trans ? args.m : args.n;
+  const int64_t c_outer = pr.c_trans ? args.n : args.m;
+  const bool c_tma_ok = !split && store != detail::Sm90Store::kDirect && plan.bn == kBNWide &&
+                        is_aligned(args.c, 16) &&
+                        map_shape(c_inner, c_outer, args.ldc, elt, 128u / elt, 64, &c_shape) &&
+                        encode(&maps.c, args.c, c_shape, plan.kind);
+  const int64_t tiles_m128 = (args.m + kBM - 1) / kBM;
+  const bool narrow = plan.bn == kBNNarrow;
+  const int cl =
+      (cluster == detail::Sm90Cluster::kSingle || split || narrow || tiles_m128 % 2 != 0) ? 1 : 2;
+  Launch l;
+  l.cluster = cl;
+  l.tma_store = c_tma_ok;
+  l.split = sp;
+  l.partial = split ? partial : nullptr;
+  cudaError_t launched;
+  switch (plan.kind) {
+    case kBF16:
+      launched = sm90::launch_bf16(pr, plan, maps, l, stream);
+      break;
+    case kF16:
+      launched = sm90::launch_f16(pr, plan, maps, l, stream);
+      break;
+    default:
+      launched = sm90::launch_tf32(pr, plan, maps, l, stream);
+      break;
+  }
+  GEMMT_RETURN_IF_ERROR(launched);
+  if (!split) return cudaSuccess;
+  // The slices are in C's orientation; the reduction writes C as the caller described it.
+  GemmArgs out = args;
+  if (pr.c_trans) std::swap(out.m, out.n);
+  return gemm_reduce_k_slices(out, partial, sp.splits, stream);
+}
+
+}  // namespace
+
+// Variant knobs for tests and benchmarks (see run_planned); no staging, no split-k.
+cudaError_t detail::gemm_sm90_run_variant(const GemmArgs& args, cudaStream_t stream,
+                                          detail::Sm90Cluster cluster, detail::Sm90Store store) {
+  return run_planned(problem_for(args), stream, cluster, store, SplitPlan{1, 0}, nullptr);
+}
+
+bool detail::gemm_sm90_variant_supports(const GemmArgs& args) {
+  return make_plan(problem_for(args), nullptr, kKernelsBuilt);
+}
+
+// ---- Operands TMA cannot read in place ----------------------------------------------------
+// TMA needs 16-byte aligned bases and row strides, which a view at an odd offset or with an
+// odd leading dimension (a 4097-wide matrix of 16-bit values) does not have, and tf32 wgmma
+// reads B K-major only (a row-major B is usually read in place through swap_for_tf32, but
+// not always). Such an operand is first rewritten K-major, rows padded to 16 bytes, into the
+// workspace by one bandwidth-bound pass (a few percent of the product's time at the sizes
+// where wgmma pays), then the product runs on the copy.
+namespace {
+cudaError_t stage_k_major(const GemmArgs& args, const void* in, int64_t s_r, int64_t s_p,
+                          int64_t rows, void* out, cudaStream_t stream) {
+  const int64_t elt = static_cast<int64_t>(element_size(args.dtype));
+  return copy_2d_bits(static_cast<int>(elt), in, s_r, s_p, rows, args.k, out,
+                      copy_pitch(args.k, elt), stream);
+}
+
+}  // namespace
+
+namespace {
+
+// Stages what must be staged, then runs the product with `splits` k-slices and tiles bn
+// wide (0: chosen by the cost model).
+cudaError_t run_with(const GemmArgs& args, int splits, int bn, void* workspace,
+                     cudaStream_t stream) {
+  const Problem pr = problem_with(args, bn);
+  if (!problem_supported(pr, kKernelsBuilt)) return cudaErrorNotSupported;
+  const GemmArgs& t = pr.args;
+  const Staging st = staging_for(t);
+  const SplitPlan sp = split_plan_or_auto(pr, splits);
+  const Workspace w = workspace_for(t, st, sp);
+  if (w.total() > 0 && workspace == nullptr) return cudaErrorInvalidValue;
+  char* ws = static_cast<char*>(workspace);
+  Problem staged = pr;
+  staged.args = staged_args(t, st, ws);
+  if (st.a) {
+    GEMMT_RETURN_IF_ERROR(stage_k_major(t, t.a, t.a_stride_m, t.a_stride_k, t.m,
+                                        const_cast<void*>(staged.args.a), stream));
+  }
+  if (st.b) {
+    GEMMT_RETURN_IF_ERROR(stage_k_major(t, t.b, t.b_stride_n, t.b_stride_k, t.n,
+                                        const_cast<void*>(staged.args.b), stream));
+  }
+  float* partial =
+      w.partial_bytes > 0 ? reinterpret_cast<float*>(ws + w.a_bytes + w.b_bytes) : nullptr;
+  return run_planned(staged, stream, detail::Sm90Cluster::kAuto, detail::Sm90Store::kAuto, sp,
+                     partial);
+}
+
+}  // namespace
+
+bool gemm_sm90_supports(const GemmArgs& args) {
+  return problem_supported(problem_for(args), kKernelsBuilt);
+}
+
+std::size_t gemm_sm90_workspace_bytes(const GemmArgs& args) {
+  return workspace_bytes_with(args, 0, 0, kKernelsBuilt);
+}
+
+cudaError_t gemm_sm90_run(const GemmArgs& args, void* workspace, cudaStream_t stream) {
+  return run_with(args, 0, 0, workspace, stream);
+}
+
+std::size_t detail::gemm_sm90_split_workspace_bytes(const GemmArgs& args, int splits, int bn) {
+  return workspace_bytes_with(args, splits, bn, kKernelsBuilt);
+}
+
+cudaError_t detail::gemm_sm90_run_splits(const GemmArgs& args, int splits, int bn, void* workspace,
+                                         cudaStream_t stream) {
+  return run_with(args, splits, bn, workspace, stream);
+}
+
+int detail::gemm_sm90_auto_splits(const GemmArgs& args) {
+  const Problem pr = problem_for(args);
+  return split_plan_or_auto(pr, 0).splits;
+}
+
+int detail::gemm_sm90_auto_tile_n(const GemmArgs& args) {
+  return problem_for(args).bn;
+}
+
+}  // namespace gemmt

@@ -1,0 +1,309 @@
+// Hopper GEMM: TMA loads into a 4-stage shared-memory ring, wgmma.mma_async from shared
+// memory, warp specialisation and a persistent tile loop. C = alpha * A @ B + beta * C with
+// float32 accumulation; bf16 / fp16 operands (any mix of K-major and MN-major) and float32
+// read as tf32. wgmma reads a tf32 operand from shared memory K-major only, so an M-major
+// tf32 A is loaded into registers (the register-sourced form) and a row-major B is handled
+// by computing C^T = B^T A^T, which turns it into such an A (swap_for_tf32).
+//
+// CTA = 3 warpgroups. Warpgroup 0 produces: one thread walks the same tile sequence as the
+// consumers and keeps the ring full with TMA; its registers are handed to the consumers
+// through setmaxnreg. Warpgroups 1 and 2 consume: each owns 64 rows of the 128x256 tile
+// (m64n256 wgmma, 128 fp32 accumulators per thread) and writes its rows of C straight from
+// registers.
+//
+// Stage layout (every operand row is 128 bytes, i.e. 128B-swizzle atoms of 8 rows):
+//   A K-major : 128 rows (M) x 64 bf16 of K                      one TMA box {64, 128}
+//   A MN-major: 2 boxes of 64 rows (K) x 64 bf16 of M, 8 KB each   TMA box {64, 64}
+//   B K-major : 256 rows (N) x 64 bf16 of K (two 128-row boxes)   TMA box {64, 128}
+//   B MN-major: 4 boxes of 64 rows (K) x 64 bf16 of N              TMA box {64, 64}
+// (tf32: 32 fp32 of K per row instead of 64 bf16; an M-major A is 4 boxes of 32 x 32.)
+//
+// Clusters of two CTAs stacked along M share the B tile: each CTA fetches one half and
+// multicasts it to both, which cuts the L2 traffic per CTA from 48 KB to 32 KB a stage. A
+// stage can then only be refilled once the consumers of both CTAs have released it, so
+// every consumer warp arrives on the empty barrier of each CTA of the cluster.
+//
+// This header holds the main loop (the producer's TMA ring and the consumers' wgmma loop);
+// its parts are in ptx.cuh, scheduler.cuh and epilogue.cuh; the instances are compiled in
+// instances_<kind>.cu.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "sm90/config.cuh"
+#include "sm90/epilogue.cuh"
+#include "sm90/ptx.cuh"
+#include "sm90/scheduler.cuh"
+
+namespace gemmt {
+namespace {
+
+#if defined(GEMMT_SM90_DEVICE_CODE)
+
+// ---- tf32 A from registers ----------------------------------------------------------------
+// An M-major A stage holds four TMA boxes of 32 rows of M by 32 of K; each K row is 128
+// bytes, and the 128B swizzle stores its 16-byte chunk c at c ^ (k % 8). wgmma wants from
+// each thread the elements (m, k), (m + 8, k), (m, k + 4), (m + 8, k + 4) of every 64x8
+// slice, m = 16 * warp + lane / 4 and k = lane % 4 (the mma.sync m16n8k8 pattern, one per
+// warp). The 32 words one such load of a warp reads fall into 16 banks: a 2-way conflict
+// on 16 scalar loads a k-block, small next to the 64x256x32 product they feed.
+__device__ __forceinline__ uint32_t swizzled_mn_offset(int m, int k) {
+  return static_cast<uint32_t>(k * 128 + (((m >> 2) ^ (k & 7)) << 4) + (m & 3) * 4);
+}
+
+// Offsets, from the start of a stage, of this thread's four A elements of the first k-step;
+// k-step kk adds kk * 8 rows of 128 bytes (k % 8 does not change).
+__device__ __forceinline__ void a_fragment_offsets(int cw, int warp, int lane, uint32_t (&off)[4]) {
+  constexpr uint32_t kBoxBytes = 32 * 128;
+  const uint32_t box = static_cast<uint32_t>(2 * cw + (warp >> 1)) * kBoxBytes;
+  const int m = 16 * (warp & 1) + (lane >> 2);
+  const int k = lane & 3;
+  off[0] = box + swizzled_mn_offset(m, k);
+  off[1] = box + swizzled_mn_offset(m + 8, k);
+  off[2] = box + swizzled_mn_offset(m, k + 4);
+  off[3] = box + swizzled_mn_offset(m + 8, k + 4);
+}
+
+// One k-block (four k-steps of 8) with A from registers: load the fragments, then issue and
+// commit the group. `frag` must not be written again before this group has completed.
+template <int kBN>
+__device__ __forceinline__ void tf32_rs_kblock(float (&acc)[kBN / 2], uint32_t (&frag)[4][4],
+                                               uint32_t a_stage, const uint32_t (&off)[4],
+                                               uint64_t db, bool first) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) frag[kk][j] = ld_shared_b32(a_stage + off[j] + kk * 8 * 128);
+  }
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    // A K-step advances 32 bytes along B's K-major rows.
+    wgmma_step_tf32_rs<kBN>(acc, frag[kk], db + kk * (32 >> 4), (!first || kk != 0) ? 1u : 0u);
+  }
+  wgmma_commit();
+}
+
+#endif  // GEMMT_SM90_DEVICE_CODE
+
+template <int kKind, bool kAMn, bool kBMn, int kCluster, int kBN>
+__global__ void __launch_bounds__(kThreads, 1)
+    sm90_gemm_kernel(const __grid_constant__ CUtensorMap tma_a,
+                     const __grid_constant__ CUtensorMap tma_b,
+                     const __grid_constant__ CUtensorMap tma_c, const Params p) {
+#if defined(GEMMT_SM90_DEVICE_CODE)
+  using T = typename KindTraits<kKind>::T;
+  using Cfg = TileCfg<kBN>;
+  constexpr int kStages = Cfg::kStages;
+  constexpr int kBBytes = Cfg::kBBytes;
+  constexpr int kBK = kKind == kTF32 ? 32 : 64;               // 128 bytes of K per stage row
+  constexpr int kMnRows = 128 / static_cast<int>(sizeof(T));  // M/N extent of an MN-major box
+  constexpr int kMnBox = mn_box_bytes<kKind>();
+  // tf32 with an M-major A: A goes through registers (the only transposable tf32 operand).
+  constexpr bool kARegs = kKind == kTF32 && kAMn;
+  static_assert(kCluster == 1 || kBN == kBNWide, "only the wide tile runs in CTA pairs");
+  static_assert(!(kKind == kTF32 && kBMn), "tf32 wgmma reads B K-major only");
+
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  // Both CTAs of a cluster compute the same offsets, which multicast relies on.
+  const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const uint32_t smem_a = base;
+  const uint32_t smem_b = base + kStages * kABytes;
+  const uint32_t smem_c = smem_b + kStages * kBBytes;
+  const uint32_t bars = smem_c + Cfg::kCBytes;
+  auto full_bar = [&](int s) { return bars + 8u * s; };
+  auto empty_bar = [&](int s) { return bars + 8u * (kStages + s); };
+
+  const int wg = threadIdx.x >> 7;
+  const int warp_in_wg = (threadIdx.x >> 5) & 3;
+  const int lane = threadIdx.x & 31;
+  uint32_t rank = 0;
+  if constexpr (kCluster > 1) rank = cluster_ctarank();
+
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full_bar(s), 1);  // the producer's arrive.expect_tx; bytes do the rest
+      mbar_init(empty_bar(s), kConsumerWarps * kCluster);
+    }
+    fence_barrier_init();
+  }
+  // The peer may multicast into our ring or arrive on our barriers only after they exist.
+  if constexpr (kCluster > 1) {
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
+
+  const int num_clusters = gridDim.x / kCluster;
+  const int cluster_id = blockIdx.x / kCluster;
+  const int total_units = p.tiles_m * p.tiles_n * p.splits;
+
+  if (wg == 0) {
+    setmaxnreg_dec<40>();
+    if (warp_in_wg == 0 && lane == 0) {
+      prefetch_tmap(&tma_a);
+      prefetch_tmap(&tma_b);
+      int stage = 0;
+      uint32_t phase = 0;
+      for (int u = cluster_id; u < total_units; u += num_clusters) {
+        const Unit w = unit_of(u, p);
+        int tm, tn;
+        tile_coords(w.tile, p, tm, tn);
+        const int m0 = (tm * kCluster + static_cast<int>(rank)) * kBM;
+        const int n0 = tn * kBN;
+        for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
+          // Parity trick: on the first lap the "previous" phase counts as complete.
+          mbar_wait(empty_bar(stage), phase ^ 1u);
+          const uint32_t fb = full_bar(stage);
+          mbar_arrive_expect_tx(fb, Cfg::kStageBytes);
+          const int k0 = kb * kBK;
+          const uint32_t sa = smem_a + stage * kABytes;
+          const uint32_t sb = smem_b + stage * kBBytes;
+          if constexpr (!kAMn) {
+            tma_load(sa, &tma_a, fb, k0, m0);
+          } else {
+#pragma unroll
+            for (int q = 0; q < kBM / kMnRows; ++q) {
+              tma_load(sa + q * kMnBox, &tma_a, fb, m0 + q * kMnRows, k0);
+            }
+          }
+          if constexpr (!kBMn) {
+            if constexpr (kBN == kBNNarrow) {
+              tma_load(sb, &tma_b, fb, k0, n0);  // one box of 64 rows
+            } else if constexpr (kCluster == 1) {
+              tma_load(sb, &tma_b, fb, k0, n0);
+              tma_load(sb + kBBytes / 2, &tma_b, fb, k0, n0 + kBN / 2);
+            } else {
+              tma_load_multicast(sb + rank * (kBBytes / 2), &tma_b, fb, k0,
+                                 n0 + static_cast<int>(rank) * (kBN / 2), 0x3);
+            }
+          } else {
+#pragma unroll
+            for (int j = 0; j < kBN / 64; ++j) {
+              if constexpr (kCluster == 1) {
+                tma_load(sb + j * kMnBox, &tma_b, fb, n0 + 64 * j, k0);
+              } else {
+                if ((j >> 1) == static_cast<int>(rank)) {
+                  tma_load_multicast(sb + j * kMnBox, &tma_b, fb, n0 + 64 * j, k0, 0x3);
+                }
+              }
+            }
+          }
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1u;
+          }
+        }
+      }
+    }
+    __syncwarp();
+  } else {
+    setmaxnreg_inc<232>();
+    const int cw = wg - 1;  // which 64-row half of the tile this warpgroup owns
+    // A K-step advances 32 bytes along a K-major row, or 16 rows (2 KB) of an MN-major box.
+    constexpr uint32_t kAStep = (kAMn ? 16 * 128 : 32) >> 4;
+    constexpr uint32_t kBStep = (kBMn ? 16 * 128 : 32) >> 4;
+    constexpr uint32_t kALbo = kAMn ? kMnBox : 16;
+    constexpr uint32_t kBLbo = kBMn ? kMnBox : 16;
+    float acc[Cfg::kAcc];
+#pragma unroll
+    for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.f;
+    // Hands stage s back to the producer(s): one arrive per warp on each CTA of the cluster.
+    auto release = [&](int s) {
+      if constexpr (kCluster == 1) {
+        if (lane == 0) mbar_arrive_local(empty_bar(s));
+      } else {
+        if (lane < kCluster) mbar_arrive_cluster(empty_bar(s), lane);
+      }
+    };
+    // Register-sourced A: this thread's four offsets into the stage (see a_fragment_offsets).
+    uint32_t a_off[4] = {0, 0, 0, 0};
+    if constexpr (kARegs) a_fragment_offsets(cw, warp_in_wg, lane, a_off);
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int u = cluster_id; u < total_units; u += num_clusters) {
+      const Unit w = unit_of(u, p);
+      int tm, tn;
+      tile_coords(w.tile, p, tm, tn);
+      const int m0 = (tm * kCluster + static_cast<int>(rank)) * kBM;
+      const int n0 = tn * kBN;
+      int prev_stage = 0;
+      // Called once k-block kb's group is issued: every group but that one has then finished
+      // reading its stage, so the previous stage goes back to the producer.
+      auto retire_previous = [&](int kb) {
+        if (kb > w.kb_begin) {
+          wgmma_wait<1>();
+          release(prev_stage);
+        }
+        prev_stage = stage;
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1u;
+        }
+      };
+      if constexpr (kARegs) {
+        // The fragments of k-block kb are loaded while the group of kb - 1 still reads its
+        // own, so two register sets alternate and the loop runs two k-blocks per trip.
+        uint32_t frag0[4][4], frag1[4][4];
+        for (int kb2 = w.kb_begin; kb2 < w.kb_end; kb2 += 2) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int kb = kb2 + h;
+            if (kb >= w.kb_end) break;
+            mbar_wait(full_bar(stage), phase);
+            const uint64_t db = make_desc(smem_b + stage * kBBytes, kBLbo, 1024);
+            tf32_rs_kblock<kBN>(acc, h == 0 ? frag0 : frag1, smem_a + stage * kABytes, a_off, db,
+                                kb == w.kb_begin);
+            retire_previous(kb);
+          }
+        }
+      } else {
+        for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
+          mbar_wait(full_bar(stage), phase);
+          // Rows 64*cw.. of the A tile: 8 KB into the stage in both layouts.
+          const uint64_t da = make_desc(smem_a + stage * kABytes + cw * (kABytes / 2), kALbo, 1024);
+          const uint64_t db = make_desc(smem_b + stage * kBBytes, kBLbo, 1024);
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) {
+            wgmma_step<kKind, kAMn ? 1 : 0, kBMn ? 1 : 0, kBN>(
+                acc, da + kk * kAStep, db + kk * kBStep, (kb != w.kb_begin || kk != 0) ? 1u : 0u);
+          }
+          wgmma_commit();
+          retire_previous(kb);
+        }
+      }
+      wgmma_wait<0>();
+      fence_accumulators(acc);
+      if (w.kb_end > w.kb_begin) release(prev_stage);
+
+      if (p.splits > 1) {
+        store_partial_block(p, acc, w.split, m0 + cw * 64, n0, warp_in_wg, lane);
+      } else if (kBN == kBNWide && p.tma_store) {
+        if constexpr (kBN == kBNWide) {
+          const uint32_t buf = smem_c + cw * kCStageBytes;
+          if (kARegs && p.c_trans) {
+            store_block_tma_transposed(p, &tma_c, acc, buf, m0 + cw * 64, n0, warp_in_wg, lane, cw);
+          } else {
+            store_block_tma<T>(p, &tma_c, acc, buf, m0 + cw * 64, n0, warp_in_wg, lane, cw);
+          }
+        }
+      } else {
+        store_block<T>(p, acc, m0 + cw * 64, n0, warp_in_wg, lane);
+      }
+      fence_accumulators(acc);
+    }
+    // Shared memory must outlive the last TMA store's reads; global completion before exit.
+    if (kBN == kBNWide && p.tma_store && (threadIdx.x & 127) == 0) bulk_wait_all();
+  }
+  // No CTA may leave while its peer can still arrive on its barriers.
+  if constexpr (kCluster > 1) cluster_sync();
+#endif  // GEMMT_SM90_DEVICE_CODE
+}
+
+}  // namespace
+}  // namespace gemmt

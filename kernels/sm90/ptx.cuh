@@ -1,0 +1,285 @@
+// PTX wrappers of the Hopper GEMM: thread-block clusters, mbarriers, TMA loads and stores,
+// bulk-group waits, register reallocation (setmaxnreg), named barriers, and wgmma (shared-
+// memory descriptors, fences, the m64n256 / m64n64 instructions). Usable by any sm_90a
+// kernel.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "sm90/config.cuh"
+
+namespace gemmt {
+namespace {
+
+#if defined(GEMMT_SM90_DEVICE_CODE)
+
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile(
+      "barrier.cluster.arrive.release;\n"
+      "barrier.cluster.wait.acquire;\n" ::
+          : "memory");
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void fence_barrier_init() {
+  // Makes the initialised barriers visible to the TMA unit and to the peer CTA.
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive_local(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Arrives on the barrier at the same offset in CTA `cta` of the cluster.
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(bar), "r"(cta));
+  // Default (CTA-scope) release: the only thing ordered is this warp's finished wgmma reads
+  // of the stage; a cluster-scope release would cost a GPU-wide MEMBAR per stage.
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+__device__ __forceinline__ void prefetch_tmap(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0,
+                                         int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+
+// Same box written to the same offset (and signalled on the same barrier offset) in every
+// CTA of `mask`.
+__device__ __forceinline__ void tma_load_multicast(uint32_t dst, const CUtensorMap* map,
+                                                   uint32_t bar, int c0, int c1, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+      : "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Generic-proxy writes to shared memory become visible to a later TMA read of it.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void tma_store(const CUtensorMap* map, uint32_t src, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(c0), "r"(c1), "r"(src)
+      : "memory");
+}
+
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+// Waits until earlier bulk stores of this thread have finished reading shared memory.
+__device__ __forceinline__ void bulk_wait_read_all() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
+// Waits until earlier bulk stores of this thread are complete in global memory.
+__device__ __forceinline__ void bulk_wait_all() {
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
+// Keeps the compiler from moving accumulator reads or writes across the asynchronous
+// wgmma window: the asm claims to read and rewrite every register.
+template <int N>
+__device__ __forceinline__ void fence_accumulators(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// Shared-memory matrix descriptor, 128B swizzle. K-major: sbo = 1024 (next 8-row group),
+// lbo unused (the 32-byte K slice never leaves its 128-byte row). MN-major: lbo = distance
+// between 64-element M/N column blocks, sbo = 1024 (next 8 rows of K).
+__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return static_cast<uint64_t>((addr & 0x3FFFFu) >> 4) |
+         (static_cast<uint64_t>((lbo >> 4) & 0x3FFFu) << 16) |
+         (static_cast<uint64_t>((sbo >> 4) & 0x3FFFu) << 32) | (uint64_t{1} << 62);
+}
+
+#define GEMMT_ACC8(i)                                                                             \
+  "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+#define GEMMT_ACC128                                                                            \
+  GEMMT_ACC8(0), GEMMT_ACC8(8), GEMMT_ACC8(16), GEMMT_ACC8(24), GEMMT_ACC8(32), GEMMT_ACC8(40), \
+      GEMMT_ACC8(48), GEMMT_ACC8(56), GEMMT_ACC8(64), GEMMT_ACC8(72), GEMMT_ACC8(80),           \
+      GEMMT_ACC8(88), GEMMT_ACC8(96), GEMMT_ACC8(104), GEMMT_ACC8(112), GEMMT_ACC8(120)
+#define GEMMT_D128                                                                               \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                      \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "             \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "             \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "             \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "             \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "             \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, "   \
+  "%127}"
+
+// One wgmma reading both operands from shared memory: 16-bit types take the two transpose
+// flags (MN-major operands); tf32 reads K-major operands only and takes none. P, A, B, TA and
+// TB are the PTX operand numbers of the predicate input and the descriptors / flags.
+#define GEMMT_WGMMA_16(INSTR, DREGS, ACCS, P, A, B, TA, TB)                                 \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\n" INSTR " " DREGS ", " A ", " B \
+               ", p, 1, 1, " TA ", " TB ";\n}\n"                                            \
+               : ACCS                                                                       \
+               : "l"(da), "l"(db), "r"(accumulate), "n"(kTransA), "n"(kTransB))
+#define GEMMT_WGMMA_TF32(INSTR, DREGS, ACCS, P, A, B)                                       \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\n" INSTR " " DREGS ", " A ", " B \
+               ", p, 1, 1;\n}\n"                                                            \
+               : ACCS                                                                       \
+               : "l"(da), "l"(db), "r"(accumulate))
+
+// D(64x256, fp32) (+)= A(64xK) * B(Kx256) for one K step (16 for 16-bit types, 8 for tf32).
+// `accumulate` == 0 overwrites D, which is how each tile starts without zeroing registers.
+template <int kKind, int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_m64n256(float (&d)[128], uint64_t da, uint64_t db,
+                                              uint32_t accumulate) {
+  if constexpr (kKind == kBF16) {
+    GEMMT_WGMMA_16("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", GEMMT_D128,
+                   GEMMT_ACC128, "%130", "%128", "%129", "%131", "%132");
+  } else if constexpr (kKind == kF16) {
+    GEMMT_WGMMA_16("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", GEMMT_D128, GEMMT_ACC128,
+                   "%130", "%128", "%129", "%131", "%132");
+  } else {
+    static_assert(kTransA == 0 && kTransB == 0, "tf32 wgmma reads K-major operands only");
+    GEMMT_WGMMA_TF32("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32", GEMMT_D128,
+                     GEMMT_ACC128, "%130", "%128", "%129");
+  }
+}
+
+#define GEMMT_ACC32 GEMMT_ACC8(0), GEMMT_ACC8(8), GEMMT_ACC8(16), GEMMT_ACC8(24)
+#define GEMMT_D32                                                                \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, " \
+  "%17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+
+// D(64x64, fp32) (+)= A(64xK) * B(Kx64): the narrow tile's step.
+template <int kKind, int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_m64n64(float (&d)[32], uint64_t da, uint64_t db,
+                                             uint32_t accumulate) {
+  if constexpr (kKind == kBF16) {
+    GEMMT_WGMMA_16("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", GEMMT_D32, GEMMT_ACC32,
+                   "%34", "%32", "%33", "%35", "%36");
+  } else if constexpr (kKind == kF16) {
+    GEMMT_WGMMA_16("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", GEMMT_D32, GEMMT_ACC32,
+                   "%34", "%32", "%33", "%35", "%36");
+  } else {
+    static_assert(kTransA == 0 && kTransB == 0, "tf32 wgmma reads K-major operands only");
+    GEMMT_WGMMA_TF32("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", GEMMT_D32, GEMMT_ACC32,
+                     "%34", "%32", "%33");
+  }
+}
+
+// One K step of the consumer's 64 x kBN block.
+template <int kKind, int kTransA, int kTransB, int kBN>
+__device__ __forceinline__ void wgmma_step(float (&d)[kBN / 2], uint64_t da, uint64_t db,
+                                           uint32_t accumulate) {
+  if constexpr (kBN == 256) {
+    wgmma_m64n256<kKind, kTransA, kTransB>(d, da, db, accumulate);
+  } else {
+    wgmma_m64n64<kKind, kTransA, kTransB>(d, da, db, accumulate);
+  }
+}
+
+// tf32 with A from registers: each thread holds four elements of the 64x8 A slice (see
+// a_fragment_offsets), B comes from shared memory K-major as above.
+#define GEMMT_WGMMA_TF32_RS(INSTR, DREGS, ACCS, P, A, B)                                    \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\n" INSTR " " DREGS ", " A ", " B \
+               ", p, 1, 1;\n}\n"                                                            \
+               : ACCS                                                                       \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate))
+
+template <int kBN>
+__device__ __forceinline__ void wgmma_step_tf32_rs(float (&d)[kBN / 2], const uint32_t (&a)[4],
+                                                   uint64_t db, uint32_t accumulate) {
+  if constexpr (kBN == 256) {
+    GEMMT_WGMMA_TF32_RS("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32", GEMMT_D128,
+                        GEMMT_ACC128, "%133", "{%128, %129, %130, %131}", "%132");
+  } else {
+    GEMMT_WGMMA_TF32_RS("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", GEMMT_D32,
+                        GEMMT_ACC32, "%37", "{%32, %33, %34, %35}", "%36");
+  }
+}
+
+#undef GEMMT_WGMMA_16
+#undef GEMMT_WGMMA_TF32
+#undef GEMMT_WGMMA_TF32_RS
+#undef GEMMT_ACC8
+#undef GEMMT_ACC32
+#undef GEMMT_ACC128
+#undef GEMMT_D32
+#undef GEMMT_D128
+
+#endif  // GEMMT_SM90_DEVICE_CODE
+
+}  // namespace
+}  // namespace gemmt

@@ -1,0 +1,268 @@
+// Planner queries for tests and tools (gemmt._native.load().plan_simt): what the SIMT planner
+// (kernels/plan/simt_plan.cpp) decides for a problem, on any machine, CUDA or not. The
+// compiled kernels' occupancy comes from the caller, as the device would report it.
+#include "plan_bindings.h"
+
+#include <pybind11/stl.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+#include "gemmt/copy_layout.h"
+#include "gemmt/gemm_args.h"
+#include "gemmt/gemm_variant.h"
+#include "plan/decode_plan.h"
+#include "plan/simt_plan.h"
+#include "plan/sm90_plan.h"
+
+namespace py = pybind11;
+
+namespace gemmt {
+namespace {
+
+// The occupancy table of the calling thread's current query (one per thread, so concurrent
+// callers each plan against their own table).
+struct FakeDevice {
+  std::array<int, simt::kNumPipeTiles> blocks_per_sm{};
+  int refused_tile = -1;  // this tile's instances report a device error
+};
+thread_local FakeDevice fake_device;
+
+simt::PipeInstance query_fake(ScalarType t, simt::PipeTile tile, simt::LoadMode a, simt::LoadMode b,
+                              bool interior, bool stream_k) {
+  simt::PipeInstance inst;
+  inst.built = simt::pipe_instance_built(t, tile, a, b, interior, stream_k);
+  if (!inst.built) return inst;
+  const int i = static_cast<int>(tile);
+  inst.blocks_per_sm = fake_device.blocks_per_sm[i];
+  // cudaErrorInvalidDeviceFunction (98): what a device without the instance's image says.
+  if (i == fake_device.refused_tile) inst.error = 98;
+  return inst;
+}
+
+ScalarType parse_dtype(const std::string& s) {
+  if (s == "float32") return ScalarType::kFloat32;
+  if (s == "float16") return ScalarType::kFloat16;
+  if (s == "bfloat16") return ScalarType::kBFloat16;
+  if (s == "uint8") return ScalarType::kUInt8;
+  throw std::invalid_argument(
+      "plan_simt: dtype must be float32, float16, bfloat16 or uint8, got '" + s + "'");
+}
+
+const char* load_mode_name(simt::LoadMode m) {
+  return m == simt::kVecC ? "vec_c" : m == simt::kVecK ? "vec_k" : "scalar";
+}
+
+// A fake device address: 1 MiB (aligned to anything the planner checks) plus `offset` bytes.
+const void* fake_ptr(int64_t offset) {
+  return reinterpret_cast<const void*>(static_cast<std::uintptr_t>((1 << 20) + offset));
+}
+
+py::dict plan_simt(const std::string& variant, const std::string& dtype, int64_t m, int64_t n,
+                   int64_t k, std::array<int64_t, 2> a_strides, std::array<int64_t, 2> b_strides,
+                   int64_t ldc, std::array<int64_t, 3> offsets, int sm_count,
+                   const std::map<std::string, int>& blocks_per_sm, const std::string& refuse,
+                   int device) {
+  GemmVariant v;
+  if (!gemm_variant_from_name(variant, &v)) {
+    throw std::invalid_argument("plan_simt: unknown variant '" + variant + "'");
+  }
+  GemmArgs a;
+  a.dtype = parse_dtype(dtype);
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.a = fake_ptr(offsets[0]);
+  a.a_stride_m = a_strides[0];
+  a.a_stride_k = a_strides[1];
+  a.b = fake_ptr(offsets[1]);
+  a.b_stride_k = b_strides[0];
+  a.b_stride_n = b_strides[1];
+  a.c = const_cast<void*>(fake_ptr(offsets[2]));
+  a.ldc = ldc;
+  a.sm_count = sm_count;
+  FakeDevice dev;
+  for (int i = 0; i < simt::kNumPipeTiles; ++i) {
+    const char* name = simt::pipe_tile_name(static_cast<simt::PipeTile>(i));
+    const auto it = blocks_per_sm.find(name);
+    if (it == blocks_per_sm.end()) {
+      throw std::invalid_argument(std::string("plan_simt: blocks_per_sm has no entry for tile '") +
+                                  name + "'");
+    }
+    dev.blocks_per_sm[i] = it->second;
+    if (refuse == name) dev.refused_tile = i;
+  }
+  simt::PipeCatalog cat;
+  cat.query = &query_fake;
+  cat.device = device;
+  simt::SimtFamilyPlan fp;
+  bool wants_split = false;
+  {
+    py::gil_scoped_release release;  // plan concurrently with other Python threads
+    fake_device = dev;
+    fp = simt::plan_simt(a, v, cat);
+    wants_split = simt::simt_wants_split_k(a, cat);
+  }
+  py::dict d;
+  d["supported"] = fp.error != simt::kPlanNotSupported;
+  d["error"] = fp.error;
+  d["wants_split_k"] = wants_split;
+  d["block_m"] = fp.summary.block_m;
+  d["block_n"] = fp.summary.block_n;
+  d["block_k"] = fp.summary.block_k;
+  d["stages"] = fp.summary.stages;
+  d["threads"] = fp.summary.threads;
+  d["splits"] = fp.summary.splits;
+  d["interior"] = fp.summary.interior;
+  d["stream_k_blocks"] = fp.summary.stream_k_blocks;
+  d["stream_k_tiles"] = fp.summary.stream_k_tiles;
+  d["workspace_bytes"] = fp.summary.workspace_bytes;
+  d["staged_b"] = fp.staged_b;
+  if (v == GemmVariant::kPipelined || v == GemmVariant::kSplitK) {
+    const simt::PipePlan& p = fp.pipe;
+    d["tile"] = simt::pipe_tile_name(p.choice.tile);
+    d["a_mode"] = load_mode_name(p.choice.a_mode);
+    d["b_mode"] = load_mode_name(p.choice.b_mode);
+    d["smem_bytes"] = p.choice.smem;
+    d["k_per_split"] = p.k_per_split;
+    d["tiles_m"] = p.tiles_m;
+    d["tiles_n"] = p.tiles_n;
+    d["stream_k_iters"] = p.streamk_iters;
+    d["stream_k_extra"] = p.streamk_extra;
+    d["instance_built"] = fp.error == simt::kPlanOk &&
+                          simt::pipe_instance_built(a.dtype, p.choice.tile, p.choice.a_mode,
+                                                    p.choice.b_mode, p.choice.interior, false) &&
+                          (p.streamk_blocks == 0 ||
+                           simt::pipe_instance_built(a.dtype, p.choice.tile, p.choice.a_mode,
+                                                     p.choice.b_mode, p.choice.interior, true));
+  }
+  if (v == GemmVariant::kGemv) {
+    d["colsweep"] = fp.gemv.colsweep;
+    d["vec16"] = fp.gemv.vec16;
+    d["rows_per_block"] = fp.gemv.rows_per_block;
+    d["p_per_split"] = fp.gemv.p_per_split;
+  }
+  return d;
+}
+
+py::dict plan_decode(const std::string& dtype, int64_t m, int64_t n, int64_t k,
+                     std::array<int64_t, 2> a_strides, std::array<int64_t, 2> b_strides,
+                     int64_t ldc, std::array<int64_t, 3> offsets, int sm_count, int cc_major) {
+  GemmArgs a;
+  a.dtype = parse_dtype(dtype);
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.a = fake_ptr(offsets[0]);
+  a.a_stride_m = a_strides[0];
+  a.a_stride_k = a_strides[1];
+  a.b = fake_ptr(offsets[1]);
+  a.b_stride_k = b_strides[0];
+  a.b_stride_n = b_strides[1];
+  a.c = const_cast<void*>(fake_ptr(offsets[2]));
+  a.ldc = ldc;
+  a.sm_count = sm_count;
+  a.cc_major = cc_major;
+  py::dict d;
+  d["supported"] = decode::decode_supports(a);
+  if (!d["supported"].cast<bool>()) return d;
+  const decode::DecodePlan pl = decode::plan_decode(a);
+  d["tiles"] = pl.tiles;
+  d["row_warps"] = pl.row_warps;
+  d["cluster"] = pl.cluster;
+  d["slices_per_cta"] = pl.slices_per_cta;
+  d["ctas"] = pl.ctas;
+  d["slice_k"] = decode::kSliceK;
+  return d;
+}
+
+py::dict plan_sm90(const std::string& dtype, int64_t m, int64_t n, int64_t k,
+                   std::array<int64_t, 2> a_strides, std::array<int64_t, 2> b_strides, int64_t ldc,
+                   std::array<int64_t, 3> offsets, int sm_count, bool allow_tf32, float beta,
+                   int cc_major, bool kernels_built) {
+  GemmArgs a;
+  a.dtype = parse_dtype(dtype);
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.a = fake_ptr(offsets[0]);
+  a.a_stride_m = a_strides[0];
+  a.a_stride_k = a_strides[1];
+  a.b = fake_ptr(offsets[1]);
+  a.b_stride_k = b_strides[0];
+  a.b_stride_n = b_strides[1];
+  a.c = const_cast<void*>(fake_ptr(offsets[2]));
+  a.ldc = ldc;
+  a.beta = beta;
+  a.allow_tf32 = allow_tf32;
+  a.sm_count = sm_count;
+  a.cc_major = cc_major;
+  a.cc_minor = 0;
+  py::dict d;
+  sm90::Problem pr;
+  sm90::Staging st;
+  sm90::SplitPlan sp;
+  sm90::Plan plan;
+  bool supported = false, planned = false;
+  std::size_t ws = 0;
+  {
+    py::gil_scoped_release release;
+    pr = sm90::problem_for(a);
+    supported = sm90::problem_supported(pr, kernels_built);
+    if (supported) {
+      st = sm90::staging_for(pr.args);
+      sp = sm90::split_plan_or_auto(pr, 0);
+      ws = sm90::workspace_bytes_with(a, 0, 0, kernels_built);
+      sm90::Problem staged = pr;
+      staged.args = sm90::staged_args(pr.args, st, planning_workspace());
+      planned = sm90::make_plan(staged, &plan, kernels_built);
+    }
+  }
+  d["supported"] = supported;
+  if (!supported) return d;
+  d["tile_n"] = pr.bn;
+  d["c_trans"] = pr.c_trans;
+  d["splits"] = sp.splits;
+  d["kb_per_split"] = sp.kb_per_split;
+  d["k_blocks"] = sm90::k_blocks(pr.args);
+  d["a_staged"] = st.a;
+  d["b_staged"] = st.b;
+  d["workspace_bytes"] = ws;
+  d["planned"] = planned;
+  d["a_mn_major"] = plan.a_mn;
+  d["b_mn_major"] = plan.b_mn;
+  return d;
+}
+
+}  // namespace
+
+void bind_plans(py::module_& m) {
+  m.def("plan_sm90", &plan_sm90,
+        "The Hopper GEMM's plan (kernels/plan/sm90_plan.cpp) for one problem on a device of "
+        "compute capability cc_major.0 with sm_count SMs; offsets in bytes from a 1 MiB "
+        "address; kernels_built: whether the build holds the sm_90a kernels.",
+        py::arg("dtype"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("a_strides"),
+        py::arg("b_strides"), py::arg("ldc"), py::arg("offsets"), py::arg("sm_count"),
+        py::arg("allow_tf32") = false, py::arg("beta") = 0.0f, py::arg("cc_major") = 9,
+        py::arg("kernels_built") = true);
+  m.def("plan_decode", &plan_decode,
+        "The decode GEMM's plan (kernels/plan/decode_plan.cpp) for one problem; offsets in "
+        "bytes from a 1 MiB address.",
+        py::arg("dtype"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("a_strides"),
+        py::arg("b_strides"), py::arg("ldc"), py::arg("offsets"), py::arg("sm_count"),
+        py::arg("cc_major"));
+  m.def("plan_simt", &plan_simt,
+        "The SIMT planner's plan for one problem on a device with the given occupancy per tile "
+        "shape (blocks_per_sm: {'large': .., 'medium': .., 'small': .., 'fat': .., 'narrow': "
+        "..}); refuse names a tile whose instances the device refuses; device >= 0 uses the "
+        "calling thread's plan cache. Operand addresses are 1 MiB plus offsets (bytes).",
+        py::arg("variant"), py::arg("dtype"), py::arg("m"), py::arg("n"), py::arg("k"),
+        py::arg("a_strides"), py::arg("b_strides"), py::arg("ldc"), py::arg("offsets"),
+        py::arg("sm_count"), py::arg("blocks_per_sm"), py::arg("refuse") = "",
+        py::arg("device") = -1);
+}
+
+}  // namespace gemmt

@@ -1,0 +1,307 @@
+"""The planners of kernels/plan/ on CPU. The SIMT planner (simt_plan.cpp): what it chooses for shapes, strides,
+alignments and dtypes, the workspace it asks for, that it only ever picks a compiled kernel
+instance, that its answer does not depend on which thread asks or on its per-thread cache,
+and that `supported` and the run path come from the same plan.
+
+The planner sees the compiled kernels through their occupancy; the tests give it the
+occupancy each tile shape is compiled for (its __launch_bounds__ minimum), on a 132-SM GPU.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any
+
+import pytest
+
+from gemmt import _native
+
+SMS = 132
+OCCUPANCY = {"large": 2, "medium": 3, "small": 4, "fat": 1, "narrow": 3}
+ELEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+SIMT_VARIANTS = ["naive", "smem_tiled", "register_blocked", "warp_tiled", "pipelined", "split_k",
+                 "gemv"]
+# Block tile of each tile shape (kPipeShapes).
+TILE_SHAPES = {"large": (128, 128), "medium": (64, 128), "small": (64, 64), "fat": (128, 256),
+               "narrow": (128, 64)}
+
+
+def plan(variant: str, dtype: str, m: int, n: int, k: int, *, a_layout: str = "row",
+         b_layout: str = "row", offsets: tuple[int, int, int] = (0, 0, 0), device: int = -1,
+         occupancy: dict[str, int] | None = None, refuse: str = "") -> dict[str, Any]:
+    """The plan for an m x k by k x n product; layouts 'row' (unit stride along the second
+    dimension), 'col' (transposed view) or 'strided' (no unit stride); offsets in elements."""
+
+    def strides(layout: str, rows: int, cols: int) -> tuple[int, int]:
+        if layout == "row":
+            return (cols, 1)
+        if layout == "col":
+            return (1, rows)
+        return (2 * cols, 2)
+
+    es = ELEM_BYTES.get(dtype, 1)
+    return _native.load().plan_simt(
+        variant, dtype, m, n, k, strides(a_layout, m, k), strides(b_layout, k, n), n,
+        tuple(o * es for o in offsets), SMS, occupancy or OCCUPANCY, refuse, device)
+
+
+SHAPES = [(1, 1, 1), (1, 300, 70), (300, 1, 70), (7, 9, 3), (64, 64, 64), (127, 255, 511),
+          (1024, 1024, 1024), (256, 256, 65536), (4096, 64, 4096), (4096, 4096, 4096),
+          (2048, 2048, 0), (0, 5, 5)]
+LAYOUTS = ["row", "col", "strided"]
+OFFSETS = [(0, 0, 0), (1, 1, 1)]
+
+
+def _cases():
+    for dtype, (m, n, k), al, bl, off in itertools.product(
+            ELEM_BYTES, SHAPES, LAYOUTS, LAYOUTS, OFFSETS):
+        yield dtype, m, n, k, al, bl, off
+
+
+def test_every_problem_gets_a_consistent_plan() -> None:
+    """Enumerates shapes x layouts x alignments x dtypes x variants against the plan."""
+    checked = 0
+    for dtype, m, n, k, al, bl, off in _cases():
+        kw = dict(a_layout=al, b_layout=bl, offsets=off)
+        split = plan("split_k", dtype, m, n, k, **kw)
+        for variant in SIMT_VARIANTS:
+            p = plan(variant, dtype, m, n, k, **kw)
+            expect_supported = variant != "gemv" or m == 1 or n == 1
+            assert p["supported"] == expect_supported, (variant, dtype, m, n, k, al, bl, off)
+            if not expect_supported:
+                continue
+            assert p["error"] == 0, (variant, dtype, m, n, k, p)
+            checked += 1
+            if m == 0 or n == 0 or k == 0:
+                assert p["workspace_bytes"] == 0
+                continue
+            if variant in ("pipelined", "split_k"):
+                # Never a kernel instance that is not compiled.
+                assert p["instance_built"], (variant, dtype, m, n, k, al, bl, off, p)
+                bm, bn = TILE_SHAPES[p["tile"]]
+                assert (p["block_m"], p["block_n"]) == (bm, bn)
+                assert p["tiles_m"] * bm >= m and p["tiles_n"] * bn >= n
+                assert (p["splits"] - 1) * p["k_per_split"] < k <= p["splits"] * p["k_per_split"]
+                assert p["k_per_split"] % p["block_k"] == 0 or p["splits"] == 1
+                if p["interior"]:
+                    assert m % bm == 0 and n % bn == 0 and k % p["block_k"] == 0
+                assert p["stream_k_tiles"] <= p["tiles_m"] * p["tiles_n"]
+                if dtype != "float32":
+                    assert p["tile"] in ("large", "small") and not p["interior"]
+                    assert p["stream_k_blocks"] == 0
+                if variant == "pipelined":
+                    assert p["splits"] == 1
+            if variant == "split_k":
+                assert split["wants_split_k"] == (p["splits"] > 1)
+    assert checked > 1000
+
+
+def test_uint8_is_refused_by_every_variant() -> None:
+    for variant in SIMT_VARIANTS:
+        assert not plan(variant, "uint8", 64, 1, 64)["supported"]
+
+
+def test_unaligned_16_bit_operands_use_no_vector_loads() -> None:
+    p = plan("pipelined", "bfloat16", 512, 512, 512, offsets=(1, 1, 0))
+    assert (p["a_mode"], p["b_mode"]) == ("scalar", "scalar")
+    q = plan("pipelined", "bfloat16", 512, 512, 512)
+    assert (q["a_mode"], q["b_mode"]) == ("vec_k", "vec_c")
+
+
+def test_choices_match_the_measured_fastest_tiles() -> None:
+    """The shapes docs/performance.md reports as fastest on an H100 for float32 squares."""
+    small = plan("pipelined", "float32", 1024, 1024, 1024)
+    assert (small["tile"], small["interior"]) == ("medium", True)
+    for size in (2048, 4096, 8192):
+        big = plan("pipelined", "float32", size, size, size)
+        assert (big["tile"], big["interior"]) == ("fat", True), size
+
+
+def test_one_split_k_policy() -> None:
+    """auto runs split-k exactly when the planner gives kSplitK more than one slice."""
+    long_k = plan("split_k", "float32", 256, 256, 65536)
+    assert long_k["wants_split_k"] and long_k["splits"] > 1
+    square = plan("split_k", "float32", 4096, 4096, 4096)
+    assert not square["wants_split_k"] and square["splits"] == 1
+
+
+def test_workspace_sizes() -> None:
+    m, n, k = 256, 256, 65536
+    p = plan("split_k", "float32", m, n, k)
+    assert p["workspace_bytes"] == p["splits"] * m * n * 4
+    # A K-major B with m >= 2048 is copied N-major (rows padded to 16 bytes) first.
+    m, n, k = 2048, 100, 304
+    s = plan("pipelined", "float16", m, n, k, b_layout="col")
+    assert s["staged_b"] and s["b_mode"] == "vec_c"
+    pitch = (n + 7) // 8 * 8
+    assert s["workspace_bytes"] == (k * pitch * 2 + 255) // 256 * 256
+    # Stream-k: 256-byte-rounded arrival counters, then two slots of a tile per block.
+    sk = plan("pipelined", "float32", 4096, 4096, 4096)
+    if sk["stream_k_blocks"]:
+        counters = (sk["stream_k_tiles"] * 4 + 255) // 256 * 256
+        slots = sk["stream_k_blocks"] * 2 * sk["block_m"] * sk["block_n"] * 4
+        assert sk["workspace_bytes"] == counters + slots
+    else:
+        assert sk["workspace_bytes"] == 0
+    # A long gemv splits its dot products into float32 slices.
+    g = plan("gemv", "float32", 1, 64, 1 << 20)
+    assert g["splits"] > 1 and g["workspace_bytes"] == g["splits"] * 64 * 4
+    assert plan("gemv", "float32", 1, 4096, 64)["workspace_bytes"] == 0
+
+
+def test_plans_are_deterministic_and_the_cache_changes_nothing() -> None:
+    for dtype, m, n, k, al, bl, off in itertools.islice(_cases(), 0, None, 7):
+        for variant in ("pipelined", "split_k", "gemv"):
+            kw = dict(a_layout=al, b_layout=bl, offsets=off)
+            fresh = plan(variant, dtype, m, n, k, **kw)
+            assert plan(variant, dtype, m, n, k, **kw) == fresh
+            # Cached (device 0), twice: the second call is served from the cache.
+            assert plan(variant, dtype, m, n, k, device=0, **kw) == fresh
+            assert plan(variant, dtype, m, n, k, device=0, **kw) == fresh
+
+
+def test_a_refused_instance_is_planned_around() -> None:
+    """A tile whose instances the device refuses is skipped; when all are, the plan carries
+    the device's error (the run reports it) and the variant stays supported."""
+    p = plan("pipelined", "float32", 4096, 4096, 4096, refuse="fat")
+    assert p["error"] == 0 and p["tile"] != "fat"
+    q = plan("pipelined", "float32", 4096, 4096, 4096, refuse="fat",
+             occupancy={**OCCUPANCY, "fat": 1})
+    assert q == p
+
+
+def test_plans_agree_from_any_thread() -> None:
+    """Every thread gets the plan a fresh single-threaded call gets, with its own cache, while
+    others plan different problems against other devices at the same time."""
+    problems = [("pipelined", "float32", 4096, 4096, 4096), ("split_k", "float32", 256, 256, 65536),
+                ("pipelined", "bfloat16", 1000, 3000, 700), ("gemv", "float16", 1, 5000, 9000),
+                ("split_k", "float32", 4096, 64, 4096)]
+    devices = {0: OCCUPANCY, 1: {**OCCUPANCY, "fat": 2, "medium": 4}}
+    expected = {(d, p): plan(*p, occupancy=occ) for d, occ in devices.items() for p in problems}
+    failures: list[str] = []
+
+    def worker(seed: int) -> None:
+        for i in range(60):
+            prob = problems[(seed + i) % len(problems)]
+            d = (seed + i // 3) % 2
+            got = plan(*prob, device=d, occupancy=devices[d])
+            if got != expected[(d, prob)]:
+                failures.append(f"thread {seed}: {prob} on device {d}")
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures[:5]
+
+
+def test_bad_arguments_are_named() -> None:
+    with pytest.raises(ValueError, match="unknown variant 'fast'"):
+        plan("fast", "float32", 8, 8, 8)
+    with pytest.raises(ValueError, match="dtype must be"):
+        plan("naive", "int4", 8, 8, 8)
+
+
+def decode(m: int, n: int, k: int, *, dtype: str = "bfloat16", cc_major: int = 9,
+           offsets: tuple[int, int, int] = (0, 0, 0), a_k_major: bool = True) -> dict[str, Any]:
+    """The decode planner's answer for tokens (m x k, K-major) @ W.T (W: n x k)."""
+    a_strides = (k, 1) if a_k_major else (1, m)
+    return _native.load().plan_decode(dtype, m, n, k, a_strides, (1, k), n, offsets, SMS,
+                                      cc_major)
+
+
+def test_decode_takes_only_what_its_kernel_reads() -> None:
+    assert decode(8, 4096, 4096)["supported"]
+    assert not decode(65, 4096, 4096)["supported"]  # m limit
+    assert not decode(8, 4096, 4100)["supported"]  # k % 8
+    assert not decode(8, 4096, 4096, dtype="float32")["supported"]
+    assert not decode(8, 4096, 4096, cc_major=7)["supported"]
+    assert not decode(8, 4096, 4096, offsets=(2, 0, 0))["supported"]  # 16-byte rows
+    assert not decode(8, 4096, 4096, a_k_major=False)["supported"]
+
+
+@pytest.mark.parametrize("m", [1, 3, 8, 9, 33, 64])
+@pytest.mark.parametrize("n,k", [(4096, 4096), (11008, 4096), (512, 8192), (96, 64)])
+@pytest.mark.parametrize("cc_major", [8, 9])
+def test_decode_plan_covers_the_problem(m: int, n: int, k: int, cc_major: int) -> None:
+    p = decode(m, n, k, cc_major=cc_major)
+    assert p["supported"]
+    assert p["tiles"] * 8 >= m and p["tiles"] in (1, 2, 4, 8)
+    assert p["row_warps"] in (8, 4, 2)
+    assert p["cluster"] * p["slices_per_cta"] * p["slice_k"] >= k
+    blocks = -(-n // (16 * p["row_warps"]))
+    assert p["ctas"] == blocks * p["cluster"]
+    # Clusters need sm_90.
+    assert p["cluster"] == 1 or cc_major >= 9
+    assert decode(m, n, k, cc_major=cc_major) == p
+
+
+def sm90(m: int, n: int, k: int, *, dtype: str = "bfloat16", a_layout: str = "row",
+         b_layout: str = "row", offsets: tuple[int, int, int] = (0, 0, 0), **kw: Any
+         ) -> dict[str, Any]:
+    """The Hopper planner's answer for an m x k by k x n product (layouts as in plan())."""
+    def strides(layout: str, rows: int, cols: int) -> tuple[int, int]:
+        return {"row": (cols, 1), "col": (1, rows), "strided": (2 * cols, 2)}[layout]
+    es = ELEM_BYTES.get(dtype, 4)
+    return _native.load().plan_sm90(dtype, m, n, k, strides(a_layout, m, k),
+                                    strides(b_layout, k, n), n, tuple(o * es for o in offsets),
+                                    SMS, **kw)
+
+
+def test_sm90_takes_tensor_core_problems_on_hopper_only() -> None:
+    assert sm90(4096, 4096, 4096)["supported"]
+    assert not sm90(4096, 4096, 4096, cc_major=8)["supported"]
+    assert not sm90(4096, 4096, 4096, kernels_built=False)["supported"]
+    assert not sm90(4096, 4096, 4096, dtype="float32")["supported"]
+    assert sm90(4096, 4096, 4096, dtype="float32", allow_tf32=True)["supported"]
+
+
+def test_sm90_choices() -> None:
+    big = sm90(4096, 4096, 4096)
+    assert (big["tile_n"], big["splits"], big["workspace_bytes"]) == (256, 1, 0)
+    assert not big["a_staged"] and not big["b_staged"] and not big["c_trans"]
+    assert sm90(4096, 64, 4096)["tile_n"] == 64
+    # tf32 with a row-major B runs as C^T = B^T A^T, reading both operands in place.
+    tf32 = sm90(4096, 4096, 4096, dtype="float32", allow_tf32=True)
+    assert tf32["c_trans"] and not tf32["a_staged"] and not tf32["b_staged"]
+
+
+def test_sm90_workspace_is_staging_plus_partials() -> None:
+    def copy_bytes(rows: int, length: int, es: int) -> int:
+        pitch = -(-length * es // 16) * 16 // es
+        return -(-rows * pitch * es // 256) * 256
+
+    long_k = sm90(256, 256, 65536)
+    assert long_k["splits"] > 1
+    partial = -(-long_k["splits"] * 256 * 256 * 4 // 256) * 256
+    assert long_k["workspace_bytes"] == partial
+    odd = sm90(1000, 1000, 1000, offsets=(1, 0, 0))
+    assert odd["a_staged"] and not odd["b_staged"] and odd["planned"]
+    expect = copy_bytes(1000, 1000, 2)
+    if odd["splits"] > 1:
+        expect += -(-odd["splits"] * 1000 * 1000 * 4 // 256) * 256
+    assert odd["workspace_bytes"] == expect
+
+
+def test_sm90_every_supported_problem_has_a_plan_the_launcher_accepts() -> None:
+    """Enumerates shapes x layouts x alignments x dtypes: whatever the planner supports, the
+    staged problem has tensor maps (make_plan) and its split covers k."""
+    count = 0
+    for dtype, (m, n, k), al, bl, off in itertools.product(
+            ["bfloat16", "float16", "float32"], SHAPES, LAYOUTS, LAYOUTS, OFFSETS):
+        if 0 in (m, n, k):
+            continue
+        p = sm90(m, n, k, dtype=dtype, a_layout=al, b_layout=bl, offsets=off,
+                 allow_tf32=dtype == "float32")
+        if not p["supported"]:
+            continue
+        count += 1
+        assert p["planned"], (dtype, m, n, k, al, bl, off)
+        assert p["splits"] * p["kb_per_split"] >= p["k_blocks"]
+        assert (p["splits"] - 1) * p["kb_per_split"] < p["k_blocks"]
+        assert p["tile_n"] in (64, 256)
+        assert sm90(m, n, k, dtype=dtype, a_layout=al, b_layout=bl, offsets=off,
+                    allow_tf32=dtype == "float32") == p
+    assert count > 100
