@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -175,3 +178,21 @@ def test_python_entry_points_route_overrides_through_torch_ops(device: str) -> N
         assert torch.equal(spied[name], eager[name]), name
     assert any("gemmt.gemm" in s for s in seen), seen
     torch.testing.assert_close(c, 2.0 * eager["mm"])
+
+
+def test_torch_compile_fullgraph_after_dtensor_import() -> None:
+    # DTensor imported after gemmt's library loaded: the first op call then happens inside
+    # the trace, where registering the sharding rules (a lock) cannot be traced.
+    code = (
+        "import torch, gemmt\n"
+        "gemmt.build_info()\n"
+        "import torch.distributed.tensor\n"
+        "f = torch.compile(lambda a, b: gemmt.mm(a, b), fullgraph=True, backend='aot_eager')\n"
+        "a, b = torch.randn(8, 8), torch.randn(8, 8)\n"
+        "torch.testing.assert_close(f(a, b), a @ b)\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]

@@ -96,6 +96,10 @@ def maybe_register() -> None:
     global _auto_failed
     if _registered or _auto_failed or "torch.distributed.tensor" not in sys.modules:
         return
+    # Inside a torch.compile trace the registration (a lock, a module import) cannot be
+    # traced; the eager call that precedes any compiled one, or the library's load, does it.
+    if torch.compiler.is_compiling():
+        return
     try:
         register()
     except Exception as exc:  # noqa: BLE001 - plain tensors must keep working
