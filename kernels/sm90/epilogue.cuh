@@ -189,9 +189,9 @@ __device__ __forceinline__ uint4 pack_chunk(const float (&f)[16 / sizeof(T)]) {
 // The epilogue (bias, pre-activation output, activation) over one staged round: two
 // 128B-swizzled boxes of 64 lines, whose line r holds C row rbase + r and 16-byte chunk c of
 // box b holds the C columns from cbase + b * (128 / sizeof(T)) + c * (16 / sizeof(T)). The
-// fill has applied alpha and beta and rounded to T. A rolled loop over 16-byte chunks (two
-// in flight), so the epilogue's code exists a few times per kernel instead of once per
-// accumulator; the bias and the pre-activation move as 16-byte vectors where aligned.
+// fill has applied alpha and beta and rounded to T. One rolled loop over 16-byte chunks (two
+// in flight), so the epilogue's code exists once per kernel instead of once per accumulator;
+// the bias and the pre-activation move as 16-byte vectors where aligned.
 template <typename T>
 __device__ __forceinline__ void epilogue_post_round(const EpilogueParams& e, uint32_t buf,
                                                     int rbase, int cbase, int rows, int cols) {
@@ -202,66 +202,52 @@ __device__ __forceinline__ void epilogue_post_round(const EpilogueParams& e, uin
       v.bias != nullptr && !v.bias_per_row && (reinterpret_cast<uintptr_t>(v.bias) & 15u) == 0;
   const bool pre_vec = v.preact != nullptr && (reinterpret_cast<uintptr_t>(v.preact) & 15u) == 0 &&
                        (v.ld_preact * static_cast<int64_t>(sizeof(T))) % 16 == 0;
-  // A thread always holds chunk c = tid % 8 of lines tid / 8 + 16 i of both boxes, so its
-  // bias is two 16-byte vectors, loaded before the loop instead of once per chunk.
-  const int c = threadIdx.x & 7, r0 = (threadIdx.x & 127) >> 3;
-  uint4 bias_raw[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
-#pragma unroll
-  for (int b = 0; b < 2; ++b) {
-    const int col0 = cbase + b * kBoxCols + c * kPer;
-    if (bias_vec && col0 + kPer <= cols) {
-      bias_raw[b] = __ldg(reinterpret_cast<const uint4*>(v.bias + col0));
-    }
-  }
-#pragma unroll
-  for (int b = 0; b < 2; ++b) {
-    const int col0 = cbase + b * kBoxCols + c * kPer;
-    if (col0 >= cols) continue;
-    const bool full = col0 + kPer <= cols;
-    float bz[kPer];
-    unpack_chunk<T>(bias_raw[b], bz);
 #pragma unroll 2
-    for (int i = 0; i < 4; ++i) {
-      const int r = r0 + 16 * i;
-      const int row = rbase + r;
-      if (row >= rows) break;
-      const uint32_t addr = buf + b * kCBoxBytes + r * 128 + ((c ^ (r & 7)) << 4);
-      float z[kPer];
-      unpack_chunk<T>(ld_shared_v4(addr), z);
-      if (v.bias != nullptr) {
+  for (int q = threadIdx.x & 127; q < 2 * 64 * 8; q += 128) {
+    const int b = q >> 9, r = (q >> 3) & 63, c = q & 7;
+    const int row = rbase + r;
+    const int col0 = cbase + b * kBoxCols + c * kPer;
+    if (row >= rows || col0 >= cols) continue;
+    const bool full = col0 + kPer <= cols;
+    const uint32_t addr = buf + b * kCBoxBytes + r * 128 + ((c ^ (r & 7)) << 4);
+    float z[kPer];
+    unpack_chunk<T>(ld_shared_v4(addr), z);
+    if (v.bias != nullptr) {
+      if (bias_vec && full) {
+        float bz[kPer];
+        unpack_chunk<T>(__ldg(reinterpret_cast<const uint4*>(v.bias + col0)), bz);
 #pragma unroll
-        for (int j = 0; j < kPer; ++j) {
-          if (bias_vec && full) {
-            z[j] += bz[j];
-          } else if (col0 + j < cols) {
-            z[j] += to_float(v.bias[v.bias_per_row ? row : col0 + j]);
-          }
+        for (int i = 0; i < kPer; ++i) z[i] += bz[i];
+      } else {
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) {
+          if (col0 + i < cols) z[i] += to_float(v.bias[v.bias_per_row ? row : col0 + i]);
         }
       }
-      if (v.preact != nullptr) {
-        T* dst = v.preact + static_cast<int64_t>(row) * v.ld_preact + col0;
-        if (pre_vec && full) {
-          *reinterpret_cast<uint4*>(dst) = pack_chunk<T>(z);
-        } else {
-#pragma unroll
-          for (int j = 0; j < kPer; ++j) {
-            if (col0 + j < cols) dst[j] = from_float<T>(z[j]);
-          }
-        }
-      }
-      if (v.act != Activation::kNone) {
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) {
-          if constexpr (sizeof(T) == 2) {
-            z[j] = activation_16bit_inline(v.act, z[j]);
-          } else {
-            z[j] = activation_out_of_line(v.act, z[j]);
-          }
-        }
-      }
-      const uint4 out = pack_chunk<T>(z);
-      st_shared_v4(addr, out.x, out.y, out.z, out.w);
     }
+    if (v.preact != nullptr) {
+      T* dst = v.preact + static_cast<int64_t>(row) * v.ld_preact + col0;
+      if (pre_vec && full) {
+        *reinterpret_cast<uint4*>(dst) = pack_chunk<T>(z);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) {
+          if (col0 + i < cols) dst[i] = from_float<T>(z[i]);
+        }
+      }
+    }
+    if (v.act != Activation::kNone) {
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        if constexpr (sizeof(T) == 2) {
+          z[i] = activation_16bit_inline(v.act, z[i]);
+        } else {
+          z[i] = activation_out_of_line(v.act, z[i]);
+        }
+      }
+    }
+    const uint4 out = pack_chunk<T>(z);
+    st_shared_v4(addr, out.x, out.y, out.z, out.w);
   }
 }
 
