@@ -176,6 +176,10 @@ GemmEpilogue kernel_epilogue(const EpilogueTensors& epi, bool transposed, int64_
   GemmEpilogue e;
   e.activation = epi.activation;
   if (epi.bias.defined()) {
+    TORCH_CHECK(epi.bias.is_contiguous(),
+                "gemmt: internal error: the epilogue's bias must be "
+                "contiguous, got strides ",
+                epi.bias.strides());
     e.bias = epi.bias.const_data_ptr();
     e.bias_per_row = transposed;
   }

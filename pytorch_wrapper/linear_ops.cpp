@@ -114,7 +114,9 @@ std::tuple<at::Tensor, at::Tensor> linear_impl(const char* op, const at::Tensor&
   const at::Tensor out2d = out.view({rows, out_features});
   const at::Tensor pre2d = with_preact ? preact.view({rows, out_features}) : at::Tensor();
   EpilogueTensors epi;
+  // The kernels read the bias as a packed vector (a strided view is copied: n elements).
   epi.bias = defined_or_empty(bias_opt);
+  if (epi.bias.defined()) epi.bias = epi.bias.contiguous();
   epi.activation = act;
   epi.preact = pre2d;
   if (in == 0) {

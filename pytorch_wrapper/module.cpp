@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "gemmt/gemm_variant.h"
 #include "ops.h"
 #include "plan_bindings.h"
 
@@ -100,6 +101,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       },
       "act(x @ weight.T + bias) (differentiable)", py::arg("x"), py::arg("weight"),
       py::arg("bias") = py::none(), py::arg("activation") = "none", Release());
+  m.def(
+      "gemm_variants",
+      [] {
+        py::tuple names(static_cast<std::size_t>(gemmt::GemmVariant::kCount));
+        for (std::size_t i = 0; i < names.size(); ++i) names[i] = gemmt::kGemmVariantNames[i];
+        return names;
+      },
+      "The names gemm(..., variant=...) accepts, in GemmVariant order ('auto' first)");
   m.def("build_info_json", &gemmt::wrapper::build_info_json,
         "JSON string: versions, architectures and compiler this module was built with");
   m.def(

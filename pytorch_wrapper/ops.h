@@ -70,6 +70,20 @@ at::Tensor scale_cpu(const at::Tensor& x, double factor);
 at::Tensor scale_cuda(const at::Tensor& x, double factor);
 at::Tensor scale_meta(const at::Tensor& x, double factor);
 
+// ---- swiglu (swiglu_ops.cpp): silu(gate) * up and its backward (d_gate, d_up) ----
+at::Tensor swiglu_cpu(const at::Tensor& gate, const at::Tensor& up);
+at::Tensor swiglu_cuda(const at::Tensor& gate, const at::Tensor& up);
+at::Tensor swiglu_meta(const at::Tensor& gate, const at::Tensor& up);
+std::tuple<at::Tensor, at::Tensor> swiglu_backward_cpu(const at::Tensor& grad,
+                                                       const at::Tensor& gate,
+                                                       const at::Tensor& up);
+std::tuple<at::Tensor, at::Tensor> swiglu_backward_cuda(const at::Tensor& grad,
+                                                        const at::Tensor& gate,
+                                                        const at::Tensor& up);
+std::tuple<at::Tensor, at::Tensor> swiglu_backward_meta(const at::Tensor& grad,
+                                                        const at::Tensor& gate,
+                                                        const at::Tensor& up);
+
 // ---- Image family (image_ops.cpp) ----
 at::Tensor rgb_to_gray_cpu(const at::Tensor& img, bool bgr);
 at::Tensor rgb_to_gray_cuda(const at::Tensor& img, bool bgr);

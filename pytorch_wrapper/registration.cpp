@@ -66,6 +66,16 @@ at::Tensor call_linear_bias_backward(const at::Tensor& g) {
   static auto op = op_handle<at::Tensor(const at::Tensor&)>("gemmt::linear_bias_backward");
   return op.call(g);
 }
+at::Tensor call_swiglu(const at::Tensor& gate, const at::Tensor& up) {
+  static auto op = op_handle<at::Tensor(const at::Tensor&, const at::Tensor&)>("gemmt::swiglu");
+  return op.call(gate, up);
+}
+std::tuple<at::Tensor, at::Tensor> call_swiglu_backward(const at::Tensor& g, const at::Tensor& gate,
+                                                        const at::Tensor& up) {
+  static auto op = op_handle<std::tuple<at::Tensor, at::Tensor>(
+      const at::Tensor&, const at::Tensor&, const at::Tensor&)>("gemmt::swiglu_backward");
+  return op.call(g, gate, up);
+}
 at::Tensor call_scale(const at::Tensor& x, double factor) {
   static auto op = op_handle<at::Tensor(const at::Tensor&, double)>("gemmt::scale");
   return op.call(x, factor);
@@ -207,6 +217,28 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
   }
 };
 
+// y = silu(gate) * up. The backward is gemmt's swiglu_backward (one pass for both
+// gradients); when the backward is itself recorded (create_graph), the same formulas run as
+// differentiable ATen ops, so second derivatives exist.
+class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    ctx->save_for_backward({gate, up});
+    return call_swiglu(gate, up);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &gate = saved[0], &up = saved[1];
+    if (at::GradMode::is_enabled()) {
+      const at::Tensor s = at::sigmoid(gate);
+      return {grads[0] * up * s * (1 + gate * (1 - s)), grads[0] * gate * s};
+    }
+    auto [d_gate, d_up] = call_swiglu_backward(grads[0], gate, up);
+    return {d_gate, d_up};
+  }
+};
+
 class ScaleFunction : public torch::autograd::Function<ScaleFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, double factor) {
@@ -260,6 +292,9 @@ at::Tensor linear_autograd(const at::Tensor& x, const at::Tensor& w, const OptTe
   }
   return LinearFunction::apply(x, w, b, activation);
 }
+at::Tensor swiglu_autograd(const at::Tensor& gate, const at::Tensor& up) {
+  return apply_or_call<SwigluFunction>(records_graph(gate, up), call_swiglu, gate, up);
+}
 at::Tensor scale_autograd(const at::Tensor& x, double factor) {
   return apply_or_call<ScaleFunction>(records_graph(x), call_scale, x, factor);
 }
@@ -287,6 +322,8 @@ TORCH_LIBRARY(gemmt, m) {
       "linear_activation_backward(Tensor grad, Tensor preact, str activation, bool bias_grad) "
       "-> (Tensor, Tensor)");
   m.def("linear_bias_backward(Tensor grad) -> Tensor");
+  m.def("swiglu(Tensor gate, Tensor up) -> Tensor");
+  m.def("swiglu_backward(Tensor grad, Tensor gate, Tensor up) -> (Tensor, Tensor)");
 }
 
 #define GEMMT_IMPL_ALL(m, suffix)                                                             \
@@ -301,7 +338,9 @@ TORCH_LIBRARY(gemmt, m) {
   m.impl("linear", &gemmt::wrapper::linear_##suffix);                                         \
   m.impl("linear_with_preact", &gemmt::wrapper::linear_with_preact_##suffix);                 \
   m.impl("linear_activation_backward", &gemmt::wrapper::linear_activation_backward_##suffix); \
-  m.impl("linear_bias_backward", &gemmt::wrapper::linear_bias_backward_##suffix)
+  m.impl("linear_bias_backward", &gemmt::wrapper::linear_bias_backward_##suffix);             \
+  m.impl("swiglu", &gemmt::wrapper::swiglu_##suffix);                                         \
+  m.impl("swiglu_backward", &gemmt::wrapper::swiglu_backward_##suffix)
 
 TORCH_LIBRARY_IMPL(gemmt, CPU, m) {
   GEMMT_IMPL_ALL(m, cpu);
@@ -322,4 +361,5 @@ TORCH_LIBRARY_IMPL(gemmt, Autograd, m) {
   m.impl("scale", &gemmt::wrapper::scale_autograd);
   m.impl("square_backward", &gemmt::wrapper::square_backward_autograd);
   m.impl("linear", &gemmt::wrapper::linear_autograd);
+  m.impl("swiglu", &gemmt::wrapper::swiglu_autograd);
 }

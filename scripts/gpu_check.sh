@@ -46,7 +46,7 @@ note "device: $($PY -c 'import torch; print(torch.cuda.get_device_name())' 2>/de
 if has build; then
   # The plain CMake build runs beside the pip build; both use every core.
   (stage "cmake build (plain)" "$LOGS/cmake_build.log" \
-     bash -c "cmake -S . -B build/cmake-gpu -G Ninja -DPython_EXECUTABLE=$(command -v $PY) && cmake --build build/cmake-gpu") &
+     bash -c "cmake -S . -B build/cmake-gpu -G Ninja -DPython_EXECUTABLE=$(command -v $PY) -DGEMMT_BUILD_SELFTESTS=$(has selftest && echo ON || echo OFF) && cmake --build build/cmake-gpu") &
   cmake_pid=$!
   stage "pip install (scikit-build)" "$LOGS/pip_build.log" \
     $PY -m pip install --no-build-isolation --no-deps -v .
@@ -64,16 +64,17 @@ if has selftest; then
   for t in tests/cuda/*_selftest.cu; do
     [ -f "$t" ] || continue
     name=$(basename "$t" .cu)
-    # Linked against the kernels the CMake build compiled (same flags, same targets).
+    # CMake targets of the plain build (GEMMT_BUILD_SELFTESTS=ON, tests/cuda/CMakeLists.txt),
+    # linked against its kernel library: same flags, same architectures. The build stage
+    # compiled them already; this records the step (and builds them if that stage was skipped).
     stage "compile $name" "$LOGS/${name}_build.log" \
-      nvcc -std=c++17 -O2 -Iinclude -DGEMMT_HAS_SM90A --expt-relaxed-constexpr \
-      -gencode=arch=compute_90a,code=sm_90a -o "build/$name" "$t" build/cmake-gpu/libgemmt_kernels.a build/cmake-gpu/libgemmt_plan.a && \
+      cmake --build build/cmake-gpu --target "$name"
     args=()
     # The SIMT self-test also times every tile configuration of the pipelined kernel.
     [ "$name" = gemm_simt_selftest ] && args=(-q -bench -sweep)
     # The tensor-core self-test also times every split-k count on the narrow and long-k shapes.
     [ "$name" = gemm_tc_selftest ] && args=(--sweep)
-    stage "run $name" "$LOGS/${name}.log" timeout 400 "build/$name" "${args[@]}"
+    stage "run $name" "$LOGS/${name}.log" timeout 400 "build/cmake-gpu/bin/$name" "${args[@]}"
     grep "^BENCH\|^SWEEP\|^TCSWEEP" "$LOGS/${name}.log" >>"$SUMMARY"
     tail -n 5 "$LOGS/${name}.log" >>"$SUMMARY"
   done

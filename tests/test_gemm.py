@@ -100,8 +100,45 @@ def test_gemm_nan_propagates(device: str) -> None:
     assert c[3].isnan().all() and not c[:3].isnan().any()
 
 
+# ---- The variant names: one list, in C++ (include/gemmt/gemm_variant.h) --------------------
+# Each named kernel and the test below that runs it on CUDA. A variant added in C++ fails
+# test_every_variant_has_a_cuda_test until it is listed here with its test.
+VARIANT_TESTS = {
+    "naive": "test_cuda_simt_variants",
+    "smem_tiled": "test_cuda_simt_variants",
+    "register_blocked": "test_cuda_simt_variants",
+    "warp_tiled": "test_cuda_simt_variants",
+    "pipelined": "test_cuda_simt_variants",
+    "split_k": "test_cuda_simt_variants",
+    "gemv": "test_cuda_gemv",
+    "mma_sync": "test_cuda_tensor_core_variants",
+    "wgmma": "test_cuda_tensor_core_variants",
+    "decode": "test_cuda_decode_variant",
+}
+
+
+def test_gemm_variants_come_from_the_library() -> None:
+    names = gemmt.gemm_variants()
+    assert names[0] == "auto" and len(set(names)) == len(names), names
+    assert gemmt.GEMM_VARIANTS == names
+    # The Meta kernel parses every exported name; the error for an unknown one lists exactly
+    # the exported names.
+    a = torch.empty(4, 4, device="meta")
+    for name in names:
+        gemmt.gemm(torch.empty(4, 4, device="meta"), a, a, variant=name)
+    with pytest.raises(RuntimeError, match="expected one of " + ", ".join(names) + ", got"):
+        gemmt.gemm(torch.empty(4, 4, device="meta"), a, a, variant="fastest")
+
+
+def test_every_variant_has_a_cuda_test() -> None:
+    named = set(gemmt.gemm_variants()) - {"auto"}
+    assert named == set(VARIANT_TESTS), sorted(named ^ set(VARIANT_TESTS))
+    for test in set(VARIANT_TESTS.values()):
+        assert callable(globals().get(test)), test
+
+
 # ---- CUDA: every named kernel on awkward shapes -------------------------------------------
-CUDA_VARIANTS = ["naive", "smem_tiled", "register_blocked", "warp_tiled", "pipelined", "split_k"]
+CUDA_VARIANTS = [v for v, test in VARIANT_TESTS.items() if test == "test_cuda_simt_variants"]
 AWKWARD = [(1, 1, 1), (7, 9, 5), (33, 17, 65), (127, 129, 131), (128, 256, 64), (257, 129, 1000),
            (64, 48, 4099)]
 

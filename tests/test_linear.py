@@ -311,6 +311,12 @@ def test_cuda_sweep_forward_backward(dtype: str, monkeypatch: pytest.MonkeyPatch
             assert not out.isnan().any(), where
             assert rel_err(out, ref) <= tol, where
             g = torch.randn(m, out_f, generator=gen).to(dtype).cuda()
+            if act == "relu":
+                # relu' jumps at 0: where z is within the product's rounding of 0, the kernel
+                # and the float64 reference may fall on different sides. No gradient flows
+                # there in this check (both sides see the same masked g).
+                z = x.double() @ w.double().t() + b.double()
+                g = g.masked_fill(z.abs() < 8 * tol * z.abs().mean(), 0)
             out.backward(g)
             refs = [t.detach().double().requires_grad_() for t in (x, w, b)]
             reference(*refs, act).backward(g.double())

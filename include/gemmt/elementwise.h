@@ -1,4 +1,5 @@
-// Launch interface of the memory-bound ops (kernels/elementwise.cu, kernels/image.cu).
+// Launch interface of the memory-bound ops (kernels/elementwise.cu, kernels/image.cu,
+// kernels/swiglu.cu).
 //
 // Every output is a fresh contiguous tensor. An input is either contiguous (layout ==
 // nullptr) or described by a StridedLayout; the kernels take a 16-byte vector path only
@@ -32,6 +33,16 @@ cudaError_t scale_run(ScalarType dtype, int64_t numel, const void* x,
 cudaError_t square_backward_run(ScalarType dtype, int64_t numel, const void* grad,
                                 const StridedLayout* grad_layout, const void* x,
                                 const StridedLayout* x_layout, void* out, cudaStream_t stream);
+
+// out = silu(gate) * up = gate * sigmoid(gate) * up (kernels/swiglu.cu; float dtypes).
+cudaError_t swiglu_run(ScalarType dtype, int64_t numel, const void* gate,
+                       const StridedLayout* gate_layout, const void* up,
+                       const StridedLayout* up_layout, void* out, cudaStream_t stream);
+
+// swiglu's backward: d_gate = grad * up * silu'(gate), d_up = grad * silu(gate). Every
+// tensor contiguous, one dtype.
+cudaError_t swiglu_backward_run(ScalarType dtype, int64_t numel, const void* grad, const void* gate,
+                                const void* up, void* d_gate, void* d_up, cudaStream_t stream);
 
 // Luma of packed 8-bit pixels: in has `pixels` * 3 bytes (channel innermost), out `pixels`
 // bytes. gray = floor((299 R + 587 G + 114 B + 500) / 1000): round(0.299R+0.587G+0.114B)

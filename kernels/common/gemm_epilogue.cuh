@@ -11,6 +11,38 @@
 
 namespace gemmt {
 
+// The activation as one out-of-line function per translation unit: inlined at every store of
+// every instantiation, erf, tanh and exp multiplied the kernels' code (and ptxas's time) many
+// times over, for a path that runs once per output element.
+static __device__ __noinline__ float activation_out_of_line(Activation act, float z) {
+  return apply_activation(act, z);
+}
+
+// For 16-bit outputs, whose rounding (2^-8 or 2^-11 relative) hides the approximate unit's
+// error (about 2^-11), the hot activations in a few instructions each: tanh.approx for the
+// tanh GELU, ex2.approx for SiLU. The erf GELU keeps the exact out-of-line form.
+__device__ __forceinline__ float tanh_approx(float x) {
+  float r;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
+__device__ __forceinline__ float activation_16bit_inline(Activation act, float z) {
+  using C = act_detail::Constants<float>;
+  switch (act) {
+    case Activation::kNone:
+      return z;
+    case Activation::kReLU:
+      return z <= 0.f ? 0.f : z;
+    case Activation::kGeluTanh:
+      return 0.5f * z * (1.f + tanh_approx(C::kSqrt2OverPi * fmaf(C::kTanhCubic * z, z * z, z)));
+    case Activation::kSilu:
+      return __fdividef(z, 1.f + __expf(-z));
+    default:
+      return activation_out_of_line(act, z);
+  }
+}
+
 // A GemmEpilogue as the kernels see it: applied to z = alpha * acc + beta * C of output
 // (row, col) in the coordinates of the caller's GemmArgs (a kernel that computes C^T maps
 // its own coordinates back before calling). `active` is false for a plain product, so the
@@ -24,10 +56,15 @@ struct EpilogueView {
   bool bias_per_row = false;
   bool active = false;
 
+  // kInline: the tensor-core kernels' hot store paths, where a call per element would cost
+  // throughput; elsewhere the activation is one out-of-line call.
+  template <bool kInline = false>
   __device__ __forceinline__ float apply(int64_t row, int64_t col, float z) const {
     if (bias != nullptr) z += to_float(bias[bias_per_row ? row : col]);
     if (preact != nullptr) preact[row * ld_preact + col] = from_float<T>(z);
-    return apply_activation(act, z);
+    if (act == Activation::kNone) return z;
+    if constexpr (kInline && sizeof(T) == 2) return activation_16bit_inline(act, z);
+    return activation_out_of_line(act, z);
   }
 };
 

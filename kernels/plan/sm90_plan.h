@@ -149,6 +149,12 @@ GemmArgs staged_args(const GemmArgs& args, const Staging& st, char* ws);
 // Largest staging pass accepted (copy_2d's grid).
 bool staging_fits(const GemmArgs& args, const Staging& st);
 
+// C as a {n, m} tensor with 64-row boxes of 128 bytes, the staging layout of the epilogue
+// (transposed: C's lines are the tile grid's columns). False when TMA cannot write C.
+bool c_tma_shape(const Problem& pr, MapShape* shape);
+
+// Whether the kernels take the problem. With a GemmEpilogue, only where they apply it: on
+// the staged store (c_tma_shape, wide tiles) or through a split's reduction.
 bool problem_supported(const Problem& pr, bool kernels_built);
 
 // The kernel's problem with tile width bn (0: the model's).

@@ -1,6 +1,7 @@
 // The Hopper GEMM's epilogue: C (or split-k partials) written from the consumer warpgroups'
 // accumulators, register-to-global (direct or transposed) or staged through shared memory
-// and TMA stores, with alpha, beta and the GemmEpilogue (bias, activation, pre-activation).
+// and TMA stores, with alpha, beta and the GemmEpilogue (bias, activation, pre-activation:
+// staged stores only; products that cannot be staged take a split or another family).
 #pragma once
 
 #include <cuda.h>
@@ -20,12 +21,12 @@ namespace {
 
 // C[row, col] and C[row, col + 1] from one accumulator pair.
 template <typename T>
-__device__ __forceinline__ void store_pair(const Params& p, T* row_ptr, int row, int col, float v0,
+__device__ __forceinline__ void store_pair(const Params& p, T* row_ptr, int col, float v0,
                                            float v1) {
   if (col >= p.n) return;
   T* dst = row_ptr + col;
   const bool has_second = col + 1 < p.n;
-  store_c_pair(dst, has_second, p.c_pair, v0, v1, p.alpha, p.beta, p.epi.view<T>(), row, col);
+  store_c_pair(dst, has_second, p.c_pair, v0, v1, p.alpha, p.beta);
 }
 
 template <typename T>
@@ -54,14 +55,14 @@ __device__ __forceinline__ void store_block_direct(const Params& p, const float 
     T* const r0 = c + static_cast<int64_t>(row) * p.ldc;
 #pragma unroll
     for (int j = 0; j < kAcc / 4; ++j) {
-      store_pair<T>(p, r0, row, col0 + 8 * j, acc[4 * j], acc[4 * j + 1]);
+      store_pair<T>(p, r0, col0 + 8 * j, acc[4 * j], acc[4 * j + 1]);
     }
   }
   if (row + 8 < p.m) {
     T* const r1 = c + static_cast<int64_t>(row + 8) * p.ldc;
 #pragma unroll
     for (int j = 0; j < kAcc / 4; ++j) {
-      store_pair<T>(p, r1, row + 8, col0 + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+      store_pair<T>(p, r1, col0 + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
     }
   }
 }
@@ -86,9 +87,8 @@ __device__ __forceinline__ void store_block_transposed(const Params& p, const fl
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if (row + 8 * h < p.m) {
-          // Block (row, col) is the caller's C element (col, row).
           store_c_pair(line + row + 8 * h, false, false, acc[4 * j + 2 * h + e], 0.f, p.alpha,
-                       p.beta, p.epi.view<T>(), col, row + 8 * h);
+                       p.beta);
         }
       }
     }
@@ -117,7 +117,6 @@ __device__ __forceinline__ void store_partial_block(const Params& p, const float
   q.alpha = 1.f;
   q.beta = 0.f;
   q.c_pair = p.n % 2 == 0;
-  q.epi.active = false;  // the reduction applies it
   store_block<float, kAcc>(q, acc, row0, n0, warp_in_wg, lane);
 }
 
@@ -125,19 +124,135 @@ __device__ __forceinline__ void store_partial_block(const Params& p, const float
 // buffer of the previous round, fill it, make the writes visible to the async proxy, and
 // let one thread hand it to TMA. The global writes then overlap the next tile's main loop;
 // only the reuse of the buffer waits for TMA.
-template <class Fill, class Issue>
-__device__ __forceinline__ void staged_store_round(int cw, Fill fill, Issue issue) {
+// With an activation or a pre-activation output, `post` then rewrites the filled buffer.
+template <class Fill, class Post, class Issue>
+__device__ __forceinline__ void staged_store_round(int cw, Fill fill, bool has_post, Post post,
+                                                   Issue issue) {
   const bool leader = (threadIdx.x & 127) == 0;
   const uint32_t bar_id = 1 + cw;  // 0 is __syncthreads
   if (leader) bulk_wait_read_all();
   named_barrier_sync(bar_id, 128);
   fill();
+  if (has_post) {
+    named_barrier_sync(bar_id, 128);
+    post();
+  }
   fence_proxy_async_smem();
   named_barrier_sync(bar_id, 128);
   if (leader) {
     issue();
     bulk_commit();
   }
+}
+
+// The epilogue (bias, pre-activation output, activation) over one staged round: two
+// 128B-swizzled boxes of 64 lines, whose line r holds C row rbase + r and 16-byte chunk c of
+// box b holds the C columns from cbase + b * (128 / sizeof(T)) + c * (16 / sizeof(T)). The
+// fill has applied alpha and beta and rounded to T. One rolled loop over 16-byte chunks, so
+// the epilogue's code exists once per kernel instead of once per accumulator, and the fill
+// keeps its short dependency chains (a bias load there waited behind every shared store).
+// A 16-byte chunk as 16 / sizeof(T) floats, and back (rounded to nearest even).
+template <typename T>
+__device__ __forceinline__ void unpack_chunk(const uint4& c, float (&f)[16 / sizeof(T)]) {
+  const uint32_t w[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (sizeof(T) == 4) {
+      f[i] = __uint_as_float(w[i]);
+    } else if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+      f[2 * i] = __uint_as_float(w[i] << 16);
+      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    } else {
+      __half2 h;
+      memcpy(&h, &w[i], 4);
+      const float2 v = __half22float2(h);
+      f[2 * i] = v.x;
+      f[2 * i + 1] = v.y;
+    }
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ uint4 pack_chunk(const float (&f)[16 / sizeof(T)]) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (sizeof(T) == 4) {
+      w[i] = __float_as_uint(f[i]);
+    } else {
+      w[i] = pack2<T>(f[2 * i], f[2 * i + 1]);
+    }
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// The epilogue (bias, pre-activation output, activation) over one staged round: two
+// 128B-swizzled boxes of 64 lines, whose line r holds C row rbase + r and 16-byte chunk c of
+// box b holds the C columns from cbase + b * (128 / sizeof(T)) + c * (16 / sizeof(T)). The
+// fill has applied alpha and beta and rounded to T. One rolled loop over 16-byte chunks (two
+// in flight), so the epilogue's code exists once per kernel instead of once per accumulator;
+// the bias and the pre-activation move as 16-byte vectors where aligned.
+template <typename T>
+__device__ __forceinline__ void epilogue_post_round(const EpilogueParams& e, uint32_t buf,
+                                                    int rbase, int cbase, int rows, int cols) {
+  constexpr int kPer = 16 / static_cast<int>(sizeof(T));
+  constexpr int kBoxCols = 128 / static_cast<int>(sizeof(T));
+  const EpilogueView<T> v = e.view<T>();
+  const bool bias_vec =
+      v.bias != nullptr && !v.bias_per_row && (reinterpret_cast<uintptr_t>(v.bias) & 15u) == 0;
+  const bool pre_vec = v.preact != nullptr && (reinterpret_cast<uintptr_t>(v.preact) & 15u) == 0 &&
+                       (v.ld_preact * static_cast<int64_t>(sizeof(T))) % 16 == 0;
+#pragma unroll 2
+  for (int q = threadIdx.x & 127; q < 2 * 64 * 8; q += 128) {
+    const int b = q >> 9, r = (q >> 3) & 63, c = q & 7;
+    const int row = rbase + r;
+    const int col0 = cbase + b * kBoxCols + c * kPer;
+    if (row >= rows || col0 >= cols) continue;
+    const bool full = col0 + kPer <= cols;
+    const uint32_t addr = buf + b * kCBoxBytes + r * 128 + ((c ^ (r & 7)) << 4);
+    float z[kPer];
+    unpack_chunk<T>(ld_shared_v4(addr), z);
+    if (v.bias != nullptr) {
+      if (bias_vec && full) {
+        float bz[kPer];
+        unpack_chunk<T>(__ldg(reinterpret_cast<const uint4*>(v.bias + col0)), bz);
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) z[i] += bz[i];
+      } else {
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) {
+          if (col0 + i < cols) z[i] += to_float(v.bias[v.bias_per_row ? row : col0 + i]);
+        }
+      }
+    }
+    if (v.preact != nullptr) {
+      T* dst = v.preact + static_cast<int64_t>(row) * v.ld_preact + col0;
+      if (pre_vec && full) {
+        *reinterpret_cast<uint4*>(dst) = pack_chunk<T>(z);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) {
+          if (col0 + i < cols) dst[i] = from_float<T>(z[i]);
+        }
+      }
+    }
+    if (v.act != Activation::kNone) {
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        if constexpr (sizeof(T) == 2) {
+          z[i] = activation_16bit_inline(v.act, z[i]);
+        } else {
+          z[i] = activation_out_of_line(v.act, z[i]);
+        }
+      }
+    }
+    const uint4 out = pack_chunk<T>(z);
+    st_shared_v4(addr, out.x, out.y, out.z, out.w);
+  }
+}
+
+__device__ __forceinline__ bool has_post_pass(const EpilogueParams& e) {
+  return e.active;
 }
 
 // The wide tile's block through shared memory: each round fills two 128B-swizzled 64-row
@@ -175,15 +290,6 @@ __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorM
               if (gc + 1 < p.n) v1 += p.beta * to_float(*(src + 1));
             }
           }
-          if (p.epi.active) {
-            const int gr = row0 + r;
-            const int gc = n0 + 8 * j + 2 * t;
-            if (gr < p.m && gc < p.n) {
-              const EpilogueView<T> e = p.epi.view<T>();
-              v0 = e.apply(gr, gc, v0);
-              if (gc + 1 < p.n) v1 = e.apply(gr, gc + 1, v1);
-            }
-          }
           const uint32_t addr = buf + box * kCBoxBytes + r * 128 +
                                 ((((byte_in_row >> 4) ^ (r & 7))) << 4) + (byte_in_row & 15);
           if constexpr (kElt == 4) {
@@ -202,7 +308,8 @@ __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorM
         if (col < p.n) tma_store(map, buf + b * kCBoxBytes, col, row0);
       }
     };
-    staged_store_round(cw, fill, issue);
+    auto post = [&] { epilogue_post_round<T>(p.epi, buf, row0, n0 + rd * kRoundCols, p.m, p.n); };
+    staged_store_round(cw, fill, has_post_pass(p.epi), post, issue);
   }
 }
 
@@ -240,11 +347,6 @@ __device__ __forceinline__ void store_block_tma_transposed(const Params& p, cons
               const int gl = n0 + 8 * j + 2 * t + e;
               if (gc < p.m && gl < p.n) v += p.beta * c[static_cast<int64_t>(gl) * p.ldc + gc];
             }
-            if (p.epi.active) {  // block (gc, gl) is the caller's C element (gl, gc)
-              const int gc = row0 + r;
-              const int gl = n0 + 8 * j + 2 * t + e;
-              if (gc < p.m && gl < p.n) v = p.epi.view<float>().apply(gl, gc, v);
-            }
             st_shared_f32(box + line * 128 + (((rb >> 2) ^ (line & 7)) << 4) + (rb & 3) * 4, v);
           }
         }
@@ -259,7 +361,11 @@ __device__ __forceinline__ void store_block_tma_transposed(const Params& p, cons
         if (col < p.m) tma_store(map, buf + b * kCBoxBytes, col, line0);
       }
     };
-    staged_store_round(cw, fill, issue);
+    // Box line l is C row n0 + rd * 64 + l; box b covers C columns row0 + 32 b ...
+    auto post = [&] {
+      epilogue_post_round<float>(p.epi, buf, n0 + rd * kLinesPerRound, row0, p.n, p.m);
+    };
+    staged_store_round(cw, fill, has_post_pass(p.epi), post, issue);
   }
 }
 

@@ -114,22 +114,17 @@ cudaError_t run_planned(const Problem& pr, cudaStream_t stream, detail::Sm90Clus
   if (!make_plan(pr, &plan, kKernelsBuilt)) return cudaErrorNotSupported;
   const bool split = sp.splits > 1;
   if (split && partial == nullptr) return cudaErrorInvalidValue;
-  const int elt = plan.elt;
   GEMMT_RETURN_IF_ERROR(bind_current_context());
   Maps maps;
   std::memset(&maps, 0, sizeof(maps));
   if (!encode(&maps.a, args.a, plan.a, plan.kind) || !encode(&maps.b, args.b, plan.b, plan.kind)) {
     return cudaErrorNotSupported;
   }
-  // C as a {n, m} tensor with 64-row boxes of 128 bytes, the staging layout of the epilogue.
   MapShape c_shape;
-  // (Transposed: C's lines are the tile grid's columns.)
-  const int64_t c_inner = pr.c_trans ? args.m : args.n;
-  const int64_t c_outer = pr.c_trans ? args.n : args.m;
   const bool c_tma_ok = !split && store != detail::Sm90Store::kDirect && plan.bn == kBNWide &&
-                        is_aligned(args.c, 16) &&
-                        map_shape(c_inner, c_outer, args.ldc, elt, 128u / elt, 64, &c_shape) &&
-                        encode(&maps.c, args.c, c_shape, plan.kind);
+                        c_tma_shape(pr, &c_shape) && encode(&maps.c, args.c, c_shape, plan.kind);
+  // The kernel applies an epilogue only on the staged path (a split's reduction applies it).
+  if (!args.epilogue.empty() && !split && !c_tma_ok) return cudaErrorNotSupported;
   const int64_t tiles_m128 = (args.m + kBM - 1) / kBM;
   const bool narrow = plan.bn == kBNNarrow;
   const int cl =

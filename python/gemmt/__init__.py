@@ -1,7 +1,8 @@
 """gemmt: hand-written CUDA kernels for PyTorch.
 
 Ops: :func:`gemm`, :func:`mm`, :func:`linear`, :func:`add`, :func:`square`, :func:`scale`,
-:func:`rgb_to_gray`, :func:`normalize_volume`, also reachable as ``torch.ops.gemmt.<op>``.
+:func:`swiglu`, :func:`rgb_to_gray`, :func:`normalize_volume` (every name in
+``gemmt.ops.__all__``), also reachable as ``torch.ops.gemmt.<op>``.
 The native library loads on first use (see :mod:`gemmt._native`).
 """
 
@@ -9,37 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from gemmt import _native, nn
-from gemmt.ops import (
-    ACTIVATIONS,
-    GEMM_VARIANTS,
-    add,
-    gemm,
-    linear,
-    mm,
-    normalize_volume,
-    rgb_to_gray,
-    scale,
-    square,
-)
+from gemmt import _native, distributed, nn, ops
+# Every public name of gemmt.ops is a name of the package: a new op is added in ops.py only.
+from gemmt.ops import *  # noqa: F401,F403
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "ACTIVATIONS",
-    "GEMM_VARIANTS",
-    "add",
-    "build_info",
-    "gemm",
-    "library_path",
-    "linear",
-    "mm",
-    "nn",
-    "normalize_volume",
-    "rgb_to_gray",
-    "scale",
-    "square",
-]
+__all__ = ["GEMM_VARIANTS", "build_info", "distributed", "library_path", "nn", *ops.__all__]
 
 
 def build_info() -> dict[str, Any]:
@@ -50,3 +27,10 @@ def build_info() -> dict[str, Any]:
 def library_path() -> str:
     """Path of the loaded shared library, usable with ``torch.ops.load_library``."""
     return _native.library_path()
+
+
+def __getattr__(name: str) -> object:
+    # GEMM_VARIANTS comes from the native library, loaded on first use rather than on import.
+    if name == "GEMM_VARIANTS":
+        return ops.gemm_variants()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

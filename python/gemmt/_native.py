@@ -51,6 +51,10 @@ def load() -> ModuleType:
                     _module = importlib.import_module("gemmt._gemmt")
                 except ImportError as exc:
                     raise ImportError(_NOT_BUILT) from exc
+        # DTensor in use already: give it gemmt's sharding rules now that the ops exist.
+        from gemmt import distributed
+
+        distributed.maybe_register()
     return _module
 
 

@@ -1,8 +1,7 @@
 """Just-in-time builds from source with ``torch.utils.cpp_extension``.
 
-:func:`load` compiles the same ``kernels/`` and ``pytorch_wrapper/`` files as the CMake and
-pip builds (cached by torch under ``~/.cache/torch_extensions`` or
-``$TORCH_EXTENSIONS_DIR``). :func:`load_inline` compiles a user's prototype from strings
+:func:`load` compiles the files ``sources.txt`` lists, as the CMake and pip builds do
+(cached by torch under ``~/.cache/torch_extensions`` or ``$TORCH_EXTENSIONS_DIR``). :func:`load_inline` compiles a user's prototype from strings
 with gemmt's ``include/`` headers on the include path.
 """
 
@@ -16,20 +15,20 @@ from typing import Any, Sequence
 import torch
 import torch.utils.cpp_extension as cpp_extension
 
-from gemmt import _native
+from gemmt import _native, _sources
 
 
 def source_root() -> Path:
-    """Directory holding ``include/``, ``kernels/`` and ``pytorch_wrapper/``.
+    """Directory holding ``sources.txt``, ``include/``, ``kernels/`` and ``pytorch_wrapper/``.
 
     A source checkout (``python/gemmt`` beside ``kernels/``) or the copy installed with
     the package (``gemmt/_src``).
     """
     here = Path(__file__).resolve().parent
     for root in (here.parent.parent, here / "_src"):
-        if (root / "kernels").is_dir() and (root / "pytorch_wrapper").is_dir():
+        if (root / _sources.MANIFEST).is_file() and (root / "kernels").is_dir():
             return root
-    raise FileNotFoundError("gemmt.jit: cannot find gemmt's kernels/ and pytorch_wrapper/ sources")
+    raise FileNotFoundError("gemmt.jit: cannot find gemmt's sources (sources.txt, kernels/)")
 
 
 def include_dir() -> Path:
@@ -62,14 +61,8 @@ def _arch_flags() -> tuple[list[str], bool]:
 
 
 def sources(with_cuda: bool) -> list[str]:
-    """Every source file of the library for this kind of build."""
-    root = source_root()
-    files = sorted(str(p) for p in (root / "pytorch_wrapper").glob("*.cpp"))
-    # The planners are plain C++ and part of every build (CPU-only ones test them).
-    files += sorted(str(p) for p in (root / "kernels" / "plan").glob("*.cpp"))
-    if with_cuda:
-        files += sorted(str(p) for p in (root / "kernels").rglob("*.cu"))
-    return files
+    """Every source file of the library for this kind of build (as ``sources.txt`` lists)."""
+    return [str(p) for p in _sources.sources(source_root(), with_cuda=with_cuda)]
 
 
 def load(
@@ -106,11 +99,7 @@ def load(
     module = cpp_extension.load(
         name=name,
         sources=sources(with_cuda),
-        extra_include_paths=[
-            str(root / "include"),
-            str(root / "kernels"),
-            str(root / "pytorch_wrapper"),
-        ],
+        extra_include_paths=[str(d) for d in _sources.include_dirs(root)],
         extra_cflags=["-O3", *defines],
         extra_cuda_cflags=cuda_flags,
         with_cuda=with_cuda,

@@ -18,24 +18,27 @@ import torch
 from torch import Tensor
 from torch.overrides import has_torch_function
 
-from gemmt import _native
+from gemmt import _native, distributed
 
-__all__ = ["gemm", "mm", "linear", "add", "square", "scale", "rgb_to_gray", "normalize_volume",
-           "ACTIVATIONS"]
+__all__ = ["gemm", "mm", "linear", "add", "square", "scale", "swiglu", "rgb_to_gray",
+           "normalize_volume", "gemm_variants", "ACTIVATIONS"]
 
-GEMM_VARIANTS: tuple[str, ...] = (
-    "auto",
-    "naive",
-    "smem_tiled",
-    "register_blocked",
-    "warp_tiled",
-    "pipelined",
-    "split_k",
-    "gemv",
-    "mma_sync",
-    "wgmma",
-    "decode",
-)
+
+def gemm_variants() -> tuple[str, ...]:
+    """The names ``gemm(..., variant=...)`` accepts, "auto" first.
+
+    Read from the native library (``include/gemmt/gemm_variant.h`` is the one list), so this
+    loads it on first call. ``gemmt.GEMM_VARIANTS`` is the same tuple.
+    """
+    return tuple(_native.load().gemm_variants())
+
+
+def __getattr__(name: str) -> object:
+    # GEMM_VARIANTS is looked up lazily: importing gemmt must not load the library (gemmt.jit
+    # loads its own build first).
+    if name == "GEMM_VARIANTS":
+        return gemm_variants()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 ACTIVATIONS: tuple[str, ...] = ("none", "relu", "gelu", "gelu_tanh", "silu")
@@ -43,6 +46,9 @@ ACTIVATIONS: tuple[str, ...] = ("none", "relu", "gelu", "gelu_tanh", "silu")
 
 def _ops() -> torch._ops._OpNamespace:
     _native.load()
+    # The path taken by tensor subclasses: a DTensor argument means DTensor is imported, and
+    # gemmt's sharding rules must be registered with it before the call.
+    distributed.maybe_register()
     return torch.ops.gemmt
 
 
@@ -66,7 +72,7 @@ def gemm(
     (float64 too on CPU) on one device; any strides (transposed views need no copy).
     Accumulates in float32. float32 uses exact FP32 arithmetic unless TF32 is allowed
     (``torch.backends.cuda.matmul.allow_tf32`` or a matmul precision below "highest").
-    ``variant`` names a specific CUDA kernel (see ``GEMM_VARIANTS``); "auto" picks by shape.
+    ``variant`` names a specific CUDA kernel (see :func:`gemm_variants`); "auto" picks by shape.
     With ``beta == 0`` the old contents of ``c`` are never read.
     """
     native = _binding((c, a, b))
@@ -116,6 +122,15 @@ def scale(x: Tensor, factor: float = 2.0) -> Tensor:
     """``x * factor`` elementwise; differentiable."""
     native = _binding((x,))
     return native.scale(x, factor) if native is not None else _ops().scale(x, factor)
+
+
+def swiglu(gate: Tensor, up: Tensor) -> Tensor:
+    """``silu(gate) * up`` elementwise (the gated MLP activation); differentiable.
+
+    ``gate`` and ``up`` share shape, dtype (float32, float16, bfloat16; float64 too on CPU)
+    and device. Computed in float32 and rounded once to the dtype.
+    """
+    return _ops().swiglu(gate, up)
 
 
 def rgb_to_gray(img: Tensor, bgr: bool = False) -> Tensor:

@@ -1,0 +1,117 @@
+// swiglu(gate, up) = silu(gate) * up and its backward: argument checks, CPU loops, CUDA
+// launches. float32, float16 and bfloat16 (float64 too on CPU, for gradcheck); any shape,
+// gate and up of one shape. Arithmetic in the dtype's op-math type, rounded once.
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <tuple>
+
+#include "common.h"
+#include "cpu_loops.h"
+#include "ops.h"
+
+#ifdef GEMMT_WITH_CUDA
+#include "gemmt/elementwise.h"
+#endif
+
+namespace gemmt::wrapper {
+namespace {
+
+constexpr const char* kSwiglu = "gemmt::swiglu";
+constexpr const char* kSwigluBackward = "gemmt::swiglu_backward";
+
+// `b` must match `a`: defined, same device, dtype and shape; `a` a floating dtype.
+void check_like(const char* op, const char* an, const at::Tensor& a, const char* bn,
+                const at::Tensor& b) {
+  check_dtype(op, an, a, float_dtypes_for(a));
+  check_defined(op, bn, b);
+  check_same_device(op, an, a, bn, b);
+  check_same_dtype(op, an, a, bn, b);
+  check_same_shape(op, an, a, bn, b);
+}
+
+template <typename T>
+T sigmoid(T x) {
+  return T(1) / (T(1) + std::exp(-x));
+}
+
+}  // namespace
+
+at::Tensor swiglu_meta(const at::Tensor& gate, const at::Tensor& up) {
+  check_like(kSwiglu, "gate", gate, "up", up);
+  return new_output(gate.sym_sizes(), gate.options());
+}
+
+at::Tensor swiglu_cpu(const at::Tensor& gate, const at::Tensor& up) {
+  at::Tensor out = swiglu_meta(gate, up);
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, gate.scalar_type(), "gemmt_swiglu", [&] {
+        using opmath = at::opmath_type<scalar_t>;
+        cpu_binary<scalar_t, scalar_t>(kSwiglu, gate, up, out, [](scalar_t g, scalar_t u) {
+          const opmath x = static_cast<opmath>(g);
+          return static_cast<scalar_t>(x * sigmoid(x) * static_cast<opmath>(u));
+        });
+      });
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> swiglu_backward_meta(const at::Tensor& grad,
+                                                        const at::Tensor& gate,
+                                                        const at::Tensor& up) {
+  check_like(kSwigluBackward, "gate", gate, "up", up);
+  check_like(kSwigluBackward, "gate", gate, "grad", grad);
+  return {new_output(gate.sym_sizes(), gate.options()), new_output(up.sym_sizes(), up.options())};
+}
+
+std::tuple<at::Tensor, at::Tensor> swiglu_backward_cpu(const at::Tensor& grad,
+                                                       const at::Tensor& gate,
+                                                       const at::Tensor& up) {
+  auto [d_gate, d_up] = swiglu_backward_meta(grad, gate, up);
+  const at::Tensor g = grad.contiguous(), x = gate.contiguous(), u = up.contiguous();
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, x.scalar_type(), "gemmt_swiglu_bwd", [&] {
+        using opmath = at::opmath_type<scalar_t>;
+        const scalar_t *pg = g.const_data_ptr<scalar_t>(), *px = x.const_data_ptr<scalar_t>(),
+                       *pu = u.const_data_ptr<scalar_t>();
+        scalar_t *dg = d_gate.mutable_data_ptr<scalar_t>(), *du = d_up.mutable_data_ptr<scalar_t>();
+        at::parallel_for(0, x.numel(), kCpuGrain, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) {
+            const opmath gi = pg[i], xi = px[i], ui = pu[i], s = sigmoid(xi);
+            dg[i] = static_cast<scalar_t>(gi * ui * s * (opmath(1) + xi * (opmath(1) - s)));
+            du[i] = static_cast<scalar_t>(gi * xi * s);
+          }
+        });
+      });
+  return {d_gate, d_up};
+}
+
+#ifdef GEMMT_WITH_CUDA
+at::Tensor swiglu_cuda(const at::Tensor& gate, const at::Tensor& up) {
+  at::Tensor out = swiglu_meta(gate, up);
+  if (out.numel() == 0) return out;
+  const at::cuda::CUDAGuard guard(gate.device());
+  CudaInput ig(kSwiglu, "gate", gate), iu(kSwiglu, "up", up);
+  check_launch(kSwiglu, swiglu_run(to_kernel_dtype(gate.scalar_type()), out.numel(), ig.ptr,
+                                   ig.layout_or_null(), iu.ptr, iu.layout_or_null(), out.data_ptr(),
+                                   stream_for(gate)));
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> swiglu_backward_cuda(const at::Tensor& grad,
+                                                        const at::Tensor& gate,
+                                                        const at::Tensor& up) {
+  auto [d_gate, d_up] = swiglu_backward_meta(grad, gate, up);
+  if (gate.numel() == 0) return {d_gate, d_up};
+  const at::cuda::CUDAGuard guard(gate.device());
+  // The backward kernel reads contiguous tensors (a no-op for the usual contiguous ones).
+  const at::Tensor g = grad.contiguous(), x = gate.contiguous(), u = up.contiguous();
+  check_launch(kSwigluBackward,
+               swiglu_backward_run(to_kernel_dtype(x.scalar_type()), x.numel(), g.const_data_ptr(),
+                                   x.const_data_ptr(), u.const_data_ptr(), d_gate.data_ptr(),
+                                   d_up.data_ptr(), stream_for(x)));
+  return {d_gate, d_up};
+}
+#endif
+
+}  // namespace gemmt::wrapper

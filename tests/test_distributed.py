@@ -1,0 +1,231 @@
+"""gemmt in PyTorch's distributed stack, across processes: DTensor sharding rules, tensor
+parallelism, FSDP2 and both on a 2-D mesh.
+
+The scenarios live in ``distributed_scenarios.py``. For each backend and world size, one
+process group of that many processes runs all of them (one start-up instead of one per
+test) and each scenario's outcome becomes a test here. gloo runs on CPU with 2 and 4
+processes; NCCL runs the same scenarios on GPUs and is skipped without enough of them.
+Every launch is bounded: collectives time out inside the workers and the group as a whole
+is killed after ``GEMMT_DIST_TIMEOUT`` seconds (default 300).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import gemmt
+from conftest import HAS_CUDA
+
+if not dist.is_available():
+    pytest.skip("this torch has no torch.distributed", allow_module_level=True)
+
+import distributed_scenarios  # noqa: E402  (needs torch.distributed)
+
+SCENARIO_FILE = Path(distributed_scenarios.__file__).resolve()
+GROUP_TIMEOUT_S = float(os.environ.get("GEMMT_DIST_TIMEOUT", "300"))
+COLLECTIVE_TIMEOUT_S = 60.0
+
+GROUPS = [("gloo", 2), ("gloo", 4), ("nccl", 2), ("nccl", 4)]
+
+
+def _skip_reason(backend: str, world: int) -> str | None:
+    if backend != "nccl":
+        return None
+    if not HAS_CUDA:
+        return "needs a CUDA device and a CUDA build of gemmt"
+    if not dist.is_nccl_available():
+        return "this torch has no NCCL"
+    if torch.cuda.device_count() < world:
+        return f"needs {world} CUDA devices, found {torch.cuda.device_count()}"
+    return None
+
+
+def _worker_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # The workers import the gemmt this process imported, with the same library.
+    package_root = str(Path(gemmt.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [package_root, str(SCENARIO_FILE.parent)] + env.get("PYTHONPATH", "").split(os.pathsep))
+    env["GEMMT_LIBRARY"] = gemmt.library_path()
+    # One thread each: the workers share the machine's cores.
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def _launch(backend: str, world: int, folder: Path, timeout_s: float = GROUP_TIMEOUT_S,
+            ranks: list[int] | None = None,
+            collective_timeout_s: float = COLLECTIVE_TIMEOUT_S) -> dict[str, dict[int, str]]:
+    """Run every scenario on ``world`` processes; per scenario, each rank's outcome.
+
+    ``ranks`` starts only those ranks (to test the deadline with a group that cannot form).
+    """
+    ranks = list(range(world)) if ranks is None else ranks
+    store = folder / "store"
+    procs: list[subprocess.Popen[bytes]] = []
+    logs = []
+    env = _worker_env()
+    try:
+        for rank in ranks:
+            log = open(folder / f"log{rank}.txt", "wb")  # noqa: SIM115 - closed below
+            logs.append(log)
+            procs.append(subprocess.Popen(
+                [sys.executable, str(SCENARIO_FILE), "--rank", str(rank), "--world-size",
+                 str(world), "--backend", backend, "--store", str(store), "--out", str(folder),
+                 "--timeout", str(collective_timeout_s)],
+                stdout=log, stderr=subprocess.STDOUT, env=env))
+        deadline = time.monotonic() + timeout_s
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                break
+    finally:
+        # Whatever happened, no worker outlives the launch.
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for log in logs:
+            log.close()
+    outcomes: dict[str, dict[int, str]] = {}
+    for rank, proc in zip(ranks, procs):
+        path = folder / f"rank{rank}.json"
+        results = json.loads(path.read_text()) if path.exists() else {}
+        tail = (folder / f"log{rank}.txt").read_text(errors="replace")[-3000:]
+        for name in distributed_scenarios.SCENARIOS:
+            outcomes.setdefault(name, {})[rank] = results.get(
+                name, f"did not finish (exit code {proc.returncode}); log tail:\n{tail}")
+    return outcomes
+
+
+_cache: dict[tuple[str, int], dict[str, dict[int, str]]] = {}
+
+
+Outcomes = dict[str, dict[int, str]]
+Launcher = Callable[[str, int], Outcomes]
+
+
+@pytest.fixture(scope="module")
+def group_outcomes(tmp_path_factory: pytest.TempPathFactory) -> Launcher:
+    """Launches each (backend, world size) group once, on first use."""
+    def get(backend: str, world: int) -> Outcomes:
+        key = (backend, world)
+        if key not in _cache:
+            _cache[key] = _launch(backend, world,
+                                  tmp_path_factory.mktemp(f"dist_{backend}_{world}"))
+        return _cache[key]
+    return get
+
+
+def _params() -> list[object]:
+    params = []
+    for backend, world in GROUPS:
+        marks = [pytest.mark.cuda] if backend == "nccl" else []
+        reason = _skip_reason(backend, world)
+        if reason:
+            marks.append(pytest.mark.skip(reason=reason))
+        for name in distributed_scenarios.SCENARIOS:
+            params.append(pytest.param(backend, world, name, marks=marks,
+                                       id=f"{backend}-{world}-{name}"))
+    return params
+
+
+@pytest.mark.parametrize(("backend", "world", "scenario"), _params())
+def test_scenario(group_outcomes: Launcher, backend: str, world: int, scenario: str) -> None:
+    outcome = group_outcomes(backend, world)[scenario]
+    failed = {rank: text for rank, text in outcome.items() if text != "ok"}
+    assert not failed, "\n".join(f"rank {r}:\n{t}" for r, t in sorted(failed.items()))
+
+
+def test_launch_is_bounded(tmp_path: Path) -> None:
+    """A group that cannot form (its second rank never starts, and its collectives would
+    wait for ten minutes) is killed at the launch's deadline, and every scenario reports it."""
+    start = time.monotonic()
+    outcomes = _launch("gloo", 2, tmp_path, timeout_s=10.0, ranks=[0],
+                       collective_timeout_s=600.0)
+    elapsed = time.monotonic() - start
+    assert elapsed < 40.0, elapsed
+    for name, by_rank in outcomes.items():
+        assert by_rank[0].startswith("did not finish (exit code -9)"), (name, by_rank[0])
+
+
+def test_registration_is_lazy_and_idempotent() -> None:
+    """``import gemmt`` does not import DTensor; the rules are registered once DTensor and
+    the library are both loaded, and registering again changes nothing."""
+    code = (
+        "import sys, gemmt\n"
+        "assert 'torch.distributed.tensor' not in sys.modules, 'import gemmt pulled DTensor in'\n"
+        "gemmt.mm(__import__('torch').ones(2, 2), __import__('torch').ones(2, 2))\n"
+        "assert not gemmt.distributed.is_registered()\n"
+        "import torch.distributed.tensor\n"
+        "from torch.distributed.tensor import DTensor\n"
+        "gemmt.distributed.maybe_register()\n"
+        "assert gemmt.distributed.is_registered()\n"
+        "prop = DTensor._op_dispatcher.sharding_propagator\n"
+        "import torch\n"
+        "assert torch.ops.gemmt.linear.default in prop.op_strategy_funcs\n"
+        "before = dict(prop.op_strategy_funcs)\n"
+        "assert gemmt.distributed.register()\n"
+        "assert dict(prop.op_strategy_funcs) == before\n"
+        "print('ok')\n")
+    # And the other order: DTensor imported first, then an explicit register() as the
+    # library's first use (the loader registers too, from inside register()).
+    code_explicit = (
+        "import torch.distributed.tensor, gemmt\n"
+        "assert gemmt.distributed.register() and gemmt.distributed.is_registered()\n"
+        "print('ok')\n")
+    env = _worker_env()
+    for source in (code, code_explicit):
+        out = subprocess.run([sys.executable, "-c", source], env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
+
+
+def test_rules_without_processes() -> None:
+    """The rule tables themselves: row-wise only without activation, the bias of a partial
+    sum Partial, and every op's rules covering each of its arguments."""
+    pytest.importorskip("torch.distributed.tensor")
+    from torch.distributed.tensor import Partial, Replicate, Shard
+    from torch.distributed.tensor._dtensor_spec import TensorMeta
+
+    class Spec:  # the two fields the rules read from DTensor's specs
+        def __init__(self, *shape: int) -> None:
+            self.placements = ()
+            self.tensor_meta = TensorMeta(torch.Size(shape), (1,) * len(shape), torch.float32)
+
+    x, w, b = Spec(2, 3, 8), Spec(4, 8), Spec(4)
+    rules = {r.name: r for r in gemmt.distributed.rules_for("linear", x, w, b, "none")}
+    assert rules["row-wise"].inputs == (Shard(2), Shard(1), Partial(), None)
+    assert rules["row-wise"].outputs == (Partial(),)
+    assert rules["column-wise"].inputs == (Replicate(), Shard(0), Shard(0), None)
+    assert rules["column-wise"].outputs == (Shard(2),)
+    assert rules["batch (x sharded on dim 1)"].outputs == (Shard(1),)
+    # With an activation, no partial sums anywhere.
+    for activation in ("relu", "gelu", "gelu_tanh", "silu"):
+        for rule in gemmt.distributed.rules_for("linear", x, w, None, activation):
+            assert Partial() not in rule.inputs + rule.outputs, (activation, rule)
+    bias_bwd = {r.inputs[0]: r.outputs[0]
+                for r in gemmt.distributed.rules_for("linear_bias_backward", Spec(6, 4))}
+    assert bias_bwd[Shard(0)] == Partial() and bias_bwd[Shard(1)] == Shard(0)
+    # square is not linear: a partial sum is not accepted.
+    assert all(Partial() not in r.inputs for r in gemmt.distributed.rules_for("square", x))
+    with pytest.raises(KeyError, match="no sharding rules for op 'nope'"):
+        gemmt.distributed.rules_for("nope")
+
+
+def test_every_registered_op_has_rules() -> None:
+    """A new op needs sharding rules (``gemmt/distributed.py``) to run on DTensors."""
+    gemmt.build_info()
+    registered = {s.name.split("::")[1] for s in torch._C._jit_get_all_schemas()
+                  if s.name.startswith("gemmt::")}
+    assert registered == set(gemmt.distributed._OPS)
