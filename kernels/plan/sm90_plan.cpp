@@ -101,7 +101,9 @@ double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp) {
   // needs nearly every SM loading, and SMs idle in the last wave of units stream nothing.
   // (Measured on H100: 4096x11008 weights with m <= 64 ran at 0.47-0.74 of cuBLAS on 64-wide
   // tiles in 1.3 waves, which the share rule below rated as full speed.)
-  const double stream_share = args.m <= kBM
+  // (Only for long k: 127x8192x511 kept the rule below, 1.30x of cuBLAS against 1.04x.)
+  const bool streams_weight = args.m <= kBM && args.k >= 2048;
+  const double stream_share = streams_weight
                                   ? units / (waves * sms)
                                   : std::min(1.0, std::min(units, sms) / (kStreamingSmShare * sms));
   double t = std::max(compute, operand_bytes / (kBytesPerUs * stream_share));
