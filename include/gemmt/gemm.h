@@ -37,7 +37,7 @@ cudaError_t gemm_run(const GemmArgs& args, GemmVariant v, void* workspace, cudaS
 // SIMT family (kernels/simt/, planned by kernels/plan/simt_plan.cpp): kNaive .. kGemv,
 // float32 / float16 / bfloat16, any strides.
 bool gemm_simt_supports(const GemmArgs& args, GemmVariant v);
-// The one split-k policy: true when the SIMT planner gives kSplitK more than one k-slice.
+// The one split-k policy (simt_wants_split_k in kernels/plan/simt_plan.h).
 bool gemm_simt_wants_split_k(const GemmArgs& args);
 std::size_t gemm_simt_workspace_bytes(const GemmArgs& args, GemmVariant v);
 cudaError_t gemm_simt_run(const GemmArgs& args, GemmVariant v, void* workspace,

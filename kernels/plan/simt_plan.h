@@ -251,8 +251,9 @@ struct SimtFamilyPlan {
 bool simt_variant_supports(const GemmArgs& args, GemmVariant v);
 SimtFamilyPlan plan_simt(const GemmArgs& args, GemmVariant v, const PipeCatalog& cat);
 
-// The one split-k policy: the pipelined plan with k-slices allowed, when the model gives it more
-// than one slice. gemm_pick runs kSplitK exactly when this says so.
+// The one split-k policy: few 128x128 tiles for the SMs and k >= 4096 (where split-k measured
+// faster than the pipelined kernel with a stream-k last wave), and the planner, allowed to
+// split, gives more than one slice. gemm_pick runs kSplitK exactly when this says so.
 bool simt_wants_split_k(const GemmArgs& args, const PipeCatalog& cat);
 
 }  // namespace simt
