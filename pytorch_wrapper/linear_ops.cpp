@@ -288,20 +288,17 @@ at::Tensor linear_bias_backward_cpu(const at::Tensor& grad) {
 }
 
 #ifdef GEMMT_WITH_CUDA
+// linear_impl dispatches on the tensors' device: the CUDA kernels share the CPU entry's body.
 at::Tensor linear_cuda(const at::Tensor& x, const at::Tensor& weight,
                        const std::optional<at::Tensor>& bias, std::string_view activation) {
-  check_linear_operands(kLinear, x, weight, bias);
-  return std::get<0>(
-      linear_impl(kLinear, x, weight, bias, parse_activation(kLinear, activation), false));
+  return linear_cpu(x, weight, bias, activation);
 }
 
 std::tuple<at::Tensor, at::Tensor> linear_with_preact_cuda(const at::Tensor& x,
                                                            const at::Tensor& weight,
                                                            const std::optional<at::Tensor>& bias,
                                                            std::string_view activation) {
-  check_linear_operands(kLinearWithPreact, x, weight, bias);
-  return linear_impl(kLinearWithPreact, x, weight, bias,
-                     parse_activation(kLinearWithPreact, activation), true);
+  return linear_with_preact_cpu(x, weight, bias, activation);
 }
 
 namespace {

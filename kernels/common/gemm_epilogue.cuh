@@ -68,18 +68,6 @@ struct EpilogueView {
   }
 };
 
-template <typename T>
-inline EpilogueView<T> make_epilogue_view(const GemmEpilogue& e) {
-  EpilogueView<T> v;
-  v.bias = static_cast<const T*>(e.bias);
-  v.preact = static_cast<T*>(e.preact);
-  v.ld_preact = e.ld_preact;
-  v.act = e.activation;
-  v.bias_per_row = e.bias_per_row;
-  v.active = !e.empty();
-  return v;
-}
-
 // The same for a kernel whose element type is only known at run time (one Params struct
 // for all dtypes): the pointers stay untyped and the caller names the type at the store.
 struct EpilogueParams {
@@ -91,7 +79,7 @@ struct EpilogueParams {
   bool active = false;
 
   template <typename T>
-  __device__ __forceinline__ EpilogueView<T> view() const {
+  __host__ __device__ __forceinline__ EpilogueView<T> view() const {
     EpilogueView<T> v;
     v.bias = static_cast<const T*>(bias);
     v.preact = static_cast<T*>(preact);
@@ -112,6 +100,11 @@ inline EpilogueParams make_epilogue_params(const GemmEpilogue& e) {
   p.bias_per_row = e.bias_per_row;
   p.active = !e.empty();
   return p;
+}
+
+template <typename T>
+inline EpilogueView<T> make_epilogue_view(const GemmEpilogue& e) {
+  return make_epilogue_params(e).view<T>();
 }
 
 // dst[0] (and dst[1] when has_second) = alpha * v + beta * dst. beta == 0 never reads C,
