@@ -39,7 +39,6 @@ at::Tensor empty_like_contiguous(const at::Tensor& t) {
 #define GEMMT_DISPATCH_FLOATS(dtype, name, ...) \
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, name, __VA_ARGS__)
 
-
 }  // namespace
 
 // ---- add ----
@@ -118,9 +117,9 @@ at::Tensor add_cuda(const at::Tensor& a, const at::Tensor& b) {
   if (out.numel() == 0) return out;
   const at::cuda::CUDAGuard guard(a.device());
   CudaInput ia(kAdd, "a", a), ib(kAdd, "b", b);
-  check_launch(kAdd, add_run(to_kernel_dtype(a.scalar_type()), out.numel(), ia.ptr,
-                             ia.layout_or_null(), ib.ptr, ib.layout_or_null(), out.data_ptr(),
-                             stream_for(a)));
+  check_launch(kAdd,
+               add_run(to_kernel_dtype(a.scalar_type()), out.numel(), ia.ptr, ia.layout_or_null(),
+                       ib.ptr, ib.layout_or_null(), out.data_ptr(), stream_for(a)));
   return out;
 }
 
@@ -141,8 +140,8 @@ at::Tensor square_backward_cuda(const at::Tensor& grad, const at::Tensor& x) {
   CudaInput ig(kSquareBackward, "grad", grad), ix(kSquareBackward, "x", x);
   check_launch(kSquareBackward,
                square_backward_run(to_kernel_dtype(x.scalar_type()), out.numel(), ig.ptr,
-                                   ig.layout_or_null(), ix.ptr, ix.layout_or_null(),
-                                   out.data_ptr(), stream_for(x)));
+                                   ig.layout_or_null(), ix.ptr, ix.layout_or_null(), out.data_ptr(),
+                                   stream_for(x)));
   return out;
 }
 
@@ -151,9 +150,9 @@ at::Tensor scale_cuda(const at::Tensor& x, double factor) {
   if (out.numel() == 0) return out;
   const at::cuda::CUDAGuard guard(x.device());
   CudaInput ix(kScale, "x", x);
-  check_launch(kScale, scale_run(to_kernel_dtype(x.scalar_type()), out.numel(), ix.ptr,
-                                 ix.layout_or_null(), static_cast<float>(factor),
-                                 out.data_ptr(), stream_for(x)));
+  check_launch(kScale,
+               scale_run(to_kernel_dtype(x.scalar_type()), out.numel(), ix.ptr, ix.layout_or_null(),
+                         static_cast<float>(factor), out.data_ptr(), stream_for(x)));
   return out;
 }
 #endif

@@ -74,10 +74,9 @@ at::Tensor rgb_to_gray_cuda(const at::Tensor& img, bool bgr) {
   if (out.numel() == 0) return out;
   const at::cuda::CUDAGuard guard(img.device());
   CudaInput in(kRgbToGray, "img", img);
-  check_launch(kRgbToGray,
-               rgb_to_gray_run(out.numel(), static_cast<const uint8_t*>(in.ptr),
-                               in.layout_or_null(), bgr, out.mutable_data_ptr<uint8_t>(),
-                               stream_for(img)));
+  check_launch(kRgbToGray, rgb_to_gray_run(out.numel(), static_cast<const uint8_t*>(in.ptr),
+                                           in.layout_or_null(), bgr,
+                                           out.mutable_data_ptr<uint8_t>(), stream_for(img)));
   return out;
 }
 

@@ -6,9 +6,9 @@
 #include <cuda_runtime.h>
 
 // Return early from a launcher when a CUDA runtime call fails.
-#define GEMMT_RETURN_IF_ERROR(expr)        \
-  do {                                     \
-    cudaError_t gemmt_err_ = (expr);       \
+#define GEMMT_RETURN_IF_ERROR(expr)                   \
+  do {                                                \
+    cudaError_t gemmt_err_ = (expr);                  \
     if (gemmt_err_ != cudaSuccess) return gemmt_err_; \
   } while (0)
 

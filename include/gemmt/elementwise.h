@@ -25,9 +25,8 @@ cudaError_t square_run(ScalarType dtype, int64_t numel, const void* x,
                        const StridedLayout* x_layout, void* out, cudaStream_t stream);
 
 // out = x * factor (factor rounded to float32 first, as PyTorch does for a float32 tensor)
-cudaError_t scale_run(ScalarType dtype, int64_t numel, const void* x,
-                      const StridedLayout* x_layout, float factor, void* out,
-                      cudaStream_t stream);
+cudaError_t scale_run(ScalarType dtype, int64_t numel, const void* x, const StridedLayout* x_layout,
+                      float factor, void* out, cudaStream_t stream);
 
 // out = 2 * x * grad: the backward of square.
 cudaError_t square_backward_run(ScalarType dtype, int64_t numel, const void* grad,

@@ -59,10 +59,10 @@ cudaError_t gemm_sm80_run(const GemmArgs& args, cudaStream_t stream);
 bool gemm_decode_supports(const GemmArgs& args);
 cudaError_t gemm_decode_run(const GemmArgs& args, cudaStream_t stream);
 
-// Hopper family (kernels/sm90/, planned by kernels/plan/sm90_plan.cpp): compiled to real code only for sm_90a.
-// Operands TMA cannot read in place (tf32 not K-major, unaligned base or row stride) are
-// copied K-major into the workspace first, and outputs with too few tiles for the GPU split
-// k with float32 partials in the workspace; gemm_sm90_workspace_bytes says how much.
+// Hopper family (kernels/sm90/, planned by kernels/plan/sm90_plan.cpp): compiled to real code only
+// for sm_90a. Operands TMA cannot read in place (tf32 not K-major, unaligned base or row stride)
+// are copied K-major into the workspace first, and outputs with too few tiles for the GPU split k
+// with float32 partials in the workspace; gemm_sm90_workspace_bytes says how much.
 bool gemm_sm90_supports(const GemmArgs& args);
 std::size_t gemm_sm90_workspace_bytes(const GemmArgs& args);
 cudaError_t gemm_sm90_run(const GemmArgs& args, void* workspace, cudaStream_t stream);

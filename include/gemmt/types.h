@@ -28,22 +28,30 @@ struct StridedLayout {
 
 inline std::size_t element_size(ScalarType t) {
   switch (t) {
-    case ScalarType::kFloat32: return 4;
+    case ScalarType::kFloat32:
+      return 4;
     case ScalarType::kFloat16:
     case ScalarType::kBFloat16:
-    case ScalarType::kUInt16: return 2;
-    case ScalarType::kUInt8: return 1;
+    case ScalarType::kUInt16:
+      return 2;
+    case ScalarType::kUInt8:
+      return 1;
   }
   return 0;
 }
 
 inline const char* scalar_type_name(ScalarType t) {
   switch (t) {
-    case ScalarType::kFloat32: return "float32";
-    case ScalarType::kFloat16: return "float16";
-    case ScalarType::kBFloat16: return "bfloat16";
-    case ScalarType::kUInt8: return "uint8";
-    case ScalarType::kUInt16: return "uint16";
+    case ScalarType::kFloat32:
+      return "float32";
+    case ScalarType::kFloat16:
+      return "float16";
+    case ScalarType::kBFloat16:
+      return "bfloat16";
+    case ScalarType::kUInt8:
+      return "uint8";
+    case ScalarType::kUInt16:
+      return "uint16";
   }
   return "unknown";
 }
