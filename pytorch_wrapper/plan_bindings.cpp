@@ -61,15 +61,11 @@ const void* fake_ptr(int64_t offset) {
   return reinterpret_cast<const void*>(static_cast<std::uintptr_t>((1 << 20) + offset));
 }
 
-py::dict plan_simt(const std::string& variant, const std::string& dtype, int64_t m, int64_t n,
-                   int64_t k, std::array<int64_t, 2> a_strides, std::array<int64_t, 2> b_strides,
-                   int64_t ldc, std::array<int64_t, 3> offsets, int sm_count,
-                   const std::map<std::string, int>& blocks_per_sm, const std::string& refuse,
-                   int device) {
-  GemmVariant v;
-  if (!gemm_variant_from_name(variant, &v)) {
-    throw std::invalid_argument("plan_simt: unknown variant '" + variant + "'");
-  }
+// The problem the planners see: shapes, strides and pointer alignments (fake addresses at
+// the given byte offsets, never dereferenced).
+GemmArgs problem_args(const std::string& dtype, int64_t m, int64_t n, int64_t k,
+                      std::array<int64_t, 2> a_strides, std::array<int64_t, 2> b_strides,
+                      int64_t ldc, std::array<int64_t, 3> offsets, int sm_count) {
   GemmArgs a;
   a.dtype = parse_dtype(dtype);
   a.m = m;
@@ -84,6 +80,19 @@ py::dict plan_simt(const std::string& variant, const std::string& dtype, int64_t
   a.c = const_cast<void*>(fake_ptr(offsets[2]));
   a.ldc = ldc;
   a.sm_count = sm_count;
+  return a;
+}
+
+py::dict plan_simt(const std::string& variant, const std::string& dtype, int64_t m, int64_t n,
+                   int64_t k, std::array<int64_t, 2> a_strides, std::array<int64_t, 2> b_strides,
+                   int64_t ldc, std::array<int64_t, 3> offsets, int sm_count,
+                   const std::map<std::string, int>& blocks_per_sm, const std::string& refuse,
+                   int device) {
+  GemmVariant v;
+  if (!gemm_variant_from_name(variant, &v)) {
+    throw std::invalid_argument("plan_simt: unknown variant '" + variant + "'");
+  }
+  GemmArgs a = problem_args(dtype, m, n, k, a_strides, b_strides, ldc, offsets, sm_count);
   FakeDevice dev;
   for (int i = 0; i < simt::kNumPipeTiles; ++i) {
     const char* name = simt::pipe_tile_name(static_cast<simt::PipeTile>(i));
@@ -151,20 +160,7 @@ py::dict plan_simt(const std::string& variant, const std::string& dtype, int64_t
 py::dict plan_decode(const std::string& dtype, int64_t m, int64_t n, int64_t k,
                      std::array<int64_t, 2> a_strides, std::array<int64_t, 2> b_strides,
                      int64_t ldc, std::array<int64_t, 3> offsets, int sm_count, int cc_major) {
-  GemmArgs a;
-  a.dtype = parse_dtype(dtype);
-  a.m = m;
-  a.n = n;
-  a.k = k;
-  a.a = fake_ptr(offsets[0]);
-  a.a_stride_m = a_strides[0];
-  a.a_stride_k = a_strides[1];
-  a.b = fake_ptr(offsets[1]);
-  a.b_stride_k = b_strides[0];
-  a.b_stride_n = b_strides[1];
-  a.c = const_cast<void*>(fake_ptr(offsets[2]));
-  a.ldc = ldc;
-  a.sm_count = sm_count;
+  GemmArgs a = problem_args(dtype, m, n, k, a_strides, b_strides, ldc, offsets, sm_count);
   a.cc_major = cc_major;
   py::dict d;
   d["supported"] = decode::decode_supports(a);
@@ -183,22 +179,9 @@ py::dict plan_sm90(const std::string& dtype, int64_t m, int64_t n, int64_t k,
                    std::array<int64_t, 2> a_strides, std::array<int64_t, 2> b_strides, int64_t ldc,
                    std::array<int64_t, 3> offsets, int sm_count, bool allow_tf32, float beta,
                    int cc_major, bool kernels_built) {
-  GemmArgs a;
-  a.dtype = parse_dtype(dtype);
-  a.m = m;
-  a.n = n;
-  a.k = k;
-  a.a = fake_ptr(offsets[0]);
-  a.a_stride_m = a_strides[0];
-  a.a_stride_k = a_strides[1];
-  a.b = fake_ptr(offsets[1]);
-  a.b_stride_k = b_strides[0];
-  a.b_stride_n = b_strides[1];
-  a.c = const_cast<void*>(fake_ptr(offsets[2]));
-  a.ldc = ldc;
+  GemmArgs a = problem_args(dtype, m, n, k, a_strides, b_strides, ldc, offsets, sm_count);
   a.beta = beta;
   a.allow_tf32 = allow_tf32;
-  a.sm_count = sm_count;
   a.cc_major = cc_major;
   a.cc_minor = 0;
   py::dict d;
