@@ -178,8 +178,9 @@ py::dict plan_decode(const std::string& dtype, int64_t m, int64_t n, int64_t k,
 py::dict plan_sm90(const std::string& dtype, int64_t m, int64_t n, int64_t k,
                    std::array<int64_t, 2> a_strides, std::array<int64_t, 2> b_strides, int64_t ldc,
                    std::array<int64_t, 3> offsets, int sm_count, bool allow_tf32, float beta,
-                   int cc_major, bool kernels_built) {
+                   int cc_major, bool kernels_built, bool bias) {
   GemmArgs a = problem_args(dtype, m, n, k, a_strides, b_strides, ldc, offsets, sm_count);
+  if (bias) a.epilogue.bias = fake_ptr(0);
   a.beta = beta;
   a.allow_tf32 = allow_tf32;
   a.cc_major = cc_major;
@@ -198,7 +199,7 @@ py::dict plan_sm90(const std::string& dtype, int64_t m, int64_t n, int64_t k,
     if (supported) {
       st = sm90::staging_for(pr.args);
       sp = sm90::split_plan_or_auto(pr, 0);
-      ws = sm90::workspace_bytes_with(a, 0, 0, kernels_built);
+      ws = sm90::workspace_bytes_with(a, 0, 0, sm90::Orientation::kAuto, kernels_built);
       sm90::Problem staged = pr;
       staged.args = sm90::staged_args(pr.args, st, planning_workspace());
       planned = sm90::make_plan(staged, &plan, kernels_built);
@@ -217,6 +218,11 @@ py::dict plan_sm90(const std::string& dtype, int64_t m, int64_t n, int64_t k,
   d["planned"] = planned;
   d["a_mn_major"] = plan.a_mn;
   d["b_mn_major"] = plan.b_mn;
+  if (planned) {
+    d["a_box_rows"] = plan.a.box[1];
+    d["b_box_rows"] = plan.b.box[1];
+    d["stage_tx_bytes"] = sm90::stage_tx_bytes(plan);
+  }
   return d;
 }
 
@@ -226,11 +232,12 @@ void bind_plans(py::module_& m) {
   m.def("plan_sm90", &plan_sm90,
         "The Hopper GEMM's plan (kernels/plan/sm90_plan.cpp) for one problem on a device of "
         "compute capability cc_major.0 with sm_count SMs; offsets in bytes from a 1 MiB "
-        "address; kernels_built: whether the build holds the sm_90a kernels.",
+        "address; kernels_built: whether the build holds the sm_90a kernels; bias: the "
+        "product carries an epilogue (a bias).",
         py::arg("dtype"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("a_strides"),
         py::arg("b_strides"), py::arg("ldc"), py::arg("offsets"), py::arg("sm_count"),
         py::arg("allow_tf32") = false, py::arg("beta") = 0.0f, py::arg("cc_major") = 9,
-        py::arg("kernels_built") = true);
+        py::arg("kernels_built") = true, py::arg("bias") = false);
   m.def("plan_decode", &plan_decode,
         "The decode GEMM's plan (kernels/plan/decode_plan.cpp) for one problem; offsets in "
         "bytes from a 1 MiB address.",

@@ -73,9 +73,10 @@ if has selftest; then
     # The SIMT self-test also times every tile configuration of the pipelined kernel.
     [ "$name" = gemm_simt_selftest ] && args=(-q -bench -sweep)
     # The tensor-core self-test also times every split-k count on the narrow and long-k shapes.
-    [ "$name" = gemm_tc_selftest ] && args=(--sweep)
+    # TC_SELFTEST_ARGS replaces that (e.g. "--no-perf --decode-sweep").
+    [ "$name" = gemm_tc_selftest ] && args=(${TC_SELFTEST_ARGS:---sweep --decode-sweep})
     stage "run $name" "$LOGS/${name}.log" timeout 400 "build/cmake-gpu/bin/$name" "${args[@]}"
-    grep "^BENCH\|^SWEEP\|^TCSWEEP" "$LOGS/${name}.log" >>"$SUMMARY"
+    grep "^BENCH\|^SWEEP\|^TCSWEEP\|^DECODESWEEP" "$LOGS/${name}.log" >>"$SUMMARY"
     tail -n 5 "$LOGS/${name}.log" >>"$SUMMARY"
   done
 fi

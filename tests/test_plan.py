@@ -308,3 +308,46 @@ def test_sm90_every_supported_problem_has_a_plan_the_launcher_accepts() -> None:
         assert sm90(m, n, k, dtype=dtype, a_layout=al, b_layout=bl, offsets=off,
                     allow_tf32=dtype == "float32") == p
     assert count > 100
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("m", [1, 2, 16, 64])
+def test_sm90_decode_products_run_swapped(dtype: str, m: int) -> None:
+    """x @ W.T with a few tokens runs as W x^T: the weight is the 128-row A, the tokens the
+    narrow tile's columns, and a box only moves the tokens' own rows (rounded up to 8)."""
+    p = sm90(m, 11008, 4096, dtype=dtype, b_layout="col")
+    assert p["c_trans"] and p["tile_n"] == 64 and p["planned"]
+    assert not p["a_mn_major"] and not p["b_mn_major"]
+    rows = -(-m // 8) * 8
+    assert (p["a_box_rows"], p["b_box_rows"]) == (128, rows)
+    assert p["stage_tx_bytes"] == 128 * 128 + rows * 128
+
+
+def test_sm90_swap_rule_limits() -> None:
+    # More than 64 tokens, a narrow weight, or fp32: as given.
+    assert not sm90(65, 11008, 4096, b_layout="col")["c_trans"]
+    assert not sm90(16, 64, 4096, b_layout="col")["c_trans"]
+    assert not sm90(16, 11008, 4096, dtype="float32", allow_tf32=True, b_layout="col")["c_trans"]
+    # The transposed 16-bit store does not apply an epilogue: a bias keeps the product as
+    # given unless the swapped plan splits k (the reduction applies it).
+    for m, n, k in [(16, 32000, 4096), (16, 11008, 4096), (4, 4096, 14336)]:
+        p = sm90(m, n, k, b_layout="col", bias=True)
+        assert p["supported"]
+        assert not p["c_trans"] or p["splits"] > 1, (m, n, k, p)
+
+
+def test_sm90_boxes_stop_at_the_operand() -> None:
+    small_m = sm90(100, 4096, 4096)  # B row-major: MN-major boxes, not trimmed
+    assert not small_m["c_trans"] and small_m["b_mn_major"]
+    assert small_m["a_box_rows"] == 104
+    assert small_m["stage_tx_bytes"] == 104 * 128 + 256 * 128
+    # The decode layout of the backward (g @ W, W row-major) swaps too: W becomes an
+    # M-major A, read in place.
+    grad_in = sm90(20, 4096, 4096)
+    assert grad_in["c_trans"] and grad_in["a_mn_major"] and grad_in["b_box_rows"] == 24
+    big = sm90(4096, 4096, 4096, b_layout="col")
+    assert (big["a_box_rows"], big["b_box_rows"]) == (128, 128)
+    assert big["stage_tx_bytes"] == 48 * 1024
+    narrow = sm90(4096, 40, 4096, b_layout="col")
+    assert narrow["tile_n"] == 64 and narrow["b_box_rows"] == 40
+    assert narrow["stage_tx_bytes"] == 128 * 128 + 40 * 128

@@ -25,14 +25,22 @@ cudaError_t gemm_sm90_run_variant(const GemmArgs& args, cudaStream_t stream, Sm9
                                   Sm90Store store);
 // True when the kernel reads the operands in place (gemm_sm90_run_variant runs them).
 bool gemm_sm90_variant_supports(const GemmArgs& args);
-// gemm_sm90_run with `splits` k-slices (0: the model's) and tiles `bn` wide (64 or 256; 0: the
-// model's) instead of the cost model's choice, and the workspace it needs.
-std::size_t gemm_sm90_split_workspace_bytes(const GemmArgs& args, int splits, int bn);
+// Which way round the product runs: the planner's choice, as given, or C^T = B^T A^T
+// (values of sm90::Orientation, kernels/plan/sm90_plan.h).
+enum class Sm90Orientation : int { kAuto = 0, kAsGiven = 1, kSwapped = 2 };
+// gemm_sm90_run with `splits` k-slices (0: the model's), tiles `bn` wide (64 or 256; 0: the
+// model's) and an orientation instead of the planner's choice, and the workspace it needs.
+std::size_t gemm_sm90_split_workspace_bytes(const GemmArgs& args, int splits, int bn,
+                                            Sm90Orientation orient = Sm90Orientation::kAuto);
 cudaError_t gemm_sm90_run_splits(const GemmArgs& args, int splits, int bn, void* workspace,
-                                 cudaStream_t stream);
-// The split count and tile width gemm_sm90_run picks.
+                                 cudaStream_t stream,
+                                 Sm90Orientation orient = Sm90Orientation::kAuto);
+// Whether gemm_sm90_run_splits takes the problem with that tile width and orientation.
+bool gemm_sm90_forced_supports(const GemmArgs& args, int bn, Sm90Orientation orient);
+// The split count, tile width and orientation gemm_sm90_run picks.
 int gemm_sm90_auto_splits(const GemmArgs& args);
 int gemm_sm90_auto_tile_n(const GemmArgs& args);
+bool gemm_sm90_auto_swaps(const GemmArgs& args);
 
 }  // namespace detail
 }  // namespace gemmt

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "common/copy_layout.h"
 #include "common/gemm_tc_kind.h"
@@ -39,7 +40,12 @@ bool map_operand(const void* ptr, int64_t stride_k, int64_t stride_mn, int64_t m
   if (!is_aligned(ptr, 16)) return false;
   const int elt = kind == kTF32 ? 4 : 2;
   const uint32_t row_elts = 128u / elt;
-  if (stride_k == 1 && map_shape(k, mn, stride_mn, elt, row_elts, box_rows, shape)) {
+  // A K-major box stops at the operand's last row, rounded up to the 8-row swizzle atom: a
+  // decode-sized x (m of 1..64 under a 128-row box) then moves only its own rows instead of a
+  // box of mostly zero fill. The stage rows past it keep whatever they held; they only feed
+  // accumulator rows (or columns) beyond m (or n), which are never stored.
+  const uint32_t real_rows = static_cast<uint32_t>(std::min<int64_t>(box_rows, (mn + 7) / 8 * 8));
+  if (stride_k == 1 && map_shape(k, mn, stride_mn, elt, row_elts, real_rows, shape)) {
     *mn_major = false;
     return true;
   }
@@ -63,6 +69,15 @@ bool map_b(const GemmArgs& args, int kind, int bn, MapShape* shape, bool* mn_maj
 int64_t k_blocks(const GemmArgs& args) {
   const int64_t per_kb = 128 / static_cast<int64_t>(element_size(args.dtype));
   return (args.k + per_kb - 1) / per_kb;
+}
+
+uint32_t stage_tx_bytes(const Plan& plan) {
+  constexpr uint32_t kFullA = kBM * 128;
+  const uint32_t a = plan.a_mn ? kFullA : plan.a.box[1] * 128;
+  const uint32_t full_b = static_cast<uint32_t>(plan.bn) * 128;
+  const uint32_t b_boxes = plan.bn == kBNWide ? 2 : 1;
+  const uint32_t b = plan.b_mn ? full_b : b_boxes * plan.b.box[1] * 128;
+  return a + b;
 }
 
 int64_t tile_count(const GemmArgs& args, int bn) {
@@ -95,14 +110,19 @@ double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp) {
   const double kb_us =
       bn == kBNWide ? kKbUsWide : (tc_kind_of(args) == kTF32 ? kKbUsNarrowTf32 : kKbUsNarrow);
   const double elt = static_cast<double>(element_size(args.dtype));
-  const double operand_bytes = (static_cast<double>(args.m) + args.n) * args.k * elt;
+  // Narrow tiles run as single CTAs: every 128-row M tile streams its B columns for itself,
+  // and a B too large for L2 then comes from DRAM once per M tile. (Measured on H100:
+  // 256x8192x28672 as 2 x 128 narrow tiles ran at 0.61 of cuBLAS, 1.65x its one-read floor.)
+  const double b_bytes = static_cast<double>(args.n) * args.k * elt;
+  const double b_reads = bn == kBNNarrow && b_bytes > kL2Bytes ? std::ceil(args.m / double(kBM)) : 1.0;
+  const double operand_bytes = static_cast<double>(args.m) * args.k * elt + b_bytes * b_reads;
   const double compute = waves * (sp.kb_per_split + kUnitFixedKb) * kb_us;
   // A product of one M tile (a decode-sized x against a weight) only streams B: DRAM's rate
   // needs nearly every SM loading, and SMs idle in the last wave of units stream nothing.
   // (Measured on H100: 4096x11008 weights with m <= 64 ran at 0.47-0.74 of cuBLAS on 64-wide
   // tiles in 1.3 waves, which the share rule below rated as full speed.)
   // (Only for long k: 127x8192x511 kept the rule below, 1.30x of cuBLAS against 1.04x.)
-  const bool streams_weight = args.m <= kBM && args.k >= 2048;
+  const bool streams_weight = streams_one_operand(args, bn);
   const double stream_share = streams_weight
                                   ? units / (waves * sms)
                                   : std::min(1.0, std::min(units, sms) / (kStreamingSmShare * sms));
@@ -110,9 +130,14 @@ double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp) {
   if (sp.splits > 1) {
     const double mn = static_cast<double>(args.m) * args.n;
     const double c_bytes = mn * elt * (args.beta != 0.f ? 2.0 : 1.0);
-    t += (mn * 4.0 * sp.splits + c_bytes) / kBytesPerUs + kReduceFixedUs;
+    // Each slice's float32 partial is written by the kernel and read back by the reduction.
+    t += (mn * 8.0 * sp.splits + c_bytes) / kBytesPerUs + kReduceFixedUs;
   }
   return t;
+}
+
+bool streams_one_operand(const GemmArgs& args, int bn) {
+  return (args.m <= kBM || args.n <= bn) && args.k >= 2048;
 }
 
 TileChoice best_splits(const GemmArgs& args, int bn) {
@@ -122,16 +147,28 @@ TileChoice best_splits(const GemmArgs& args, int bn) {
   best.bn = bn;
   best.sp = split_plan(args, 1);
   best.us = split_cost_us(args, bn, best.sp);
+  // Not even for a product that streams one operand: measured on H100 (gemm_tc_selftest
+  // --decode-sweep), 86 narrow tiles of a 11008-row weight streamed it at 2.2 TB/s unsplit and
+  // at 2.0 TB/s in 3 slices, 112 tiles of a 14336-row one at 2.3-2.4 against 1.9-2.2 in 7.
   if (tiles * 2 > sms) return best;
   int64_t max_splits = std::min<int64_t>(kMaxSplits, k_blocks(args) / kMinKbPerSplit);
+  // The fewest slices modelled within 3% of the fastest: the model does not see every cost
+  // of a slice (its ring fill overlaps the previous unit only in part, its partial tile goes
+  // through L2), and would otherwise take 45 slices of 5 k-blocks for a 1% gain in fill.
+  std::vector<TileChoice> tried{best};
+  double fastest = best.us;
   for (int64_t s = 2; s <= max_splits; ++s) {
     const SplitPlan sp = split_plan(args, s);
     if (sp.splits != s) continue;  // rounds to a count already tried
-    const double t = split_cost_us(args, bn, sp);
-    if (t < best.us) {
-      best.us = t;
-      best.sp = sp;
-    }
+    TileChoice c;
+    c.bn = bn;
+    c.sp = sp;
+    c.us = split_cost_us(args, bn, sp);
+    tried.push_back(c);
+    fastest = std::min(fastest, c.us);
+  }
+  for (const TileChoice& c : tried) {
+    if (c.us <= fastest * 1.03) return c;
   }
   return best;
 }
@@ -187,14 +224,21 @@ bool swap_for_tf32(const GemmArgs& args) {
          mn;
 }
 
-Problem problem_for(const GemmArgs& args) {
+namespace {
+
+Problem as_given(const GemmArgs& args) {
   Problem pr;
   pr.args = args;
-  if (!swap_for_tf32(args)) {
-    pr.bn = choose_tile(pr.args).bn;
-    return pr;
-  }
+  pr.bn = choose_tile(pr.args).bn;
+  return pr;
+}
+
+// C^T = B^T A^T on the same memory: the kernel's A is the caller's B and its output lines are
+// the caller's columns.
+Problem swapped(const GemmArgs& args) {
+  Problem pr;
   GemmArgs& t = pr.args;
+  t = args;
   t.m = args.n;
   t.n = args.m;
   t.a = args.b;
@@ -206,6 +250,22 @@ Problem problem_for(const GemmArgs& args) {
   pr.c_trans = true;
   pr.bn = choose_tile(pr.args).bn;
   return pr;
+}
+
+}  // namespace
+
+bool swap_for_small_m(const GemmArgs& args) {
+  const int kind = tc_kind_of(args);
+  if (kind != kBF16 && kind != kF16) return false;
+  if (args.m > kBNNarrow || args.n <= kBNNarrow) return false;
+  return problem_supported(swapped(args), true);
+}
+
+Problem problem_for(const GemmArgs& args, Orientation orient) {
+  if (orient == Orientation::kAsGiven) return as_given(args);
+  if (orient == Orientation::kSwapped) return swapped(args);
+  if (swap_for_tf32(args) || swap_for_small_m(args)) return swapped(args);
+  return as_given(args);
 }
 
 bool make_plan(const Problem& pr, Plan* plan, bool kernels_built) {
@@ -297,12 +357,16 @@ bool c_tma_shape(const Problem& pr, MapShape* shape) {
          map_shape(c_inner, c_outer, args.ldc, elt, 128u / static_cast<uint32_t>(elt), 64, shape);
 }
 
+bool staged_store_possible(const Problem& pr) {
+  return pr.bn == kBNWide && (!pr.c_trans || tc_kind_of(pr.args) == kTF32);
+}
+
 bool problem_supported(const Problem& pr, bool kernels_built) {
   // An epilogue needs the staged store (wide tiles, TMA-writable C) or a split, whose
   // reduction applies it; other such products go to a family that stores element-wise.
   if (!pr.args.epilogue.empty() && split_plan_or_auto(pr, 0).splits <= 1) {
     MapShape c_shape;
-    if (pr.bn != kBNWide || !c_tma_shape(pr, &c_shape)) return false;
+    if (!staged_store_possible(pr) || !c_tma_shape(pr, &c_shape)) return false;
   }
   const Staging st = staging_for(pr.args);
   if (!(st.a || st.b)) return make_plan(pr, nullptr, kernels_built);
@@ -311,8 +375,8 @@ bool problem_supported(const Problem& pr, bool kernels_built) {
   return staging_fits(pr.args, st) && make_plan(staged, nullptr, kernels_built);
 }
 
-Problem problem_with(const GemmArgs& args, int bn) {
-  Problem pr = problem_for(args);
+Problem problem_with(const GemmArgs& args, int bn, Orientation orient) {
+  Problem pr = problem_for(args, orient);
   if (bn == kBNWide || bn == kBNNarrow) pr.bn = bn;
   return pr;
 }
@@ -323,8 +387,9 @@ SplitPlan split_plan_or_auto(const Problem& pr, int splits) {
   return c.bn == pr.bn ? c.sp : best_splits(pr.args, pr.bn).sp;
 }
 
-std::size_t workspace_bytes_with(const GemmArgs& args, int splits, int bn, bool kernels_built) {
-  const Problem pr = problem_with(args, bn);
+std::size_t workspace_bytes_with(const GemmArgs& args, int splits, int bn, Orientation orient,
+                                 bool kernels_built) {
+  const Problem pr = problem_with(args, bn, orient);
   if (!problem_supported(pr, kernels_built)) return 0;
   return workspace_for(pr.args, staging_for(pr.args), split_plan_or_auto(pr, splits)).total();
 }

@@ -93,6 +93,13 @@ bool map_b(const GemmArgs& args, int kind, int bn, MapShape* shape, bool* mn_maj
 
 int64_t k_blocks(const GemmArgs& args);
 
+// Bytes one stage's TMA loads deliver (the full barrier's transaction count): the boxes of
+// the plan's maps, K-major boxes trimmed to the operand's rows (map_operand).
+uint32_t stage_tx_bytes(const Plan& plan);
+
+// L2 of the GPUs the cost model was fitted on (H100: 50 MB), less room for everything else.
+constexpr double kL2Bytes = 40e6;
+
 int64_t tile_count(const GemmArgs& args, int bn);
 
 // The plan for (at most) `splits` slices: equal slices, none empty.
@@ -108,6 +115,10 @@ SplitPlan split_plan(const GemmArgs& args, int64_t splits);
 // model stops at 48 units for 256x256x65536 (24 slices), where 64 units (32 slices) measured
 // 11% faster; 1024x64x65536 likewise runs fastest at 64 units.
 double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp);
+
+// Whether the product mostly streams one operand from memory (a weight against a few rows
+// of tokens): one tile along M or N and a long k.
+bool streams_one_operand(const GemmArgs& args, int bn);
 
 // The split count with the lowest estimated time for tiles bn wide (1 when C alone has
 // tiles for at least half of the SMs).
@@ -134,7 +145,19 @@ std::size_t partial_bytes(const GemmArgs& args, const SplitPlan& sp);
 // (then A already goes through registers and only B is copied).
 bool swap_for_tf32(const GemmArgs& args);
 
-Problem problem_for(const GemmArgs& args);
+// Decode-sized 16-bit products (m <= 64 rows of tokens against a weight of n rows) run as
+// C^T = W x^T: the weight becomes the kernel's A, whose 128-row tiles stream 16 KB of it per
+// stage through all consumer warpgroups, and the tokens the narrow tile's 64 columns. Read
+// as given, the same product needs twice as many 64-wide tiles, each streaming 8 KB a
+// stage, with the second consumer warpgroup computing rows that do not exist. Only where
+// the swapped problem is supported: an epilogue then needs a split (the transposed 16-bit
+// store is register-to-global, which does not apply it).
+bool swap_for_small_m(const GemmArgs& args);
+
+// Which way round the kernel runs the product: the planner's choice, or forced (benchmarks).
+enum class Orientation : int { kAuto = 0, kAsGiven = 1, kSwapped = 2 };
+
+Problem problem_for(const GemmArgs& args, Orientation orient = Orientation::kAuto);
 
 bool make_plan(const Problem& pr, Plan* plan, bool kernels_built);
 
@@ -153,17 +176,22 @@ bool staging_fits(const GemmArgs& args, const Staging& st);
 // (transposed: C's lines are the tile grid's columns). False when TMA cannot write C.
 bool c_tma_shape(const Problem& pr, MapShape* shape);
 
+// Whether C can go out through the staged (shared memory + TMA) store, the only one that
+// applies an epilogue: wide tiles, and for C^T only the tf32 kernel's transposed store.
+bool staged_store_possible(const Problem& pr);
+
 // Whether the kernels take the problem. With a GemmEpilogue, only where they apply it: on
 // the staged store (c_tma_shape, wide tiles) or through a split's reduction.
 bool problem_supported(const Problem& pr, bool kernels_built);
 
-// The kernel's problem with tile width bn (0: the model's).
-Problem problem_with(const GemmArgs& args, int bn);
+// The kernel's problem with tile width bn (0: the model's) and orientation.
+Problem problem_with(const GemmArgs& args, int bn, Orientation orient = Orientation::kAuto);
 
 // `splits` k-slices, or (0) the model's count for the problem's tile width.
 SplitPlan split_plan_or_auto(const Problem& pr, int splits);
 
-std::size_t workspace_bytes_with(const GemmArgs& args, int splits, int bn, bool kernels_built);
+std::size_t workspace_bytes_with(const GemmArgs& args, int splits, int bn, Orientation orient,
+                                 bool kernels_built);
 
 }  // namespace sm90
 }  // namespace gemmt

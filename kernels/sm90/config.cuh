@@ -56,6 +56,7 @@ struct Params {
   int tiles_n;
   int num_kb;
   int group;  // raster group height, in units of tiles_m
+  uint32_t stage_tx_bytes;  // what a stage's TMA loads deliver (sm90::stage_tx_bytes)
   void* c;
   int64_t ldc;
   float alpha, beta;

@@ -121,8 +121,9 @@ cudaError_t run_planned(const Problem& pr, cudaStream_t stream, detail::Sm90Clus
     return cudaErrorNotSupported;
   }
   MapShape c_shape;
-  const bool c_tma_ok = !split && store != detail::Sm90Store::kDirect && plan.bn == kBNWide &&
-                        c_tma_shape(pr, &c_shape) && encode(&maps.c, args.c, c_shape, plan.kind);
+  const bool c_tma_ok = !split && store != detail::Sm90Store::kDirect &&
+                        staged_store_possible(pr) && c_tma_shape(pr, &c_shape) &&
+                        encode(&maps.c, args.c, c_shape, plan.kind);
   // The kernel applies an epilogue only on the staged path (a split's reduction applies it).
   if (!args.epilogue.empty() && !split && !c_tma_ok) return cudaErrorNotSupported;
   const int64_t tiles_m128 = (args.m + kBM - 1) / kBM;
@@ -185,11 +186,11 @@ cudaError_t stage_k_major(const GemmArgs& args, const void* in, int64_t s_r, int
 
 namespace {
 
-// Stages what must be staged, then runs the product with `splits` k-slices and tiles bn
-// wide (0: chosen by the cost model).
-cudaError_t run_with(const GemmArgs& args, int splits, int bn, void* workspace,
-                     cudaStream_t stream) {
-  const Problem pr = problem_with(args, bn);
+// Stages what must be staged, then runs the product with `splits` k-slices, tiles bn wide
+// (0: chosen by the cost model) and the given orientation.
+cudaError_t run_with(const GemmArgs& args, int splits, int bn, Orientation orient,
+                     void* workspace, cudaStream_t stream) {
+  const Problem pr = problem_with(args, bn, orient);
   if (!problem_supported(pr, kKernelsBuilt)) return cudaErrorNotSupported;
   const GemmArgs& t = pr.args;
   const Staging st = staging_for(t);
@@ -220,20 +221,29 @@ bool gemm_sm90_supports(const GemmArgs& args) {
 }
 
 std::size_t gemm_sm90_workspace_bytes(const GemmArgs& args) {
-  return workspace_bytes_with(args, 0, 0, kKernelsBuilt);
+  return workspace_bytes_with(args, 0, 0, Orientation::kAuto, kKernelsBuilt);
 }
 
 cudaError_t gemm_sm90_run(const GemmArgs& args, void* workspace, cudaStream_t stream) {
-  return run_with(args, 0, 0, workspace, stream);
+  return run_with(args, 0, 0, Orientation::kAuto, workspace, stream);
 }
 
-std::size_t detail::gemm_sm90_split_workspace_bytes(const GemmArgs& args, int splits, int bn) {
-  return workspace_bytes_with(args, splits, bn, kKernelsBuilt);
+std::size_t detail::gemm_sm90_split_workspace_bytes(const GemmArgs& args, int splits, int bn,
+                                                    Sm90Orientation orient) {
+  return workspace_bytes_with(args, splits, bn, static_cast<Orientation>(orient), kKernelsBuilt);
 }
 
 cudaError_t detail::gemm_sm90_run_splits(const GemmArgs& args, int splits, int bn, void* workspace,
-                                         cudaStream_t stream) {
-  return run_with(args, splits, bn, workspace, stream);
+                                         cudaStream_t stream, Sm90Orientation orient) {
+  return run_with(args, splits, bn, static_cast<Orientation>(orient), workspace, stream);
+}
+
+bool detail::gemm_sm90_forced_supports(const GemmArgs& args, int bn, Sm90Orientation orient) {
+  return problem_supported(problem_with(args, bn, static_cast<Orientation>(orient)), kKernelsBuilt);
+}
+
+bool detail::gemm_sm90_auto_swaps(const GemmArgs& args) {
+  return problem_for(args).c_trans;
 }
 
 int detail::gemm_sm90_auto_splits(const GemmArgs& args) {

@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           // Parity trick: on the first lap the "previous" phase counts as complete.
           mbar_wait(empty_bar(stage), phase ^ 1u);
           const uint32_t fb = full_bar(stage);
-          mbar_arrive_expect_tx(fb, Cfg::kStageBytes);
+          mbar_arrive_expect_tx(fb, p.stage_tx_bytes);
           const int k0 = kb * kBK;
           const uint32_t sa = smem_a + stage * kABytes;
           const uint32_t sb = smem_b + stage * kBBytes;

@@ -124,6 +124,7 @@ cudaError_t launch_kind(const Problem& pr, const Plan& plan, const Maps& maps, c
   p.tiles_n = static_cast<int>((args.n + plan.bn - 1) / plan.bn);
   p.num_kb = static_cast<int>((args.k + (128 / elt) - 1) / (128 / elt));
   p.group = 16 / cl;  // 2048 rows of C per raster group
+  p.stage_tx_bytes = sm90::stage_tx_bytes(plan);
   p.c = args.c;
   p.ldc = args.ldc;
   p.alpha = args.alpha;

@@ -575,6 +575,99 @@ void run_split_sweep(Ctx& ctx) {
   }
 }
 
+// Decode-sized products (m tokens against a weight W of n x k, x @ W^T) in both orientations
+// and several split counts, weights rotated through buffers larger than L2 together so that
+// every product reads W from DRAM: one "DECODESWEEP" line per configuration, with the
+// weight's streaming rate. Fits the swap rule and split model of kernels/plan/sm90_plan.cpp.
+void run_decode_sweep(Ctx& ctx) {
+  using gemmt::detail::Sm90Orientation;
+  struct Weight {
+    int64_t k, n;
+  };
+  const Weight weights[] = {{4096, 11008}, {11008, 4096}, {4096, 14336}, {14336, 4096},
+                            {8192, 28672}, {28672, 8192}, {4096, 32000}, {4096, 4096}};
+  const int64_t tokens[] = {2, 16, 64, 128, 256};
+  const DtypeInfo& dt = kDtypes[0];  // bf16
+  std::printf("\nDecode sweep (bf16 x @ W^T, W from DRAM, median of 20):\n");
+  for (const Weight& w : weights) {
+    const size_t w_bytes = static_cast<size_t>(w.k * w.n) * dt.elt;
+    const int copies = static_cast<int>(std::max<size_t>(2, (size_t{200} << 20) / w_bytes + 1));
+    std::vector<void*> dW(copies);
+    Rng rng(5 + w.k + w.n);
+    HostBuf hw = make_random(dt, w.k * w.n, rng);
+    for (void*& p : dW) {
+      CHECK_CUDA(cudaMalloc(&p, w_bytes));
+      copy_sync(p, hw.bits.data(), w_bytes, cudaMemcpyHostToDevice, ctx.stream);
+    }
+    void *dX, *dC;
+    CHECK_CUDA(cudaMalloc(&dX, static_cast<size_t>(256 * w.k) * dt.elt));
+    CHECK_CUDA(cudaMalloc(&dC, static_cast<size_t>(256 * w.n) * dt.elt));
+    HostBuf hx = make_random(dt, 256 * w.k, rng);
+    copy_sync(dX, hx.bits.data(), hx.bits.size(), cudaMemcpyHostToDevice, ctx.stream);
+    for (int64_t m : tokens) {
+      GemmArgs args = base_args(ctx, dt);
+      args.m = m;
+      args.n = w.n;
+      args.k = w.k;
+      args.a = dX;
+      args.a_stride_m = w.k;
+      args.a_stride_k = 1;
+      args.b_stride_k = 1;  // W^T: B's column j is W's row j
+      args.b_stride_n = w.k;
+      args.c = dC;
+      args.ldc = w.n;
+      args.b = dW[0];
+      if (!gemmt::gemm_sm90_supports(args)) continue;
+      const bool auto_swap = gemmt::detail::gemm_sm90_auto_swaps(args);
+      const int auto_splits = gemmt::detail::gemm_sm90_auto_splits(args);
+      const int auto_bn = gemmt::detail::gemm_sm90_auto_tile_n(args);
+      struct Config {
+        Sm90Orientation orient;
+        int bn, splits;
+        const char* name;
+      };
+      const Config configs[] = {
+          {Sm90Orientation::kAuto, 0, 0, "auto"},       {Sm90Orientation::kAsGiven, 0, 0, "given"},
+          {Sm90Orientation::kAsGiven, 64, 1, "given"},  {Sm90Orientation::kAsGiven, 64, 2, "given"},
+          {Sm90Orientation::kAsGiven, 256, 0, "given"}, {Sm90Orientation::kSwapped, 0, 0, "swapped"},
+          {Sm90Orientation::kSwapped, 0, 1, "swapped"}, {Sm90Orientation::kSwapped, 0, 2, "swapped"},
+          {Sm90Orientation::kSwapped, 0, 4, "swapped"}};
+      for (const Config& c : configs) {
+        if (c.orient == Sm90Orientation::kSwapped && m > 64) continue;
+        if (!gemmt::detail::gemm_sm90_forced_supports(args, c.bn, c.orient)) continue;
+        void* ws = workspace(
+            gemmt::detail::gemm_sm90_split_workspace_bytes(args, c.splits, c.bn, c.orient),
+            ctx.stream);
+        int next = 0;
+        char what[160];
+        std::snprintf(what, sizeof what, "decode %lldx%lldx%lld %s bn=%d splits=%d", (long long)m,
+                      (long long)w.n, (long long)w.k, c.name, c.bn, c.splits);
+        const double ms = median_ms(ctx, what, [&] {
+          GemmArgs a = args;
+          a.b = dW[next];
+          next = (next + 1) % copies;
+          return gemmt::detail::gemm_sm90_run_splits(a, c.splits, c.bn, ws, ctx.stream, c.orient);
+        });
+        std::printf(
+            "DECODESWEEP k=%5lld n=%6lld m=%3lld %-7s bn=%3d splits=%d %8.2f us %6.0f GB/s%s\n",
+            (long long)w.k, (long long)w.n, (long long)m, c.name, c.bn, c.splits, ms * 1e3,
+                    static_cast<double>(w_bytes) / (ms * 1e-3) / 1e9,
+                    c.orient == Sm90Orientation::kAuto
+                        ? (auto_swap ? "  (auto: swapped" : "  (auto: given")
+                        : "");
+        if (c.orient == Sm90Orientation::kAuto) {
+          std::printf(", bn=%d splits=%d)\n", auto_bn, auto_splits);
+        }
+        std::fflush(stdout);
+      }
+    }
+    CHECK_CUDA(cudaStreamSynchronize(ctx.stream));
+    for (void* p : dW) CHECK_CUDA(cudaFree(p));
+    CHECK_CUDA(cudaFree(dX));
+    CHECK_CUDA(cudaFree(dC));
+  }
+}
+
 void run_perf(Ctx& ctx) {
   const int64_t sizes[] = {4096, 8192};
   std::printf("\nThroughput (median of 20, TFLOP/s; '-' = not supported here):\n");
@@ -619,10 +712,11 @@ void run_perf(Ctx& ctx) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, perf = true, tests = true, sweep = false;
+  bool quick = false, perf = true, tests = true, sweep = false, decode_sweep = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--sweep")) sweep = true;
+    if (!std::strcmp(argv[i], "--decode-sweep")) decode_sweep = true;
     if (!std::strcmp(argv[i], "--no-perf")) perf = false;
     if (!std::strcmp(argv[i], "--perf-only")) tests = false;
   }
@@ -673,6 +767,7 @@ int main(int argc, char** argv) {
   }
   if (perf) run_perf(ctx);
   if (sweep) run_split_sweep(ctx);
+  if (decode_sweep) run_decode_sweep(ctx);
   CHECK_CUDA(cudaStreamDestroy(ctx.stream));
   if (tests) {
     std::printf("\n%d passed, %d failed\n", passed, failed);
