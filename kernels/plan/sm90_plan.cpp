@@ -117,15 +117,12 @@ double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp) {
   const double b_reads = bn == kBNNarrow && b_bytes > kL2Bytes ? std::ceil(args.m / double(kBM)) : 1.0;
   const double operand_bytes = static_cast<double>(args.m) * args.k * elt + b_bytes * b_reads;
   const double compute = waves * (sp.kb_per_split + kUnitFixedKb) * kb_us;
-  // A product of one M tile (a decode-sized x against a weight) only streams B: DRAM's rate
-  // needs nearly every SM loading, and SMs idle in the last wave of units stream nothing.
-  // (Measured on H100: 4096x11008 weights with m <= 64 ran at 0.47-0.74 of cuBLAS on 64-wide
-  // tiles in 1.3 waves, which the share rule below rated as full speed.)
-  // (Only for long k: 127x8192x511 kept the rule below, 1.30x of cuBLAS against 1.04x.)
-  const bool streams_weight = streams_one_operand(args, bn);
-  const double stream_share = streams_weight
-                                  ? units / (waves * sms)
-                                  : std::min(1.0, std::min(units, sms) / (kStreamingSmShare * sms));
+  // (An earlier rule rated products of one M tile by the busy share of their last wave, after
+  // 4096x11008 weights with m <= 64 ran at 0.47-0.74 of cuBLAS on 64-wide tiles in 1.3 waves.
+  // Those tiles then loaded 128-row A boxes of mostly zero fill; with boxes trimmed to the
+  // operand (map_operand) and such products swapped (swap_for_small_m), the same tiles at
+  // m = 128 ran 10-18% faster than the wide split that rule preferred.)
+  const double stream_share = std::min(1.0, std::min(units, sms) / (kStreamingSmShare * sms));
   double t = std::max(compute, operand_bytes / (kBytesPerUs * stream_share));
   if (sp.splits > 1) {
     const double mn = static_cast<double>(args.m) * args.n;
@@ -134,10 +131,6 @@ double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp) {
     t += (mn * 8.0 * sp.splits + c_bytes) / kBytesPerUs + kReduceFixedUs;
   }
   return t;
-}
-
-bool streams_one_operand(const GemmArgs& args, int bn) {
-  return (args.m <= kBM || args.n <= bn) && args.k >= 2048;
 }
 
 TileChoice best_splits(const GemmArgs& args, int bn) {

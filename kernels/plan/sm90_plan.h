@@ -116,10 +116,6 @@ SplitPlan split_plan(const GemmArgs& args, int64_t splits);
 // 11% faster; 1024x64x65536 likewise runs fastest at 64 units.
 double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp);
 
-// Whether the product mostly streams one operand from memory (a weight against a few rows
-// of tokens): one tile along M or N and a long k.
-bool streams_one_operand(const GemmArgs& args, int bn);
-
 // The split count with the lowest estimated time for tiles bn wide (1 when C alone has
 // tiles for at least half of the SMs).
 TileChoice best_splits(const GemmArgs& args, int bn);
