@@ -329,11 +329,13 @@ def test_sm90_swap_rule_limits() -> None:
     assert not sm90(16, 64, 4096, b_layout="col")["c_trans"]
     assert not sm90(16, 11008, 4096, dtype="float32", allow_tf32=True, b_layout="col")["c_trans"]
     # The transposed 16-bit store does not apply an epilogue: a bias keeps the product as
-    # given unless the swapped plan splits k (the reduction applies it).
-    for m, n, k in [(16, 32000, 4096), (16, 11008, 4096), (4, 4096, 14336)]:
+    # given unless the swapped plan splits k (the reduction applies it), and as given it
+    # takes the wide tile, whose staged store applies it, where an unsplit narrow one would not.
+    for m, n, k in [(16, 32000, 4096), (16, 11008, 4096), (4, 4096, 14336), (128, 11008, 4096)]:
         p = sm90(m, n, k, b_layout="col", bias=True)
-        assert p["supported"]
+        assert p["supported"], (m, n, k)
         assert not p["c_trans"] or p["splits"] > 1, (m, n, k, p)
+        assert p["tile_n"] == 256 or p["splits"] > 1, (m, n, k, p)
 
 
 def test_sm90_boxes_stop_at_the_operand() -> None:

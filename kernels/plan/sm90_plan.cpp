@@ -258,7 +258,13 @@ Problem problem_for(const GemmArgs& args, Orientation orient) {
   if (orient == Orientation::kAsGiven) return as_given(args);
   if (orient == Orientation::kSwapped) return swapped(args);
   if (swap_for_tf32(args) || swap_for_small_m(args)) return swapped(args);
-  return as_given(args);
+  Problem pr = as_given(args);
+  // An epilogue is applied by the wide tile's staged store (or a split's reduction): an
+  // unsplit narrow plan would hand the product to a slower family.
+  if (!args.epilogue.empty() && pr.bn == kBNNarrow && !problem_supported(pr, true)) {
+    pr.bn = kBNWide;
+  }
+  return pr;
 }
 
 bool make_plan(const Problem& pr, Plan* plan, bool kernels_built) {
