@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "common/copy_layout.h"
 #include "common/gemm_tc_kind.h"
@@ -145,23 +144,14 @@ TileChoice best_splits(const GemmArgs& args, int bn) {
   // at 2.0 TB/s in 3 slices, 112 tiles of a 14336-row one at 2.3-2.4 against 1.9-2.2 in 7.
   if (tiles * 2 > sms) return best;
   int64_t max_splits = std::min<int64_t>(kMaxSplits, k_blocks(args) / kMinKbPerSplit);
-  // The fewest slices modelled within 3% of the fastest: the model does not see every cost
-  // of a slice (its ring fill overlaps the previous unit only in part, its partial tile goes
-  // through L2), and would otherwise take 45 slices of 5 k-blocks for a 1% gain in fill.
-  std::vector<TileChoice> tried{best};
-  double fastest = best.us;
   for (int64_t s = 2; s <= max_splits; ++s) {
     const SplitPlan sp = split_plan(args, s);
     if (sp.splits != s) continue;  // rounds to a count already tried
-    TileChoice c;
-    c.bn = bn;
-    c.sp = sp;
-    c.us = split_cost_us(args, bn, sp);
-    tried.push_back(c);
-    fastest = std::min(fastest, c.us);
-  }
-  for (const TileChoice& c : tried) {
-    if (c.us <= fastest * 1.03) return c;
+    const double t = split_cost_us(args, bn, sp);
+    if (t < best.us) {
+      best.us = t;
+      best.sp = sp;
+    }
   }
   return best;
 }
