@@ -113,7 +113,8 @@ double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp) {
   // and a B too large for L2 then comes from DRAM once per M tile. (Measured on H100:
   // 256x8192x28672 as 2 x 128 narrow tiles ran at 0.61 of cuBLAS, 1.65x its one-read floor.)
   const double b_bytes = static_cast<double>(args.n) * args.k * elt;
-  const double b_reads = bn == kBNNarrow && b_bytes > kL2Bytes ? std::ceil(args.m / double(kBM)) : 1.0;
+  const double b_reads =
+      bn == kBNNarrow && b_bytes > kL2Bytes ? std::ceil(args.m / double(kBM)) : 1.0;
   const double operand_bytes = static_cast<double>(args.m) * args.k * elt + b_bytes * b_reads;
   const double compute = waves * (sp.kb_per_split + kUnitFixedKb) * kb_us;
   // (An earlier rule rated products of one M tile by the busy share of their last wave, after

@@ -55,7 +55,7 @@ struct Params {
   int tiles_m;  // in units of kCluster * kBM rows
   int tiles_n;
   int num_kb;
-  int group;  // raster group height, in units of tiles_m
+  int group;                // raster group height, in units of tiles_m
   uint32_t stage_tx_bytes;  // what a stage's TMA loads deliver (sm90::stage_tx_bytes)
   void* c;
   int64_t ldc;

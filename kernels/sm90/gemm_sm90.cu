@@ -188,8 +188,8 @@ namespace {
 
 // Stages what must be staged, then runs the product with `splits` k-slices, tiles bn wide
 // (0: chosen by the cost model) and the given orientation.
-cudaError_t run_with(const GemmArgs& args, int splits, int bn, Orientation orient,
-                     void* workspace, cudaStream_t stream) {
+cudaError_t run_with(const GemmArgs& args, int splits, int bn, Orientation orient, void* workspace,
+                     cudaStream_t stream) {
   const Problem pr = problem_with(args, bn, orient);
   if (!problem_supported(pr, kKernelsBuilt)) return cudaErrorNotSupported;
   const GemmArgs& t = pr.args;

@@ -626,12 +626,15 @@ void run_decode_sweep(Ctx& ctx) {
         int bn, splits;
         const char* name;
       };
-      const Config configs[] = {
-          {Sm90Orientation::kAuto, 0, 0, "auto"},       {Sm90Orientation::kAsGiven, 0, 0, "given"},
-          {Sm90Orientation::kAsGiven, 64, 1, "given"},  {Sm90Orientation::kAsGiven, 64, 2, "given"},
-          {Sm90Orientation::kAsGiven, 256, 0, "given"}, {Sm90Orientation::kSwapped, 0, 0, "swapped"},
-          {Sm90Orientation::kSwapped, 0, 1, "swapped"}, {Sm90Orientation::kSwapped, 0, 2, "swapped"},
-          {Sm90Orientation::kSwapped, 0, 4, "swapped"}};
+      const Config configs[] = {{Sm90Orientation::kAuto, 0, 0, "auto"},
+                                {Sm90Orientation::kAsGiven, 0, 0, "given"},
+                                {Sm90Orientation::kAsGiven, 64, 1, "given"},
+                                {Sm90Orientation::kAsGiven, 64, 2, "given"},
+                                {Sm90Orientation::kAsGiven, 256, 0, "given"},
+                                {Sm90Orientation::kSwapped, 0, 0, "swapped"},
+                                {Sm90Orientation::kSwapped, 0, 1, "swapped"},
+                                {Sm90Orientation::kSwapped, 0, 2, "swapped"},
+                                {Sm90Orientation::kSwapped, 0, 4, "swapped"}};
       for (const Config& c : configs) {
         if (c.orient == Sm90Orientation::kSwapped && m > 64) continue;
         if (!gemmt::detail::gemm_sm90_forced_supports(args, c.bn, c.orient)) continue;
@@ -651,10 +654,9 @@ void run_decode_sweep(Ctx& ctx) {
         std::printf(
             "DECODESWEEP k=%5lld n=%6lld m=%3lld %-7s bn=%3d splits=%d %8.2f us %6.0f GB/s%s\n",
             (long long)w.k, (long long)w.n, (long long)m, c.name, c.bn, c.splits, ms * 1e3,
-                    static_cast<double>(w_bytes) / (ms * 1e-3) / 1e9,
-                    c.orient == Sm90Orientation::kAuto
-                        ? (auto_swap ? "  (auto: swapped" : "  (auto: given")
-                        : "");
+            static_cast<double>(w_bytes) / (ms * 1e-3) / 1e9,
+            c.orient == Sm90Orientation::kAuto ? (auto_swap ? "  (auto: swapped" : "  (auto: given")
+                                               : "");
         if (c.orient == Sm90Orientation::kAuto) {
           std::printf(", bn=%d splits=%d)\n", auto_bn, auto_splits);
         }
