@@ -128,7 +128,7 @@ TileChoice best_splits(const GemmArgs& args, int bn);
 // H100 sweeps (gemm_tc_selftest --sweep) it was within 3% of the best wide split or behind
 // it, but for one shape in one run (tf32 512x512x16384) that the next run did not repeat.
 // The model is evaluated several times per product (planning, workspace, launch), so its
-// last answer is kept per thread.
+// last two answers are kept per thread.
 TileChoice choose_tile(const GemmArgs& args);
 
 std::size_t partial_bytes(const GemmArgs& args, const SplitPlan& sp);

@@ -228,6 +228,14 @@ cudaError_t gemm_sm90_run(const GemmArgs& args, void* workspace, cudaStream_t st
   return run_with(args, 0, 0, Orientation::kAuto, workspace, stream);
 }
 
+// The hooks' orientation is the planner's, value for value (passed by static_cast).
+static_assert(static_cast<int>(detail::Sm90Orientation::kAuto) ==
+                  static_cast<int>(Orientation::kAuto) &&
+              static_cast<int>(detail::Sm90Orientation::kAsGiven) ==
+                  static_cast<int>(Orientation::kAsGiven) &&
+              static_cast<int>(detail::Sm90Orientation::kSwapped) ==
+                  static_cast<int>(Orientation::kSwapped));
+
 std::size_t detail::gemm_sm90_split_workspace_bytes(const GemmArgs& args, int splits, int bn,
                                                     Sm90Orientation orient) {
   return workspace_bytes_with(args, splits, bn, static_cast<Orientation>(orient), kKernelsBuilt);
