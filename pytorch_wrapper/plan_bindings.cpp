@@ -178,7 +178,7 @@ py::dict plan_decode(const std::string& dtype, int64_t m, int64_t n, int64_t k,
 py::dict plan_sm90(const std::string& dtype, int64_t m, int64_t n, int64_t k,
                    std::array<int64_t, 2> a_strides, std::array<int64_t, 2> b_strides, int64_t ldc,
                    std::array<int64_t, 3> offsets, int sm_count, bool allow_tf32, float beta,
-                   int cc_major, bool kernels_built, bool bias) {
+                   int cc_major, bool kernels_built, bool bias, int tile_n) {
   GemmArgs a = problem_args(dtype, m, n, k, a_strides, b_strides, ldc, offsets, sm_count);
   if (bias) a.epilogue.bias = fake_ptr(0);
   a.beta = beta;
@@ -194,12 +194,12 @@ py::dict plan_sm90(const std::string& dtype, int64_t m, int64_t n, int64_t k,
   std::size_t ws = 0;
   {
     py::gil_scoped_release release;
-    pr = sm90::problem_for(a);
+    pr = sm90::problem_with(a, tile_n);
     supported = sm90::problem_supported(pr, kernels_built);
     if (supported) {
       st = sm90::staging_for(pr.args);
       sp = sm90::split_plan_or_auto(pr, 0);
-      ws = sm90::workspace_bytes_with(a, 0, 0, sm90::Orientation::kAuto, kernels_built);
+      ws = sm90::workspace_bytes_with(a, 0, tile_n, sm90::Orientation::kAuto, kernels_built);
       sm90::Problem staged = pr;
       staged.args = sm90::staged_args(pr.args, st, planning_workspace());
       planned = sm90::make_plan(staged, &plan, kernels_built);
@@ -233,11 +233,11 @@ void bind_plans(py::module_& m) {
         "The Hopper GEMM's plan (kernels/plan/sm90_plan.cpp) for one problem on a device of "
         "compute capability cc_major.0 with sm_count SMs; offsets in bytes from a 1 MiB "
         "address; kernels_built: whether the build holds the sm_90a kernels; bias: the "
-        "product carries an epilogue (a bias).",
+        "product carries an epilogue (a bias); tile_n: a tile width to force (0: the model's).",
         py::arg("dtype"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("a_strides"),
         py::arg("b_strides"), py::arg("ldc"), py::arg("offsets"), py::arg("sm_count"),
         py::arg("allow_tf32") = false, py::arg("beta") = 0.0f, py::arg("cc_major") = 9,
-        py::arg("kernels_built") = true, py::arg("bias") = false);
+        py::arg("kernels_built") = true, py::arg("bias") = false, py::arg("tile_n") = 0);
   m.def("plan_decode", &plan_decode,
         "The decode GEMM's plan (kernels/plan/decode_plan.cpp) for one problem; offsets in "
         "bytes from a 1 MiB address.",

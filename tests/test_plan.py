@@ -304,7 +304,7 @@ def test_sm90_every_supported_problem_has_a_plan_the_launcher_accepts() -> None:
         assert p["planned"], (dtype, m, n, k, al, bl, off)
         assert p["splits"] * p["kb_per_split"] >= p["k_blocks"]
         assert (p["splits"] - 1) * p["kb_per_split"] < p["k_blocks"]
-        assert p["tile_n"] in (64, 256)
+        assert p["tile_n"] in (64, 128, 256)
         assert sm90(m, n, k, dtype=dtype, a_layout=al, b_layout=bl, offsets=off,
                     allow_tf32=dtype == "float32") == p
     assert count > 100
@@ -330,12 +330,12 @@ def test_sm90_swap_rule_limits() -> None:
     assert not sm90(16, 11008, 4096, dtype="float32", allow_tf32=True, b_layout="col")["c_trans"]
     # The transposed 16-bit store does not apply an epilogue: a bias keeps the product as
     # given unless the swapped plan splits k (the reduction applies it), and as given it
-    # takes the wide tile, whose staged store applies it, where an unsplit narrow one would not.
+    # takes a wider tile, whose staged store applies it, where an unsplit narrow one would not.
     for m, n, k in [(16, 32000, 4096), (16, 11008, 4096), (4, 4096, 14336), (128, 11008, 4096)]:
         p = sm90(m, n, k, b_layout="col", bias=True)
         assert p["supported"], (m, n, k)
         assert not p["c_trans"] or p["splits"] > 1, (m, n, k, p)
-        assert p["tile_n"] == 256 or p["splits"] > 1, (m, n, k, p)
+        assert p["tile_n"] in (128, 256) or p["splits"] > 1, (m, n, k, p)
 
 
 def test_sm90_boxes_stop_at_the_operand() -> None:
@@ -353,3 +353,28 @@ def test_sm90_boxes_stop_at_the_operand() -> None:
     narrow = sm90(4096, 40, 4096, b_layout="col")
     assert narrow["tile_n"] == 64 and narrow["b_box_rows"] == 40
     assert narrow["stage_tx_bytes"] == 128 * 128 + 40 * 128
+    # The medium tile loads B in two 64-row boxes (one per CTA of a pair), or MN-major in two
+    # boxes of 64 columns.
+    medium = sm90(4096, 4096, 4096, b_layout="col", tile_n=128)
+    assert medium["tile_n"] == 128 and medium["b_box_rows"] == 64
+    assert medium["stage_tx_bytes"] == 32 * 1024
+    medium_mn = sm90(4096, 4096, 4096, tile_n=128)
+    assert medium_mn["b_mn_major"] and medium_mn["stage_tx_bytes"] == 32 * 1024
+    short_n = sm90(4096, 100, 4096, b_layout="col", tile_n=128)
+    assert short_n["b_box_rows"] == 64 and short_n["stage_tx_bytes"] == 32 * 1024
+
+
+def test_sm90_medium_tile_where_wide_tiles_fill_the_sms_unevenly() -> None:
+    """512 tokens against an 11008-wide weight: 172 wide tiles are two waves on 132 SMs, the
+    second a third full; medium tiles or a split fill them evenly. Square products that fill
+    the SMs keep the wide tile, and any forced width is planned."""
+    assert sm90(512, 11008, 4096, b_layout="col")["tile_n"] != 256 or \
+        sm90(512, 11008, 4096, b_layout="col")["splits"] > 1
+    for s in (4096, 8192):
+        assert sm90(s, s, s)["tile_n"] == 256
+    for bn in (64, 128, 256):
+        p = sm90(1000, 1000, 1000, tile_n=bn)
+        assert p["tile_n"] == bn and p["planned"]
+    # An epilogue stays on a tile whose store applies it.
+    p = sm90(300, 4096, 4096, b_layout="col", bias=True)
+    assert p["tile_n"] in (128, 256) or p["splits"] > 1

@@ -28,7 +28,7 @@ bool gemm_sm90_variant_supports(const GemmArgs& args);
 // Which way round the product runs: the planner's choice, as given, or C^T = B^T A^T
 // (values of sm90::Orientation, kernels/plan/sm90_plan.h).
 enum class Sm90Orientation : int { kAuto = 0, kAsGiven = 1, kSwapped = 2 };
-// gemm_sm90_run with `splits` k-slices (0: the model's), tiles `bn` wide (64 or 256; 0: the
+// gemm_sm90_run with `splits` k-slices (0: the model's), tiles `bn` wide (64, 128 or 256; 0: the
 // model's) and an orientation instead of the planner's choice, and the workspace it needs.
 std::size_t gemm_sm90_split_workspace_bytes(const GemmArgs& args, int splits, int bn,
                                             Sm90Orientation orient = Sm90Orientation::kAuto);

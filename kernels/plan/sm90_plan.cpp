@@ -12,7 +12,7 @@ namespace gemmt {
 namespace sm90 {
 
 uint32_t b_box_rows(int bn) {
-  return bn == kBNWide ? kBNWide / 2 : kBNNarrow;
+  return bn == kBNNarrow ? kBNNarrow : static_cast<uint32_t>(bn / 2);
 }
 
 bool map_shape(int64_t inner, int64_t outer, int64_t outer_stride, int elt, uint32_t box_inner,
@@ -74,7 +74,7 @@ uint32_t stage_tx_bytes(const Plan& plan) {
   constexpr uint32_t kFullA = kBM * 128;
   const uint32_t a = plan.a_mn ? kFullA : plan.a.box[1] * 128;
   const uint32_t full_b = static_cast<uint32_t>(plan.bn) * 128;
-  const uint32_t b_boxes = plan.bn == kBNWide ? 2 : 1;
+  const uint32_t b_boxes = plan.bn == kBNNarrow ? 1 : 2;
   const uint32_t b = plan.b_mn ? full_b : b_boxes * plan.b.box[1] * 128;
   return a + b;
 }
@@ -96,7 +96,11 @@ SplitPlan split_plan(const GemmArgs& args, int64_t splits) {
 }
 
 double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp) {
-  constexpr double kKbUsWide = 0.56;          // 128x256x(128 B of K): tensor-core bound
+  constexpr double kKbUsWide = 0.56;  // 128x256x(128 B of K): tensor-core bound
+  // A medium k-block took 0.53-0.60 of a wide one in 16-bit and 0.63 in tf32 on H100
+  // (--sweep: 512 x 11008 x 4096, 512 x 28672 x 8192, 2048 x 11008 x 4096, per wave).
+  constexpr double kKbUsMedium = 0.31;        // 128x128x(128 B of K), 16-bit
+  constexpr double kKbUsMediumTf32 = 0.35;    // the same in tf32
   constexpr double kKbUsNarrow = 0.20;        // 128x64x(128 B of K), 16-bit
   constexpr double kKbUsNarrowTf32 = 0.35;    // the same in tf32 (A often through registers)
   constexpr double kUnitFixedKb = 3.0;        // ring fill and epilogue, in k-blocks
@@ -106,12 +110,16 @@ double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp) {
   const double sms = args.sm_count > 0 ? args.sm_count : 1;
   const double units = static_cast<double>(tile_count(args, bn)) * sp.splits;
   const double waves = std::ceil(units / sms);
-  const double kb_us =
-      bn == kBNWide ? kKbUsWide : (tc_kind_of(args) == kTF32 ? kKbUsNarrowTf32 : kKbUsNarrow);
+  const bool tf32 = tc_kind_of(args) == kTF32;
+  const double kb_us = bn == kBNWide     ? kKbUsWide
+                       : bn == kBNMedium ? (tf32 ? kKbUsMediumTf32 : kKbUsMedium)
+                                         : (tf32 ? kKbUsNarrowTf32 : kKbUsNarrow);
   const double elt = static_cast<double>(element_size(args.dtype));
   // Narrow tiles run as single CTAs: every 128-row M tile streams its B columns for itself,
   // and a B too large for L2 then comes from DRAM once per M tile. (Measured on H100:
   // 256x8192x28672 as 2 x 128 narrow tiles ran at 0.61 of cuBLAS, 1.65x its one-read floor.)
+  // Medium and wide tiles share B within a CTA pair and across the raster group: 512 x 28672
+  // x 8192 ran in 343 us on medium tiles, under the 361 us of reading B twice.
   const double b_bytes = static_cast<double>(args.n) * args.k * elt;
   const double b_reads =
       bn == kBNNarrow && b_bytes > kL2Bytes ? std::ceil(args.m / double(kBM)) : 1.0;
@@ -181,6 +189,8 @@ TileChoice choose_tile(const GemmArgs& args) {
     best = best_splits(args, kBNNarrow);
   } else {
     best = best_splits(args, kBNWide);
+    const TileChoice medium = best_splits(args, kBNMedium);
+    if (medium.us < best.us) best = medium;
     const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
     if (tile_count(args, kBNWide) * 2 <= sms) {
       TileChoice narrow;
@@ -256,10 +266,11 @@ Problem problem_for(const GemmArgs& args, Orientation orient) {
   if (orient == Orientation::kSwapped) return swapped(args);
   if (swap_for_tf32(args) || swap_for_small_m(args)) return swapped(args);
   Problem pr = as_given(args);
-  // An epilogue is applied by the wide tile's staged store (or a split's reduction): an
-  // unsplit narrow plan would hand the product to a slower family.
+  // An epilogue is applied by the staged store of the wider tiles (or a split's reduction):
+  // an unsplit narrow plan would hand the product to a slower family. The medium tile, the
+  // closest to it in tile count, takes it instead.
   if (!args.epilogue.empty() && pr.bn == kBNNarrow && !problem_supported(pr, true)) {
-    pr.bn = kBNWide;
+    pr.bn = kBNMedium;
   }
   return pr;
 }
@@ -354,7 +365,7 @@ bool c_tma_shape(const Problem& pr, MapShape* shape) {
 }
 
 bool staged_store_possible(const Problem& pr) {
-  return pr.bn == kBNWide && (!pr.c_trans || tc_kind_of(pr.args) == kTF32);
+  return pr.bn != kBNNarrow && (!pr.c_trans || tc_kind_of(pr.args) == kTF32);
 }
 
 bool problem_supported(const Problem& pr, bool kernels_built) {
@@ -373,7 +384,7 @@ bool problem_supported(const Problem& pr, bool kernels_built) {
 
 Problem problem_with(const GemmArgs& args, int bn, Orientation orient) {
   Problem pr = problem_for(args, orient);
-  if (bn == kBNWide || bn == kBNNarrow) pr.bn = bn;
+  if (bn == kBNWide || bn == kBNMedium || bn == kBNNarrow) pr.bn = bn;
   return pr;
 }
 

@@ -14,9 +14,11 @@ namespace gemmt {
 namespace sm90 {
 
 constexpr int kBM = 128;  // rows of a CTA's tile
-// Two tile widths: the wide 128x256 tile, and 128x64 for outputs up to 64 wide or too few
-// wide tiles (kernels/sm90/config.cuh says why).
+// Three tile widths: the wide 128x256 tile, 128x128 where the wide tiles would fill the SMs
+// unevenly, and 128x64 for outputs up to 64 wide or too few wider tiles
+// (kernels/sm90/config.cuh says why).
 constexpr int kBNWide = 256;
+constexpr int kBNMedium = 128;
 constexpr int kBNNarrow = 64;
 
 // Geometry of one operand as a 2-D tensor map: dim 0 is the contiguous one.
@@ -29,7 +31,7 @@ struct MapShape {
 struct Plan {
   int kind;
   int elt;
-  int bn;  // tile width: kBNWide or kBNNarrow
+  int bn;  // tile width: kBNWide, kBNMedium or kBNNarrow
   bool a_mn, b_mn;
   MapShape a, b;
 };
@@ -68,8 +70,8 @@ struct Workspace {
   std::size_t total() const { return a_bytes + b_bytes + partial_bytes; }
 };
 
-// Rows of a K-major B box: half the wide tile (two boxes, or one per CTA of a pair), the
-// whole narrow one.
+// Rows of a K-major B box: half a wide or medium tile (two boxes, or one per CTA of a pair),
+// the whole narrow one.
 uint32_t b_box_rows(int bn);
 
 // Fills `shape` for an operand contiguous along the dimension of size `inner` whose other
@@ -121,12 +123,15 @@ double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp);
 TileChoice best_splits(const GemmArgs& args, int bn);
 
 // Tile width and split count of the kernel's problem. Outputs up to 64 wide take the narrow
-// tile. Wider ones take the wide tile (twice the tensor-core work per byte of shared memory
-// read) unless it leaves more than half of the SMs idle and the narrow tile, four times as
-// many of them and unsplit, is modelled faster than the wide one with its best split:
-// 1000^3 runs as 32 wide or 128 narrow tiles. A split narrow tile is not considered: in the
-// H100 sweeps (gemm_tc_selftest --sweep) it was within 3% of the best wide split or behind
-// it, but for one shape in one run (tf32 512x512x16384) that the next run did not repeat.
+// tile. Wider ones take the wide or the medium tile, each with its best split, whichever is
+// modelled faster: the wide tile does twice the tensor-core work per byte of shared memory
+// read, the medium one halves the wave quantum (512 x 11008 outputs: 172 wide tiles take two
+// waves on 132 SMs, the second a third full; 344 medium ones three half-length waves, the
+// last 60% full). Where the wide tiles
+// leave more than half of the SMs idle, the narrow tile, unsplit, is weighed too: 1000^3
+// runs as 32 wide or 128 narrow tiles. A split narrow tile is not considered: in the H100
+// sweeps (gemm_tc_selftest --sweep) it was within 3% of the best wide split or behind it,
+// but for one shape in one run (tf32 512x512x16384) that the next run did not repeat.
 // The model is evaluated several times per product (planning, workspace, launch), so its
 // last two answers are kept per thread.
 TileChoice choose_tile(const GemmArgs& args);
@@ -173,11 +178,12 @@ bool staging_fits(const GemmArgs& args, const Staging& st);
 bool c_tma_shape(const Problem& pr, MapShape* shape);
 
 // Whether C can go out through the staged (shared memory + TMA) store, the only one that
-// applies an epilogue: wide tiles, and for C^T only the tf32 kernel's transposed store.
+// applies an epilogue: wide and medium tiles, and for C^T only the tf32 kernel's transposed
+// store.
 bool staged_store_possible(const Problem& pr);
 
 // Whether the kernels take the problem. With a GemmEpilogue, only where they apply it: on
-// the staged store (c_tma_shape, wide tiles) or through a split's reduction.
+// the staged store (c_tma_shape, wide and medium tiles) or through a split's reduction.
 bool problem_supported(const Problem& pr, bool kernels_built);
 
 // The kernel's problem with tile width bn (0: the model's) and orientation.

@@ -20,6 +20,7 @@ namespace gemmt {
 namespace {
 
 using sm90::kBM;
+using sm90::kBNMedium;
 using sm90::kBNNarrow;
 using sm90::kBNWide;
 constexpr int kThreads = 384;
@@ -29,21 +30,25 @@ constexpr int kABytes = kBM * 128;  // 16 KB
 constexpr int kCBoxBytes = 64 * 128;
 constexpr int kCStageBytes = 2 * kCBoxBytes;
 
-// Two tile widths. The wide 128x256 tile is the fast one whenever C has columns to fill it.
-// For N <= 64 (tall-skinny products, the backward of a narrow layer) three quarters of its
-// wgmma work would be thrown away, and such products are bound by streaming A instead: the
-// 128x64 tile issues m64n64 instructions and spends the smaller stages on a deeper ring
-// (24 KB a stage, 8 of them) to keep more of A in flight. It runs as single CTAs with the
-// register-to-global epilogue. Small outputs of any width use it too when their wide tiles
-// would leave most SMs idle (choose_tile).
+// Three tile widths. The wide 128x256 tile is the fast one whenever C has columns to fill it
+// and enough tiles to fill the SMs evenly. For N <= 64 (tall-skinny products, the backward of
+// a narrow layer) three quarters of its wgmma work would be thrown away, and such products
+// are bound by streaming A instead: the 128x64 tile issues m64n64 instructions and spends
+// the smaller stages on a deeper ring (24 KB a stage, 8 of them) to keep more of A in
+// flight. It runs as single CTAs with the register-to-global epilogue. Between them, the
+// 128x128 tile (m64n128, 32 KB stages, 6 of them, the staged store of the wide tile, CTA
+// pairs) halves the wave quantum where the wide tiles of an output come to one or two
+// uneven waves (512 tokens against an 11008-wide weight: 172 wide tiles on 132 SMs) and
+// streams a weight through twice as many SMs at 128-256 tokens. choose_tile weighs them.
 template <int kBN>
 struct TileCfg {
-  static_assert(kBN == 256 || kBN == 64, "tile widths: 256 and 64");
-  static constexpr int kStages = kBN == 256 ? 4 : 8;
-  static constexpr int kBBytes = kBN * 128;  // 32 KB or 8 KB
+  static_assert(kBN == 256 || kBN == 128 || kBN == 64, "tile widths: 256, 128 and 64");
+  static constexpr int kStages = kBN == 256 ? 4 : (kBN == 128 ? 6 : 8);
+  static constexpr int kBBytes = kBN * 128;  // 32, 16 or 8 KB
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kAcc = kBN / 2;  // fp32 accumulators per consumer thread
-  static constexpr int kCBytes = kBN == 256 ? 2 * kCStageBytes : 0;
+  static constexpr bool kStagedStore = kBN != 64;
+  static constexpr int kCBytes = kStagedStore ? 2 * kCStageBytes : 0;
   static constexpr int kBarrierBytes = 2 * kStages * 8;
   // + 1 KB so the ring can be aligned to the 1024-byte period of the 128B swizzle.
   static constexpr int kSmemBytes = kStages * kStageBytes + kCBytes + kBarrierBytes + 1024;

@@ -255,16 +255,18 @@ __device__ __forceinline__ bool has_post_pass(const EpilogueParams& e) {
   return e.active;
 }
 
-// The wide tile's block through shared memory: each round fills two 128B-swizzled 64-row
-// boxes of the warpgroup's staging buffer, which TMA writes out, clipping the edges.
-template <typename T>
+// A wide or medium tile's block (2 * kAcc columns) through shared memory: each round fills
+// two 128B-swizzled 64-row boxes of the warpgroup's staging buffer, which TMA writes out,
+// clipping the edges.
+template <typename T, int kAcc>
 __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorMap* map,
-                                                const float (&acc)[128], uint32_t buf, int row0,
+                                                const float (&acc)[kAcc], uint32_t buf, int row0,
                                                 int n0, int warp_in_wg, int lane, int cw) {
   constexpr int kElt = static_cast<int>(sizeof(T));
   constexpr int kBoxCols = 128 / kElt;
   constexpr int kRoundCols = 2 * kBoxCols;
-  constexpr int kRounds = kBNWide / kRoundCols;
+  constexpr int kRounds = 2 * kAcc / kRoundCols;
+  static_assert(kRounds * kRoundCols == 2 * kAcc, "a block is a whole number of rounds");
   constexpr int kGroupsPerRound = kRoundCols / 8;  // accumulator column groups of 8
   const int g = lane >> 2;
   const int t = lane & 3;
@@ -318,12 +320,13 @@ __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorM
 // boxes of 32 block rows (128 bytes of a line each). The lanes of a warp write eight
 // consecutive floats of four lines at a time; with the swizzle those land in 32 different
 // banks.
+template <int kAcc>
 __device__ __forceinline__ void store_block_tma_transposed(const Params& p, const CUtensorMap* map,
-                                                           const float (&acc)[128], uint32_t buf,
+                                                           const float (&acc)[kAcc], uint32_t buf,
                                                            int row0, int n0, int warp_in_wg,
                                                            int lane, int cw) {
   constexpr int kLinesPerRound = 64;
-  constexpr int kRounds = kBNWide / kLinesPerRound;
+  constexpr int kRounds = 2 * kAcc / kLinesPerRound;
   const int g = lane >> 2;
   const int t = lane & 3;
   const uint32_t box = buf + (warp_in_wg >> 1) * kCBoxBytes;

@@ -1,5 +1,5 @@
-// The Hopper GEMM kernel's instances for float32 read as tf32 operands: every operand layout, both
-// tile widths and both cluster shapes.
+// The Hopper GEMM kernel's instances for float32 read as tf32 operands: every operand layout, all
+// three tile widths and both cluster shapes.
 #include "sm90/launch.cuh"
 
 namespace gemmt {

@@ -1,27 +1,30 @@
-// Hopper GEMM: TMA loads into a 4-stage shared-memory ring, wgmma.mma_async from shared
-// memory, warp specialisation and a persistent tile loop. C = alpha * A @ B + beta * C with
-// float32 accumulation; bf16 / fp16 operands (any mix of K-major and MN-major) and float32
+// Hopper GEMM: TMA loads into a shared-memory ring (4 to 8 stages by tile width), wgmma.mma_async
+// from shared memory, warp specialisation and a persistent tile loop. C = alpha * A @ B + beta * C
+// with float32 accumulation; bf16 / fp16 operands (any mix of K-major and MN-major) and float32
 // read as tf32. wgmma reads a tf32 operand from shared memory K-major only, so an M-major
 // tf32 A is loaded into registers (the register-sourced form) and a row-major B is handled
 // by computing C^T = B^T A^T, which turns it into such an A (swap_for_tf32).
 //
 // CTA = 3 warpgroups. Warpgroup 0 produces: one thread walks the same tile sequence as the
 // consumers and keeps the ring full with TMA; its registers are handed to the consumers
-// through setmaxnreg. Warpgroups 1 and 2 consume: each owns 64 rows of the 128x256 tile
-// (m64n256 wgmma, 128 fp32 accumulators per thread) and writes its rows of C straight from
-// registers.
+// through setmaxnreg. Warpgroups 1 and 2 consume: each owns 64 rows of the 128 x kBN tile
+// (m64n256 wgmma and 128 fp32 accumulators per thread on the wide tile, m64n128 / 64 on the
+// medium one, m64n64 / 32 on the narrow one) and writes its rows of C (config.cuh has the
+// tile widths; epilogue.cuh the stores).
 //
 // Stage layout (every operand row is 128 bytes, i.e. 128B-swizzle atoms of 8 rows):
 //   A K-major : 128 rows (M) x 64 bf16 of K                      one TMA box {64, 128}
 //   A MN-major: 2 boxes of 64 rows (K) x 64 bf16 of M, 8 KB each   TMA box {64, 64}
-//   B K-major : 256 rows (N) x 64 bf16 of K (two 128-row boxes)   TMA box {64, 128}
-//   B MN-major: 4 boxes of 64 rows (K) x 64 bf16 of N              TMA box {64, 64}
+//   B K-major : kBN rows (N) x 64 bf16 of K (two kBN/2-row boxes;  TMA box {64, kBN / 2}
+//               one 64-row box on the narrow tile)
+//   B MN-major: kBN / 64 boxes of 64 rows (K) x 64 bf16 of N       TMA box {64, 64}
 // (tf32: 32 fp32 of K per row instead of 64 bf16; an M-major A is 4 boxes of 32 x 32.)
 //
 // Clusters of two CTAs stacked along M share the B tile: each CTA fetches one half and
-// multicasts it to both, which cuts the L2 traffic per CTA from 48 KB to 32 KB a stage. A
-// stage can then only be refilled once the consumers of both CTAs have released it, so
-// every consumer warp arrives on the empty barrier of each CTA of the cluster.
+// multicasts it to both, which cuts the L2 traffic per CTA from 48 KB to 32 KB a stage on the
+// wide tile (32 to 24 KB on the medium one). A stage can then only be refilled once the
+// consumers of both CTAs have released it, so every consumer warp arrives on the empty
+// barrier of each CTA of the cluster.
 //
 // This header holds the main loop (the producer's TMA ring and the consumers' wgmma loop);
 // its parts are in ptx.cuh, scheduler.cuh and epilogue.cuh; the instances are compiled in
@@ -104,7 +107,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kMnBox = mn_box_bytes<kKind>();
   // tf32 with an M-major A: A goes through registers (the only transposable tf32 operand).
   constexpr bool kARegs = kKind == kTF32 && kAMn;
-  static_assert(kCluster == 1 || kBN == kBNWide, "only the wide tile runs in CTA pairs");
+  static_assert(kCluster == 1 || kBN != kBNNarrow, "the narrow tile runs as single CTAs");
   static_assert(!(kKind == kTF32 && kBMn), "tf32 wgmma reads B K-major only");
 
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -174,6 +177,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           if constexpr (!kBMn) {
             if constexpr (kBN == kBNNarrow) {
               tma_load(sb, &tma_b, fb, k0, n0);  // one box of 64 rows
+              // Wider tiles: two boxes of kBN / 2 rows, one from each CTA of a pair.
             } else if constexpr (kCluster == 1) {
               tma_load(sb, &tma_b, fb, k0, n0);
               tma_load(sb + kBBytes / 2, &tma_b, fb, k0, n0 + kBN / 2);
@@ -187,7 +191,8 @@ __global__ void __launch_bounds__(kThreads, 1)
               if constexpr (kCluster == 1) {
                 tma_load(sb + j * kMnBox, &tma_b, fb, n0 + 64 * j, k0);
               } else {
-                if ((j >> 1) == static_cast<int>(rank)) {
+                // Each CTA of the pair fetches its half of the boxes for both.
+                if (j * kCluster / (kBN / 64) == static_cast<int>(rank)) {
                   tma_load_multicast(sb + j * kMnBox, &tma_b, fb, n0 + 64 * j, k0, 0x3);
                 }
               }
@@ -283,8 +288,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
       if (p.splits > 1) {
         store_partial_block(p, acc, w.split, m0 + cw * 64, n0, warp_in_wg, lane);
-      } else if (kBN == kBNWide && p.tma_store) {
-        if constexpr (kBN == kBNWide) {
+      } else if (Cfg::kStagedStore && p.tma_store) {
+        if constexpr (Cfg::kStagedStore) {
           const uint32_t buf = smem_c + cw * kCStageBytes;
           if (kARegs && p.c_trans) {
             store_block_tma_transposed(p, &tma_c, acc, buf, m0 + cw * 64, n0, warp_in_wg, lane, cw);
@@ -298,7 +303,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_accumulators(acc);
     }
     // Shared memory must outlive the last TMA store's reads; global completion before exit.
-    if (kBN == kBNWide && p.tma_store && (threadIdx.x & 127) == 0) bulk_wait_all();
+    if (Cfg::kStagedStore && p.tma_store && (threadIdx.x & 127) == 0) bulk_wait_all();
   }
   // No CTA may leave while its peer can still arrive on its barriers.
   if constexpr (kCluster > 1) cluster_sync();

@@ -25,7 +25,7 @@ using sm90::Problem;
 using sm90::SplitPlan;
 
 // How many 2-CTA clusters of this kernel fit on the device at once; the answer depends only
-// on the device (every instantiation has the same block size and shared memory).
+// on the device (every instantiation has the same block size and one CTA per SM).
 template <typename Kernel>
 int max_pair_clusters(Kernel kernel, int sm_count) {
   constexpr int kCacheSize = 64;
@@ -139,6 +139,10 @@ cudaError_t launch_kind(const Problem& pr, const Plan& plan, const Maps& maps, c
   p.epi = make_epilogue_params(args.epilogue);
   const int sm_count = args.sm_count > 0 ? args.sm_count : 1;
   if (narrow) return launch_layout<kKind, 1, kBNNarrow>(plan, maps, p, sm_count, stream);
+  if (plan.bn == kBNMedium) {
+    return cl == 2 ? launch_layout<kKind, 2, kBNMedium>(plan, maps, p, sm_count, stream)
+                   : launch_layout<kKind, 1, kBNMedium>(plan, maps, p, sm_count, stream);
+  }
   if (cl == 2) return launch_layout<kKind, 2, kBNWide>(plan, maps, p, sm_count, stream);
   return launch_layout<kKind, 1, kBNWide>(plan, maps, p, sm_count, stream);
 }

@@ -239,12 +239,38 @@ __device__ __forceinline__ void wgmma_m64n64(float (&d)[32], uint64_t da, uint64
   }
 }
 
+#define GEMMT_ACC64 GEMMT_ACC32, GEMMT_ACC8(32), GEMMT_ACC8(40), GEMMT_ACC8(48), GEMMT_ACC8(56)
+#define GEMMT_D64                                                                    \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+
+// D(64x128, fp32) (+)= A(64xK) * B(Kx128): the medium tile's step.
+template <int kKind, int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_m64n128(float (&d)[64], uint64_t da, uint64_t db,
+                                              uint32_t accumulate) {
+  if constexpr (kKind == kBF16) {
+    GEMMT_WGMMA_16("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", GEMMT_D64, GEMMT_ACC64,
+                   "%66", "%64", "%65", "%67", "%68");
+  } else if constexpr (kKind == kF16) {
+    GEMMT_WGMMA_16("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", GEMMT_D64, GEMMT_ACC64,
+                   "%66", "%64", "%65", "%67", "%68");
+  } else {
+    static_assert(kTransA == 0 && kTransB == 0, "tf32 wgmma reads K-major operands only");
+    GEMMT_WGMMA_TF32("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32", GEMMT_D64, GEMMT_ACC64,
+                     "%66", "%64", "%65");
+  }
+}
+
 // One K step of the consumer's 64 x kBN block.
 template <int kKind, int kTransA, int kTransB, int kBN>
 __device__ __forceinline__ void wgmma_step(float (&d)[kBN / 2], uint64_t da, uint64_t db,
                                            uint32_t accumulate) {
   if constexpr (kBN == 256) {
     wgmma_m64n256<kKind, kTransA, kTransB>(d, da, db, accumulate);
+  } else if constexpr (kBN == 128) {
+    wgmma_m64n128<kKind, kTransA, kTransB>(d, da, db, accumulate);
   } else {
     wgmma_m64n64<kKind, kTransA, kTransB>(d, da, db, accumulate);
   }
@@ -264,6 +290,9 @@ __device__ __forceinline__ void wgmma_step_tf32_rs(float (&d)[kBN / 2], const ui
   if constexpr (kBN == 256) {
     GEMMT_WGMMA_TF32_RS("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32", GEMMT_D128,
                         GEMMT_ACC128, "%133", "{%128, %129, %130, %131}", "%132");
+  } else if constexpr (kBN == 128) {
+    GEMMT_WGMMA_TF32_RS("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32", GEMMT_D64,
+                        GEMMT_ACC64, "%69", "{%64, %65, %66, %67}", "%68");
   } else {
     GEMMT_WGMMA_TF32_RS("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", GEMMT_D32,
                         GEMMT_ACC32, "%37", "{%32, %33, %34, %35}", "%36");
@@ -275,8 +304,10 @@ __device__ __forceinline__ void wgmma_step_tf32_rs(float (&d)[kBN / 2], const ui
 #undef GEMMT_WGMMA_TF32_RS
 #undef GEMMT_ACC8
 #undef GEMMT_ACC32
+#undef GEMMT_ACC64
 #undef GEMMT_ACC128
 #undef GEMMT_D32
+#undef GEMMT_D64
 #undef GEMMT_D128
 
 #endif  // GEMMT_SM90_DEVICE_CODE

@@ -195,23 +195,28 @@ const Layout kLayouts[] = {
 // sm90 is what gemm_sm90_run does (CTA pairs with B multicast when the M tile count is even,
 // TMA-store epilogue when C rows are 16-byte aligned); the two others pin single CTAs with
 // either epilogue, so a failure can be pinned on the multicast or on the store path. The
-// last two are gemm_sm90_run with the tile width pinned to 256 or 64 (the cost model picks
-// one of them; both must be right wherever they run).
+// last three are gemm_sm90_run with the tile width pinned to 256, 128 or 64 (the cost model
+// picks one of them; each must be right wherever it runs).
 enum Path {
   kSm80 = 0,
   kSm90Auto = 1,
   kSm90Direct = 2,
   kSm90Tma = 3,
   kSm90Wide = 4,
-  kSm90Narrow = 5,
-  kNumPaths = 6
+  kSm90Medium = 5,
+  kSm90Narrow = 6,
+  kNumPaths = 7
 };
-const char* kPathNames[] = {"sm80", "sm90", "sm90-c1d", "sm90-c1t", "sm90-w", "sm90-n"};
+const char* kPathNames[] = {"sm80", "sm90", "sm90-c1d", "sm90-c1t", "sm90-w", "sm90-m", "sm90-n"};
+
+bool pinned_width(Path p) {
+  return p == kSm90Wide || p == kSm90Medium || p == kSm90Narrow;
+}
 
 // The pinned widths apply to outputs wider than the narrow tile (after the tf32 C^T swap the
 // output's width is m); narrower ones always run narrow.
 bool path_applies(Path p, const GemmArgs& a) {
-  if (p != kSm90Wide && p != kSm90Narrow) return true;
+  if (!pinned_width(p)) return true;
   return a.m > 64 && a.n > 64;
 }
 
@@ -219,7 +224,7 @@ bool path_applies(Path p, const GemmArgs& a) {
 // operands that gemm_sm90_run first stages in its workspace.
 bool path_supported(Path p, const GemmArgs& a) {
   if (p == kSm80) return gemmt::gemm_sm80_supports(a);
-  if (p == kSm90Auto || p == kSm90Wide || p == kSm90Narrow) return gemmt::gemm_sm90_supports(a);
+  if (p == kSm90Auto || pinned_width(p)) return gemmt::gemm_sm90_supports(a);
   return gemmt::detail::gemm_sm90_variant_supports(a);
 }
 
@@ -249,8 +254,9 @@ cudaError_t run_path(Path p, const GemmArgs& a, cudaStream_t s) {
       return gemmt::detail::gemm_sm90_run_variant(a, s, gemmt::detail::Sm90Cluster::kSingle,
                                                   gemmt::detail::Sm90Store::kDirect);
     case kSm90Wide:
+    case kSm90Medium:
     case kSm90Narrow: {
-      const int bn = p == kSm90Wide ? 256 : 64;
+      const int bn = p == kSm90Wide ? 256 : (p == kSm90Medium ? 128 : 64);
       void* ws = workspace(gemmt::detail::gemm_sm90_split_workspace_bytes(a, 0, bn), s);
       return gemmt::detail::gemm_sm90_run_splits(a, 0, bn, ws, s);
     }
@@ -507,10 +513,11 @@ void run_split_sweep(Ctx& ctx) {
   struct Mnk {
     int64_t m, n, k;
   };
-  const Mnk shapes[] = {{1000, 1000, 1000}, {8192, 64, 8192},  {4096, 64, 4096},
-                        {256, 256, 65536},  {127, 8192, 511},  {1024, 1024, 8192},
-                        {512, 512, 16384},  {2048, 512, 4096}, {2048, 2048, 2048},
-                        {8192, 32, 8192},   {1024, 64, 65536}};
+  const Mnk shapes[] = {
+      {1000, 1000, 1000}, {8192, 64, 8192},   {4096, 64, 4096},    {256, 256, 65536},
+      {127, 8192, 511},   {1024, 1024, 8192}, {512, 512, 16384},   {2048, 512, 4096},
+      {2048, 2048, 2048}, {8192, 32, 8192},   {1024, 64, 65536},   {512, 11008, 4096},
+      {512, 4096, 11008}, {512, 28672, 8192}, {2048, 11008, 4096}, {512, 4096, 4096}};
   const int candidates[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
   std::printf("\nSplit-k sweep (gemm_sm90_run, A and B row-major, median of 20):\n");
   for (int dti : {0, 2}) {
@@ -541,10 +548,11 @@ void run_split_sweep(Ctx& ctx) {
       const int auto_splits = gemmt::detail::gemm_sm90_auto_splits(args);
       const int auto_bn = gemmt::detail::gemm_sm90_auto_tile_n(args);
       const int64_t num_kb = (sh.k * dt.elt + 127) / 128;
-      for (int bn : {256, 64}) {
-        if (bn == 256 && sh.n <= 64) continue;
+      for (int bn : {256, 128, 64}) {
+        if (bn > 64 && sh.n <= 64) continue;
+        const int64_t tiles = ((sh.m + 127) / 128) * ((sh.n + bn - 1) / bn);
         for (int s : candidates) {
-          if (s > 1 && s > num_kb / 2) continue;
+          if (s > 1 && (s > num_kb / 2 || tiles * s > 4 * ctx.prop.multiProcessorCount)) continue;
           void* ws =
               workspace(gemmt::detail::gemm_sm90_split_workspace_bytes(args, s, bn), ctx.stream);
           char what[160];
@@ -630,6 +638,8 @@ void run_decode_sweep(Ctx& ctx) {
                                 {Sm90Orientation::kAsGiven, 0, 0, "given"},
                                 {Sm90Orientation::kAsGiven, 64, 1, "given"},
                                 {Sm90Orientation::kAsGiven, 64, 2, "given"},
+                                {Sm90Orientation::kAsGiven, 128, 0, "given"},
+                                {Sm90Orientation::kAsGiven, 128, 1, "given"},
                                 {Sm90Orientation::kAsGiven, 256, 0, "given"},
                                 {Sm90Orientation::kSwapped, 0, 0, "swapped"},
                                 {Sm90Orientation::kSwapped, 0, 1, "swapped"},
