@@ -39,7 +39,11 @@ constexpr int kCStageBytes = 2 * kCBoxBytes;
 // 128x128 tile (m64n128, 32 KB stages, 6 of them, the staged store of the wide tile, CTA
 // pairs) halves the wave quantum where the wide tiles of an output come to one or two
 // uneven waves (512 tokens against an 11008-wide weight: 172 wide tiles on 132 SMs) and
-// streams a weight through twice as many SMs at 128-256 tokens. choose_tile weighs them.
+// streams a weight through twice as many SMs at 128-256 tokens. It runs ping-pong: each
+// consumer warpgroup owns whole tiles (both 64-row halves, 128 accumulators a thread, as
+// on the wide tile) and the two take turns, so one stores its tile while the other
+// computes; on the wide tile both warpgroups share every tile and the tensor cores wait
+// while C is stored. choose_tile weighs the three.
 template <int kBN>
 struct TileCfg {
   static_assert(kBN == 256 || kBN == 128 || kBN == 64, "tile widths: 256, 128 and 64");
@@ -49,7 +53,8 @@ struct TileCfg {
   static constexpr int kAcc = kBN / 2;  // fp32 accumulators per consumer thread
   static constexpr bool kStagedStore = kBN != 64;
   static constexpr int kCBytes = kStagedStore ? 2 * kCStageBytes : 0;
-  static constexpr int kBarrierBytes = 2 * kStages * 8;
+  // full and empty per stage, and the ping-pong turn barriers of the two consumers
+  static constexpr int kBarrierBytes = (2 * kStages + 2) * 8;
   // + 1 KB so the ring can be aligned to the 1024-byte period of the 128B swizzle.
   static constexpr int kSmemBytes = kStages * kStageBytes + kCBytes + kBarrierBytes + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "exceeds the shared memory of one H100 CTA");

@@ -10,7 +10,9 @@
 // through setmaxnreg. Warpgroups 1 and 2 consume: each owns 64 rows of the 128 x kBN tile
 // (m64n256 wgmma and 128 fp32 accumulators per thread on the wide tile, m64n128 / 64 on the
 // medium one, m64n64 / 32 on the narrow one) and writes its rows of C (config.cuh has the
-// tile widths; epilogue.cuh the stores).
+// tile widths; epilogue.cuh the stores). On the medium tile the two consumer warpgroups
+// instead take whole tiles in turn (ping-pong), each storing its tile while the other
+// computes the next.
 //
 // Stage layout (every operand row is 128 bytes, i.e. 128B-swizzle atoms of 8 rows):
 //   A K-major : 128 rows (M) x 64 bf16 of K                      one TMA box {64, 128}
@@ -107,6 +109,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kMnBox = mn_box_bytes<kKind>();
   // tf32 with an M-major A: A goes through registers (the only transposable tf32 operand).
   constexpr bool kARegs = kKind == kTF32 && kAMn;
+  // The medium tile runs ping-pong (whole tiles per consumer warpgroup, config.cuh), except
+  // with A through registers, whose fragments for both halves would not fit beside the
+  // accumulators.
+  constexpr bool kPingPong = kBN == kBNMedium && !kARegs;
+  // Arrivals that free a stage: the warps of the warpgroup(s) that read it, on every CTA of
+  // the cluster.
+  constexpr int kReaderWarps = kPingPong ? kConsumerWarps / 2 : kConsumerWarps;
   static_assert(kCluster == 1 || kBN != kBNNarrow, "the narrow tile runs as single CTAs");
   static_assert(!(kKind == kTF32 && kBMn), "tf32 wgmma reads B K-major only");
 
@@ -119,6 +128,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t bars = smem_c + Cfg::kCBytes;
   auto full_bar = [&](int s) { return bars + 8u * s; };
   auto empty_bar = [&](int s) { return bars + 8u * (kStages + s); };
+  // Ping-pong: completed when the other consumer has passed the ring waits of its tile.
+  auto turn_bar = [&](int c) { return bars + 8u * (2 * kStages + c); };
 
   const int wg = threadIdx.x >> 7;
   const int warp_in_wg = (threadIdx.x >> 5) & 3;
@@ -130,8 +141,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full_bar(s), 1);  // the producer's arrive.expect_tx; bytes do the rest
-      mbar_init(empty_bar(s), kConsumerWarps * kCluster);
+      mbar_init(empty_bar(s), kReaderWarps * kCluster);
     }
+    mbar_init(turn_bar(0), 1);
+    mbar_init(turn_bar(1), 1);
     fence_barrier_init();
   }
   // The peer may multicast into our ring or arrive on our barriers only after they exist.
@@ -154,10 +167,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       uint32_t phase = 0;
       for (int u = cluster_id; u < total_units; u += num_clusters) {
         const Unit w = unit_of(u, p);
-        int tm, tn;
-        tile_coords(w.tile, p, tm, tn);
-        const int m0 = (tm * kCluster + static_cast<int>(rank)) * kBM;
-        const int n0 = tn * kBN;
+        const int2 origin = tile_origin<kCluster, kBN>(w, rank);
+        const int m0 = origin.x, n0 = origin.y;
         for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
           // Parity trick: on the first lap the "previous" phase counts as complete.
           mbar_wait(empty_bar(stage), phase ^ 1u);
@@ -208,15 +219,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncwarp();
   } else {
     setmaxnreg_inc<232>();
-    const int cw = wg - 1;  // which 64-row half of the tile this warpgroup owns
+    const int cw = wg - 1;  // cooperative: which 64-row half of each tile this warpgroup owns
     // A K-step advances 32 bytes along a K-major row, or 16 rows (2 KB) of an MN-major box.
     constexpr uint32_t kAStep = (kAMn ? 16 * 128 : 32) >> 4;
     constexpr uint32_t kBStep = (kBMn ? 16 * 128 : 32) >> 4;
     constexpr uint32_t kALbo = kAMn ? kMnBox : 16;
     constexpr uint32_t kBLbo = kBMn ? kMnBox : 16;
-    float acc[Cfg::kAcc];
-#pragma unroll
-    for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.f;
+    // Rows 64.. of the A tile: 8 KB into the stage in both layouts (descriptor units of 16 B).
+    constexpr uint32_t kAHalf = (kABytes / 2) >> 4;
     // Hands stage s back to the producer(s): one arrive per warp on each CTA of the cluster.
     auto release = [&](int s) {
       if constexpr (kCluster == 1) {
@@ -225,82 +235,146 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (lane < kCluster) mbar_arrive_cluster(empty_bar(s), lane);
       }
     };
-    // Register-sourced A: this thread's four offsets into the stage (see a_fragment_offsets).
-    uint32_t a_off[4] = {0, 0, 0, 0};
-    if constexpr (kARegs) a_fragment_offsets(cw, warp_in_wg, lane, a_off);
-    int stage = 0;
-    uint32_t phase = 0;
-    for (int u = cluster_id; u < total_units; u += num_clusters) {
-      const Unit w = unit_of(u, p);
-      int tm, tn;
-      tile_coords(w.tile, p, tm, tn);
-      const int m0 = (tm * kCluster + static_cast<int>(rank)) * kBM;
-      const int n0 = tn * kBN;
-      int prev_stage = 0;
-      // Called once k-block kb's group is issued: every group but that one has then finished
-      // reading its stage, so the previous stage goes back to the producer.
-      auto retire_previous = [&](int kb) {
-        if (kb > w.kb_begin) {
-          wgmma_wait<1>();
-          release(prev_stage);
-        }
-        prev_stage = stage;
-        if (++stage == kStages) {
-          stage = 0;
-          phase ^= 1u;
-        }
-      };
-      if constexpr (kARegs) {
-        // The fragments of k-block kb are loaded while the group of kb - 1 still reads its
-        // own, so two register sets alternate and the loop runs two k-blocks per trip.
-        uint32_t frag0[4][4], frag1[4][4];
-        for (int kb2 = w.kb_begin; kb2 < w.kb_end; kb2 += 2) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int kb = kb2 + h;
-            if (kb >= w.kb_end) break;
-            mbar_wait(full_bar(stage), phase);
-            const uint64_t db = make_desc(smem_b + stage * kBBytes, kBLbo, 1024);
-            tf32_rs_kblock<kBN>(acc, h == 0 ? frag0 : frag1, smem_a + stage * kABytes, a_off, db,
-                                kb == w.kb_begin);
-            retire_previous(kb);
-          }
-        }
-      } else {
-        for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
-          mbar_wait(full_bar(stage), phase);
-          // Rows 64*cw.. of the A tile: 8 KB into the stage in both layouts.
-          const uint64_t da = make_desc(smem_a + stage * kABytes + cw * (kABytes / 2), kALbo, 1024);
-          const uint64_t db = make_desc(smem_b + stage * kBBytes, kBLbo, 1024);
-          wgmma_fence();
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk) {
-            wgmma_step<kKind, kAMn ? 1 : 0, kBMn ? 1 : 0, kBN>(
-                acc, da + kk * kAStep, db + kk * kBStep, (kb != w.kb_begin || kk != 0) ? 1u : 0u);
-          }
-          wgmma_commit();
-          retire_previous(kb);
-        }
-      }
-      wgmma_wait<0>();
-      fence_accumulators(acc);
-      if (w.kb_end > w.kb_begin) release(prev_stage);
-
+    // 64 rows of C from one block of accumulators: a split-k slice's partial, the staged
+    // (TMA) store or the register-to-global one.
+    auto store_rows = [&](const float (&a)[Cfg::kAcc], const Unit& w, int row0, int n0) {
       if (p.splits > 1) {
-        store_partial_block(p, acc, w.split, m0 + cw * 64, n0, warp_in_wg, lane);
+        store_partial_block(p, a, w.split, row0, n0, warp_in_wg, lane);
       } else if (Cfg::kStagedStore && p.tma_store) {
         if constexpr (Cfg::kStagedStore) {
           const uint32_t buf = smem_c + cw * kCStageBytes;
           if (kARegs && p.c_trans) {
-            store_block_tma_transposed(p, &tma_c, acc, buf, m0 + cw * 64, n0, warp_in_wg, lane, cw);
+            store_block_tma_transposed(p, &tma_c, a, buf, row0, n0, warp_in_wg, lane, cw);
           } else {
-            store_block_tma<T>(p, &tma_c, acc, buf, m0 + cw * 64, n0, warp_in_wg, lane, cw);
+            store_block_tma<T>(p, &tma_c, a, buf, row0, n0, warp_in_wg, lane, cw);
           }
         }
       } else {
-        store_block<T>(p, acc, m0 + cw * 64, n0, warp_in_wg, lane);
+        store_block<T>(p, a, row0, n0, warp_in_wg, lane);
       }
-      fence_accumulators(acc);
+    };
+    int stage = 0;
+    uint32_t phase = 0;
+    auto advance = [&](int n) {  // n stages further round the ring
+      stage += n;
+      phase ^= static_cast<uint32_t>((stage / kStages) & 1);
+      stage %= kStages;
+    };
+    if constexpr (kPingPong) {
+      // Each warpgroup owns whole tiles, every other unit of the cluster's sequence, and
+      // computes both 64-row halves. The producer fills the ring in unit order, so one
+      // warpgroup's tile arrives while the other finishes its own: the tensor cores work
+      // on one tile while the other warpgroup stores the previous one.
+      // A full barrier is waited on by parity, which cannot tell one lap of the ring from
+      // the next: a warpgroup may wait for the stages of its tile only once the other has
+      // passed its waits for the tile before (turn_bar), which also keeps the two main
+      // loops in order.
+      float acc[2][Cfg::kAcc];
+      int turn = 0;
+      uint32_t turn_phase = 0;
+      for (int u = cluster_id; u < total_units; u += num_clusters, turn ^= 1) {
+        const Unit w = unit_of(u, p);
+        if (turn != cw) {
+          advance(w.kb_end - w.kb_begin);  // the other warpgroup's stages
+          continue;
+        }
+        if (u != cluster_id) {
+          mbar_wait(turn_bar(cw), turn_phase);
+          turn_phase ^= 1u;
+        }
+        const int2 origin = tile_origin<kCluster, kBN>(w, rank);
+        int prev_stage = 0;
+        for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
+          mbar_wait(full_bar(stage), phase);
+          const uint64_t da = make_desc(smem_a + stage * kABytes, kALbo, 1024);
+          const uint64_t db = make_desc(smem_b + stage * kBBytes, kBLbo, 1024);
+          wgmma_fence();
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+              wgmma_step<kKind, kAMn ? 1 : 0, kBMn ? 1 : 0, kBN>(
+                  acc[h], da + h * kAHalf + kk * kAStep, db + kk * kBStep,
+                  (kb != w.kb_begin || kk != 0) ? 1u : 0u);
+            }
+          }
+          wgmma_commit();
+          // Every group but this one has finished reading its stage.
+          if (kb > w.kb_begin) {
+            wgmma_wait<1>();
+            release(prev_stage);
+          }
+          prev_stage = stage;
+          advance(1);
+        }
+        if ((threadIdx.x & 127) == 0) mbar_arrive_local(turn_bar(cw ^ 1));
+        wgmma_wait<0>();
+        fence_accumulators(acc[0]);
+        fence_accumulators(acc[1]);
+        if (w.kb_end > w.kb_begin) release(prev_stage);
+        store_rows(acc[0], w, origin.x, origin.y);
+        store_rows(acc[1], w, origin.x + 64, origin.y);
+        fence_accumulators(acc[0]);
+        fence_accumulators(acc[1]);
+      }
+    } else {
+      float acc[Cfg::kAcc];
+#pragma unroll
+      for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.f;
+      // Register-sourced A: this thread's four offsets into the stage (see a_fragment_offsets).
+      uint32_t a_off[4] = {0, 0, 0, 0};
+      if constexpr (kARegs) a_fragment_offsets(cw, warp_in_wg, lane, a_off);
+      for (int u = cluster_id; u < total_units; u += num_clusters) {
+        const Unit w = unit_of(u, p);
+        const int2 origin = tile_origin<kCluster, kBN>(w, rank);
+        int prev_stage = 0;
+        // Called once k-block kb's group is issued: every group but that one has then
+        // finished reading its stage, so the previous stage goes back to the producer.
+        auto retire_previous = [&](int kb) {
+          if (kb > w.kb_begin) {
+            wgmma_wait<1>();
+            release(prev_stage);
+          }
+          prev_stage = stage;
+          advance(1);
+        };
+        if constexpr (kARegs) {
+          // The fragments of k-block kb are loaded while the group of kb - 1 still reads its
+          // own, so two register sets alternate and the loop runs two k-blocks per trip.
+          uint32_t frag0[4][4], frag1[4][4];
+          for (int kb2 = w.kb_begin; kb2 < w.kb_end; kb2 += 2) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int kb = kb2 + h;
+              if (kb >= w.kb_end) break;
+              mbar_wait(full_bar(stage), phase);
+              const uint64_t db = make_desc(smem_b + stage * kBBytes, kBLbo, 1024);
+              tf32_rs_kblock<kBN>(acc, h == 0 ? frag0 : frag1, smem_a + stage * kABytes, a_off, db,
+                                  kb == w.kb_begin);
+              retire_previous(kb);
+            }
+          }
+        } else {
+          for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
+            mbar_wait(full_bar(stage), phase);
+            const uint64_t da = make_desc(smem_a + stage * kABytes, kALbo, 1024) + cw * kAHalf;
+            const uint64_t db = make_desc(smem_b + stage * kBBytes, kBLbo, 1024);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+              wgmma_step<kKind, kAMn ? 1 : 0, kBMn ? 1 : 0, kBN>(
+                  acc, da + kk * kAStep, db + kk * kBStep, (kb != w.kb_begin || kk != 0) ? 1u : 0u);
+            }
+            wgmma_commit();
+            retire_previous(kb);
+          }
+        }
+        wgmma_wait<0>();
+        fence_accumulators(acc);
+        if (w.kb_end > w.kb_begin) release(prev_stage);
+        store_rows(acc, w, origin.x + cw * 64, origin.y);
+        fence_accumulators(acc);
+      }
     }
     // Shared memory must outlive the last TMA store's reads; global completion before exit.
     if (Cfg::kStagedStore && p.tma_store && (threadIdx.x & 127) == 0) bulk_wait_all();
