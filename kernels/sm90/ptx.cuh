@@ -199,69 +199,45 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint3
                : ACCS                                                                       \
                : "l"(da), "l"(db), "r"(accumulate))
 
-// D(64x256, fp32) (+)= A(64xK) * B(Kx256) for one K step (16 for 16-bit types, 8 for tf32).
-// `accumulate` == 0 overwrites D, which is how each tile starts without zeroing registers.
-template <int kKind, int kTransA, int kTransB>
-__device__ __forceinline__ void wgmma_m64n256(float (&d)[128], uint64_t da, uint64_t db,
-                                              uint32_t accumulate) {
-  if constexpr (kKind == kBF16) {
-    GEMMT_WGMMA_16("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", GEMMT_D128,
-                   GEMMT_ACC128, "%130", "%128", "%129", "%131", "%132");
-  } else if constexpr (kKind == kF16) {
-    GEMMT_WGMMA_16("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", GEMMT_D128, GEMMT_ACC128,
-                   "%130", "%128", "%129", "%131", "%132");
-  } else {
-    static_assert(kTransA == 0 && kTransB == 0, "tf32 wgmma reads K-major operands only");
-    GEMMT_WGMMA_TF32("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32", GEMMT_D128,
-                     GEMMT_ACC128, "%130", "%128", "%129");
-  }
-}
-
 #define GEMMT_ACC32 GEMMT_ACC8(0), GEMMT_ACC8(8), GEMMT_ACC8(16), GEMMT_ACC8(24)
+#define GEMMT_ACC64 GEMMT_ACC32, GEMMT_ACC8(32), GEMMT_ACC8(40), GEMMT_ACC8(48), GEMMT_ACC8(56)
 #define GEMMT_D32                                                                \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, " \
   "%17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-
-// D(64x64, fp32) (+)= A(64xK) * B(Kx64): the narrow tile's step.
-template <int kKind, int kTransA, int kTransB>
-__device__ __forceinline__ void wgmma_m64n64(float (&d)[32], uint64_t da, uint64_t db,
-                                             uint32_t accumulate) {
-  if constexpr (kKind == kBF16) {
-    GEMMT_WGMMA_16("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", GEMMT_D32, GEMMT_ACC32,
-                   "%34", "%32", "%33", "%35", "%36");
-  } else if constexpr (kKind == kF16) {
-    GEMMT_WGMMA_16("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", GEMMT_D32, GEMMT_ACC32,
-                   "%34", "%32", "%33", "%35", "%36");
-  } else {
-    static_assert(kTransA == 0 && kTransB == 0, "tf32 wgmma reads K-major operands only");
-    GEMMT_WGMMA_TF32("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", GEMMT_D32, GEMMT_ACC32,
-                     "%34", "%32", "%33");
-  }
-}
-
-#define GEMMT_ACC64 GEMMT_ACC32, GEMMT_ACC8(32), GEMMT_ACC8(40), GEMMT_ACC8(48), GEMMT_ACC8(56)
 #define GEMMT_D64                                                                    \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
-// D(64x128, fp32) (+)= A(64xK) * B(Kx128): the medium tile's step.
-template <int kKind, int kTransA, int kTransB>
-__device__ __forceinline__ void wgmma_m64n128(float (&d)[64], uint64_t da, uint64_t db,
-                                              uint32_t accumulate) {
-  if constexpr (kKind == kBF16) {
-    GEMMT_WGMMA_16("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", GEMMT_D64, GEMMT_ACC64,
-                   "%66", "%64", "%65", "%67", "%68");
-  } else if constexpr (kKind == kF16) {
-    GEMMT_WGMMA_16("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", GEMMT_D64, GEMMT_ACC64,
-                   "%66", "%64", "%65", "%67", "%68");
-  } else {
-    static_assert(kTransA == 0 && kTransB == 0, "tf32 wgmma reads K-major operands only");
-    GEMMT_WGMMA_TF32("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32", GEMMT_D64, GEMMT_ACC64,
-                     "%66", "%64", "%65");
+// wgmma_m64n<N>: D(64xN, fp32) (+)= A(64xK) * B(KxN) for one K step (16 for 16-bit types, 8
+// for tf32), both operands from shared memory. `accumulate` == 0 overwrites D, which is how
+// each tile starts without zeroing registers. NACC = N / 2 accumulators a thread; the
+// strings are the PTX operand numbers after them: da, db, the predicate input, the two
+// transpose flags. (NACC is pasted, not passed, so that the accumulator list reaches the
+// asm statement as one macro argument.)
+#define GEMMT_DEFINE_WGMMA(N, NACC, A, B, P, TA, TB)                                             \
+  template <int kKind, int kTransA, int kTransB>                                                 \
+  __device__ __forceinline__ void wgmma_m64n##N(float (&d)[NACC], uint64_t da, uint64_t db,      \
+                                                uint32_t accumulate) {                           \
+    if constexpr (kKind == kBF16) {                                                              \
+      GEMMT_WGMMA_16("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16", GEMMT_D##NACC,  \
+                     GEMMT_ACC##NACC, P, A, B, TA, TB);                                          \
+    } else if constexpr (kKind == kF16) {                                                        \
+      GEMMT_WGMMA_16("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.f16.f16", GEMMT_D##NACC,    \
+                     GEMMT_ACC##NACC, P, A, B, TA, TB);                                          \
+    } else {                                                                                     \
+      static_assert(kTransA == 0 && kTransB == 0, "tf32 wgmma reads K-major operands only");     \
+      GEMMT_WGMMA_TF32("wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32", GEMMT_D##NACC, \
+                       GEMMT_ACC##NACC, P, A, B);                                                \
+    }                                                                                            \
   }
-}
+
+// The wide, medium and narrow tiles' steps.
+GEMMT_DEFINE_WGMMA(256, 128, "%128", "%129", "%130", "%131", "%132")
+GEMMT_DEFINE_WGMMA(128, 64, "%64", "%65", "%66", "%67", "%68")
+GEMMT_DEFINE_WGMMA(64, 32, "%32", "%33", "%34", "%35", "%36")
+#undef GEMMT_DEFINE_WGMMA
 
 // One K step of the consumer's 64 x kBN block.
 template <int kKind, int kTransA, int kTransB, int kBN>
