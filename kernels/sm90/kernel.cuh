@@ -7,12 +7,12 @@
 //
 // CTA = 3 warpgroups. Warpgroup 0 produces: one thread walks the same tile sequence as the
 // consumers and keeps the ring full with TMA; its registers are handed to the consumers
-// through setmaxnreg. Warpgroups 1 and 2 consume: each owns 64 rows of the 128 x kBN tile
-// (m64n256 wgmma and 128 fp32 accumulators per thread on the wide tile, m64n128 / 64 on the
-// medium one, m64n64 / 32 on the narrow one) and writes its rows of C (config.cuh has the
-// tile widths; epilogue.cuh the stores). On the medium tile the two consumer warpgroups
-// instead take whole tiles in turn (ping-pong), each storing its tile while the other
-// computes the next.
+// through setmaxnreg. Warpgroups 1 and 2 consume. On the wide and narrow tiles each owns 64
+// rows of every 128 x kBN tile (m64n256 wgmma and 128 fp32 accumulators per thread on the
+// wide tile, m64n64 and 32 on the narrow one) and writes its rows of C. On the medium tile
+// they take whole tiles in turn (ping-pong: two m64n128 per k-step, 128 accumulators), each
+// storing its tile while the other computes the next. config.cuh has the tile widths,
+// epilogue.cuh the stores.
 //
 // Stage layout (every operand row is 128 bytes, i.e. 128B-swizzle atoms of 8 rows):
 //   A K-major : 128 rows (M) x 64 bf16 of K                      one TMA box {64, 128}
@@ -25,7 +25,7 @@
 // Clusters of two CTAs stacked along M share the B tile: each CTA fetches one half and
 // multicasts it to both, which cuts the L2 traffic per CTA from 48 KB to 32 KB a stage on the
 // wide tile (32 to 24 KB on the medium one). A stage can then only be refilled once the
-// consumers of both CTAs have released it, so every consumer warp arrives on the empty
+// consumers of both CTAs have released it, so every warp that read it arrives on the empty
 // barrier of each CTA of the cluster.
 //
 // This header holds the main loop (the producer's TMA ring and the consumers' wgmma loop);
