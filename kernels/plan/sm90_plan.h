@@ -127,12 +127,11 @@ TileChoice best_splits(const GemmArgs& args, int bn);
 // modelled faster: the wide tile does twice the tensor-core work per byte of shared memory
 // read, the medium one halves the wave quantum (512 x 11008 outputs: 172 wide tiles take two
 // waves on 132 SMs, the second a third full; 344 medium ones three half-length waves, the
-// last 60% full). Where the wide tiles
-// leave more than half of the SMs idle, the narrow tile, unsplit, is weighed too: 1000^3
-// runs as 32 wide or 128 narrow tiles. A split narrow tile is not considered: in the H100
-// sweeps (gemm_tc_selftest --sweep) it was within 3% of the best wide split or behind it,
-// but for one shape in one run (tf32 512x512x16384) that the next run did not repeat.
-// The model is evaluated several times per product (planning, workspace, launch), so its
+// last 60% full). Where the wide tiles leave more than half of the SMs idle, the narrow
+// tile, unsplit, is weighed too: 1000^3 runs as 32 wide or 128 narrow tiles. A split narrow tile is
+// not considered: in the H100 sweeps (gemm_tc_selftest --sweep) it was within 3% of the best wide
+// split or behind it, but for one shape in one run (tf32 512x512x16384) that the next run did not
+// repeat. The model is evaluated several times per product (planning, workspace, launch), so its
 // last two answers are kept per thread.
 TileChoice choose_tile(const GemmArgs& args);
 

@@ -260,6 +260,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       phase ^= static_cast<uint32_t>((stage / kStages) & 1);
       stage %= kStages;
     };
+    // Called once k-block kb's group is issued: every group but that one has then finished
+    // reading its stage, so the previous stage goes back to the producer.
+    auto retire_previous = [&](int kb, int kb_begin, int& prev_stage) {
+      if (kb > kb_begin) {
+        wgmma_wait<1>();
+        release(prev_stage);
+      }
+      prev_stage = stage;
+      advance(1);
+    };
     if constexpr (kPingPong) {
       // Each warpgroup owns whole tiles, every other unit of the cluster's sequence, and
       // computes both 64-row halves. The producer fills the ring in unit order, so one
@@ -299,13 +309,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
           }
           wgmma_commit();
-          // Every group but this one has finished reading its stage.
-          if (kb > w.kb_begin) {
-            wgmma_wait<1>();
-            release(prev_stage);
-          }
-          prev_stage = stage;
-          advance(1);
+          retire_previous(kb, w.kb_begin, prev_stage);
         }
         if ((threadIdx.x & 127) == 0) mbar_arrive_local(turn_bar(cw ^ 1));
         wgmma_wait<0>();
@@ -328,16 +332,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         const Unit w = unit_of(u, p);
         const int2 origin = tile_origin<kCluster, kBN>(w, rank);
         int prev_stage = 0;
-        // Called once k-block kb's group is issued: every group but that one has then
-        // finished reading its stage, so the previous stage goes back to the producer.
-        auto retire_previous = [&](int kb) {
-          if (kb > w.kb_begin) {
-            wgmma_wait<1>();
-            release(prev_stage);
-          }
-          prev_stage = stage;
-          advance(1);
-        };
         if constexpr (kARegs) {
           // The fragments of k-block kb are loaded while the group of kb - 1 still reads its
           // own, so two register sets alternate and the loop runs two k-blocks per trip.
@@ -351,7 +345,7 @@ __global__ void __launch_bounds__(kThreads, 1)
               const uint64_t db = make_desc(smem_b + stage * kBBytes, kBLbo, 1024);
               tf32_rs_kblock<kBN>(acc, h == 0 ? frag0 : frag1, smem_a + stage * kABytes, a_off, db,
                                   kb == w.kb_begin);
-              retire_previous(kb);
+              retire_previous(kb, w.kb_begin, prev_stage);
             }
           }
         } else {
@@ -366,7 +360,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                   acc, da + kk * kAStep, db + kk * kBStep, (kb != w.kb_begin || kk != 0) ? 1u : 0u);
             }
             wgmma_commit();
-            retire_previous(kb);
+            retire_previous(kb, w.kb_begin, prev_stage);
           }
         }
         wgmma_wait<0>();
