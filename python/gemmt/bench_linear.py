@@ -242,6 +242,17 @@ def run_fused(quick: bool) -> list[dict[str, Any]]:
 
 
 # ---- whole model --------------------------------------------------------------------------
+def _gemmt_kernel_count(fn: Callable[[], object]) -> int:
+    """CUDA kernels of gemmt's that one call of ``fn`` launches (names in namespace gemmt)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events()
+               if e.device_type == torch.autograd.DeviceType.CUDA and "gemmt::" in e.name)
+
+
 def run_model(quick: bool) -> list[dict[str, Any]]:
     try:
         import transformers
@@ -257,6 +268,13 @@ def run_model(quick: bool) -> list[dict[str, Any]]:
     ours = transformers.LlamaForCausalLM(cfg).to("cuda", torch.bfloat16)
     ours.load_state_dict(ref.state_dict())
     gemmt.nn.replace_linear(ours)
+    # Every projection runs through gemmt. (Logits can come out bit-equal to cuBLAS's where
+    # both add each output's products over k in the same order; the kernel count below
+    # shows that gemmt computed them.)
+    swapped = sum(isinstance(mod, gemmt.nn.Linear) for mod in ours.modules())
+    expected = sum(type(mod) is torch.nn.Linear for mod in ref.modules())
+    if swapped != expected or swapped == 0:
+        raise RuntimeError(f"replace_linear swapped {swapped} of {expected} Linear layers")
     out = []
 
     def infer(model, ids):
@@ -266,6 +284,9 @@ def run_model(quick: bool) -> list[dict[str, Any]]:
     for name, batch, seq in (("prefill", 4, 1024), ("decode", 16, 1)):
         ids = torch.randint(0, cfg.vocab_size, (batch, seq), device="cuda")
         err = _rel_err(infer(ours, ids), infer(ref, ids))
+        kernels = _gemmt_kernel_count(lambda: infer(ours, ids))
+        if kernels < swapped:
+            print(f"warning: {name}: {kernels} gemmt kernels for {swapped} Linear layers")
         try:
             o_ms, r_ms = paired_ms(_Replay([lambda: infer(ours, ids)] * 3),
                                    _Replay([lambda: infer(ref, ids)] * 3), rounds=5)
@@ -276,7 +297,8 @@ def run_model(quick: bool) -> list[dict[str, Any]]:
             r_ms = statistics.median(_events_ms(lambda: infer(ref, ids)) for _ in range(10))
             how = "events (graph capture failed)"
         out.append(dict(section="model", phase=name, batch=batch, seq=seq, ours_ms=o_ms,
-                        ref_ms=r_ms, ratio=r_ms / o_ms, logits_rel_err=err, timing=how))
+                        ref_ms=r_ms, ratio=r_ms / o_ms, logits_rel_err=err, timing=how,
+                        gemmt_linears=swapped, gemmt_kernels=kernels))
     ids = torch.randint(0, cfg.vocab_size, (2, 512), device="cuda")
 
     def step(model):
