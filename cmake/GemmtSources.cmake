@@ -10,6 +10,12 @@
 # Script mode (what the test runs):
 #   cmake -DGEMMT_SOURCE_ROOT=<root> -P cmake/GemmtSources.cmake
 # prints "<group> <path relative to root>" per file.
+
+# A script starts with every policy unset, and CMake 3.x then parses `IN_LIST` as an
+# unknown argument (CMP0057); included from a project, the project's policies apply.
+if(CMAKE_SCRIPT_MODE_FILE)
+  cmake_minimum_required(VERSION 3.24)
+endif()
 function(gemmt_read_sources root prefix)
   set(manifest "${root}/sources.txt")
   if(NOT EXISTS "${manifest}")
