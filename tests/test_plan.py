@@ -378,3 +378,22 @@ def test_sm90_medium_tile_where_wide_tiles_fill_the_sms_unevenly() -> None:
     # An epilogue stays on a tile whose store applies it.
     p = sm90(300, 4096, 4096, b_layout="col", bias=True)
     assert p["tile_n"] in (128, 256) or p["splits"] > 1
+
+
+def test_sm90_stream_k_evens_out_the_last_wave() -> None:
+    """2048 tokens through a 4096 -> 11008 layer: 688 wide tiles are 5.2 waves on 132 SMs, so
+    the last wave and the remainder are spread over all SMs by k-blocks (stream-k), with its
+    workspace: a float32 wide tile and two flags per slot, two slots per SM. Products whose
+    tiles come to whole waves, or to fewer than the SMs, stay whole-tile."""
+    p = sm90(2048, 11008, 4096, b_layout="col")
+    assert (p["tile_n"], p["splits"], p["stream_k"]) == (256, 1, True)
+    slots = 2 * SMS
+    assert p["workspace_bytes"] == -(-(slots * 128 * 256 * 4 + slots * 2 * 4) // 256) * 256
+    # An epilogue is applied by the tile's last piece, on the staged store.
+    assert sm90(2048, 11008, 4096, b_layout="col", bias=True)["stream_k"]
+    whole_waves = sm90(128 * SMS // 4, 1024, 4096)  # 4 x 33 = 132 wide tiles per wave
+    assert not whole_waves["stream_k"] and whole_waves["workspace_bytes"] == 0
+    assert not sm90(1000, 1000, 1000)["stream_k"]  # 32 wide tiles
+    assert not sm90(4096, 4096, 4096)["stream_k"]  # 3.9 waves: nothing to gain
+    for bn in (64, 128):
+        assert not sm90(2048, 11008, 4096, b_layout="col", tile_n=bn)["stream_k"]

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "common/copy_layout.h"
 #include "common/gemm_tc_kind.h"
@@ -95,18 +96,45 @@ SplitPlan split_plan(const GemmArgs& args, int64_t splits) {
   return sp;
 }
 
+namespace {
+
+// Per-SM times of one k-block on H100 (gemm_tc_selftest --sweep), and the memory model.
+constexpr double kKbUsWide = 0.56;  // 128x256x(128 B of K): tensor-core bound
+// A medium k-block took 0.53-0.60 of a wide one in 16-bit and 0.63 in tf32 on H100
+// (--sweep: 512 x 11008 x 4096, 512 x 28672 x 8192, 2048 x 11008 x 4096, per wave).
+constexpr double kKbUsMedium = 0.31;        // 128x128x(128 B of K), 16-bit
+constexpr double kKbUsMediumTf32 = 0.35;    // the same in tf32
+constexpr double kKbUsNarrow = 0.20;        // 128x64x(128 B of K), 16-bit
+constexpr double kKbUsNarrowTf32 = 0.35;    // the same in tf32 (A often through registers)
+constexpr double kUnitFixedKb = 3.0;        // ring fill and epilogue, in k-blocks
+constexpr double kBytesPerUs = 2.6e6;       // DRAM, bytes per microsecond
+constexpr double kStreamingSmShare = 0.48;  // busy SMs that reach kBytesPerUs
+constexpr double kReduceFixedUs = 3.0;      // the extra launch and its tail
+// Stream-k: the flags' memset, and per CTA one 128 KB partial written and one read back.
+constexpr double kStreamKFixedUs = 1.5 + 3.0;
+constexpr double kStreamKMargin = 0.97;
+
+// The time to read A and B from memory with `units` units of work in flight. Narrow tiles
+// run as single CTAs: every 128-row M tile streams its B columns for itself, and a B too
+// large for L2 then comes from DRAM once per M tile. (Measured on H100: 256x8192x28672 as
+// 2 x 128 narrow tiles ran at 0.61 of cuBLAS, 1.65x its one-read floor.) Medium and wide
+// tiles share B within a CTA pair and across the raster group: 512 x 28672 x 8192 ran in
+// 343 us on medium tiles, under the 361 us of reading B twice. DRAM is streamed at its full
+// rate only with loads in flight from about half of the SMs or more.
+double memory_floor_us(const GemmArgs& args, int bn, double units) {
+  const double sms = args.sm_count > 0 ? args.sm_count : 1;
+  const double elt = static_cast<double>(element_size(args.dtype));
+  const double b_bytes = static_cast<double>(args.n) * args.k * elt;
+  const double b_reads =
+      bn == kBNNarrow && b_bytes > kL2Bytes ? std::ceil(args.m / double(kBM)) : 1.0;
+  const double operand_bytes = static_cast<double>(args.m) * args.k * elt + b_bytes * b_reads;
+  const double stream_share = std::min(1.0, std::min(units, sms) / (kStreamingSmShare * sms));
+  return operand_bytes / (kBytesPerUs * stream_share);
+}
+
+}  // namespace
+
 double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp) {
-  constexpr double kKbUsWide = 0.56;  // 128x256x(128 B of K): tensor-core bound
-  // A medium k-block took 0.53-0.60 of a wide one in 16-bit and 0.63 in tf32 on H100
-  // (--sweep: 512 x 11008 x 4096, 512 x 28672 x 8192, 2048 x 11008 x 4096, per wave).
-  constexpr double kKbUsMedium = 0.31;        // 128x128x(128 B of K), 16-bit
-  constexpr double kKbUsMediumTf32 = 0.35;    // the same in tf32
-  constexpr double kKbUsNarrow = 0.20;        // 128x64x(128 B of K), 16-bit
-  constexpr double kKbUsNarrowTf32 = 0.35;    // the same in tf32 (A often through registers)
-  constexpr double kUnitFixedKb = 3.0;        // ring fill and epilogue, in k-blocks
-  constexpr double kBytesPerUs = 2.6e6;       // DRAM, bytes per microsecond
-  constexpr double kStreamingSmShare = 0.48;  // busy SMs that reach kBytesPerUs
-  constexpr double kReduceFixedUs = 3.0;      // the extra launch and its tail
   const double sms = args.sm_count > 0 ? args.sm_count : 1;
   const double units = static_cast<double>(tile_count(args, bn)) * sp.splits;
   const double waves = std::ceil(units / sms);
@@ -115,23 +143,13 @@ double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp) {
                        : bn == kBNMedium ? (tf32 ? kKbUsMediumTf32 : kKbUsMedium)
                                          : (tf32 ? kKbUsNarrowTf32 : kKbUsNarrow);
   const double elt = static_cast<double>(element_size(args.dtype));
-  // Narrow tiles run as single CTAs: every 128-row M tile streams its B columns for itself,
-  // and a B too large for L2 then comes from DRAM once per M tile. (Measured on H100:
-  // 256x8192x28672 as 2 x 128 narrow tiles ran at 0.61 of cuBLAS, 1.65x its one-read floor.)
-  // Medium and wide tiles share B within a CTA pair and across the raster group: 512 x 28672
-  // x 8192 ran in 343 us on medium tiles, under the 361 us of reading B twice.
-  const double b_bytes = static_cast<double>(args.n) * args.k * elt;
-  const double b_reads =
-      bn == kBNNarrow && b_bytes > kL2Bytes ? std::ceil(args.m / double(kBM)) : 1.0;
-  const double operand_bytes = static_cast<double>(args.m) * args.k * elt + b_bytes * b_reads;
   const double compute = waves * (sp.kb_per_split + kUnitFixedKb) * kb_us;
   // (An earlier rule rated products of one M tile by the busy share of their last wave, after
   // 4096x11008 weights with m <= 64 ran at 0.47-0.74 of cuBLAS on 64-wide tiles in 1.3 waves.
   // Those tiles then loaded 128-row A boxes of mostly zero fill; with boxes trimmed to the
   // operand (map_operand) and such products swapped (swap_for_small_m), the same tiles at
   // m = 128 ran 10-18% faster than the wide split that rule preferred.)
-  const double stream_share = std::min(1.0, std::min(units, sms) / (kStreamingSmShare * sms));
-  double t = std::max(compute, operand_bytes / (kBytesPerUs * stream_share));
+  double t = std::max(compute, memory_floor_us(args, bn, units));
   if (sp.splits > 1) {
     const double mn = static_cast<double>(args.m) * args.n;
     const double c_bytes = mn * elt * (args.beta != 0.f ? 2.0 : 1.0);
@@ -141,6 +159,31 @@ double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp) {
   return t;
 }
 
+int64_t sk_slots(const GemmArgs& args) {
+  return 2 * static_cast<int64_t>(args.sm_count > 0 ? args.sm_count : 1);
+}
+
+std::size_t sk_partial_floats(const GemmArgs& args) {
+  return static_cast<std::size_t>(sk_slots(args)) * kBM * kBNWide;
+}
+
+double stream_k_cost_us(const GemmArgs& args) {
+  const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
+  const int64_t tiles = tile_count(args, kBNWide);
+  // Only behind at least one whole wave: spread over every tile, the CTAs' ranges start at
+  // different k offsets, so the tiles of one B column stop reading its slabs together, and a
+  // B larger than L2 is read from DRAM once per M tile (512 x 14336 x 4096: 1.7 waves, 12%
+  // slower than whole tiles on H100).
+  if (tiles < 2 * sms || tiles % sms == 0) return std::numeric_limits<double>::infinity();
+  const double nk = static_cast<double>(k_blocks(args));
+  const int64_t dp_waves = tiles / sms - 1;
+  const double sk_kb = static_cast<double>(tiles - dp_waves * sms) * nk / sms;
+  // A CTA's range holds two pieces (three at most), each with the fixed cost of a unit.
+  const double compute =
+      (dp_waves * (nk + kUnitFixedKb) + sk_kb + 2 * kUnitFixedKb) * kKbUsWide + kStreamKFixedUs;
+  return std::max(compute, memory_floor_us(args, kBNWide, static_cast<double>(tiles)));
+}
+
 TileChoice best_splits(const GemmArgs& args, int bn) {
   const int64_t tiles = tile_count(args, bn);
   const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
@@ -148,6 +191,14 @@ TileChoice best_splits(const GemmArgs& args, int bn) {
   best.bn = bn;
   best.sp = split_plan(args, 1);
   best.us = split_cost_us(args, bn, best.sp);
+  // Stream-k only where it is modelled clearly faster: 4096^3 (3.9 waves) gains nothing.
+  if (bn == kBNWide) {
+    const double sk = stream_k_cost_us(args);
+    if (sk < kStreamKMargin * best.us) {
+      best.us = sk;
+      best.sp.stream_k = true;
+    }
+  }
   // Not even for a product that streams one operand: measured on H100 (gemm_tc_selftest
   // --decode-sweep), 86 narrow tiles of a 11008-row weight streamed it at 2.2 TB/s unsplit and
   // at 2.0 TB/s in 3 slices, 112 tiles of a 14336-row one at 2.3-2.4 against 1.9-2.2 in 7.
@@ -207,6 +258,11 @@ TileChoice choose_tile(const GemmArgs& args) {
 }
 
 std::size_t partial_bytes(const GemmArgs& args, const SplitPlan& sp) {
+  if (sp.stream_k) {
+    const std::size_t b = sk_partial_floats(args) * sizeof(float) +
+                          static_cast<std::size_t>(sk_slots(args)) * 2 * sizeof(int);
+    return (b + 255) / 256 * 256;
+  }
   if (sp.splits < 2) return 0;
   const std::size_t b = static_cast<std::size_t>(sp.splits) * static_cast<std::size_t>(args.m) *
                         static_cast<std::size_t>(args.n) * sizeof(float);
@@ -390,6 +446,12 @@ Problem problem_with(const GemmArgs& args, int bn, Orientation orient) {
 
 SplitPlan split_plan_or_auto(const Problem& pr, int splits) {
   if (splits > 0) return split_plan(pr.args, splits);
+  if (splits < 0) {  // stream-k, forced (gemmt/gemm_tc_hooks.h)
+    SplitPlan sp = split_plan(pr.args, 1);
+    sp.stream_k = pr.bn == kBNWide;
+    sp.sk_clusters = splits == -2 ? -1 : 0;
+    return sp;
+  }
   const TileChoice c = choose_tile(pr.args);
   return c.bn == pr.bn ? c.sp : best_splits(pr.args, pr.bn).sp;
 }

@@ -45,7 +45,19 @@ constexpr int kMaxSplits = 64;
 struct SplitPlan {
   int splits = 1;
   int kb_per_split = 0;
+  // Stream-k instead of slices (wide tiles, splits == 1): the tiles of whole waves but the
+  // last run as usual, the rest are spread over all CTAs by k-blocks, and a tile cut in two
+  // is finished by the CTA that computes its last k-blocks, which adds the other piece's
+  // float32 partial (kernels/sm90/scheduler.cuh). Evens out the last wave: 2048 x 11008
+  // outputs are 688 wide tiles, 5.2 waves on 132 SMs.
+  bool stream_k = false;
+  int sk_clusters = 0;  // clusters the k-blocks are spread over; 0: all that fit (tests: fewer)
 };
+
+// Stream-k workspace: a float32 tile per slot, then two flags per slot. The stream-k tiles
+// are fewer than two waves' worth, so 2 * SMs slots (one per 128-row tile) always suffice.
+int64_t sk_slots(const GemmArgs& args);
+std::size_t sk_partial_floats(const GemmArgs& args);
 
 struct TileChoice {
   int bn = kBNWide;
@@ -118,8 +130,12 @@ SplitPlan split_plan(const GemmArgs& args, int64_t splits);
 // 11% faster; 1024x64x65536 likewise runs fastest at 64 units.
 double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp);
 
+// Estimated time of the wide tiles under stream-k (SplitPlan::stream_k); infinite where it
+// does not apply (fewer tiles than SMs, or whole waves).
+double stream_k_cost_us(const GemmArgs& args);
+
 // The split count with the lowest estimated time for tiles bn wide (1 when C alone has
-// tiles for at least half of the SMs).
+// tiles for at least half of the SMs), or stream-k for wide tiles where it is modelled faster.
 TileChoice best_splits(const GemmArgs& args, int bn);
 
 // Tile width and split count of the kernel's problem. Outputs up to 64 wide take the narrow

@@ -113,7 +113,8 @@ cudaError_t run_planned(const Problem& pr, cudaStream_t stream, detail::Sm90Clus
   Plan plan;
   if (!make_plan(pr, &plan, kKernelsBuilt)) return cudaErrorNotSupported;
   const bool split = sp.splits > 1;
-  if (split && partial == nullptr) return cudaErrorInvalidValue;
+  if ((split || sp.stream_k) && partial == nullptr) return cudaErrorInvalidValue;
+  if (sp.stream_k && pr.bn != kBNWide) return cudaErrorNotSupported;
   GEMMT_RETURN_IF_ERROR(bind_current_context());
   Maps maps;
   std::memset(&maps, 0, sizeof(maps));
@@ -134,7 +135,7 @@ cudaError_t run_planned(const Problem& pr, cudaStream_t stream, detail::Sm90Clus
   l.cluster = cl;
   l.tma_store = c_tma_ok;
   l.split = sp;
-  l.partial = split ? partial : nullptr;
+  l.partial = split || sp.stream_k ? partial : nullptr;
   cudaError_t launched;
   switch (plan.kind) {
     case kBF16:
@@ -257,6 +258,11 @@ bool detail::gemm_sm90_auto_swaps(const GemmArgs& args) {
 int detail::gemm_sm90_auto_splits(const GemmArgs& args) {
   const Problem pr = problem_for(args);
   return split_plan_or_auto(pr, 0).splits;
+}
+
+bool detail::gemm_sm90_auto_stream_k(const GemmArgs& args) {
+  const Problem pr = problem_for(args);
+  return split_plan_or_auto(pr, 0).stream_k;
 }
 
 int detail::gemm_sm90_auto_tile_n(const GemmArgs& args) {

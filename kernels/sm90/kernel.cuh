@@ -11,8 +11,10 @@
 // rows of every 128 x kBN tile (m64n256 wgmma and 128 fp32 accumulators per thread on the
 // wide tile, m64n64 and 32 on the narrow one) and writes its rows of C. On the medium tile
 // they take whole tiles in turn (ping-pong: two m64n128 per k-step, 128 accumulators), each
-// storing its tile while the other computes the next. config.cuh has the tile widths,
-// epilogue.cuh the stores.
+// storing its tile while the other computes the next. On the wide tile the last wave can run
+// stream-k: its k-blocks are spread over all CTAs and a tile cut in two is finished by the
+// CTA of its last piece, which adds the first piece's partial (scheduler.cuh: unit_at,
+// epilogue.cuh: sk_give / sk_take). config.cuh has the tile widths, epilogue.cuh the stores.
 //
 // Stage layout (every operand row is 128 bytes, i.e. 128B-swizzle atoms of 8 rows):
 //   A K-major : 128 rows (M) x 64 bf16 of K                      one TMA box {64, 128}
@@ -113,6 +115,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // with A through registers, whose fragments for both halves would not fit beside the
   // accumulators.
   constexpr bool kPingPong = kBN == kBNMedium && !kARegs;
+  // Stream-k (scheduler.cuh) runs on the wide tile only.
+  constexpr bool kStreamK = kBN == kBNWide;
   // Arrivals that free a stage: the warps of the warpgroup(s) that read it, on every CTA of
   // the cluster.
   constexpr int kReaderWarps = kPingPong ? kConsumerWarps / 2 : kConsumerWarps;
@@ -156,7 +160,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int num_clusters = gridDim.x / kCluster;
   const int cluster_id = blockIdx.x / kCluster;
-  const int total_units = p.tiles_m * p.tiles_n * p.splits;
 
   if (wg == 0) {
     setmaxnreg_dec<40>();
@@ -165,8 +168,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       prefetch_tmap(&tma_b);
       int stage = 0;
       uint32_t phase = 0;
-      for (int u = cluster_id; u < total_units; u += num_clusters) {
-        const Unit w = unit_of(u, p);
+      Unit w;
+      for (int i = 0; unit_at<kStreamK>(i, p, cluster_id, num_clusters, w); ++i) {
         const int2 origin = tile_origin<kCluster, kBN>(w, rank);
         const int m0 = origin.x, n0 = origin.y;
         for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
@@ -282,13 +285,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       float acc[2][Cfg::kAcc];
       int turn = 0;
       uint32_t turn_phase = 0;
-      for (int u = cluster_id; u < total_units; u += num_clusters, turn ^= 1) {
-        const Unit w = unit_of(u, p);
+      Unit w;
+      for (int i = 0; unit_at<kStreamK>(i, p, cluster_id, num_clusters, w); ++i, turn ^= 1) {
         if (turn != cw) {
           advance(w.kb_end - w.kb_begin);  // the other warpgroup's stages
           continue;
         }
-        if (u != cluster_id) {
+        if (i != 0) {
           mbar_wait(turn_bar(cw), turn_phase);
           turn_phase ^= 1u;
         }
@@ -328,8 +331,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       // Register-sourced A: this thread's four offsets into the stage (see a_fragment_offsets).
       uint32_t a_off[4] = {0, 0, 0, 0};
       if constexpr (kARegs) a_fragment_offsets(cw, warp_in_wg, lane, a_off);
-      for (int u = cluster_id; u < total_units; u += num_clusters) {
-        const Unit w = unit_of(u, p);
+      Unit w;
+      for (int i = 0; unit_at<kStreamK>(i, p, cluster_id, num_clusters, w); ++i) {
         const int2 origin = tile_origin<kCluster, kBN>(w, rank);
         int prev_stage = 0;
         if constexpr (kARegs) {
@@ -366,7 +369,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_wait<0>();
         fence_accumulators(acc);
         if (w.kb_end > w.kb_begin) release(prev_stage);
-        store_rows(acc, w, origin.x + cw * 64, origin.y);
+        if (kStreamK && w.role == Role::kSkGive) {
+          sk_give(p, acc, sk_slot<kCluster>(w, rank), cw, kCluster);
+        } else {
+          if (kStreamK && w.role == Role::kSkTake) {
+            sk_take(p, acc, sk_slot<kCluster>(w, rank), cw, kCluster);
+          }
+          store_rows(acc, w, origin.x + cw * 64, origin.y);
+        }
         fence_accumulators(acc);
       }
     }

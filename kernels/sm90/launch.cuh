@@ -7,6 +7,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -59,8 +60,31 @@ int max_pair_clusters(Kernel kernel, int sm_count) {
   return clusters;
 }
 
+// Stream-k over `clusters` clusters (SplitPlan::stream_k): every whole wave of tiles but the
+// last runs as usual, the rest are spread by k-blocks, at least a tile's worth per cluster.
+// Nothing to spread when the tiles come to whole waves or to less than one, or when the
+// k-blocks would not fit the kernel's 32-bit count.
+template <int kCluster, int kBN>
+cudaError_t plan_stream_k(Params& p, bool stream_k, int clusters, cudaStream_t stream) {
+  const int total_units = p.tiles_m * p.tiles_n * p.splits;
+  p.sk_dp_units = total_units;
+  p.sk_kb_total = 0;
+  if (!stream_k || p.partial == nullptr || p.splits != 1 || total_units < clusters ||
+      total_units % clusters == 0) {
+    return cudaSuccess;
+  }
+  const int dp_units = (total_units / clusters - 1) * clusters;
+  const int64_t sk_tiles = total_units - dp_units;
+  if (sk_tiles * p.num_kb > INT32_MAX) return cudaSuccess;
+  p.sk_dp_units = dp_units;
+  p.sk_kb_total = static_cast<int>(sk_tiles * p.num_kb);
+  const int64_t slots = sk_tiles * kCluster;
+  int* flags = reinterpret_cast<int*>(p.partial + slots * kBM * kBN);
+  return cudaMemsetAsync(flags, 0, static_cast<size_t>(slots) * 2 * sizeof(int), stream);
+}
+
 template <int kKind, bool kAMn, bool kBMn, int kCluster, int kBN>
-cudaError_t launch(const Maps& maps, const Params& p, int sm_count, cudaStream_t stream) {
+cudaError_t launch(const Maps& maps, Params p, int sm_count, int sk_clusters, cudaStream_t stream) {
   constexpr auto kernel = sm90_gemm_kernel<kKind, kAMn, kBMn, kCluster, kBN>;
   constexpr int kSmemBytes = TileCfg<kBN>::kSmemBytes;
   GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(kSmemBytes));
@@ -68,7 +92,16 @@ cudaError_t launch(const Maps& maps, const Params& p, int sm_count, cudaStream_t
   if constexpr (kCluster > 1) max_clusters = max_pair_clusters(kernel, sm_count);
   if (max_clusters < 1) max_clusters = 1;
   const int total_units = p.tiles_m * p.tiles_n * p.splits;
-  const int clusters = total_units < max_clusters ? total_units : max_clusters;
+  int clusters = total_units < max_clusters ? total_units : max_clusters;
+  // Tests spread stream-k over fewer clusters than the GPU holds, so small products are cut.
+  if (sk_clusters < 0 && kBN == kBNWide) {
+    clusters = std::max(1, std::min(clusters, 2 * total_units / 3));
+  }
+  // A stream-k tile's last piece waits for its first, which needs every CTA resident at once:
+  // the grid never exceeds what fits (max_pair_clusters, or one CTA per SM). Stream-k runs on
+  // the wide tile only.
+  const bool stream_k = kBN == kBNWide && sk_clusters != 0;
+  GEMMT_RETURN_IF_ERROR((plan_stream_k<kCluster, kBN>(p, stream_k, clusters, stream)));
 
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(clusters * kCluster));
@@ -88,18 +121,18 @@ cudaError_t launch(const Maps& maps, const Params& p, int sm_count, cudaStream_t
 
 template <int kKind, int kCluster, int kBN>
 cudaError_t launch_layout(const Plan& plan, const Maps& maps, const Params& p, int sm_count,
-                          cudaStream_t stream) {
+                          int skc, cudaStream_t stream) {
   if constexpr (kKind == kTF32) {
     if (plan.b_mn) return cudaErrorNotSupported;
-    return plan.a_mn ? launch<kKind, true, false, kCluster, kBN>(maps, p, sm_count, stream)
-                     : launch<kKind, false, false, kCluster, kBN>(maps, p, sm_count, stream);
+    return plan.a_mn ? launch<kKind, true, false, kCluster, kBN>(maps, p, sm_count, skc, stream)
+                     : launch<kKind, false, false, kCluster, kBN>(maps, p, sm_count, skc, stream);
   } else {
     if (plan.a_mn) {
-      return plan.b_mn ? launch<kKind, true, true, kCluster, kBN>(maps, p, sm_count, stream)
-                       : launch<kKind, true, false, kCluster, kBN>(maps, p, sm_count, stream);
+      return plan.b_mn ? launch<kKind, true, true, kCluster, kBN>(maps, p, sm_count, skc, stream)
+                       : launch<kKind, true, false, kCluster, kBN>(maps, p, sm_count, skc, stream);
     }
-    return plan.b_mn ? launch<kKind, false, true, kCluster, kBN>(maps, p, sm_count, stream)
-                     : launch<kKind, false, false, kCluster, kBN>(maps, p, sm_count, stream);
+    return plan.b_mn ? launch<kKind, false, true, kCluster, kBN>(maps, p, sm_count, skc, stream)
+                     : launch<kKind, false, false, kCluster, kBN>(maps, p, sm_count, skc, stream);
   }
 }
 
@@ -135,16 +168,19 @@ cudaError_t launch_kind(const Problem& pr, const Plan& plan, const Maps& maps, c
   p.c_trans = pr.c_trans ? 1 : 0;
   p.splits = split ? sp.splits : 1;
   p.kb_per_split = split ? sp.kb_per_split : p.num_kb;
-  p.partial = split ? partial : nullptr;
+  const bool sk = sp.stream_k && !split && partial != nullptr;
+  p.partial = split || sk ? partial : nullptr;
   p.epi = make_epilogue_params(args.epilogue);
   const int sm_count = args.sm_count > 0 ? args.sm_count : 1;
-  if (narrow) return launch_layout<kKind, 1, kBNNarrow>(plan, maps, p, sm_count, stream);
+  // Stream-k: 1 over every cluster that fits, -1 over fewer (tests); 0 off.
+  const int skc = !sk ? 0 : (sp.sk_clusters < 0 ? -1 : 1);
+  if (narrow) return launch_layout<kKind, 1, kBNNarrow>(plan, maps, p, sm_count, skc, stream);
   if (plan.bn == kBNMedium) {
-    return cl == 2 ? launch_layout<kKind, 2, kBNMedium>(plan, maps, p, sm_count, stream)
-                   : launch_layout<kKind, 1, kBNMedium>(plan, maps, p, sm_count, stream);
+    return cl == 2 ? launch_layout<kKind, 2, kBNMedium>(plan, maps, p, sm_count, skc, stream)
+                   : launch_layout<kKind, 1, kBNMedium>(plan, maps, p, sm_count, skc, stream);
   }
-  if (cl == 2) return launch_layout<kKind, 2, kBNWide>(plan, maps, p, sm_count, stream);
-  return launch_layout<kKind, 1, kBNWide>(plan, maps, p, sm_count, stream);
+  if (cl == 2) return launch_layout<kKind, 2, kBNWide>(plan, maps, p, sm_count, skc, stream);
+  return launch_layout<kKind, 1, kBNWide>(plan, maps, p, sm_count, skc, stream);
 }
 
 }  // namespace

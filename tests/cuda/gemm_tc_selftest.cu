@@ -195,8 +195,10 @@ const Layout kLayouts[] = {
 // sm90 is what gemm_sm90_run does (CTA pairs with B multicast when the M tile count is even,
 // TMA-store epilogue when C rows are 16-byte aligned); the two others pin single CTAs with
 // either epilogue, so a failure can be pinned on the multicast or on the store path. The
-// last three are gemm_sm90_run with the tile width pinned to 256, 128 or 64 (the cost model
-// picks one of them; each must be right wherever it runs).
+// last four are gemm_sm90_run with the tile width pinned to 256, 128 or 64 (the cost model
+// picks one of them; each must be right wherever it runs), and stream-k on wide tiles,
+// spread over clusters for two thirds of the tiles so that even small products have tiles
+// cut in two.
 enum Path {
   kSm80 = 0,
   kSm90Auto = 1,
@@ -205,12 +207,14 @@ enum Path {
   kSm90Wide = 4,
   kSm90Medium = 5,
   kSm90Narrow = 6,
-  kNumPaths = 7
+  kSm90StreamK = 7,
+  kNumPaths = 8
 };
-const char* kPathNames[] = {"sm80", "sm90", "sm90-c1d", "sm90-c1t", "sm90-w", "sm90-m", "sm90-n"};
+const char* kPathNames[] = {"sm80",   "sm90",   "sm90-c1d", "sm90-c1t",
+                            "sm90-w", "sm90-m", "sm90-n",   "sm90-sk"};
 
 bool pinned_width(Path p) {
-  return p == kSm90Wide || p == kSm90Medium || p == kSm90Narrow;
+  return p == kSm90Wide || p == kSm90Medium || p == kSm90Narrow || p == kSm90StreamK;
 }
 
 // The pinned widths apply to outputs wider than the narrow tile (after the tf32 C^T swap the
@@ -255,10 +259,12 @@ cudaError_t run_path(Path p, const GemmArgs& a, cudaStream_t s) {
                                                   gemmt::detail::Sm90Store::kDirect);
     case kSm90Wide:
     case kSm90Medium:
-    case kSm90Narrow: {
-      const int bn = p == kSm90Wide ? 256 : (p == kSm90Medium ? 128 : 64);
-      void* ws = workspace(gemmt::detail::gemm_sm90_split_workspace_bytes(a, 0, bn), s);
-      return gemmt::detail::gemm_sm90_run_splits(a, 0, bn, ws, s);
+    case kSm90Narrow:
+    case kSm90StreamK: {
+      const int bn = p == kSm90Wide || p == kSm90StreamK ? 256 : (p == kSm90Medium ? 128 : 64);
+      const int splits = p == kSm90StreamK ? -2 : 0;
+      void* ws = workspace(gemmt::detail::gemm_sm90_split_workspace_bytes(a, splits, bn), s);
+      return gemmt::detail::gemm_sm90_run_splits(a, splits, bn, ws, s);
     }
     default:
       return gemmt::detail::gemm_sm90_run_variant(a, s, gemmt::detail::Sm90Cluster::kSingle,
@@ -507,6 +513,28 @@ double bench(Ctx& ctx, Path path, const DtypeInfo& dt, int64_t s, bool a_col, bo
   return 2.0 * static_cast<double>(s) * s * s / (med * 1e-3) / 1e12;
 }
 
+// Random m x k and k x n operands and an m x n output on the device, for the sweeps (the
+// layout is the caller's: the same buffers serve either orientation).
+struct SweepOperands {
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  SweepOperands(const Ctx& ctx, const DtypeInfo& dt, int64_t m, int64_t n, int64_t k,
+                uint64_t seed) {
+    CHECK_CUDA(cudaMalloc(&a, static_cast<size_t>(m * k) * dt.elt));
+    CHECK_CUDA(cudaMalloc(&b, static_cast<size_t>(k * n) * dt.elt));
+    CHECK_CUDA(cudaMalloc(&c, static_cast<size_t>(m * n) * dt.elt));
+    Rng rng(seed);
+    HostBuf ha = make_random(dt, m * k, rng);
+    HostBuf hb = make_random(dt, k * n, rng);
+    copy_sync(a, ha.bits.data(), ha.bits.size(), cudaMemcpyHostToDevice, ctx.stream);
+    copy_sync(b, hb.bits.data(), hb.bits.size(), cudaMemcpyHostToDevice, ctx.stream);
+  }
+  ~SweepOperands() {
+    CHECK_CUDA(cudaFree(a));
+    CHECK_CUDA(cudaFree(b));
+    CHECK_CUDA(cudaFree(c));
+  }
+};
+
 // Times gemm_sm90_run on the shapes where split-k is in play with every split count, to fit
 // the cost model in kernels/plan/sm90_plan.cpp: one "TCSWEEP" line per (shape, splits).
 void run_split_sweep(Ctx& ctx) {
@@ -518,21 +546,16 @@ void run_split_sweep(Ctx& ctx) {
       {127, 8192, 511},    {1024, 1024, 8192}, {512, 512, 16384},   {2048, 512, 4096},
       {2048, 2048, 2048},  {8192, 32, 8192},   {1024, 64, 65536},   {512, 11008, 4096},
       {512, 4096, 11008},  {512, 28672, 8192}, {2048, 11008, 4096}, {512, 4096, 4096},
-      {512, 4096, 128256}, {11008, 4096, 512}, {32000, 4096, 512}};
-  const int candidates[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
+      {512, 4096, 128256}, {11008, 4096, 512}, {32000, 4096, 512},  {4096, 11008, 2048},
+      {8192, 4096, 4096},  {2048, 4096, 4096}, {512, 14336, 4096},  {2048, 32000, 4096}};
+  // -1: stream-k (wide tiles only)
+  const int candidates[] = {-1, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
   std::printf("\nSplit-k sweep (gemm_sm90_run, A and B row-major, median of 20):\n");
   for (int dti : {0, 2}) {
     const DtypeInfo& dt = kDtypes[dti];
     for (const Mnk& sh : shapes) {
-      void *dA, *dB, *dC;
-      CHECK_CUDA(cudaMalloc(&dA, static_cast<size_t>(sh.m * sh.k) * dt.elt));
-      CHECK_CUDA(cudaMalloc(&dB, static_cast<size_t>(sh.k * sh.n) * dt.elt));
-      CHECK_CUDA(cudaMalloc(&dC, static_cast<size_t>(sh.m * sh.n) * dt.elt));
-      Rng rng(77 + sh.m + sh.n + sh.k);
-      HostBuf ha = make_random(dt, sh.m * sh.k, rng);
-      HostBuf hb = make_random(dt, sh.k * sh.n, rng);
-      copy_sync(dA, ha.bits.data(), ha.bits.size(), cudaMemcpyHostToDevice, ctx.stream);
-      copy_sync(dB, hb.bits.data(), hb.bits.size(), cudaMemcpyHostToDevice, ctx.stream);
+      const SweepOperands ops(ctx, dt, sh.m, sh.n, sh.k, 77 + sh.m + sh.n + sh.k);
+      void *dA = ops.a, *dB = ops.b, *dC = ops.c;
       GemmArgs args = base_args(ctx, dt);
       args.m = sh.m;
       args.n = sh.n;
@@ -546,7 +569,8 @@ void run_split_sweep(Ctx& ctx) {
       args.c = dC;
       args.ldc = sh.n;
       if (!gemmt::gemm_sm90_supports(args)) continue;
-      const int auto_splits = gemmt::detail::gemm_sm90_auto_splits(args);
+      const bool auto_sk = gemmt::detail::gemm_sm90_auto_stream_k(args);
+      const int auto_splits = auto_sk ? -1 : gemmt::detail::gemm_sm90_auto_splits(args);
       const int auto_bn = gemmt::detail::gemm_sm90_auto_tile_n(args);
       const int64_t num_kb = (sh.k * dt.elt + 127) / 128;
       for (int bn : {256, 128, 64}) {
@@ -554,6 +578,7 @@ void run_split_sweep(Ctx& ctx) {
         const int64_t tiles = ((sh.m + 127) / 128) * ((sh.n + bn - 1) / bn);
         for (int s : candidates) {
           if (s > 1 && (s > num_kb / 2 || tiles * s > 4 * ctx.prop.multiProcessorCount)) continue;
+          if (s < 0 && (bn != 256 || tiles <= ctx.prop.multiProcessorCount)) continue;
           void* ws =
               workspace(gemmt::detail::gemm_sm90_split_workspace_bytes(args, s, bn), ctx.stream);
           char what[160];
@@ -577,9 +602,79 @@ void run_split_sweep(Ctx& ctx) {
                     auto_splits);
       }
       CHECK_CUDA(cudaStreamSynchronize(ctx.stream));
-      CHECK_CUDA(cudaFree(dA));
-      CHECK_CUDA(cudaFree(dB));
-      CHECK_CUDA(cudaFree(dC));
+    }
+  }
+}
+
+// The training products of Linear layers (forward x @ W^T: A row-major, B column-major;
+// grad_input g @ W: both row-major; grad_weight g^T @ x: A column-major, B row-major) timed
+// whole-tile, stream-k and on the medium tile, to fit stream_k_cost_us in
+// kernels/plan/sm90_plan.cpp: one "SKSWEEP" line per (shape, layout, schedule).
+void run_stream_k_sweep(Ctx& ctx) {
+  struct Mnk {
+    int64_t m, n, k;
+  };
+  const Mnk shapes[] = {{512, 11008, 4096},  {2048, 11008, 4096}, {11008, 4096, 2048},
+                        {512, 4096, 11008},  {11008, 4096, 512},  {2048, 4096, 11008},
+                        {512, 14336, 4096},  {2048, 14336, 4096}, {14336, 4096, 2048},
+                        {512, 28672, 8192},  {2048, 32000, 4096}, {4096, 32000, 2048},
+                        {8192, 11008, 4096}, {512, 4096, 4096},   {1024, 4096, 4096}};
+  const Layout layouts[] = {kLayouts[1], kLayouts[0], kLayouts[2]};
+  struct Sched {
+    int bn, splits;
+    const char* name;
+  };
+  const Sched scheds[] = {
+      {0, 0, "auto"}, {256, 1, "wide"}, {256, -1, "stream-k"}, {128, 1, "medium"}};
+  std::printf("\nStream-k sweep (gemm_sm90_run, Linear layouts, median of 20):\n");
+  for (int dti : {0, 2}) {
+    const DtypeInfo& dt = kDtypes[dti];
+    for (const Mnk& sh : shapes) {
+      if (dti == 2 && sh.m != 2048) continue;  // tf32: a few shapes
+      const SweepOperands ops(ctx, dt, sh.m, sh.n, sh.k, 91 + sh.m + sh.n + sh.k);
+      void *dA = ops.a, *dB = ops.b, *dC = ops.c;
+      for (const Layout& lay : layouts) {
+        GemmArgs args = base_args(ctx, dt);
+        args.m = sh.m;
+        args.n = sh.n;
+        args.k = sh.k;
+        args.a = dA;
+        args.a_stride_m = lay.a_col ? 1 : sh.k;
+        args.a_stride_k = lay.a_col ? sh.m : 1;
+        args.b = dB;
+        args.b_stride_k = lay.b_col ? 1 : sh.n;
+        args.b_stride_n = lay.b_col ? sh.k : 1;
+        args.c = dC;
+        args.ldc = sh.n;
+        if (!gemmt::gemm_sm90_supports(args)) continue;
+        const bool auto_sk = gemmt::detail::gemm_sm90_auto_stream_k(args);
+        const int auto_bn = gemmt::detail::gemm_sm90_auto_tile_n(args);
+        const int auto_splits = gemmt::detail::gemm_sm90_auto_splits(args);
+        for (const Sched& sc : scheds) {
+          if (!gemmt::detail::gemm_sm90_forced_supports(args, sc.bn,
+                                                        gemmt::detail::Sm90Orientation::kAuto)) {
+            continue;
+          }
+          void* ws = workspace(
+              gemmt::detail::gemm_sm90_split_workspace_bytes(args, sc.splits, sc.bn), ctx.stream);
+          char what[160];
+          std::snprintf(what, sizeof what, "sk-sweep %s %lldx%lldx%lld %s %s", dt.name,
+                        (long long)sh.m, (long long)sh.n, (long long)sh.k, lay.name, sc.name);
+          const double ms = median_ms(ctx, what, [&] {
+            return gemmt::detail::gemm_sm90_run_splits(args, sc.splits, sc.bn, ws, ctx.stream);
+          });
+          std::printf("SKSWEEP %-4s %5lld x %5lld x %5lld %-12s %-8s %9.4f ms %7.1f TFLOP/s",
+                      dt.name, (long long)sh.m, (long long)sh.n, (long long)sh.k, lay.name, sc.name,
+                      ms, 2.0 * sh.m * sh.n * sh.k / (ms * 1e-3) / 1e12);
+          if (sc.bn == 0) {
+            std::printf("  (bn=%d %s)", auto_bn,
+                        auto_sk ? "stream-k" : (auto_splits > 1 ? "split" : "whole"));
+          }
+          std::printf("\n");
+          std::fflush(stdout);
+        }
+      }
+      CHECK_CUDA(cudaStreamSynchronize(ctx.stream));
     }
   }
 }
@@ -726,10 +821,12 @@ void run_perf(Ctx& ctx) {
 
 int main(int argc, char** argv) {
   bool quick = false, perf = true, tests = true, sweep = false, decode_sweep = false;
+  bool sk_sweep = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--sweep")) sweep = true;
     if (!std::strcmp(argv[i], "--decode-sweep")) decode_sweep = true;
+    if (!std::strcmp(argv[i], "--sk-sweep")) sk_sweep = true;
     if (!std::strcmp(argv[i], "--no-perf")) perf = false;
     if (!std::strcmp(argv[i], "--perf-only")) tests = false;
   }
@@ -781,6 +878,7 @@ int main(int argc, char** argv) {
   if (perf) run_perf(ctx);
   if (sweep) run_split_sweep(ctx);
   if (decode_sweep) run_decode_sweep(ctx);
+  if (sk_sweep) run_stream_k_sweep(ctx);
   CHECK_CUDA(cudaStreamDestroy(ctx.stream));
   if (tests) {
     std::printf("\n%d passed, %d failed\n", passed, failed);
