@@ -163,10 +163,6 @@ int64_t sk_slots(const GemmArgs& args) {
   return 2 * static_cast<int64_t>(args.sm_count > 0 ? args.sm_count : 1);
 }
 
-std::size_t sk_partial_floats(const GemmArgs& args) {
-  return static_cast<std::size_t>(sk_slots(args)) * kBM * kBNWide;
-}
-
 double stream_k_cost_us(const GemmArgs& args) {
   const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
   const int64_t tiles = tile_count(args, kBNWide);
@@ -259,8 +255,8 @@ TileChoice choose_tile(const GemmArgs& args) {
 
 std::size_t partial_bytes(const GemmArgs& args, const SplitPlan& sp) {
   if (sp.stream_k) {
-    const std::size_t b = sk_partial_floats(args) * sizeof(float) +
-                          static_cast<std::size_t>(sk_slots(args)) * 2 * sizeof(int);
+    const std::size_t slot_bytes = kBM * kBNWide * sizeof(float) + 2 * sizeof(int);
+    const std::size_t b = static_cast<std::size_t>(sk_slots(args)) * slot_bytes;
     return (b + 255) / 256 * 256;
   }
   if (sp.splits < 2) return 0;

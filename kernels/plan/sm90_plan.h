@@ -54,10 +54,10 @@ struct SplitPlan {
   int sk_clusters = 0;  // clusters the k-blocks are spread over; 0: all that fit (tests: fewer)
 };
 
-// Stream-k workspace: a float32 tile per slot, then two flags per slot. The stream-k tiles
-// are fewer than two waves' worth, so 2 * SMs slots (one per 128-row tile) always suffice.
+// Stream-k workspace (partial_bytes): room for a float32 wide tile per slot and two flags per
+// slot. The stream-k tiles are fewer than two waves' worth, so 2 * SMs slots (one per
+// 128-row tile) always suffice; the kernel puts the flags right after the slots it uses.
 int64_t sk_slots(const GemmArgs& args);
-std::size_t sk_partial_floats(const GemmArgs& args);
 
 struct TileChoice {
   int bn = kBNWide;
@@ -131,7 +131,7 @@ SplitPlan split_plan(const GemmArgs& args, int64_t splits);
 double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp);
 
 // Estimated time of the wide tiles under stream-k (SplitPlan::stream_k); infinite where it
-// does not apply (fewer tiles than SMs, or whole waves).
+// is not used (tiles for fewer than two waves, or whole waves).
 double stream_k_cost_us(const GemmArgs& args);
 
 // The split count with the lowest estimated time for tiles bn wide (1 when C alone has
