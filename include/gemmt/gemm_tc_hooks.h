@@ -28,9 +28,10 @@ bool gemm_sm90_variant_supports(const GemmArgs& args);
 // Which way round the product runs: the planner's choice, as given, or C^T = B^T A^T
 // (values of sm90::Orientation, kernels/plan/sm90_plan.h).
 enum class Sm90Orientation : int { kAuto = 0, kAsGiven = 1, kSwapped = 2 };
-// gemm_sm90_run with `splits` k-slices (0: the model's; -1: stream-k over all CTAs, -2: over
-// clusters for two thirds of the tiles, so that small products are cut too; stream-k needs
-// 256-wide tiles), tiles `bn` wide (64, 128 or 256; 0: the model's) and an orientation
+// gemm_sm90_run with `splits` k-slices (0: the model's; -1: stream-k as the planner runs it,
+// -2: over clusters for two thirds of the tiles, so that small products are cut in two, -3:
+// over every cluster that fits, so that small products are cut into many pieces; stream-k
+// needs 256-wide tiles), tiles `bn` wide (64, 128 or 256; 0: the model's) and an orientation
 // instead of the planner's choice, and the workspace it needs.
 std::size_t gemm_sm90_split_workspace_bytes(const GemmArgs& args, int splits, int bn,
                                             Sm90Orientation orient = Sm90Orientation::kAuto);

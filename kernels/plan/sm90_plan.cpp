@@ -160,16 +160,19 @@ double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp) {
 }
 
 int64_t sk_slots(const GemmArgs& args) {
-  return 2 * static_cast<int64_t>(args.sm_count > 0 ? args.sm_count : 1);
+  return static_cast<int64_t>(args.sm_count > 0 ? args.sm_count : 1);
 }
 
 double stream_k_cost_us(const GemmArgs& args) {
   const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
   const int64_t tiles = tile_count(args, kBNWide);
-  // Only behind at least one whole wave: spread over every tile, the CTAs' ranges start at
+  // Only behind at least one whole wave. Spread over every tile, the CTAs' ranges start at
   // different k offsets, so the tiles of one B column stop reading its slabs together, and a
   // B larger than L2 is read from DRAM once per M tile (512 x 14336 x 4096: 1.7 waves, 12%
-  // slower than whole tiles on H100).
+  // slower than whole tiles on H100). Nor with a single M tile, where that cannot happen:
+  // 256 x 11008 x 4096 (86 tiles) took 63 us spread over all 132 SMs against 55 us as whole
+  // tiles on 86, as the weight streamed from DRAM at 1.8 TB/s at best with the wide tile's
+  // four stages in flight per SM (gemm_tc_selftest --sk-shape, ncu).
   if (tiles < 2 * sms || tiles % sms == 0) return std::numeric_limits<double>::infinity();
   const double nk = static_cast<double>(k_blocks(args));
   const int64_t dp_waves = tiles / sms - 1;
@@ -445,7 +448,7 @@ SplitPlan split_plan_or_auto(const Problem& pr, int splits) {
   if (splits < 0) {  // stream-k, forced (gemmt/gemm_tc_hooks.h)
     SplitPlan sp = split_plan(pr.args, 1);
     sp.stream_k = pr.bn == kBNWide;
-    sp.sk_clusters = splits == -2 ? -1 : 0;
+    sp.sk_clusters = splits == -2 ? -1 : (splits == -3 ? -2 : 0);
     return sp;
   }
   const TileChoice c = choose_tile(pr.args);

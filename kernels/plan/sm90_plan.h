@@ -46,17 +46,19 @@ struct SplitPlan {
   int splits = 1;
   int kb_per_split = 0;
   // Stream-k instead of slices (wide tiles, splits == 1): the tiles of whole waves but the
-  // last run as usual, the rest are spread over all CTAs by k-blocks, and a tile cut in two
-  // is finished by the CTA that computes its last k-blocks, which adds the other piece's
-  // float32 partial (kernels/sm90/scheduler.cuh). Evens out the last wave: 2048 x 11008
-  // outputs are 688 wide tiles, 5.2 waves on 132 SMs.
+  // last run as usual, the rest are spread over all CTAs by k-blocks, and a tile cut into
+  // pieces is finished by the CTA that computes its last k-blocks, which adds the other
+  // pieces' float32 partials (kernels/sm90/scheduler.cuh). Evens out the last wave: 2048 x
+  // 11008 outputs are 688 wide tiles, 5.2 waves on 132 SMs.
   bool stream_k = false;
-  int sk_clusters = 0;  // clusters the k-blocks are spread over; 0: all that fit (tests: fewer)
+  // Clusters the k-blocks are spread over (launch.cuh: SkSpread): 0, all that fit but at most
+  // two CTAs per tile; tests: -1, clusters for two thirds of the tiles; -2, all that fit.
+  int sk_clusters = 0;
 };
 
 // Stream-k workspace (partial_bytes): room for a float32 wide tile per slot and two flags per
-// slot. The stream-k tiles are fewer than two waves' worth, so 2 * SMs slots (one per
-// 128-row tile) always suffice; the kernel puts the flags right after the slots it uses.
+// slot, one slot per CTA (a CTA hands over at most one piece) and at most one CTA per SM;
+// the kernel puts the flags right after the slots of its grid.
 int64_t sk_slots(const GemmArgs& args);
 
 struct TileChoice {

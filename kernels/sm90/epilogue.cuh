@@ -373,16 +373,17 @@ __device__ __forceinline__ void store_block_tma_transposed(const Params& p, cons
 }
 
 // ---- Stream-k fix-up (scheduler.cuh: unit_at) ----------------------------------------------
-// The two pieces of a stream-k tile meet through a float32 slot in the workspace: the piece
-// computed first stores its accumulators there and raises a flag; the other piece's
-// warpgroup waits for the flag and adds them before storing C. The slot holds the
-// accumulators in fragment order (float4 q of consumer thread i at float4 q * 256 + i), not
-// in C's layout: each warp's store and load then covers 512 contiguous bytes, with all of a
-// thread's loads in flight at once, so the round trip costs about two L2 passes over the
-// tile instead of a scattered copy.
+// The pieces of a stream-k tile meet through float32 slots in the workspace: every piece
+// but the last stores its accumulators in its CTA's slot (a cluster gives at most once, so
+// the slot is the CTA's own) and raises a flag; the last piece's warpgroup waits for each
+// giver's flag in turn and adds its slot before storing C. A slot holds the accumulators in
+// fragment order (float4 q of consumer thread i at float4 q * 256 + i), not in C's layout:
+// each warp's store and load then covers 512 contiguous bytes, with all of a thread's loads
+// in flight at once, so a hand-over costs about two L2 passes over the tile instead of a
+// scattered copy.
 template <int kCluster>
-__device__ __forceinline__ int sk_slot(const Unit& w, uint32_t rank) {
-  return w.sk_tile * kCluster + static_cast<int>(rank);
+__device__ __forceinline__ int sk_slot(int cluster, uint32_t rank) {
+  return cluster * kCluster + static_cast<int>(rank);
 }
 
 template <int kAcc>
@@ -391,16 +392,17 @@ __device__ __forceinline__ float4* sk_fragment(const Params& p, int slot) {
   return reinterpret_cast<float4*>(p.partial + static_cast<int64_t>(slot) * (2 * 128 * kAcc)) + ct;
 }
 
-// The flags follow the slots of all stream-k tiles (launch.cuh zeroes them).
+// The flags, two per slot (one per consumer warpgroup), follow the slots of all the grid's
+// CTAs (launch.cuh zeroes them).
 template <int kAcc>
-__device__ __forceinline__ int* sk_flag(const Params& p, int slot, int cw, int cluster_size) {
-  const int64_t slots = static_cast<int64_t>(p.tiles_m * p.tiles_n - p.sk_dp_units) * cluster_size;
+__device__ __forceinline__ int* sk_flag(const Params& p, int slot, int cw) {
+  const int64_t slots = static_cast<int64_t>(gridDim.x);
   return reinterpret_cast<int*>(p.partial + slots * (2 * 128 * kAcc)) + 2 * slot + cw;
 }
 
 template <int kAcc>
-__device__ __forceinline__ void sk_give(const Params& p, const float (&acc)[kAcc], int slot, int cw,
-                                        int cluster_size) {
+__device__ __forceinline__ void sk_give(const Params& p, const float (&acc)[kAcc], int slot,
+                                        int cw) {
   float4* dst = sk_fragment<kAcc>(p, slot);
 #pragma unroll
   for (int q = 0; q < kAcc / 4; ++q) {
@@ -409,15 +411,14 @@ __device__ __forceinline__ void sk_give(const Params& p, const float (&acc)[kAcc
   named_barrier_sync(1 + cw, 128);  // the warpgroup's stores are issued...
   if ((threadIdx.x & 127) == 0) {
     __threadfence();  // ...and visible to the GPU before the flag
-    st_release_gpu(sk_flag<kAcc>(p, slot, cw, cluster_size), 1);
+    st_release_gpu(sk_flag<kAcc>(p, slot, cw), 1);
   }
 }
 
 template <int kAcc>
-__device__ __forceinline__ void sk_take(const Params& p, float (&acc)[kAcc], int slot, int cw,
-                                        int cluster_size) {
+__device__ __forceinline__ void sk_take(const Params& p, float (&acc)[kAcc], int slot, int cw) {
   if ((threadIdx.x & 127) == 0) {
-    const int* flag = sk_flag<kAcc>(p, slot, cw, cluster_size);
+    const int* flag = sk_flag<kAcc>(p, slot, cw);
     while (ld_acquire_gpu(flag) == 0) __nanosleep(64);
   }
   named_barrier_sync(1 + cw, 128);

@@ -12,8 +12,8 @@
 // wide tile, m64n64 and 32 on the narrow one) and writes its rows of C. On the medium tile
 // they take whole tiles in turn (ping-pong: two m64n128 per k-step, 128 accumulators), each
 // storing its tile while the other computes the next. On the wide tile the last wave can run
-// stream-k: its k-blocks are spread over all CTAs and a tile cut in two is finished by the
-// CTA of its last piece, which adds the first piece's partial (scheduler.cuh: unit_at,
+// stream-k: its k-blocks are spread over all CTAs and a tile cut into pieces is finished by
+// the CTA of its last piece, which adds the other pieces' partials (scheduler.cuh: unit_at,
 // epilogue.cuh: sk_give / sk_take). config.cuh has the tile widths, epilogue.cuh the stores.
 //
 // Stage layout (every operand row is 128 bytes, i.e. 128B-swizzle atoms of 8 rows):
@@ -370,10 +370,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         fence_accumulators(acc);
         if (w.kb_end > w.kb_begin) release(prev_stage);
         if (kStreamK && w.role == Role::kSkGive) {
-          sk_give(p, acc, sk_slot<kCluster>(w, rank), cw, kCluster);
+          sk_give(p, acc, sk_slot<kCluster>(cluster_id, rank), cw);
         } else {
           if (kStreamK && w.role == Role::kSkTake) {
-            sk_take(p, acc, sk_slot<kCluster>(w, rank), cw, kCluster);
+            for_each_giver(p, w, cluster_id, num_clusters,
+                           [&](int q) { sk_take(p, acc, sk_slot<kCluster>(q, rank), cw); });
           }
           store_rows(acc, w, origin.x + cw * 64, origin.y);
         }

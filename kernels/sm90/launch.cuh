@@ -60,47 +60,58 @@ int max_pair_clusters(Kernel kernel, int sm_count) {
   return clusters;
 }
 
-// Stream-k over `clusters` clusters (SplitPlan::stream_k): every whole wave of tiles but the
-// last runs as usual, the rest are spread by k-blocks, at least a tile's worth per cluster.
-// Nothing to spread when the tiles come to whole waves or to less than one, or when the
-// k-blocks would not fit the kernel's 32-bit count.
+// How a wide-tile launch spreads stream-k (SplitPlan::stream_k, sk_clusters): over every
+// cluster that fits but at most two per unit of work, so that a tile is cut in three at
+// most (kAuto, what the planner models); over every cluster that fits, which cuts the tiles
+// of a small product into many pieces (kAll, tests); over clusters for two thirds of the
+// units, so that small products are cut in two (kFewer, tests).
+enum class SkSpread : int { kOff = 0, kAuto = 1, kAll = 2, kFewer = 3 };
+
+// Stream-k over `clusters` clusters: every whole wave of units but the last runs as usual,
+// the rest are spread by k-blocks, one equal range per cluster, at least one k-block each
+// (fewer clusters otherwise). Nothing to spread when the units come to whole waves, or when
+// the k-blocks would not fit the kernel's 32-bit count; `clusters` then drops to the units.
 template <int kCluster, int kBN>
-cudaError_t plan_stream_k(Params& p, bool stream_k, int clusters, cudaStream_t stream) {
+cudaError_t plan_stream_k(Params& p, bool stream_k, int& clusters, cudaStream_t stream) {
   const int total_units = p.tiles_m * p.tiles_n * p.splits;
   p.sk_dp_units = total_units;
   p.sk_kb_total = 0;
-  if (!stream_k || p.partial == nullptr || p.splits != 1 || total_units < clusters ||
-      total_units % clusters == 0) {
+  const bool whole_waves = total_units >= clusters && total_units % clusters == 0;
+  const int dp_units = total_units > clusters ? (total_units / clusters - 1) * clusters : 0;
+  const int64_t sk_kb = static_cast<int64_t>(total_units - dp_units) * p.num_kb;
+  if (!stream_k || p.partial == nullptr || p.splits != 1 || whole_waves || sk_kb > INT32_MAX) {
+    clusters = std::min(clusters, total_units);
     return cudaSuccess;
   }
-  const int dp_units = (total_units / clusters - 1) * clusters;
-  const int64_t sk_tiles = total_units - dp_units;
-  if (sk_tiles * p.num_kb > INT32_MAX) return cudaSuccess;
+  if (sk_kb < clusters) clusters = static_cast<int>(sk_kb);
   p.sk_dp_units = dp_units;
-  p.sk_kb_total = static_cast<int>(sk_tiles * p.num_kb);
-  const int64_t slots = sk_tiles * kCluster;
+  p.sk_kb_total = static_cast<int>(sk_kb);
+  // One slot per CTA, then two flags per slot (epilogue.cuh: sk_flag).
+  const int64_t slots = static_cast<int64_t>(clusters) * kCluster;
   int* flags = reinterpret_cast<int*>(p.partial + slots * kBM * kBN);
   return cudaMemsetAsync(flags, 0, static_cast<size_t>(slots) * 2 * sizeof(int), stream);
 }
 
 template <int kKind, bool kAMn, bool kBMn, int kCluster, int kBN>
-cudaError_t launch(const Maps& maps, Params p, int sm_count, int sk_clusters, cudaStream_t stream) {
+cudaError_t launch(const Maps& maps, Params p, int sm_count, SkSpread sk, cudaStream_t stream) {
   constexpr auto kernel = sm90_gemm_kernel<kKind, kAMn, kBMn, kCluster, kBN>;
   constexpr int kSmemBytes = TileCfg<kBN>::kSmemBytes;
   GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(kSmemBytes));
   int max_clusters = sm_count;
   if constexpr (kCluster > 1) max_clusters = max_pair_clusters(kernel, sm_count);
-  if (max_clusters < 1) max_clusters = 1;
+  // The stream-k workspace holds one slot per SM (sm90::sk_slots).
+  max_clusters = std::max(1, std::min(max_clusters, sm_count / kCluster));
   const int total_units = p.tiles_m * p.tiles_n * p.splits;
-  int clusters = total_units < max_clusters ? total_units : max_clusters;
-  // Tests spread stream-k over fewer clusters than the GPU holds, so small products are cut.
-  if (sk_clusters < 0 && kBN == kBNWide) {
-    clusters = std::max(1, std::min(clusters, 2 * total_units / 3));
+  // A stream-k tile's last piece waits for the others, which needs every CTA resident at
+  // once: the grid never exceeds what fits (max_pair_clusters, or one CTA per SM). Stream-k
+  // runs on the wide tile only.
+  const bool stream_k = kBN == kBNWide && sk != SkSpread::kOff;
+  int clusters = max_clusters;
+  if (stream_k && sk == SkSpread::kAuto) {
+    clusters = std::min(max_clusters, 2 * total_units);
+  } else if (stream_k && sk == SkSpread::kFewer) {
+    clusters = std::max(1, std::min(std::min(max_clusters, total_units), 2 * total_units / 3));
   }
-  // A stream-k tile's last piece waits for its first, which needs every CTA resident at once:
-  // the grid never exceeds what fits (max_pair_clusters, or one CTA per SM). Stream-k runs on
-  // the wide tile only.
-  const bool stream_k = kBN == kBNWide && sk_clusters != 0;
   GEMMT_RETURN_IF_ERROR((plan_stream_k<kCluster, kBN>(p, stream_k, clusters, stream)));
 
   cudaLaunchConfig_t cfg = {};
@@ -121,7 +132,7 @@ cudaError_t launch(const Maps& maps, Params p, int sm_count, int sk_clusters, cu
 
 template <int kKind, int kCluster, int kBN>
 cudaError_t launch_layout(const Plan& plan, const Maps& maps, const Params& p, int sm_count,
-                          int skc, cudaStream_t stream) {
+                          SkSpread skc, cudaStream_t stream) {
   if constexpr (kKind == kTF32) {
     if (plan.b_mn) return cudaErrorNotSupported;
     return plan.a_mn ? launch<kKind, true, false, kCluster, kBN>(maps, p, sm_count, skc, stream)
@@ -172,8 +183,10 @@ cudaError_t launch_kind(const Problem& pr, const Plan& plan, const Maps& maps, c
   p.partial = split || sk ? partial : nullptr;
   p.epi = make_epilogue_params(args.epilogue);
   const int sm_count = args.sm_count > 0 ? args.sm_count : 1;
-  // Stream-k: 1 over every cluster that fits, -1 over fewer (tests); 0 off.
-  const int skc = !sk ? 0 : (sp.sk_clusters < 0 ? -1 : 1);
+  const SkSpread skc = !sk                    ? SkSpread::kOff
+                       : sp.sk_clusters == -1 ? SkSpread::kFewer
+                       : sp.sk_clusters == -2 ? SkSpread::kAll
+                                              : SkSpread::kAuto;
   if (narrow) return launch_layout<kKind, 1, kBNNarrow>(plan, maps, p, sm_count, skc, stream);
   if (plan.bn == kBNMedium) {
     return cl == 2 ? launch_layout<kKind, 2, kBNMedium>(plan, maps, p, sm_count, skc, stream)

@@ -23,8 +23,8 @@ __device__ __forceinline__ void tile_coords(int t, const Params& p, int& tm, int
 }
 
 // What a unit does with its accumulators: store them (a whole tile, or a split-k slice's
-// partial), or, as a piece of a stream-k tile, hand them to the tile's owner (kSkGive) or
-// add the other piece's before storing (kSkTake).
+// partial), or, as a piece of a stream-k tile, hand them to the tile's last piece (kSkGive)
+// or, as that last piece, add the other pieces' before storing (kSkTake).
 enum class Role : int { kStore = 0, kSkGive = 1, kSkTake = 2 };
 
 // Work unit: its tile (index and grid position), k-block range and role.
@@ -32,7 +32,7 @@ struct Unit {
   int tile, split, kb_begin, kb_end;
   int tm, tn;
   Role role;
-  int sk_tile;  // the tile's index among the stream-k tiles (kSkGive / kSkTake)
+  int sk_tile;  // the tile's index among the stream-k tiles
 };
 
 __device__ __forceinline__ Unit unit_of(int u, const Params& p) {
@@ -48,17 +48,24 @@ __device__ __forceinline__ Unit unit_of(int u, const Params& p) {
   return w;
 }
 
+// End (exclusive) of cluster q's range of the stream-k k-blocks, which are laid end to end
+// in tile order and cut into one equal range per cluster; q's range starts where q - 1's ends.
+__device__ __forceinline__ int64_t sk_range_end(const Params& p, int q, int clusters) {
+  return static_cast<int64_t>(p.sk_kb_total) * (q + 1) / clusters;
+}
+
 // Unit i of cluster `cluster` (false past its last); the producer and the consumers walk
 // the same sequence. First the whole tiles dealt round-robin (units cluster, cluster +
-// clusters, ...), then the cluster's range of the stream-k tiles' k-blocks, laid end to end
-// in tile order. A range is at least one tile long (the launch makes the stream-k tiles at
-// least as many as the clusters), so a tile falls into at most two ranges: its first
-// k-blocks end the range of cluster c, its last ones start the range of c + 1. The range is
-// walked from its end, so cluster c computes its piece of the shared tile first and hands
-// it over (kSkGive), while c + 1 computes its own last and adds c's (kSkTake): the partial
-// is ready by then, and a cluster only ever waits on a lower-numbered one, which was
-// launched before it. Stateless, like the plain round-robin it extends: the whole-tile
-// units cost what they did before stream-k existed.
+// clusters, ...), then the cluster's range of the stream-k k-blocks, walked from its end.
+// A tile is cut where ranges meet: its last piece (the one holding its last k-block) stores
+// C after adding the float32 partials of the others (kSkTake); every other piece hands its
+// partial over (kSkGive). Only a range's last piece can end inside a tile, so a cluster
+// gives at most once, and it gives first: the piece at the end of its range is the first it
+// walks. The taker walks its piece last and waits only on lower-numbered clusters, which
+// were launched before it. Ranges at least a tile long cut a tile in two at most; shorter
+// ones (fewer tiles than clusters) also leave pieces in the middle of a tile, each a whole
+// range. Stateless, like the plain round-robin it extends: the whole-tile units cost what
+// they did before stream-k existed.
 // kStreamK: compiled for the wide tile only, the one stream-k runs on.
 template <bool kStreamK>
 __device__ __forceinline__ bool unit_at(int i, const Params& p, int cluster, int clusters,
@@ -70,21 +77,29 @@ __device__ __forceinline__ bool unit_at(int i, const Params& p, int cluster, int
   }
   if (!kStreamK || p.sk_kb_total == 0) return false;
   const int piece = i - p.sk_dp_units / clusters;
-  const int64_t total = p.sk_kb_total;
-  const int64_t lo = total * cluster / clusters;
-  const int64_t hi = total * (cluster + 1) / clusters;
+  const int64_t lo = cluster == 0 ? 0 : sk_range_end(p, cluster - 1, clusters);
+  const int64_t hi = sk_range_end(p, cluster, clusters);
   const int nk = p.num_kb;
   const int64_t t = (hi - 1) / nk - piece;
   const int64_t start = t * nk;
-  if (start + nk <= lo) return false;
+  if (hi <= lo || start + nk <= lo) return false;
   w.split = 0;
   w.kb_begin = static_cast<int>((lo > start ? lo : start) - start);
   w.kb_end = static_cast<int>((hi < start + nk ? hi : start + nk) - start);
   w.sk_tile = static_cast<int>(t);
   w.tile = p.sk_dp_units + w.sk_tile;
-  w.role = w.kb_begin > 0 ? Role::kSkTake : (w.kb_end < nk ? Role::kSkGive : Role::kStore);
+  w.role = w.kb_end < nk ? Role::kSkGive : (w.kb_begin > 0 ? Role::kSkTake : Role::kStore);
   tile_coords(w.tile, p, w.tm, w.tn);
   return true;
+}
+
+// The clusters that gave pieces of a taker's tile: q = cluster - 1, cluster - 2, ... while
+// q's range ends past the tile's first k-block. Calls f(q) for each, nearest first.
+template <typename F>
+__device__ __forceinline__ void for_each_giver(const Params& p, const Unit& w, int cluster,
+                                               int clusters, F&& f) {
+  const int64_t start = static_cast<int64_t>(w.sk_tile) * p.num_kb;
+  for (int q = cluster - 1; q >= 0 && sk_range_end(p, q, clusters) > start; --q) f(q);
 }
 
 // First row and column of this CTA's block of the unit's tile (the CTAs of a pair stack

@@ -195,10 +195,11 @@ const Layout kLayouts[] = {
 // sm90 is what gemm_sm90_run does (CTA pairs with B multicast when the M tile count is even,
 // TMA-store epilogue when C rows are 16-byte aligned); the two others pin single CTAs with
 // either epilogue, so a failure can be pinned on the multicast or on the store path. The
-// last four are gemm_sm90_run with the tile width pinned to 256, 128 or 64 (the cost model
+// last five are gemm_sm90_run with the tile width pinned to 256, 128 or 64 (the cost model
 // picks one of them; each must be right wherever it runs), and stream-k on wide tiles,
 // spread over clusters for two thirds of the tiles so that even small products have tiles
-// cut in two.
+// cut in two, or over every cluster that fits, so that small products have tiles cut into
+// many pieces (pieces in the middle of a tile, several givers per taker).
 enum Path {
   kSm80 = 0,
   kSm90Auto = 1,
@@ -208,13 +209,15 @@ enum Path {
   kSm90Medium = 5,
   kSm90Narrow = 6,
   kSm90StreamK = 7,
-  kNumPaths = 8
+  kSm90StreamKAll = 8,
+  kNumPaths = 9
 };
-const char* kPathNames[] = {"sm80",   "sm90",   "sm90-c1d", "sm90-c1t",
-                            "sm90-w", "sm90-m", "sm90-n",   "sm90-sk"};
+const char* kPathNames[] = {"sm80",   "sm90",   "sm90-c1d", "sm90-c1t", "sm90-w",
+                            "sm90-m", "sm90-n", "sm90-sk",  "sm90-ska"};
 
 bool pinned_width(Path p) {
-  return p == kSm90Wide || p == kSm90Medium || p == kSm90Narrow || p == kSm90StreamK;
+  return p == kSm90Wide || p == kSm90Medium || p == kSm90Narrow || p == kSm90StreamK ||
+         p == kSm90StreamKAll;
 }
 
 // The pinned widths apply to outputs wider than the narrow tile (after the tf32 C^T swap the
@@ -260,9 +263,11 @@ cudaError_t run_path(Path p, const GemmArgs& a, cudaStream_t s) {
     case kSm90Wide:
     case kSm90Medium:
     case kSm90Narrow:
-    case kSm90StreamK: {
-      const int bn = p == kSm90Wide || p == kSm90StreamK ? 256 : (p == kSm90Medium ? 128 : 64);
-      const int splits = p == kSm90StreamK ? -2 : 0;
+    case kSm90StreamK:
+    case kSm90StreamKAll: {
+      const bool sk = p == kSm90StreamK || p == kSm90StreamKAll;
+      const int bn = p == kSm90Wide || sk ? 256 : (p == kSm90Medium ? 128 : 64);
+      const int splits = p == kSm90StreamK ? -2 : (p == kSm90StreamKAll ? -3 : 0);
       void* ws = workspace(gemmt::detail::gemm_sm90_split_workspace_bytes(a, splits, bn), s);
       return gemmt::detail::gemm_sm90_run_splits(a, splits, bn, ws, s);
     }
@@ -467,16 +472,19 @@ void test_shape(Ctx& ctx, int dti, const Shape& sh, uint64_t seed) {
   CHECK_CUDA(cudaFree(dC));
 }
 
-// Median time of 20 launches of `run` after 3 warm-ups, in milliseconds.
+// Timed runs per median (--runs N; fewer under a profiler).
+int g_timed_runs = 20;
+
+// Median time of g_timed_runs launches of `run` after up to 3 warm-ups, in milliseconds.
 template <class Run>
 double median_ms(Ctx& ctx, const char* what, Run run) {
-  for (int i = 0; i < 3; ++i) CHECK_CUDA(run());
+  for (int i = 0; i < std::min(3, g_timed_runs); ++i) CHECK_CUDA(run());
   wait_or_die(ctx.stream, what);
   cudaEvent_t e0, e1;
   CHECK_CUDA(cudaEventCreate(&e0));
   CHECK_CUDA(cudaEventCreate(&e1));
   std::vector<float> ms;
-  for (int i = 0; i < 20; ++i) {
+  for (int i = 0; i < g_timed_runs; ++i) {
     CHECK_CUDA(cudaEventRecord(e0, ctx.stream));
     CHECK_CUDA(run());
     CHECK_CUDA(cudaEventRecord(e1, ctx.stream));
@@ -610,30 +618,56 @@ void run_split_sweep(Ctx& ctx) {
 // grad_input g @ W: both row-major; grad_weight g^T @ x: A column-major, B row-major) timed
 // whole-tile, stream-k and on the medium tile, to fit stream_k_cost_us in
 // kernels/plan/sm90_plan.cpp: one "SKSWEEP" line per (shape, layout, schedule).
-void run_stream_k_sweep(Ctx& ctx) {
+void run_stream_k_sweep(Ctx& ctx, int64_t only_m = 0, int64_t only_n = 0, int64_t only_k = 0) {
   struct Mnk {
     int64_t m, n, k;
   };
-  const Mnk shapes[] = {{512, 11008, 4096},  {2048, 11008, 4096}, {11008, 4096, 2048},
-                        {512, 4096, 11008},  {11008, 4096, 512},  {2048, 4096, 11008},
-                        {512, 14336, 4096},  {2048, 14336, 4096}, {14336, 4096, 2048},
-                        {512, 28672, 8192},  {2048, 32000, 4096}, {4096, 32000, 2048},
-                        {8192, 11008, 4096}, {512, 4096, 4096},   {1024, 4096, 4096}};
+  const Mnk shapes[] = {{512, 11008, 4096},
+                        {2048, 11008, 4096},
+                        {11008, 4096, 2048},
+                        {512, 4096, 11008},
+                        {11008, 4096, 512},
+                        {2048, 4096, 11008},
+                        {512, 14336, 4096},
+                        {2048, 14336, 4096},
+                        {14336, 4096, 2048},
+                        {512, 28672, 8192},
+                        {2048, 32000, 4096},
+                        {4096, 32000, 2048},
+                        {8192, 11008, 4096},
+                        {512, 4096, 4096},
+                        {1024, 4096, 4096},
+                        // decode-sized batches (forward layout only): under one wave of tiles
+                        {256, 11008, 4096},
+                        {256, 14336, 4096},
+                        {256, 4096, 11008},
+                        {256, 28672, 8192},
+                        {256, 8192, 28672},
+                        {256, 32000, 4096},
+                        {128, 11008, 4096},
+                        {128, 4096, 11008},
+                        {128, 28672, 8192}};
   const Layout layouts[] = {kLayouts[1], kLayouts[0], kLayouts[2]};
   struct Sched {
     int bn, splits;
     const char* name;
   };
-  const Sched scheds[] = {
-      {0, 0, "auto"}, {256, 1, "wide"}, {256, -1, "stream-k"}, {128, 1, "medium"}};
+  const Sched scheds[] = {{0, 0, "auto"},
+                          {256, 1, "wide"},
+                          {256, -1, "stream-k"},
+                          {128, 1, "medium"},
+                          {256, -3, "sk-all"}};
   std::printf("\nStream-k sweep (gemm_sm90_run, Linear layouts, median of 20):\n");
   for (int dti : {0, 2}) {
     const DtypeInfo& dt = kDtypes[dti];
-    for (const Mnk& sh : shapes) {
+    for (const Mnk& sh0 : shapes) {
+      const Mnk sh = only_m > 0 ? Mnk{only_m, only_n, only_k} : sh0;
+      if (only_m > 0 && (&sh0 != &shapes[0] || dti != 0)) continue;
       if (dti == 2 && sh.m != 2048) continue;  // tf32: a few shapes
       const SweepOperands ops(ctx, dt, sh.m, sh.n, sh.k, 91 + sh.m + sh.n + sh.k);
       void *dA = ops.a, *dB = ops.b, *dC = ops.c;
       for (const Layout& lay : layouts) {
+        if (sh.m <= 256 && &lay != &layouts[0]) continue;
         GemmArgs args = base_args(ctx, dt);
         args.m = sh.m;
         args.n = sh.n;
@@ -822,11 +856,23 @@ void run_perf(Ctx& ctx) {
 int main(int argc, char** argv) {
   bool quick = false, perf = true, tests = true, sweep = false, decode_sweep = false;
   bool sk_sweep = false;
+  int64_t sk_shape[3] = {0, 0, 0};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--sweep")) sweep = true;
     if (!std::strcmp(argv[i], "--decode-sweep")) decode_sweep = true;
     if (!std::strcmp(argv[i], "--sk-sweep")) sk_sweep = true;
+    // --sk-shape M N K: the stream-k sweep on that one shape (bf16, all layouts)
+    if (!std::strcmp(argv[i], "--sk-shape") && i + 3 < argc) {
+      sk_sweep = true;
+      sk_shape[0] = std::atoll(argv[i + 1]);
+      sk_shape[1] = std::atoll(argv[i + 2]);
+      sk_shape[2] = std::atoll(argv[i + 3]);
+      i += 3;
+      tests = perf = false;
+    }
+    if (!std::strcmp(argv[i], "--runs") && i + 1 < argc)
+      g_timed_runs = std::max(1, std::atoi(argv[++i]));
     if (!std::strcmp(argv[i], "--no-perf")) perf = false;
     if (!std::strcmp(argv[i], "--perf-only")) tests = false;
   }
@@ -878,7 +924,7 @@ int main(int argc, char** argv) {
   if (perf) run_perf(ctx);
   if (sweep) run_split_sweep(ctx);
   if (decode_sweep) run_decode_sweep(ctx);
-  if (sk_sweep) run_stream_k_sweep(ctx);
+  if (sk_sweep) run_stream_k_sweep(ctx, sk_shape[0], sk_shape[1], sk_shape[2]);
   CHECK_CUDA(cudaStreamDestroy(ctx.stream));
   if (tests) {
     std::printf("\n%d passed, %d failed\n", passed, failed);
