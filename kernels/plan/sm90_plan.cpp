@@ -160,7 +160,8 @@ double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp) {
 }
 
 int64_t sk_slots(const GemmArgs& args) {
-  return static_cast<int64_t>(args.sm_count > 0 ? args.sm_count : 1);
+  // At least the two CTAs of one pair, which the launch runs even on a device reporting one SM.
+  return std::max<int64_t>(2, args.sm_count);
 }
 
 double stream_k_cost_us(const GemmArgs& args) {

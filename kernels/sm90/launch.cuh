@@ -99,7 +99,7 @@ cudaError_t launch(const Maps& maps, Params p, int sm_count, SkSpread sk, cudaSt
   GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(kSmemBytes));
   int max_clusters = sm_count;
   if constexpr (kCluster > 1) max_clusters = max_pair_clusters(kernel, sm_count);
-  // The stream-k workspace holds one slot per SM (sm90::sk_slots).
+  // The stream-k workspace holds one slot per SM, two at least (sm90::sk_slots).
   max_clusters = std::max(1, std::min(max_clusters, sm_count / kCluster));
   const int total_units = p.tiles_m * p.tiles_n * p.splits;
   // A stream-k tile's last piece waits for the others, which needs every CTA resident at
