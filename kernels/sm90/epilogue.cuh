@@ -186,15 +186,29 @@ __device__ __forceinline__ uint4 pack_chunk(const float (&f)[16 / sizeof(T)]) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+// The activation of the post pass: named at compile time (kAct, an Activation), so that a
+// chunk's elements are straight-line code the scheduler can interleave, or (kPostActRuntime)
+// the exact out-of-line form, chosen at run time.
+constexpr int kPostActRuntime = static_cast<int>(Activation::kCount);
+
+template <int kAct>
+__device__ __forceinline__ float post_activation(Activation act, float z) {
+  if constexpr (kAct == kPostActRuntime) {
+    return activation_out_of_line(act, z);
+  } else {
+    return activation_16bit_inline(static_cast<Activation>(kAct), z);
+  }
+}
+
 // The epilogue (bias, pre-activation output, activation) over one staged round: two
 // 128B-swizzled boxes of 64 lines, whose line r holds C row rbase + r and 16-byte chunk c of
 // box b holds the C columns from cbase + b * (128 / sizeof(T)) + c * (16 / sizeof(T)). The
 // fill has applied alpha and beta and rounded to T. One rolled loop over 16-byte chunks (two
-// in flight), so the epilogue's code exists once per kernel instead of once per accumulator;
-// the bias and the pre-activation move as 16-byte vectors where aligned.
-template <typename T>
-__device__ __forceinline__ void epilogue_post_round(const EpilogueParams& e, uint32_t buf,
-                                                    int rbase, int cbase, int rows, int cols) {
+// in flight), so the epilogue's code exists once per kernel and activation instead of once
+// per accumulator; the bias and the pre-activation move as 16-byte vectors where aligned.
+template <typename T, int kAct>
+__device__ __forceinline__ void epilogue_post_round_with(const EpilogueParams& e, uint32_t buf,
+                                                         int rbase, int cbase, int rows, int cols) {
   constexpr int kPer = 16 / static_cast<int>(sizeof(T));
   constexpr int kBoxCols = 128 / static_cast<int>(sizeof(T));
   const EpilogueView<T> v = e.view<T>();
@@ -236,19 +250,46 @@ __device__ __forceinline__ void epilogue_post_round(const EpilogueParams& e, uin
         }
       }
     }
-    if (v.act != Activation::kNone) {
+    if constexpr (kAct != static_cast<int>(Activation::kNone)) {
 #pragma unroll
-      for (int i = 0; i < kPer; ++i) {
-        if constexpr (sizeof(T) == 2) {
-          z[i] = activation_16bit_inline(v.act, z[i]);
-        } else {
-          z[i] = activation_out_of_line(v.act, z[i]);
-        }
-      }
+      for (int i = 0; i < kPer; ++i) z[i] = post_activation<kAct>(v.act, z[i]);
     }
     const uint4 out = pack_chunk<T>(z);
     st_shared_v4(addr, out.x, out.y, out.z, out.w);
   }
+}
+
+// The post pass, one instance per activation: 16-bit outputs take the hot activations
+// inline (activation_16bit_inline), float outputs the exact out-of-line forms. (Chosen per
+// element instead, the activation put each element of a chunk behind its own branches and
+// call site: 32 of each per kernel.)
+template <typename T>
+__device__ __forceinline__ void epilogue_post_round(const EpilogueParams& e, uint32_t buf,
+                                                    int rbase, int cbase, int rows, int cols) {
+  constexpr int kNone = static_cast<int>(Activation::kNone);
+  if (e.act == Activation::kNone) {
+    epilogue_post_round_with<T, kNone>(e, buf, rbase, cbase, rows, cols);
+    return;
+  }
+  if constexpr (sizeof(T) == 2) {
+    switch (e.act) {
+      case Activation::kReLU:
+        epilogue_post_round_with<T, static_cast<int>(Activation::kReLU)>(e, buf, rbase, cbase, rows,
+                                                                         cols);
+        return;
+      case Activation::kGeluTanh:
+        epilogue_post_round_with<T, static_cast<int>(Activation::kGeluTanh)>(e, buf, rbase, cbase,
+                                                                             rows, cols);
+        return;
+      case Activation::kSilu:
+        epilogue_post_round_with<T, static_cast<int>(Activation::kSilu)>(e, buf, rbase, cbase, rows,
+                                                                         cols);
+        return;
+      default:
+        break;
+    }
+  }
+  epilogue_post_round_with<T, kPostActRuntime>(e, buf, rbase, cbase, rows, cols);
 }
 
 __device__ __forceinline__ bool has_post_pass(const EpilogueParams& e) {
