@@ -76,12 +76,16 @@ __device__ __forceinline__ void store_row_pack(T* dst, const T (&src)[kPack]) {
   }
 }
 
-template <typename T, int kPack, bool kHasPreact, bool kWriteGrad, bool kSumBias>
+// kAct: the activation (an Activation), a template argument so that the derivative of a
+// pack's elements is straight-line code (chosen per element at run time, every element sat
+// behind its own switch). kNone: the bias sums alone (grad_preact is grad itself).
+template <typename T, int kPack, int kAct, bool kSumBias>
 __global__ void __launch_bounds__(kColThreads* kRowThreads)
-    linear_backward_kernel(const T* __restrict__ grad, const T* __restrict__ preact, Activation act,
-                           int64_t rows, int64_t cols, int64_t rows_per_chunk,
-                           T* __restrict__ grad_preact, float* __restrict__ partial,
-                           T* __restrict__ bias_grad) {
+    linear_backward_kernel(const T* __restrict__ grad, const T* __restrict__ preact, int64_t rows,
+                           int64_t cols, int64_t rows_per_chunk, T* __restrict__ grad_preact,
+                           float* __restrict__ partial, T* __restrict__ bias_grad) {
+  constexpr bool kHasPreact = kAct != static_cast<int>(Activation::kNone);
+  constexpr bool kWriteGrad = kHasPreact;
   const int64_t col0 = (static_cast<int64_t>(blockIdx.x) * kColThreads + threadIdx.x) * kPack;
   const int64_t row_begin = static_cast<int64_t>(blockIdx.y) * rows_per_chunk;
   const int64_t row_end = min(rows, row_begin + rows_per_chunk);
@@ -110,7 +114,9 @@ __global__ void __launch_bounds__(kColThreads* kRowThreads)
 #pragma unroll
       for (int e = 0; e < kPack; ++e) {
         float v = to_float(g[e]);
-        if constexpr (kHasPreact) v *= activation_derivative(act, to_float(z[e]));
+        if constexpr (kHasPreact) {
+          v *= activation_derivative(static_cast<Activation>(kAct), to_float(z[e]));
+        }
         out[e] = from_float<T>(v);
         // The bias gradient adds the rounded values, the ones the GEMMs see.
         if constexpr (kSumBias) sum[e] += to_float(out[e]);
@@ -163,37 +169,61 @@ __global__ void __launch_bounds__(256)
   bias_grad[j] = from_float<T>(s);
 }
 
-template <typename T, int kPack, bool kHasPreact, bool kWriteGrad, bool kSumBias>
-cudaError_t launch_pass(const Geometry& g, const T* grad, const T* preact, Activation act,
-                        int64_t rows, int64_t cols, T* grad_preact, float* partial, T* bias_grad,
+template <typename T, int kPack, int kAct, bool kSumBias>
+cudaError_t launch_pass(const Geometry& g, const T* grad, const T* preact, int64_t rows,
+                        int64_t cols, T* grad_preact, float* partial, T* bias_grad,
                         cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(g.strips), static_cast<unsigned>(g.chunks));
   const dim3 block(kColThreads, kRowThreads);
-  linear_backward_kernel<T, kPack, kHasPreact, kWriteGrad, kSumBias><<<grid, block, 0, stream>>>(
-      grad, preact, act, rows, cols, g.rows_per_chunk, grad_preact, partial, bias_grad);
+  linear_backward_kernel<T, kPack, kAct, kSumBias><<<grid, block, 0, stream>>>(
+      grad, preact, rows, cols, g.rows_per_chunk, grad_preact, partial, bias_grad);
   GEMMT_RETURN_IF_ERROR(cudaGetLastError());
   if (!kSumBias || g.chunks == 1) return cudaSuccess;
   sum_chunks_kernel<T><<<grid_1d(cols, 256), 256, 0, stream>>>(partial, g.chunks, cols, bias_grad);
   GEMMT_RETURN_LAUNCH_ERROR();
 }
 
-// The three kernel forms a Linear backward needs: with an activation, grad_preact with or
-// without the bias sums; without one, the bias sums alone (grad_preact is grad itself).
+// grad_preact for activation kAct, with the bias sums when bias_grad is given.
+template <typename T, int kPack, int kAct>
+cudaError_t run_activation(const Geometry& g, const T* grad, const T* preact, int64_t rows,
+                           int64_t cols, T* grad_preact, float* partial, T* bias_grad,
+                           cudaStream_t stream) {
+  if (bias_grad == nullptr) {
+    return launch_pass<T, kPack, kAct, false>(g, grad, preact, rows, cols, grad_preact, partial,
+                                              nullptr, stream);
+  }
+  return launch_pass<T, kPack, kAct, true>(g, grad, preact, rows, cols, grad_preact, partial,
+                                           bias_grad, stream);
+}
+
+// The kernel forms a Linear backward needs: with an activation, grad_preact (one form per
+// activation) with or without the bias sums; without one, the bias sums alone (grad_preact
+// is grad itself).
 template <typename T, int kPack>
 cudaError_t run_typed(const Geometry& g, const T* grad, const T* preact, Activation act,
                       int64_t rows, int64_t cols, T* grad_preact, float* partial, T* bias_grad,
                       cudaStream_t stream) {
   if (act == Activation::kNone || grad_preact == nullptr) {
     if (bias_grad == nullptr) return cudaSuccess;
-    return launch_pass<T, kPack, false, false, true>(g, grad, nullptr, act, rows, cols, nullptr,
-                                                     partial, bias_grad, stream);
+    return launch_pass<T, kPack, static_cast<int>(Activation::kNone), true>(
+        g, grad, nullptr, rows, cols, nullptr, partial, bias_grad, stream);
   }
-  if (bias_grad == nullptr) {
-    return launch_pass<T, kPack, true, true, false>(g, grad, preact, act, rows, cols, grad_preact,
-                                                    partial, nullptr, stream);
+  switch (act) {
+    case Activation::kReLU:
+      return run_activation<T, kPack, static_cast<int>(Activation::kReLU)>(
+          g, grad, preact, rows, cols, grad_preact, partial, bias_grad, stream);
+    case Activation::kGelu:
+      return run_activation<T, kPack, static_cast<int>(Activation::kGelu)>(
+          g, grad, preact, rows, cols, grad_preact, partial, bias_grad, stream);
+    case Activation::kGeluTanh:
+      return run_activation<T, kPack, static_cast<int>(Activation::kGeluTanh)>(
+          g, grad, preact, rows, cols, grad_preact, partial, bias_grad, stream);
+    case Activation::kSilu:
+      return run_activation<T, kPack, static_cast<int>(Activation::kSilu)>(
+          g, grad, preact, rows, cols, grad_preact, partial, bias_grad, stream);
+    default:
+      return cudaErrorInvalidValue;
   }
-  return launch_pass<T, kPack, true, true, true>(g, grad, preact, act, rows, cols, grad_preact,
-                                                 partial, bias_grad, stream);
 }
 
 template <typename T>
