@@ -208,22 +208,15 @@ cudaError_t run_typed(const Geometry& g, const T* grad, const T* preact, Activat
     return launch_pass<T, kPack, static_cast<int>(Activation::kNone), true>(
         g, grad, nullptr, rows, cols, nullptr, partial, bias_grad, stream);
   }
-  switch (act) {
-    case Activation::kReLU:
-      return run_activation<T, kPack, static_cast<int>(Activation::kReLU)>(
+  return with_activation(act, [&](auto a) -> cudaError_t {
+    constexpr Activation kA = decltype(a)::value;
+    if constexpr (kA == Activation::kNone) {
+      return cudaErrorInvalidValue;  // not an Activation (kNone is taken above)
+    } else {
+      return run_activation<T, kPack, static_cast<int>(kA)>(
           g, grad, preact, rows, cols, grad_preact, partial, bias_grad, stream);
-    case Activation::kGelu:
-      return run_activation<T, kPack, static_cast<int>(Activation::kGelu)>(
-          g, grad, preact, rows, cols, grad_preact, partial, bias_grad, stream);
-    case Activation::kGeluTanh:
-      return run_activation<T, kPack, static_cast<int>(Activation::kGeluTanh)>(
-          g, grad, preact, rows, cols, grad_preact, partial, bias_grad, stream);
-    case Activation::kSilu:
-      return run_activation<T, kPack, static_cast<int>(Activation::kSilu)>(
-          g, grad, preact, rows, cols, grad_preact, partial, bias_grad, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+    }
+  });
 }
 
 template <typename T>

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <math.h>
+
 #include <string_view>
+#include <type_traits>
 
 #if defined(__CUDACC__)
 #define GEMMT_HOST_DEVICE __host__ __device__ __forceinline__
@@ -92,6 +94,25 @@ GEMMT_HOST_DEVICE F apply_activation(Activation a, F z) {
       return z / (F(1) + exp_of(-z));
     default:
       return z;
+  }
+}
+
+// Calls f(std::integral_constant<Activation, A>{}) with A the value of `a` (kNone for a value
+// outside the enumeration), so that a kernel can be instantiated per activation and its
+// elementwise code be straight-line instead of a switch per element.
+template <typename F>
+GEMMT_HOST_DEVICE decltype(auto) with_activation(Activation a, F&& f) {
+  switch (a) {
+    case Activation::kReLU:
+      return f(std::integral_constant<Activation, Activation::kReLU>{});
+    case Activation::kGelu:
+      return f(std::integral_constant<Activation, Activation::kGelu>{});
+    case Activation::kGeluTanh:
+      return f(std::integral_constant<Activation, Activation::kGeluTanh>{});
+    case Activation::kSilu:
+      return f(std::integral_constant<Activation, Activation::kSilu>{});
+    default:
+      return f(std::integral_constant<Activation, Activation::kNone>{});
   }
 }
 

@@ -269,27 +269,17 @@ __device__ __forceinline__ void epilogue_post_round(const EpilogueParams& e, uin
   constexpr int kNone = static_cast<int>(Activation::kNone);
   if (e.act == Activation::kNone) {
     epilogue_post_round_with<T, kNone>(e, buf, rbase, cbase, rows, cols);
-    return;
+  } else if constexpr (sizeof(T) == 2) {
+    with_activation(e.act, [&](auto a) {
+      constexpr Activation kA = decltype(a)::value;
+      constexpr int kForm = kA == Activation::kGelu ? kPostActRuntime : static_cast<int>(kA);
+      if constexpr (kA != Activation::kNone) {  // taken above
+        epilogue_post_round_with<T, kForm>(e, buf, rbase, cbase, rows, cols);
+      }
+    });
+  } else {
+    epilogue_post_round_with<T, kPostActRuntime>(e, buf, rbase, cbase, rows, cols);
   }
-  if constexpr (sizeof(T) == 2) {
-    switch (e.act) {
-      case Activation::kReLU:
-        epilogue_post_round_with<T, static_cast<int>(Activation::kReLU)>(e, buf, rbase, cbase, rows,
-                                                                         cols);
-        return;
-      case Activation::kGeluTanh:
-        epilogue_post_round_with<T, static_cast<int>(Activation::kGeluTanh)>(e, buf, rbase, cbase,
-                                                                             rows, cols);
-        return;
-      case Activation::kSilu:
-        epilogue_post_round_with<T, static_cast<int>(Activation::kSilu)>(e, buf, rbase, cbase, rows,
-                                                                         cols);
-        return;
-      default:
-        break;
-    }
-  }
-  epilogue_post_round_with<T, kPostActRuntime>(e, buf, rbase, cbase, rows, cols);
 }
 
 __device__ __forceinline__ bool has_post_pass(const EpilogueParams& e) {
