@@ -84,8 +84,8 @@ struct Params {
   // Stream-k (splits == 1 only): units [0, sk_dp_units) are whole tiles, dealt round-robin
   // to the clusters; the k-blocks of the remaining tiles, sk_kb_total of them, are cut into
   // one equal range per cluster (scheduler.cuh). sk_dp_units == total units: no stream-k.
-  // Its workspace is `partial`: a kBM x kBN float32 slot per stream-k tile and CTA rank (in
-  // fragment order), then two int flags per slot, zeroed by the launch (epilogue.cuh: sk_flag).
+  // Its workspace is `partial`: a kBM x kBN float32 slot per CTA of the grid (in fragment
+  // order), then two int flags per slot, zeroed by the launch (epilogue.cuh: sk_flag).
   // (Params stays at 128 bytes: at 152, nvcc stopped keeping the fields in registers and
   // reloaded them from parameter memory at every use, which slowed short-k products ~10%.)
   int sk_dp_units;

@@ -62,7 +62,8 @@ int max_pair_clusters(Kernel kernel, int sm_count) {
 
 // How a wide-tile launch spreads stream-k (SplitPlan::stream_k, sk_clusters): over every
 // cluster that fits but at most two per unit of work, so that a tile is cut in three at
-// most (kAuto, what the planner models); over every cluster that fits, which cuts the tiles
+// most (kAuto, what the planner runs; it takes stream-k only with two waves of tiles or
+// more, where that is every cluster); over every cluster that fits, which cuts the tiles
 // of a small product into many pieces (kAll, tests); over clusters for two thirds of the
 // units, so that small products are cut in two (kFewer, tests).
 enum class SkSpread : int { kOff = 0, kAuto = 1, kAll = 2, kFewer = 3 };
