@@ -287,6 +287,35 @@ def _laid_out(t: torch.Tensor, layout: str) -> torch.Tensor:
     return t if layout == "row" else t.t().contiguous().t()
 
 
+# Rows x columns for the backward pass alone: one row; fewer units than resident blocks
+# (each block a strip's part or a whole strip); strips shared by many blocks; blocks that
+# start inside a strip and end in the next; odd widths (the scalar form's narrow strips);
+# a vocabulary-wide row.
+ACT_BACKWARD_SHAPES = [(1, 11008), (7, 256), (9, 264), (300, 4100), (2048, 11008),
+                       (4099, 1000), (517, 333), (3, 128256), (8191, 24), (40, 11008)]
+
+
+@pytest.mark.cuda
+def test_cuda_activation_backward_pass_shapes() -> None:
+    gen = torch.Generator().manual_seed(5)
+    for (rows, cols), act in zip(ACT_BACKWARD_SHAPES, itertools.cycle(ACTS[1:])):
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            g = torch.randn(rows, cols, generator=gen).to(dtype).cuda()
+            z = torch.randn(rows, cols, generator=gen).to(dtype).cuda()
+            _poison_allocator(rows * cols * 8)
+            gz, gb = torch.ops.gemmt.linear_activation_backward(g, z, act, True)
+            zr = z.double().requires_grad_()
+            torch_act(zr, act).backward(g.double())
+            where = (rows, cols, act, dtype)
+            assert not gz.isnan().any() and not gb.isnan().any(), where
+            assert rel_err(gz, zr.grad) <= tol_for(dtype), where
+            # Float32 sums of the rounded grad_preact, rounded once to the dtype.
+            rounding = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}.get(dtype, 1e-5)
+            assert rel_err(gb, gz.double().sum(0)) <= rounding, where
+            _poison_allocator(cols * 8)
+            assert rel_err(torch.ops.gemmt.linear_bias_backward(g), g.double().sum(0)) <= rounding
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", ["float32", "tf32", "float16", "bfloat16"])
 def test_cuda_sweep_forward_backward(dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:

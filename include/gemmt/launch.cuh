@@ -66,4 +66,31 @@ cudaError_t allow_dynamic_smem(int bytes) {
   return err;
 }
 
+// Blocks of kKernel (static shared memory only) that one SM holds at once with `threads`
+// threads each, cached per device like allow_dynamic_smem: a launcher that sizes a persistent
+// grid asks on every launch, and the answer never changes for a device's function object.
+template <auto kKernel>
+cudaError_t resident_blocks_per_sm(int threads, int* blocks) {
+  constexpr int kMaxCachedDevices = 64;
+  static std::atomic<int> cache[kMaxCachedDevices] = {};
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  const bool cached = device >= 0 && device < kMaxCachedDevices;
+  if (cached) {
+    const int known = cache[device].load(std::memory_order_relaxed);
+    if (known > 0) {
+      *blocks = known;
+      return cudaSuccess;
+    }
+  }
+  int count = 0;
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kKernel, threads, 0);
+  if (err != cudaSuccess) return err;
+  if (count < 1) return cudaErrorInvalidConfiguration;
+  if (cached) cache[device].store(count, std::memory_order_relaxed);
+  *blocks = count;
+  return cudaSuccess;
+}
+
 }  // namespace gemmt
