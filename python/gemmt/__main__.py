@@ -117,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
     bench.add_argument("--sections", default="prefill,fp32,decode,fused,model",
                        help="linear suite: which sections to run (comma separated)")
+    bench.add_argument("--tokens", default="512,2048,8192",
+                       help="linear suite: token counts of the prefill section (comma separated)")
     args = parser.parse_args(argv)
     if args.cmd == "info":
         print(json.dumps(gemmt.build_info(), indent=2))
@@ -124,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "bench":
         from gemmt import bench as bench_mod
 
-        return bench_mod.run(args.suite, args.out, quick=args.quick, sections=args.sections)
+        return bench_mod.run(args.suite, args.out, quick=args.quick, sections=args.sections,
+                             tokens=args.tokens)
     return demo()
 
 

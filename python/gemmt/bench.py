@@ -389,8 +389,9 @@ def run_memory(out_dir: Path, quick: bool) -> list[dict[str, Any]]:
 
 
 def run(suite: str, out: str, quick: bool = False,
-        sections: str = "prefill,fp32,decode,fused,model") -> int:
-    """Entry point of ``python -m gemmt bench``."""
+        sections: str = "prefill,fp32,decode,fused,model", tokens: str = "512,2048,8192") -> int:
+    """Entry point of ``python -m gemmt bench``; ``sections`` and ``tokens`` (the prefill
+    section's token counts) apply to the linear suite."""
     if not torch.cuda.is_available():
         print("the benchmarks need a CUDA device")
         return 1
@@ -402,5 +403,5 @@ def run(suite: str, out: str, quick: bool = False,
     if suite in ("linear", "all"):
         from gemmt import bench_linear
 
-        return bench_linear.run(out_dir, quick, sections)
+        return bench_linear.run(out_dir, quick, sections, tokens)
     return 0

@@ -27,6 +27,7 @@ host overhead is excluded) after warm-up, alternating ours and the reference in 
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import statistics
 from pathlib import Path
@@ -136,10 +137,11 @@ def _product_record(case: str, tokens: int, fin: int, fout: int, dtype: torch.dt
                 rel_err_vs_torch=err)
 
 
-def run_prefill(quick: bool) -> list[dict[str, Any]]:
+def run_prefill(quick: bool, tokens: list[int] | None = None) -> list[dict[str, Any]]:
     layers = LAYERS[:2] if quick else LAYERS
     cases = [(dt, fin, fout, t, c) for dt in (torch.bfloat16, torch.float16)
-             for fin, fout in layers for t in TOKENS for c in ("fwd", "dgrad", "wgrad")]
+             for fin, fout in layers for t in (tokens or TOKENS)
+             for c in ("fwd", "dgrad", "wgrad")]
     out = []
     for dt, fin, fout, t, c in _progress(cases, "prefill"):
         out.append(_product_record(c, t, fin, fout, dt, 700.0))
@@ -275,14 +277,14 @@ def _gemmt_kernel_count(fn: Callable[[], object]) -> int:
                if e.device_type == torch.autograd.DeviceType.CUDA and "gemmt::" in e.name)
 
 
-def run_model(quick: bool) -> list[dict[str, Any]]:
-    try:
-        import transformers
-    except ImportError:
-        print("transformers missing: no model section")
-        return []
+def llama_pair(layers: int = 4) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """Two Llama-shaped models (hidden 4096, intermediate 11008, bf16, random weights from
+    seed 0, nothing downloaded) with the same weights: torch's Linears, and gemmt's
+    (``gemmt.nn.replace_linear``). Needs ``transformers``."""
+    import transformers
+
     cfg = transformers.LlamaConfig(hidden_size=4096, intermediate_size=11008,
-                                   num_hidden_layers=2 if quick else 4, num_attention_heads=32,
+                                   num_hidden_layers=layers, num_attention_heads=32,
                                    num_key_value_heads=32, vocab_size=32000,
                                    max_position_embeddings=4096)
     torch.manual_seed(0)
@@ -290,6 +292,15 @@ def run_model(quick: bool) -> list[dict[str, Any]]:
     ours = transformers.LlamaForCausalLM(cfg).to("cuda", torch.bfloat16)
     ours.load_state_dict(ref.state_dict())
     gemmt.nn.replace_linear(ours)
+    return ref, ours
+
+
+def run_model(quick: bool) -> list[dict[str, Any]]:
+    if importlib.util.find_spec("transformers") is None:
+        print("transformers missing: no model section")
+        return []
+    ref, ours = llama_pair(2 if quick else 4)
+    cfg = ref.config
     # Every projection runs through gemmt. (Logits can come out bit-equal to cuBLAS's where
     # both add each output's products over k in the same order; the kernel count below
     # shows that gemmt computed them.)
@@ -424,8 +435,10 @@ def _plot(records: list[dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def run(out_dir: Path, quick: bool = False, sections: str = ",".join(SECTIONS)) -> int:
-    """Entry point of ``python -m gemmt bench linear``."""
+def run(out_dir: Path, quick: bool = False, sections: str = ",".join(SECTIONS),
+        tokens: str = ",".join(map(str, TOKENS))) -> int:
+    """Entry point of ``python -m gemmt bench linear``; ``tokens``: the prefill section's token
+    counts (comma separated; the targets are stated for the default ones)."""
     wanted = [s for s in sections.split(",") if s]
     unknown = set(wanted) - set(SECTIONS)
     if unknown:
@@ -437,7 +450,7 @@ def run(out_dir: Path, quick: bool = False, sections: str = ",".join(SECTIONS)) 
     if "decode" in wanted:
         records += run_decode(quick, bw)
     if "prefill" in wanted:
-        records += run_prefill(quick)
+        records += run_prefill(quick, [int(t) for t in tokens.split(",") if t])
     if "fp32" in wanted:
         records += run_fp32(quick)
     if "fused" in wanted:
