@@ -5,7 +5,8 @@ Sections (``--sections``, comma separated; all by default):
 
 * ``prefill``: the products of a Llama-style layer's training step, bf16 and fp16, for
   (in, out) = (4096, 11008), (11008, 4096), (4096, 14336), (14336, 4096), (8192, 28672),
-  (28672, 8192), (4096, 32000), (4096, 128256) and 512 / 2048 / 8192 tokens, in the three
+  (28672, 8192), (4096, 32000), (4096, 128256) and 512 / 2048 / 8192 tokens (``--tokens``
+  picks others, e.g. 1024 for the training step's products), in the three
   layouts: forward ``x @ W.T`` (gemmt.linear vs F.linear), grad_input ``g @ W`` and
   grad_weight ``g.T @ x`` (gemmt.mm vs torch.matmul).
 * ``fp32``: the same shapes at 2048 tokens in float32 with TF32 off.
@@ -22,7 +23,9 @@ Sections (``--sections``, comma separated; all by default):
   (2 x 512 tokens), plus logits and gradients compared.
 
 Times are medians of CUDA-event timings of CUDA-graph replays (each replay many calls, so
-host overhead is excluded) after warm-up, alternating ours and the reference in rounds.
+host overhead is excluded) after warm-up, alternating ours and the reference in rounds. The
+fused backward (an autograd pass) is timed in alternating rounds of calls queued behind a
+sleep kernel, and the model's training step in alternating rounds of single steps.
 """
 
 from __future__ import annotations
