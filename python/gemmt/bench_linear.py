@@ -95,13 +95,7 @@ def _queued_ms(fn: Callable[[], object], calls: int = 4) -> float:
     work (the autograd engine's) runs ahead of the GPU and only the kernels are timed.
     """
     torch.cuda._sleep(2_000_000)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(calls):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / calls
+    return _events_ms(lambda: [fn() for _ in range(calls)]) / calls
 
 
 def _repeats(est_ms: float, target_ms: float = 3.0, cap: int = 40) -> int:
