@@ -21,30 +21,41 @@ inline unsigned int grid_1d(std::int64_t work, std::int64_t per_block,
   return static_cast<unsigned int>(blocks < 1 ? 1 : blocks);
 }
 
-// Number of SMs of the current device. The attribute query costs a driver round trip, so
-// the answer is cached per device ordinal; racing first callers both store the same value,
-// which is harmless.
-inline cudaError_t current_device_sm_count(int* sm_count) {
-  constexpr int kMaxCachedDevices = 64;
-  static std::atomic<int> cache[kMaxCachedDevices] = {};
+// Device ordinals below this keep their answers in the per-device caches of this file.
+constexpr int kMaxCachedDevices = 64;
+
+// A positive per-device answer asked of the driver once: `query(device, &value)` runs on the
+// current device's first call and its answer is kept in `cache` (a slot per ordinal); a
+// failed query or an answer below 1 is not kept. Racing first callers both store the same
+// value, which is harmless.
+template <typename Query>
+cudaError_t cached_per_device(std::atomic<int> (&cache)[kMaxCachedDevices], int* value,
+                              Query&& query) {
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
-  if (device >= 0 && device < kMaxCachedDevices) {
-    const int cached = cache[device].load(std::memory_order_relaxed);
-    if (cached > 0) {
-      *sm_count = cached;
+  const bool cacheable = device >= 0 && device < kMaxCachedDevices;
+  if (cacheable) {
+    const int known = cache[device].load(std::memory_order_relaxed);
+    if (known > 0) {
+      *value = known;
       return cudaSuccess;
     }
   }
-  int count = 0;
-  err = cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+  int answer = 0;
+  err = query(device, &answer);
   if (err != cudaSuccess) return err;
-  if (device >= 0 && device < kMaxCachedDevices) {
-    cache[device].store(count, std::memory_order_relaxed);
-  }
-  *sm_count = count;
+  if (cacheable && answer > 0) cache[device].store(answer, std::memory_order_relaxed);
+  *value = answer;
   return cudaSuccess;
+}
+
+// Number of SMs of the current device; the attribute query costs a driver round trip.
+inline cudaError_t current_device_sm_count(int* sm_count) {
+  static std::atomic<int> cache[kMaxCachedDevices] = {};
+  return cached_per_device(cache, sm_count, [](int device, int* count) {
+    return cudaDeviceGetAttribute(count, cudaDevAttrMultiProcessorCount, device);
+  });
 }
 
 // Raises the dynamic shared-memory limit of kKernel to `bytes`, with the driver call made
@@ -54,7 +65,6 @@ inline cudaError_t current_device_sm_count(int* sm_count) {
 // the same value, which is harmless.
 template <auto kKernel>
 cudaError_t allow_dynamic_smem(int bytes) {
-  constexpr int kMaxCachedDevices = 64;
   static std::atomic<int> granted[kMaxCachedDevices] = {};
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
@@ -67,30 +77,17 @@ cudaError_t allow_dynamic_smem(int bytes) {
 }
 
 // Blocks of kKernel (static shared memory only) that one SM holds at once with `threads`
-// threads each, cached per device like allow_dynamic_smem: a launcher that sizes a persistent
-// grid asks on every launch, and the answer never changes for a device's function object.
+// threads each, cached per device: a launcher that sizes a persistent grid asks on every
+// launch, and the answer never changes for a device's function object.
 template <auto kKernel>
 cudaError_t resident_blocks_per_sm(int threads, int* blocks) {
-  constexpr int kMaxCachedDevices = 64;
   static std::atomic<int> cache[kMaxCachedDevices] = {};
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  const bool cached = device >= 0 && device < kMaxCachedDevices;
-  if (cached) {
-    const int known = cache[device].load(std::memory_order_relaxed);
-    if (known > 0) {
-      *blocks = known;
-      return cudaSuccess;
-    }
-  }
-  int count = 0;
-  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kKernel, threads, 0);
-  if (err != cudaSuccess) return err;
-  if (count < 1) return cudaErrorInvalidConfiguration;
-  if (cached) cache[device].store(count, std::memory_order_relaxed);
-  *blocks = count;
-  return cudaSuccess;
+  return cached_per_device(cache, blocks, [threads](int, int* count) {
+    const cudaError_t err =
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(count, kKernel, threads, 0);
+    if (err != cudaSuccess) return err;
+    return *count < 1 ? cudaErrorInvalidConfiguration : cudaSuccess;
+  });
 }
 
 }  // namespace gemmt

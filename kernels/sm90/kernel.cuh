@@ -44,6 +44,7 @@
 #include "sm90/epilogue.cuh"
 #include "sm90/ptx.cuh"
 #include "sm90/scheduler.cuh"
+#include "sm90/trace.cuh"
 
 namespace gemmt {
 namespace {
@@ -161,6 +162,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int num_clusters = gridDim.x / kCluster;
   const int cluster_id = blockIdx.x / kCluster;
 
+  if ((threadIdx.x & 127) == 0) GEMMT_TRACE(0, 6);
   if (wg == 0) {
     setmaxnreg_dec<40>();
     if (warp_in_wg == 0 && lane == 0) {
@@ -172,9 +174,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int i = 0; unit_at<kStreamK>(i, p, cluster_id, num_clusters, w); ++i) {
         const int2 origin = tile_origin<kCluster, kBN>(w, rank);
         const int m0 = origin.x, n0 = origin.y;
+        GEMMT_TRACE(i, 0);
         for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
           // Parity trick: on the first lap the "previous" phase counts as complete.
           mbar_wait(empty_bar(stage), phase ^ 1u);
+          if (kb == w.kb_begin) GEMMT_TRACE(i, 1);
           const uint32_t fb = full_bar(stage);
           mbar_arrive_expect_tx(fb, p.stage_tx_bytes);
           const int k0 = kb * kBK;
@@ -217,6 +221,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             phase ^= 1u;
           }
         }
+        GEMMT_TRACE(i, 2);
       }
     }
     __syncwarp();
@@ -332,7 +337,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       uint32_t a_off[4] = {0, 0, 0, 0};
       if constexpr (kARegs) a_fragment_offsets(cw, warp_in_wg, lane, a_off);
       Unit w;
-      for (int i = 0; unit_at<kStreamK>(i, p, cluster_id, num_clusters, w); ++i) {
+      bool have = unit_at<kStreamK>(0, p, cluster_id, num_clusters, w);
+      for (int i = 0; have; ++i) {
         const int2 origin = tile_origin<kCluster, kBN>(w, rank);
         int prev_stage = 0;
         if constexpr (kARegs) {
@@ -352,8 +358,12 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
           }
         } else {
+          const bool stamp = (threadIdx.x & 127) == 0;
+          if (stamp) GEMMT_TRACE(i, 0);
           for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
             mbar_wait(full_bar(stage), phase);
+            if (stamp && kb == w.kb_begin) GEMMT_TRACE(i, 1);
+            if (stamp && kb == w.kb_begin + 4) GEMMT_TRACE(i, 5);
             const uint64_t da = make_desc(smem_a + stage * kABytes, kALbo, 1024) + cw * kAHalf;
             const uint64_t db = make_desc(smem_b + stage * kBBytes, kBLbo, 1024);
             wgmma_fence();
@@ -366,8 +376,17 @@ __global__ void __launch_bounds__(kThreads, 1)
             retire_previous(kb, w.kb_begin, prev_stage);
           }
         }
+        if ((threadIdx.x & 127) == 0) GEMMT_TRACE(i, 2);
+        // The next unit, found while the last group still runs: its integer divisions
+        // (tile_coords) took about 0.3 us between two tiles (phase stamps, H100).
+        Unit next;
+        const bool have_next = unit_at<kStreamK>(i + 1, p, cluster_id, num_clusters, next);
         wgmma_wait<0>();
         fence_accumulators(acc);
+        if ((threadIdx.x & 127) == 0) {
+          GEMMT_TRACE(i, 3);
+          GEMMT_TRACE_SET_UNIT(i);
+        }
         if (w.kb_end > w.kb_begin) release(prev_stage);
         if (kStreamK && w.role == Role::kSkGive) {
           sk_give(p, acc, sk_slot<kCluster>(cluster_id, rank), cw);
@@ -379,10 +398,14 @@ __global__ void __launch_bounds__(kThreads, 1)
           store_rows(acc, w, origin.x + cw * 64, origin.y);
         }
         fence_accumulators(acc);
+        if ((threadIdx.x & 127) == 0) GEMMT_TRACE(i, 4);
+        w = next;
+        have = have_next;
       }
     }
     // Shared memory must outlive the last TMA store's reads; global completion before exit.
     if (Cfg::kStagedStore && p.tma_store && (threadIdx.x & 127) == 0) bulk_wait_all();
+    if ((threadIdx.x & 127) == 0) GEMMT_TRACE(0, 7);
   }
   // No CTA may leave while its peer can still arrive on its barriers.
   if constexpr (kCluster > 1) cluster_sync();

@@ -29,34 +29,28 @@ using sm90::SplitPlan;
 // on the device (every instantiation has the same block size and one CTA per SM).
 template <typename Kernel>
 int max_pair_clusters(Kernel kernel, int sm_count) {
-  constexpr int kCacheSize = 64;
-  static std::atomic<int> cache[kCacheSize];
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return sm_count / 2;
-  }
-  if (device >= 0 && device < kCacheSize) {
-    const int cached = cache[device].load(std::memory_order_relaxed);
-    if (cached > 0) return cached;
-  }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(2 * (sm_count / 2 > 0 ? sm_count / 2 : 1));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = TileCfg<kBNWide>::kSmemBytes;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 2;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  static std::atomic<int> cache[kMaxCachedDevices] = {};
   int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess || clusters < 1) {
+  const cudaError_t err = cached_per_device(cache, &clusters, [&](int, int* count) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(2 * (sm_count / 2 > 0 ? sm_count / 2 : 1));
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = TileCfg<kBNWide>::kSmemBytes;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 2;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    const cudaError_t e = cudaOccupancyMaxActiveClusters(count, kernel, &cfg);
+    if (e != cudaSuccess) return e;
+    return *count < 1 ? cudaErrorInvalidConfiguration : cudaSuccess;
+  });
+  if (err != cudaSuccess) {
     (void)cudaGetLastError();
     return sm_count / 2;  // not cached: a later call may get a real answer
   }
-  if (device >= 0 && device < kCacheSize) cache[device].store(clusters, std::memory_order_relaxed);
   return clusters;
 }
 
