@@ -30,6 +30,15 @@ constexpr int kABytes = kBM * 128;  // 16 KB
 constexpr int kCBoxBytes = 64 * 128;
 constexpr int kCStageBytes = 2 * kCBoxBytes;
 
+// The wide tile's ring depth. An experiment build may set another: three stages (tile_phases,
+// H100) ran its main loop 9% slower at K = 4096, which rules out giving a stage to a
+// whole-tile output buffer.
+#if defined(GEMMT_SM90_WIDE_STAGES)
+constexpr int kWideStages = GEMMT_SM90_WIDE_STAGES;
+#else
+constexpr int kWideStages = 4;
+#endif
+
 // Three tile widths. The wide 128x256 tile is the fast one whenever C has columns to fill it
 // and enough tiles to fill the SMs evenly. For N <= 64 (tall-skinny products, the backward of
 // a narrow layer) three quarters of its wgmma work would be thrown away, and such products
@@ -47,7 +56,7 @@ constexpr int kCStageBytes = 2 * kCBoxBytes;
 template <int kBN>
 struct TileCfg {
   static_assert(kBN == 256 || kBN == 128 || kBN == 64, "tile widths: 256, 128 and 64");
-  static constexpr int kStages = kBN == 256 ? 4 : (kBN == 128 ? 6 : 8);
+  static constexpr int kStages = kBN == 256 ? kWideStages : (kBN == 128 ? 6 : 8);
   static constexpr int kBBytes = kBN * 128;  // 32, 16 or 8 KB
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kAcc = kBN / 2;  // fp32 accumulators per consumer thread
