@@ -132,17 +132,17 @@ __device__ __forceinline__ void staged_store_round(int cw, Fill fill, bool has_p
   const bool leader = (threadIdx.x & 127) == 0;
   const uint32_t bar_id = 1 + cw;  // 0 is __syncthreads
   if (leader) bulk_wait_read_all();
-  if (leader) GEMMT_TRACE_EPI(8);
+  GEMMT_TRACE_EPI(8);
   named_barrier_sync(bar_id, 128);
-  if (leader) GEMMT_TRACE_EPI(9);
+  GEMMT_TRACE_EPI(9);
   fill();
-  if (leader) GEMMT_TRACE_EPI(10);
+  GEMMT_TRACE_EPI(10);
   if (has_post) {
     named_barrier_sync(bar_id, 128);
     post();
   }
   fence_proxy_async_smem();
-  if (leader) GEMMT_TRACE_EPI(11);
+  GEMMT_TRACE_EPI(11);
   named_barrier_sync(bar_id, 128);
   if (leader) {
     GEMMT_TRACE_EPI(12);

@@ -23,6 +23,7 @@
 #include "gemmt/numeric.cuh"
 #include "plan/sm90_plan.h"
 #include "sm90/launchers.h"
+#include "sm90/tensor_map.h"
 
 namespace gemmt {
 namespace {
@@ -41,29 +42,6 @@ constexpr bool kKernelsBuilt = true;
 constexpr bool kKernelsBuilt = false;
 #endif
 
-// A driver entry point, fetched through the runtime so that nothing links libcuda; nullptr
-// when the driver does not have it.
-void* driver_entry_point(const char* name) {
-  void* ptr = nullptr;
-  cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
-#if CUDART_VERSION >= 12050
-  cudaError_t err = cudaGetDriverEntryPointByVersion(name, &ptr, 12000, cudaEnableDefault, &status);
-#else
-  cudaError_t err = cudaGetDriverEntryPoint(name, &ptr, cudaEnableDefault, &status);
-#endif
-  if (err != cudaSuccess || status != cudaDriverEntryPointSuccess) {
-    if (err != cudaSuccess) (void)cudaGetLastError();
-    return nullptr;
-  }
-  return ptr;
-}
-
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const auto fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(
-      driver_entry_point("cuTensorMapEncodeTiled"));
-  return fn;
-}
-
 // Tensor maps are encoded by the driver, which refuses to work for a thread that has no
 // current context (CUDA_ERROR_INVALID_CONTEXT). The runtime makes its primary context
 // current only at a thread's first runtime call that needs one, so a thread whose first CUDA
@@ -80,22 +58,6 @@ cudaError_t bind_current_context() {
   int device = 0;
   GEMMT_RETURN_IF_ERROR(cudaGetDevice(&device));
   return cudaSetDevice(device);
-}
-
-bool encode(CUtensorMap* map, const void* ptr, const MapShape& s, int kind) {
-  PFN_cuTensorMapEncodeTiled_v12000 fn = tensor_map_encoder();
-  if (fn == nullptr) return false;
-  const CUtensorMapDataType dtype = kind == kBF16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                    : kind == kF16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                   : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
-  const cuuint64_t dims[2] = {s.dims[0], s.dims[1]};
-  const cuuint64_t strides[1] = {s.stride_bytes};
-  const cuuint32_t box[2] = {s.box[0], s.box[1]};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = fn(map, dtype, 2, const_cast<void*>(ptr), dims, strides, box, elem_strides,
-                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS;
 }
 
 }  // namespace
@@ -118,13 +80,14 @@ cudaError_t run_planned(const Problem& pr, cudaStream_t stream, detail::Sm90Clus
   GEMMT_RETURN_IF_ERROR(bind_current_context());
   Maps maps;
   std::memset(&maps, 0, sizeof(maps));
-  if (!encode(&maps.a, args.a, plan.a, plan.kind) || !encode(&maps.b, args.b, plan.b, plan.kind)) {
+  if (!encode_map(&maps.a, args.a, plan.a, plan.kind) ||
+      !encode_map(&maps.b, args.b, plan.b, plan.kind)) {
     return cudaErrorNotSupported;
   }
   MapShape c_shape;
   const bool c_tma_ok = !split && store != detail::Sm90Store::kDirect &&
                         staged_store_possible(pr) && c_tma_shape(pr, &c_shape) &&
-                        encode(&maps.c, args.c, c_shape, plan.kind);
+                        encode_map(&maps.c, args.c, c_shape, plan.kind);
   // The kernel applies an epilogue only on the staged path (a split's reduction applies it).
   if (!args.epilogue.empty() && !split && !c_tma_ok) return cudaErrorNotSupported;
   const int64_t tiles_m128 = (args.m + kBM - 1) / kBM;

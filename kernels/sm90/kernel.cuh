@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int num_clusters = gridDim.x / kCluster;
   const int cluster_id = blockIdx.x / kCluster;
 
-  if ((threadIdx.x & 127) == 0) GEMMT_TRACE(0, 6);
+  GEMMT_TRACE(0, 6);
   if (wg == 0) {
     setmaxnreg_dec<40>();
     if (warp_in_wg == 0 && lane == 0) {
@@ -358,12 +358,11 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
           }
         } else {
-          const bool stamp = (threadIdx.x & 127) == 0;
-          if (stamp) GEMMT_TRACE(i, 0);
+          GEMMT_TRACE(i, 0);
           for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
             mbar_wait(full_bar(stage), phase);
-            if (stamp && kb == w.kb_begin) GEMMT_TRACE(i, 1);
-            if (stamp && kb == w.kb_begin + 4) GEMMT_TRACE(i, 5);
+            if (kb == w.kb_begin) GEMMT_TRACE(i, 1);
+            if (kb == w.kb_begin + 4) GEMMT_TRACE(i, 5);
             const uint64_t da = make_desc(smem_a + stage * kABytes, kALbo, 1024) + cw * kAHalf;
             const uint64_t db = make_desc(smem_b + stage * kBBytes, kBLbo, 1024);
             wgmma_fence();
@@ -376,17 +375,15 @@ __global__ void __launch_bounds__(kThreads, 1)
             retire_previous(kb, w.kb_begin, prev_stage);
           }
         }
-        if ((threadIdx.x & 127) == 0) GEMMT_TRACE(i, 2);
+        GEMMT_TRACE(i, 2);
         // The next unit, found while the last group still runs: its integer divisions
         // (tile_coords) took about 0.3 us between two tiles (phase stamps, H100).
         Unit next;
         const bool have_next = unit_at<kStreamK>(i + 1, p, cluster_id, num_clusters, next);
         wgmma_wait<0>();
         fence_accumulators(acc);
-        if ((threadIdx.x & 127) == 0) {
-          GEMMT_TRACE(i, 3);
-          GEMMT_TRACE_SET_UNIT(i);
-        }
+        GEMMT_TRACE(i, 3);
+        GEMMT_TRACE_SET_UNIT(i);
         if (w.kb_end > w.kb_begin) release(prev_stage);
         if (kStreamK && w.role == Role::kSkGive) {
           sk_give(p, acc, sk_slot<kCluster>(cluster_id, rank), cw);
@@ -398,14 +395,14 @@ __global__ void __launch_bounds__(kThreads, 1)
           store_rows(acc, w, origin.x + cw * 64, origin.y);
         }
         fence_accumulators(acc);
-        if ((threadIdx.x & 127) == 0) GEMMT_TRACE(i, 4);
+        GEMMT_TRACE(i, 4);
         w = next;
         have = have_next;
       }
     }
     // Shared memory must outlive the last TMA store's reads; global completion before exit.
     if (Cfg::kStagedStore && p.tma_store && (threadIdx.x & 127) == 0) bulk_wait_all();
-    if ((threadIdx.x & 127) == 0) GEMMT_TRACE(0, 7);
+    GEMMT_TRACE(0, 7);
   }
   // No CTA may leave while its peer can still arrive on its barriers.
   if constexpr (kCluster > 1) cluster_sync();

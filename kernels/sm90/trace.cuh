@@ -9,10 +9,10 @@ namespace gemmt {
 namespace {
 
 // Defined by benchmarks/experiments/tile_phases, which compiles its own instance of this
-// kernel: one thread per warpgroup records the SM clock at the phases of each of its first
-// kTraceUnits units (slots: see that program), so a tile's fixed cost can be split into the
-// ring restart, the main loop and the epilogue. Without GEMMT_SM90_TRACE the stamps are
-// empty statements and the kernel is unchanged.
+// kernel: the first thread of each warpgroup (the others return at once) records the SM clock at
+// the phases of each of its first kTraceUnits units (slots: see that program), so a tile's fixed
+// cost can be split into the ring restart, the main loop and the epilogue. Without GEMMT_SM90_TRACE
+// the stamps are empty statements and the kernel is unchanged.
 #if defined(GEMMT_SM90_TRACE)
 constexpr int kTraceUnits = 48;
 constexpr int kTraceSlots = 24;
@@ -21,7 +21,7 @@ __device__ unsigned long long* g_trace = nullptr;
 #if defined(GEMMT_SM90_TRACE) && defined(GEMMT_SM90_DEVICE_CODE)
 __device__ __forceinline__ void trace_stamp(int unit, int slot) {
   unsigned long long* t = g_trace;
-  if (t == nullptr || unit >= kTraceUnits) return;
+  if ((threadIdx.x & 127) != 0 || t == nullptr || unit >= kTraceUnits) return;
   // Slots 6 and 7 (the kernel's start and end) read the global timer, in ns and common to
   // all SMs; the others the SM's clock.
   unsigned long long now;
@@ -39,9 +39,11 @@ __device__ __forceinline__ int* trace_unit_of_warpgroup() {
   return &unit[threadIdx.x >> 7];
 }
 #define GEMMT_TRACE(unit, slot) trace_stamp(unit, slot)
-#define GEMMT_TRACE_SET_UNIT(unit) (*trace_unit_of_warpgroup() = (unit))
+#define GEMMT_TRACE_SET_UNIT(unit) \
+  ((threadIdx.x & 127) == 0 ? (void)(*trace_unit_of_warpgroup() = (unit)) : (void)0)
 // Staged-store rounds: slots 8.. for a unit's first round, 16.. for its second.
 __device__ __forceinline__ void trace_epilogue_stamp(int slot) {
+  if ((threadIdx.x & 127) != 0) return;
   const int unit = *trace_unit_of_warpgroup();
   unsigned long long* t = g_trace;
   if (t == nullptr || unit >= kTraceUnits) return;

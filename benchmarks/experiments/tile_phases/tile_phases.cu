@@ -23,8 +23,6 @@
 //   ./tile_phases [M N [--direct]]
 #define GEMMT_SM90_TRACE 1
 
-#include <cudaTypedefs.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -33,6 +31,7 @@
 #include <vector>
 
 #include "sm90/launch.cuh"
+#include "sm90/tensor_map.h"
 
 namespace {
 
@@ -51,25 +50,19 @@ using gemmt::sm90::Maps;
     }                                                                                 \
   } while (0)
 
-// A 2-D bf16 tensor map with the 128-byte swizzle: `inner` elements per row, rows `pitch`
+// A bf16 operand's tensor map (the launcher's encoder): `inner` elements per row, rows `pitch`
 // elements apart, boxes of box_inner x box_outer.
 CUtensorMap tensor_map(const void* ptr, uint64_t inner, uint64_t outer, uint64_t pitch,
                        uint32_t box_inner, uint32_t box_outer) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult q;
-  CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &q));
+  gemmt::sm90::MapShape shape;
+  shape.dims[0] = inner;
+  shape.dims[1] = outer;
+  shape.stride_bytes = pitch * 2;
+  shape.box[0] = box_inner;
+  shape.box[1] = box_outer;
   CUtensorMap map;
-  const cuuint64_t dims[2] = {inner, outer};
-  const cuuint64_t strides[1] = {pitch * 2};
-  const cuuint32_t box[2] = {box_inner, box_outer};
-  const cuuint32_t es[2] = {1, 1};
-  const CUresult r = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn)(
-      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(ptr), dims, strides, box, es,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    std::fprintf(stderr, "tensor map encoding failed (%d)\n", static_cast<int>(r));
+  if (!gemmt::sm90::encode_map(&map, ptr, shape, gemmt::kBF16)) {
+    std::fprintf(stderr, "tensor map encoding failed\n");
     std::exit(1);
   }
   return map;
