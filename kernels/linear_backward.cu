@@ -32,8 +32,14 @@
 namespace gemmt {
 namespace {
 
+// An experiment build may set another block shape, of the same 256 threads
+// (benchmarks/experiments/act_backward_layout/).
+#if defined(GEMMT_ACT_BACKWARD_COL_THREADS)
+constexpr int kColThreads = GEMMT_ACT_BACKWARD_COL_THREADS;
+#else
 constexpr int kColThreads = 32;
-constexpr int kRowThreads = 8;
+#endif
+constexpr int kRowThreads = 256 / kColThreads;
 constexpr int kBlockThreads = kColThreads * kRowThreads;
 // No GPU holds more than 2048 threads per SM, so no more than this many blocks: the bound the
 // workspace is sized for before the launch asks the occupancy of its kernel.

@@ -107,6 +107,11 @@ __device__ __forceinline__ void tma_load_multicast(uint32_t dst, const CUtensorM
       : "memory");
 }
 
+// Asks for the line holding p to be brought into L1, without a register to receive it.
+__device__ __forceinline__ void prefetch_l1(const void* p) {
+  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
+}
+
 template <int N>
 __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
