@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 import torch
+import torch.nn.functional as F
 
 import gemmt
 
@@ -20,6 +21,16 @@ VARIANTS = ["naive", "smem_tiled", "register_blocked", "warp_tiled", "pipelined"
 # rows, so tf32 reads A through registers in place ("tt") and runs "nn" as C^T = B^T A^T.
 SHAPES = [(1, 1, 1), (7, 9, 5), (33, 17, 65), (129, 257, 65), (64, 48, 2049), (2056, 24, 40),
           (96, 136, 72)]
+
+
+ACTIVATIONS = {"none": lambda z: z, "relu": torch.relu, "gelu": F.gelu,
+               "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"), "silu": F.silu}
+# (2048, 4096, 256): wide tiles, the epilogue in the fill (even n, aligned bias); (2048, 1030,
+# 256): the same with an edge round through the post pass; (2048, 1029, 256): an odd n, the
+# post pass throughout; (100, 4096, 8192): one row of narrow tiles in two k-slices, the
+# reduction applying the epilogue.
+LINEAR_SHAPES = [((2048, 4096, 256), tuple(ACTIVATIONS)), ((2048, 1030, 256), ("gelu_tanh",)),
+                 ((2048, 1029, 256), ("silu",)), ((100, 4096, 8192), ("gelu_tanh",))]
 
 
 def cuda(t: torch.Tensor) -> torch.Tensor:
@@ -117,9 +128,41 @@ def main() -> int:
         vol = cuda(hvol)[1:].view(h, w)
         ref = (hvol[1:].view(h, w).double() / 4095.0).float()
         bad += not torch.equal(gemmt.normalize_volume(vol, 4095.0).cpu(), ref)
+    bad += linear_workload()
     torch.cuda.synchronize()
     print(f"sanitize workload finished, {bad} wrong results")
     return 1 if bad else 0
+
+
+def linear_workload() -> int:
+    """The Linear op's fused forward (with and without the pre-activation output) and its
+    backward's activation pass, in bf16 and fp16; returns the number of wrong results."""
+    bad = 0
+    for dtype in (torch.bfloat16, torch.float16):
+        for (m, n, k), acts in LINEAR_SHAPES:
+            hx, hw, hb = (torch.randn(*s).to(dtype) for s in ((m, k), (n, k), (n,)))
+            x, w, b = cuda(hx), cuda(hw), cuda(hb)
+            pre = hx.double() @ hw.double().t() + hb.double()
+            for act in acts:
+                err = rel(gemmt.linear(x, w, b, act), ACTIVATIONS[act](pre))
+                if err > 1e-2:
+                    print(f"BAD linear {dtype} {m}x{n}x{k} {act}: {err:.2e}")
+                    bad += 1
+            y, saved = torch.ops.gemmt.linear_with_preact(x, w, b, acts[0])
+            err = max(rel(y, ACTIVATIONS[acts[0]](pre)), rel(saved, pre))
+            if err > 1e-2:
+                print(f"BAD linear_with_preact {dtype} {m}x{n}x{k} {acts[0]}: {err:.2e}")
+                bad += 1
+        hg, hz = torch.randn(2048, 1030).to(dtype), torch.randn(2048, 1030).to(dtype)
+        for act in ("gelu_tanh", "silu"):
+            z = hz.double().requires_grad_()
+            ACTIVATIONS[act](z).backward(hg.double())
+            gp, gb = torch.ops.gemmt.linear_activation_backward(cuda(hg), cuda(hz), act, True)
+            err = max(rel(gp, z.grad), rel(gb, z.grad.sum(0)))
+            if err > 1e-2:
+                print(f"BAD linear_activation_backward {dtype} {act}: {err:.2e}")
+                bad += 1
+    return bad
 
 
 if __name__ == "__main__":

@@ -406,3 +406,19 @@ def test_sm90_stream_k_not_under_two_waves() -> None:
     for m in (128, 256, 512):
         for n in (11008, 14336):
             assert not sm90(m, n, 4096, b_layout="col")["stream_k"], (m, n)
+
+
+def test_sm90_narrow_slices_stream_a_weight_for_one_row_of_tiles() -> None:
+    # 65-128 tokens against a weight from DRAM that fits twice over in 64-wide tiles: the
+    # narrow tile in two k-slices, so that every SM streams the weight.
+    for m, n, k in [(128, 4096, 11008), (128, 4096, 14336), (65, 4096, 11008)]:
+        p = sm90(m, n, k, b_layout="col")
+        assert (p["tile_n"], p["splits"], p["c_trans"]) == (64, 2, False), (m, n, k, p)
+        assert sm90(m, n, k, b_layout="col", bias=True)["splits"] == 2
+    # Not with two rows of tiles, a weight that L2 holds, too many narrow tiles, or tf32.
+    assert sm90(256, 4096, 11008, b_layout="col")["tile_n"] != 64
+    assert not (sm90(128, 4096, 4096, b_layout="col")["tile_n"] == 64
+                and sm90(128, 4096, 4096, b_layout="col")["splits"] == 2)
+    assert sm90(128, 11008, 4096, b_layout="col")["tile_n"] == 128
+    tf32 = sm90(128, 4096, 11008, dtype="float32", allow_tf32=True, b_layout="col")
+    assert not (tf32["tile_n"] == 64 and tf32["splits"] == 2)

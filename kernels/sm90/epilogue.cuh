@@ -152,6 +152,21 @@ __device__ __forceinline__ void staged_store_round(int cw, Fill fill, bool has_p
   }
 }
 
+// Two 16-bit values packed in a word, as floats.
+template <typename T>
+__device__ __forceinline__ void unpack_pair(uint32_t w, float& lo, float& hi) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    lo = __uint_as_float(w << 16);
+    hi = __uint_as_float(w & 0xffff0000u);
+  } else {
+    __half2 h;
+    memcpy(&h, &w, 4);
+    const float2 v = __half22float2(h);
+    lo = v.x;
+    hi = v.y;
+  }
+}
+
 // A 16-byte chunk as 16 / sizeof(T) floats, and back (rounded to nearest even).
 template <typename T>
 __device__ __forceinline__ void unpack_chunk(const uint4& c, float (&f)[16 / sizeof(T)]) {
@@ -160,15 +175,8 @@ __device__ __forceinline__ void unpack_chunk(const uint4& c, float (&f)[16 / siz
   for (int i = 0; i < 4; ++i) {
     if constexpr (sizeof(T) == 4) {
       f[i] = __uint_as_float(w[i]);
-    } else if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-      f[2 * i] = __uint_as_float(w[i] << 16);
-      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
     } else {
-      __half2 h;
-      memcpy(&h, &w[i], 4);
-      const float2 v = __half22float2(h);
-      f[2 * i] = v.x;
-      f[2 * i + 1] = v.y;
+      unpack_pair<T>(w[i], f[2 * i], f[2 * i + 1]);
     }
   }
 }
@@ -385,6 +393,42 @@ __device__ __forceinline__ bool has_post_pass(const EpilogueParams& e) {
   return e.active;
 }
 
+// Whether the staged store of a block applies the epilogue in its fill (store_block_tma)
+// instead of in a post pass over the filled buffer. The post pass reads the buffer back,
+// converts, and writes it again after a barrier; on the wide tile, whose two warpgroups
+// both wait for the epilogue while the tensor cores idle, that cost 1.5 us a round with
+// bias and gelu_tanh (phase stamps, H100). In the fill, each thread's 64 accumulators of a
+// round are independent work. Taken for bf16 wide tiles with no pre-activation output (its
+// 16-byte stores need the post pass's layout), beta == 0, a per-column bias aligned for pair
+// loads and an even n, and an activation with an inline form (not the erf GELU). (fp16
+// keeps the post pass: with this fill its single-CTA wide instances spilled 20 bytes.)
+constexpr int kFillPlain = -1;
+
+template <typename T, int kAcc>
+__device__ __forceinline__ bool fill_epilogue(const Params& p) {
+  if constexpr (!std::is_same<T, __nv_bfloat16>::value || kAcc != 128) {
+    return false;
+  } else {
+    const EpilogueParams& e = p.epi;
+    return e.active && e.preact == nullptr && !e.bias_per_row && p.beta == 0.f &&
+           e.act != Activation::kGelu && p.n % 2 == 0 &&
+           (reinterpret_cast<uintptr_t>(e.bias) & 3u) == 0;
+  }
+}
+
+// The bias columns of a tile, asked into L1 when its main loop starts, so that the
+// epilogue's bias loads (fill or post pass) find them there tens of microseconds later.
+template <typename T, int kBN>
+__device__ __forceinline__ void prefetch_tile_bias(const Params& p, int n0) {
+  constexpr int kLineCols = 128 / static_cast<int>(sizeof(T));
+  constexpr int kLines = kBN / kLineCols;
+  const T* bias = static_cast<const T*>(p.epi.bias);
+  const int i = threadIdx.x & 127;
+  if (bias != nullptr && !p.epi.bias_per_row && i < kLines && n0 + i * kLineCols < p.n) {
+    prefetch_l1(bias + n0 + i * kLineCols);
+  }
+}
+
 // A wide or medium tile's block (2 * kAcc columns) through shared memory: each round fills
 // two 128B-swizzled 64-row boxes of the warpgroup's staging buffer, which TMA writes out,
 // clipping the edges.
@@ -418,12 +462,27 @@ __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorM
   // per column pair, it put a branch between every two stores and cut the fill into 64
   // basic blocks, which ran at a fraction of the issue rate (phase stamps on the H100:
   // about 0.8 us of the wide tile's 2.9 us epilogue went to the two fills).
-  auto fill_round = [&](int rd, auto beta_tag) {
+  //
+  // kAct (an Activation, or kFillPlain): the bias and the activation applied right here, on
+  // the accumulators, where 64 independent values a thread keep the arithmetic at its issue
+  // rate and no barrier or second pass over shared memory is needed (see fill_epilogue).
+  const T* const bias = static_cast<const T*>(p.epi.bias);
+  auto fill_round = [&](int rd, auto beta_tag, auto act_tag) {
     constexpr bool kBeta = decltype(beta_tag)::value;
+    constexpr int kAct = decltype(act_tag)::value;
 #pragma unroll
     for (int jj = 0; jj < kGroupsPerRound; ++jj) {
       const int j = rd * kGroupsPerRound + jj;
       const uint32_t off = chunk_offset(jj);
+      float bias_pair[2] = {0.f, 0.f};
+      if constexpr (kAct != kFillPlain) {
+        // The pair's two bias values in one 4-byte load (an even column of an even-width C).
+        uint32_t raw = 0u;
+        if (bias != nullptr) {
+          raw = __ldg(reinterpret_cast<const unsigned int*>(bias + n0 + 8 * j + 2 * t));
+        }
+        if constexpr (kElt == 2) unpack_pair<T>(raw, bias_pair[0], bias_pair[1]);
+      }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float v0 = acc[4 * j + 2 * h] * p.alpha;
@@ -437,6 +496,10 @@ __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorM
             if (gc + 1 < p.n) v1 += p.beta * to_float(*(src + 1));
           }
         }
+        if constexpr (kAct != kFillPlain) {
+          v0 = post_activation<kAct>(Activation::kNone, v0 + bias_pair[0]);
+          v1 = post_activation<kAct>(Activation::kNone, v1 + bias_pair[1]);
+        }
         const uint32_t addr = row_base[h] + off;
         if constexpr (kElt == 4) {
           st_shared_v2_f32(addr, v0, v1);
@@ -446,13 +509,28 @@ __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorM
       }
     }
   };
+  const bool epi_in_fill = fill_epilogue<T, kAcc>(p);
+  using Plain = std::integral_constant<int, kFillPlain>;
 #pragma unroll
   for (int rd = 0; rd < kRounds; ++rd) {
+    // Rounds whose columns all lie in C; an edge round leaves its epilogue to the post pass,
+    // whose loads are checked.
+    const bool in_fill = epi_in_fill && n0 + (rd + 1) * kRoundCols <= p.n;
     auto fill = [&] {
-      if (p.beta != 0.f) {
-        fill_round(rd, std::true_type{});
+      if (in_fill) {
+        if constexpr (std::is_same<T, __nv_bfloat16>::value && kAcc == 128) {  // as fill_epilogue
+          with_activation(p.epi.act, [&](auto a) {
+            constexpr Activation kA = decltype(a)::value;
+            if constexpr (kA != Activation::kGelu) {  // refused by fill_epilogue too
+              fill_round(rd, std::false_type{},
+                         std::integral_constant<int, static_cast<int>(kA)>{});
+            }
+          });
+        }
+      } else if (p.beta != 0.f) {
+        fill_round(rd, std::true_type{}, Plain{});
       } else {
-        fill_round(rd, std::false_type{});
+        fill_round(rd, std::false_type{}, Plain{});
       }
     };
     auto issue = [&] {
@@ -466,7 +544,7 @@ __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorM
     const int cbase = n0 + rd * kRoundCols;
     const PostBias<T> pb(p.epi, cbase, p.n);
     auto post = [&] { epilogue_post_round<T>(p.epi, pb, buf, row0, cbase, p.m, p.n); };
-    staged_store_round(cw, fill, has_post_pass(p.epi), post, issue);
+    staged_store_round(cw, fill, has_post_pass(p.epi) && !in_fill, post, issue);
   }
 }
 

@@ -341,6 +341,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int i = 0; have; ++i) {
         const int2 origin = tile_origin<kCluster, kBN>(w, rank);
         int prev_stage = 0;
+        if (p.epi.active && !p.c_trans) prefetch_tile_bias<T, kBN>(p, origin.y);
         if constexpr (kARegs) {
           // The fragments of k-block kb are loaded while the group of kb - 1 still reads its
           // own, so two register sets alternate and the loop runs two k-blocks per trip.

@@ -724,7 +724,7 @@ void run_decode_sweep(Ctx& ctx) {
   };
   const Weight weights[] = {{4096, 11008}, {11008, 4096}, {4096, 14336}, {14336, 4096},
                             {8192, 28672}, {28672, 8192}, {4096, 32000}, {4096, 4096}};
-  const int64_t tokens[] = {2, 16, 64, 128, 256};
+  const int64_t tokens[] = {2, 16, 64, 128, 192, 256};
   const DtypeInfo& dt = kDtypes[0];  // bf16
   std::printf("\nDecode sweep (bf16 x @ W^T, W from DRAM, median of 20):\n");
   for (const Weight& w : weights) {
@@ -768,8 +768,13 @@ void run_decode_sweep(Ctx& ctx) {
                                 {Sm90Orientation::kAsGiven, 0, 0, "given"},
                                 {Sm90Orientation::kAsGiven, 64, 1, "given"},
                                 {Sm90Orientation::kAsGiven, 64, 2, "given"},
+                                {Sm90Orientation::kAsGiven, 64, 3, "given"},
+                                {Sm90Orientation::kAsGiven, 64, 4, "given"},
                                 {Sm90Orientation::kAsGiven, 128, 0, "given"},
                                 {Sm90Orientation::kAsGiven, 128, 1, "given"},
+                                {Sm90Orientation::kAsGiven, 128, 2, "given"},
+                                {Sm90Orientation::kAsGiven, 256, 1, "given"},
+                                {Sm90Orientation::kAsGiven, 256, 2, "given"},
                                 {Sm90Orientation::kAsGiven, 256, 0, "given"},
                                 {Sm90Orientation::kSwapped, 0, 0, "swapped"},
                                 {Sm90Orientation::kSwapped, 0, 1, "swapped"},

@@ -15,6 +15,7 @@
 #include <functional>
 #include <vector>
 
+#include "../../../tests/cuda/bench_util.cuh"
 #include "gemmt/activation.h"
 #include "gemmt/types.h"
 
@@ -31,24 +32,24 @@ DECLARE_VARIANT(256)
 
 using namespace gemmt;
 
-#define CHECK(x)                                                                     \
-  do {                                                                               \
-    cudaError_t e_ = (x);                                                            \
-    if (e_ != cudaSuccess) {                                                         \
-      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
+#define CHECK(x) gemmt_bench::check((x), #x)
 
-__global__ void fill_random(__nv_bfloat16* p, int64_t n, uint32_t seed) {
+// Random bf16 values in [-3, 3): the shared float fill, scaled and rounded.
+__global__ void to_bf16(const float* src, __nv_bfloat16* dst, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    p[i] = __float2bfloat16((static_cast<float>(h & 0xffffff) / 16777216.f - 0.5f) * 6.f);
+    dst[i] = __float2bfloat16(3.f * src[i]);
   }
+}
+
+static void fill_random_bf16(__nv_bfloat16* p, int64_t n, uint32_t seed) {
+  float* tmp = nullptr;
+  CHECK(cudaMalloc(&tmp, n * sizeof(float)));
+  gemmt_bench::fill_random<<<1024, 256>>>(tmp, n, seed);
+  to_bf16<<<1024, 256>>>(tmp, p, n);
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  CHECK(cudaFree(tmp));
 }
 
 // The ceiling: grad * (z > 0) over flat 16-byte packs, four packs in flight per thread.
@@ -83,24 +84,14 @@ __global__ void flat_relu_backward(const uint4* g, const uint4* z, uint4* out, i
   }
 }
 
+// Median microseconds of 30 timed calls after three warm-ups (tests/cuda/bench_util.cuh).
 static float median_us(const std::function<void()>& fn) {
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) fn();
-  CHECK(cudaDeviceSynchronize());
-  std::vector<float> t;
-  for (int i = 0; i < 30; ++i) {
-    CHECK(cudaEventRecord(a));
-    fn();
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms * 1e3f);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return static_cast<float>(1e3 * gemmt_bench::median_ms(
+                                      [&] {
+                                        fn();
+                                        return cudaGetLastError();
+                                      },
+                                      30));
 }
 
 using RunFn = cudaError_t (*)(ScalarType, int64_t, int64_t, const void*, const void*, Activation,
@@ -142,9 +133,8 @@ int main() {
     CHECK(cudaMalloc(&ref, n * 2));
     CHECK(cudaMalloc(&bias, cols * 2));
     CHECK(cudaMalloc(&bias_ref, cols * 2));
-    fill_random<<<1024, 256>>>(g, n, 1u);
-    fill_random<<<1024, 256>>>(z, n, 2u);
-    CHECK(cudaGetLastError());
+    fill_random_bf16(g, n, 1u);
+    fill_random_bf16(z, n, 2u);
     std::size_t ws_bytes = 0;
     for (const auto& v : variants)
       ws_bytes = std::max(ws_bytes, v.ws(ScalarType::kBFloat16, rows, cols, sms));
