@@ -16,11 +16,14 @@
 // output (the post pass runs between the fill and the proxy fence). With --direct each
 // shape also runs with the register-to-global store (Params::tma_store = 0), and K = 1024
 // on a grid for half the SMs (does the store slow down with every SM storing at once?).
+// With --stream-k each shape runs as the launcher spreads it (SkSpread::kAuto: the last
+// waves' k-blocks in one range per cluster) beside whole tiles, with a breakdown by unit
+// index (a stream-k piece's epilogue holds the taker's wait for its givers).
 //
 // Build and run (sm_90a): the CMake target tile_phases (-DGEMMT_BUILD_SELFTESTS=ON), or
 //   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -DGEMMT_HAS_SM90A -Iinclude \
 //     -Ikernels benchmarks/experiments/tile_phases/tile_phases.cu -o tile_phases
-//   ./tile_phases [M N [--direct]]
+//   ./tile_phases [M N [--direct | --stream-k]]
 #define GEMMT_SM90_TRACE 1
 
 #include <algorithm>
@@ -83,8 +86,10 @@ double percentile(std::vector<double> v, double q) {
 // grid_sms: the SM count the launch sizes its grid for (fewer than the device's: a
 // half-size grid shows whether the store's time depends on how many SMs store at once).
 // epi_kind: 0 none, 1 bias + gelu_tanh, 2 the same and the pre-activation output.
+// sk_ws: the stream-k workspace (nullptr: whole tiles only).
 void run_shape(int m, int n, int k, const void* a, const void* b, void* c, int sms, bool tma,
-               int grid_sms, int epi_kind = 0, const void* bias = nullptr, void* preact = nullptr) {
+               int grid_sms, int epi_kind = 0, const void* bias = nullptr, void* preact = nullptr,
+               float* sk_ws = nullptr) {
   Maps maps;
   std::memset(&maps, 0, sizeof(maps));
   maps.a = tensor_map(a, k, m, k, 64, 128);
@@ -118,9 +123,10 @@ void run_shape(int m, int n, int k, const void* a, const void* b, void* c, int s
       p.epi.ld_preact = n;
     }
   }
+  p.partial = sk_ws;
+  const gemmt::SkSpread spread = sk_ws != nullptr ? gemmt::SkSpread::kAuto : gemmt::SkSpread::kOff;
   auto launch = [&] {
-    CHECK((gemmt::launch<gemmt::kBF16, false, false, 2, kBNWide>(maps, p, grid_sms,
-                                                                 gemmt::SkSpread::kOff, 0)));
+    CHECK((gemmt::launch<gemmt::kBF16, false, false, 2, kBNWide>(maps, p, grid_sms, spread, 0)));
   };
 
   // Untraced time: median of 30 launches between events.
@@ -165,6 +171,7 @@ void run_shape(int m, int n, int k, const void* a, const void* b, void* c, int s
   std::vector<double> sub[2][6], after_rounds;
   std::vector<double> ghz, restart, refill, mainloop, drain, epi, gap, per_kb, prod_wait,
       start_skew, tail, units_per_cta;
+  std::vector<double> by_unit_loop[kTraceUnits], by_unit_epi[kTraceUnits];
   unsigned long long g_first = ~0ull, g_last = 0;
   for (int cta = 0; cta < ctas; ++cta) {
     for (int wg = 1; wg <= 2; ++wg) {
@@ -192,6 +199,8 @@ void run_shape(int m, int n, int k, const void* a, const void* b, void* c, int s
         drain.push_back(at(cta, wg, u, 3) - at(cta, wg, u, 2));
         epi.push_back(at(cta, wg, u, 4) - at(cta, wg, u, 3));
         per_kb.push_back(static_cast<double>(at(cta, wg, u, 3) - at(cta, wg, u, 1)) / p.num_kb);
+        by_unit_loop[u].push_back(at(cta, wg, u, 2) - at(cta, wg, u, 1));
+        by_unit_epi[u].push_back(at(cta, wg, u, 4) - at(cta, wg, u, 3));
         if (u + 1 < units) gap.push_back(at(cta, wg, u + 1, 0) - at(cta, wg, u, 4));
         if (tma && at(cta, wg, u, 21) != 0) {
           unsigned long long prev = at(cta, wg, u, 3);
@@ -239,6 +248,18 @@ void run_shape(int m, int n, int k, const void* a, const void* b, void* c, int s
         "rate: %.3f)\n",
         us(refill), 4 * us(per_kb));
   }
+  if (sk_ws != nullptr) {
+    // Stream-k pieces are shorter than a tile, so the per-k-block figure below is not theirs.
+    std::printf(
+        "stream-k (the launcher's kAuto spread); by unit index (median us over the "
+        "warpgroups that have it):\n");
+    for (int u = 0; u < kTraceUnits && !by_unit_loop[u].empty(); ++u) {
+      std::printf(
+          "  unit %d: %zu warpgroups, main loop %.3f (max %.3f), epilogue %.3f (max %.3f)\n", u,
+          by_unit_loop[u].size(), us(by_unit_loop[u]), percentile(by_unit_loop[u], 1.0) / f,
+          us(by_unit_epi[u]), percentile(by_unit_epi[u], 1.0) / f);
+    }
+  }
   std::printf("per k-block (first stage full -> accumulators complete): %.3f us\n", us(per_kb));
   std::printf("fixed per unit (restart + drain - one k-block + epilogue + gap): %.3f us\n",
               us(restart) + us(drain) - us(per_kb) + us(epi) + us(gap));
@@ -273,6 +294,7 @@ int main(int argc, char** argv) {
   const int kmax = 4096;
   // --direct: also the register-to-global store, and a half-size grid at K = 1024.
   const bool direct = argc > 3 && std::strcmp(argv[3], "--direct") == 0;
+  const bool stream_k = argc > 3 && std::strcmp(argv[3], "--stream-k") == 0;
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   auto upload = [&](size_t count) {
@@ -290,8 +312,14 @@ int main(int argc, char** argv) {
   void* preact = nullptr;
   CHECK(cudaMalloc(&preact, static_cast<size_t>(m) * n * 2));
   void* bias = upload(static_cast<size_t>(n));
+  float* sk_ws = nullptr;
+  if (stream_k) {  // one 128 x 256 float32 slot per CTA, then two flags per slot
+    const size_t slots = static_cast<size_t>(sms);
+    CHECK(cudaMalloc(&sk_ws, slots * 128 * kBNWide * sizeof(float) + slots * 2 * sizeof(int)));
+  }
   for (int k : {512, 1024, 2048, 4096}) {
     run_shape(m, n, k, a, b, c, sms, true, sms);
+    if (stream_k) run_shape(m, n, k, a, b, c, sms, true, sms, 0, nullptr, nullptr, sk_ws);
     if (direct) run_shape(m, n, k, a, b, c, sms, false, sms);
     if (direct && k == 1024) run_shape(m, n, k, a, b, c, sms, true, sms / 2);
   }
