@@ -398,21 +398,28 @@ __device__ __forceinline__ bool has_post_pass(const EpilogueParams& e) {
 // converts, and writes it again after a barrier; on the wide tile, whose two warpgroups
 // both wait for the epilogue while the tensor cores idle, that cost 1.5 us a round with
 // bias and gelu_tanh (phase stamps, H100). In the fill, each thread's 64 accumulators of a
-// round are independent work. Taken for bf16 wide tiles with no pre-activation output (its
+// round are independent work. Taken for 16-bit wide tiles with no pre-activation output (its
 // 16-byte stores need the post pass's layout), beta == 0, a per-column bias aligned for pair
-// loads and an even n, and an activation with an inline form (not the erf GELU). (fp16
-// keeps the post pass: with this fill its single-CTA wide instances spilled 20 bytes.)
+// loads and an even n, and an activation fill_takes names.
 constexpr int kFillPlain = -1;
+
+// The activations the fill applies: for bf16 every one with an inline form (not the erf
+// GELU); for fp16 gelu_tanh and silu. (With all four, fp16's single-CTA wide instances
+// spilled 20 bytes; bias alone and ReLU keep the post pass there.)
+template <typename T>
+__host__ __device__ constexpr bool fill_takes(Activation a) {
+  return a != Activation::kGelu && (std::is_same<T, __nv_bfloat16>::value ||
+                                    a == Activation::kGeluTanh || a == Activation::kSilu);
+}
 
 template <typename T, int kAcc>
 __device__ __forceinline__ bool fill_epilogue(const Params& p) {
-  if constexpr (!std::is_same<T, __nv_bfloat16>::value || kAcc != 128) {
+  if constexpr (sizeof(T) != 2 || kAcc != 128) {
     return false;
   } else {
     const EpilogueParams& e = p.epi;
     return e.active && e.preact == nullptr && !e.bias_per_row && p.beta == 0.f &&
-           e.act != Activation::kGelu && p.n % 2 == 0 &&
-           (reinterpret_cast<uintptr_t>(e.bias) & 3u) == 0;
+           fill_takes<T>(e.act) && p.n % 2 == 0 && (reinterpret_cast<uintptr_t>(e.bias) & 3u) == 0;
   }
 }
 
@@ -518,10 +525,10 @@ __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorM
     const bool in_fill = epi_in_fill && n0 + (rd + 1) * kRoundCols <= p.n;
     auto fill = [&] {
       if (in_fill) {
-        if constexpr (std::is_same<T, __nv_bfloat16>::value && kAcc == 128) {  // as fill_epilogue
+        if constexpr (kElt == 2 && kAcc == 128) {  // as fill_epilogue
           with_activation(p.epi.act, [&](auto a) {
             constexpr Activation kA = decltype(a)::value;
-            if constexpr (kA != Activation::kGelu) {  // refused by fill_epilogue too
+            if constexpr (fill_takes<T>(kA)) {
               fill_round(rd, std::false_type{},
                          std::integral_constant<int, static_cast<int>(kA)>{});
             }
