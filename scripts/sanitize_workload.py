@@ -30,7 +30,8 @@ ACTIVATIONS = {"none": lambda z: z, "relu": torch.relu, "gelu": F.gelu,
 # post pass throughout; (100, 4096, 8192): one row of narrow tiles in two k-slices, the
 # reduction applying the epilogue.
 LINEAR_SHAPES = [((2048, 4096, 256), tuple(ACTIVATIONS)), ((2048, 1030, 256), ("gelu_tanh",)),
-                 ((2048, 1029, 256), ("silu",)), ((100, 4096, 8192), ("gelu_tanh",))]
+                 ((2048, 1029, 256), ("silu",)), ((100, 4096, 8192), ("gelu_tanh",)),
+                 ((512, 5000, 1000), ("gelu_tanh", "relu", "silu"))]
 
 
 def cuda(t: torch.Tensor) -> torch.Tensor:

@@ -304,7 +304,7 @@ def test_sm90_every_supported_problem_has_a_plan_the_launcher_accepts() -> None:
         assert p["planned"], (dtype, m, n, k, al, bl, off)
         assert p["splits"] * p["kb_per_split"] >= p["k_blocks"]
         assert (p["splits"] - 1) * p["kb_per_split"] < p["k_blocks"]
-        assert p["tile_n"] in (64, 128, 256)
+        assert p["tile_n"] in ((64, 128, 256) if dtype == "float32" else (64, 128, 192, 256))
         assert sm90(m, n, k, dtype=dtype, a_layout=al, b_layout=bl, offsets=off,
                     allow_tf32=dtype == "float32") == p
     assert count > 100
@@ -335,7 +335,7 @@ def test_sm90_swap_rule_limits() -> None:
         p = sm90(m, n, k, b_layout="col", bias=True)
         assert p["supported"], (m, n, k)
         assert not p["c_trans"] or p["splits"] > 1, (m, n, k, p)
-        assert p["tile_n"] in (128, 256) or p["splits"] > 1, (m, n, k, p)
+        assert p["tile_n"] in (128, 192, 256) or p["splits"] > 1, (m, n, k, p)
 
 
 def test_sm90_boxes_stop_at_the_operand() -> None:
@@ -372,12 +372,40 @@ def test_sm90_medium_tile_where_wide_tiles_fill_the_sms_unevenly() -> None:
         sm90(512, 11008, 4096, b_layout="col")["splits"] > 1
     for s in (4096, 8192):
         assert sm90(s, s, s)["tile_n"] == 256
-    for bn in (64, 128, 256):
+    for bn in (64, 128, 192, 256):
         p = sm90(1000, 1000, 1000, tile_n=bn)
         assert p["tile_n"] == bn and p["planned"]
     # An epilogue stays on a tile whose store applies it.
     p = sm90(300, 4096, 4096, b_layout="col", bias=True)
-    assert p["tile_n"] in (128, 256) or p["splits"] > 1
+    assert p["tile_n"] in (128, 192, 256) or p["splits"] > 1
+
+
+def test_sm90_three_quarter_tile_for_uneven_waves_of_wide_tiles() -> None:
+    """256 and 512 tokens against an 11008-wide weight: 86 and 172 wide tiles leave 46 SMs
+    idle or the second of two waves a third full; 116 and 232 tiles of 128 x 192 come to one
+    and two waves of three quarters of the wide tile's length. Its B loads are two boxes of
+    96 rows (one per CTA of a pair), or three of 64 columns MN-major."""
+    for m in (256, 512):
+        for b_layout in ("col", "row"):
+            for dtype in ("bfloat16", "float16"):
+                p = sm90(m, 11008, 4096, dtype=dtype, b_layout=b_layout)
+                assert (p["tile_n"], p["splits"], p["stream_k"]) == (192, 1, False), (m, p)
+                assert p["planned"] and p["workspace_bytes"] == 0
+                assert p["stage_tx_bytes"] == 128 * 128 + 192 * 128
+                if b_layout == "col":
+                    assert p["b_box_rows"] == 96
+                # The fused epilogue is applied by its staged store.
+                assert sm90(m, 11008, 4096, dtype=dtype, b_layout=b_layout,
+                            bias=True)["tile_n"] == 192
+    # Squares, 1024 tokens and more keep the wide tile (stream-k for 2048 x 11008), and so
+    # do 512 tokens against a 14336-wide weight (224 wide tiles against 300 of 128 x 192).
+    for m, n in [(4096, 4096), (8192, 8192), (1024, 11008), (2048, 11008), (8192, 11008),
+                 (512, 14336)]:
+        assert sm90(m, n, 4096, b_layout="col")["tile_n"] == 256, (m, n)
+    # tf32 has no instances of it: never chosen, and a forced width falls back to the model's.
+    tf32 = dict(dtype="float32", allow_tf32=True, b_layout="col")
+    assert sm90(512, 11008, 4096, **tf32)["tile_n"] != 192
+    assert sm90(1000, 1000, 1000, tile_n=192, **tf32)["tile_n"] != 192
 
 
 def test_sm90_stream_k_evens_out_the_last_wave() -> None:

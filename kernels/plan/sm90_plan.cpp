@@ -102,7 +102,12 @@ namespace {
 constexpr double kKbUsWide = 0.56;  // 128x256x(128 B of K): tensor-core bound
 // A medium k-block took 0.53-0.60 of a wide one in 16-bit and 0.63 in tf32 on H100
 // (--sweep: 512 x 11008 x 4096, 512 x 28672 x 8192, 2048 x 11008 x 4096, per wave).
-constexpr double kKbUsMedium = 0.31;        // 128x128x(128 B of K), 16-bit
+constexpr double kKbUsMedium = 0.31;  // 128x128x(128 B of K), 16-bit
+// 128x192x(128 B of K), 16-bit: three quarters of the wide tile's work per k-block, at a
+// lower rate per column (both warpgroups still read the whole B stage). H100, sk-sweep:
+// 512 x 11008 x 4096 took 76.4 us as two waves of 232 such tiles against 97.5 us as two of
+// 172 wide ones (0.78), and 80.0 us as three of 344 medium ones.
+constexpr double kKbUsThreeQuarter = 0.44;
 constexpr double kKbUsMediumTf32 = 0.35;    // the same in tf32
 constexpr double kKbUsNarrow = 0.20;        // 128x64x(128 B of K), 16-bit
 constexpr double kKbUsNarrowTf32 = 0.35;    // the same in tf32 (A often through registers)
@@ -139,9 +144,10 @@ double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp) {
   const double units = static_cast<double>(tile_count(args, bn)) * sp.splits;
   const double waves = std::ceil(units / sms);
   const bool tf32 = tc_kind_of(args) == kTF32;
-  const double kb_us = bn == kBNWide     ? kKbUsWide
-                       : bn == kBNMedium ? (tf32 ? kKbUsMediumTf32 : kKbUsMedium)
-                                         : (tf32 ? kKbUsNarrowTf32 : kKbUsNarrow);
+  const double kb_us = bn == kBNWide           ? kKbUsWide
+                       : bn == kBNThreeQuarter ? kKbUsThreeQuarter
+                       : bn == kBNMedium       ? (tf32 ? kKbUsMediumTf32 : kKbUsMedium)
+                                               : (tf32 ? kKbUsNarrowTf32 : kKbUsNarrow);
   const double elt = static_cast<double>(element_size(args.dtype));
   const double compute = waves * (sp.kb_per_split + kUnitFixedKb) * kb_us;
   // (An earlier rule rated products of one M tile by the busy share of their last wave, after
@@ -260,6 +266,10 @@ TileChoice choose_tile(const GemmArgs& args) {
     best = best_splits(args, kBNWide);
     const TileChoice medium = best_splits(args, kBNMedium);
     if (medium.us < best.us) best = medium;
+    if (tc_kind_of(args) != kTF32) {  // no tf32 instances of the three-quarter tile
+      const TileChoice three_quarter = best_splits(args, kBNThreeQuarter);
+      if (three_quarter.us < best.us) best = three_quarter;
+    }
     const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
     if (tile_count(args, kBNWide) * 2 <= sms) {
       TileChoice narrow;
@@ -458,7 +468,8 @@ bool problem_supported(const Problem& pr, bool kernels_built) {
 
 Problem problem_with(const GemmArgs& args, int bn, Orientation orient) {
   Problem pr = problem_for(args, orient);
-  if (bn == kBNWide || bn == kBNMedium || bn == kBNNarrow) pr.bn = bn;
+  const bool three_quarter = bn == kBNThreeQuarter && tc_kind_of(args) != kTF32;
+  if (bn == kBNWide || three_quarter || bn == kBNMedium || bn == kBNNarrow) pr.bn = bn;
   return pr;
 }
 

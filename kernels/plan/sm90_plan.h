@@ -14,10 +14,11 @@ namespace gemmt {
 namespace sm90 {
 
 constexpr int kBM = 128;  // rows of a CTA's tile
-// Three tile widths: the wide 128x256 tile, 128x128 where the wide tiles would fill the SMs
-// unevenly, and 128x64 for outputs up to 64 wide or too few wider tiles
+// Four tile widths: the wide 128x256 tile; 128x192 (16-bit) and 128x128 where the wide tiles
+// would fill the SMs unevenly; 128x64 for outputs up to 64 wide or too few wider tiles
 // (kernels/sm90/config.cuh says why).
 constexpr int kBNWide = 256;
+constexpr int kBNThreeQuarter = 192;
 constexpr int kBNMedium = 128;
 constexpr int kBNNarrow = 64;
 
@@ -31,7 +32,7 @@ struct MapShape {
 struct Plan {
   int kind;
   int elt;
-  int bn;  // tile width: kBNWide, kBNMedium or kBNNarrow
+  int bn;  // tile width: kBNWide, kBNThreeQuarter, kBNMedium or kBNNarrow
   bool a_mn, b_mn;
   MapShape a, b;
 };
@@ -84,8 +85,8 @@ struct Workspace {
   std::size_t total() const { return a_bytes + b_bytes + partial_bytes; }
 };
 
-// Rows of a K-major B box: half a wide or medium tile (two boxes, or one per CTA of a pair),
-// the whole narrow one.
+// Rows of a K-major B box: half a wide, three-quarter or medium tile (two boxes, or one per
+// CTA of a pair), the whole narrow one.
 uint32_t b_box_rows(int bn);
 
 // Fills `shape` for an operand contiguous along the dimension of size `inner` whose other
@@ -141,16 +142,18 @@ double stream_k_cost_us(const GemmArgs& args);
 TileChoice best_splits(const GemmArgs& args, int bn);
 
 // Tile width and split count of the kernel's problem. Outputs up to 64 wide take the narrow
-// tile. Wider ones take the wide or the medium tile, each with its best split, whichever is
-// modelled faster: the wide tile does twice the tensor-core work per byte of shared memory
-// read, the medium one halves the wave quantum (512 x 11008 outputs: 172 wide tiles take two
-// waves on 132 SMs, the second a third full; 344 medium ones three half-length waves, the
-// last 60% full). Where the wide tiles leave more than half of the SMs idle, the narrow
-// tile, unsplit, is weighed too: 1000^3 runs as 32 wide or 128 narrow tiles. A split narrow tile is
-// not considered: in the H100 sweeps (gemm_tc_selftest --sweep) it was within 3% of the best wide
-// split or behind it, but for one shape in one run (tf32 512x512x16384) that the next run did not
-// repeat. The model is evaluated several times per product (planning, workspace, launch), so its
-// last two answers are kept per thread.
+// tile. Wider ones take the wide, the three-quarter (16-bit only) or the medium tile, each
+// with its best split, whichever is modelled faster: the wide tile does the most
+// tensor-core work per byte of shared memory read, the narrower ones cut the wave quantum
+// (512 x 11008 outputs: 172 wide tiles take two waves on 132 SMs, the second a third full;
+// 232 three-quarter tiles two waves, the second 76% full, at 0.78 of the wide tile's time
+// a wave; 344 medium ones three half-length waves). Where the wide tiles leave
+// more than half of the SMs idle, the narrow tile, unsplit, is weighed too: 1000^3 runs as
+// 32 wide or 128 narrow tiles. A split narrow tile is not considered: in the H100 sweeps
+// (gemm_tc_selftest --sweep) it was within 3% of the best wide split or behind it, but for
+// one shape in one run (tf32 512x512x16384) that the next run did not repeat. The model is
+// evaluated several times per product (planning, workspace, launch), so its last two
+// answers are kept per thread.
 TileChoice choose_tile(const GemmArgs& args);
 
 std::size_t partial_bytes(const GemmArgs& args, const SplitPlan& sp);
@@ -203,7 +206,8 @@ bool staged_store_possible(const Problem& pr);
 // the staged store (c_tma_shape, wide and medium tiles) or through a split's reduction.
 bool problem_supported(const Problem& pr, bool kernels_built);
 
-// The kernel's problem with tile width bn (0: the model's) and orientation.
+// The kernel's problem with tile width bn (0, or a width without instances for the operand
+// kind: the model's) and orientation.
 Problem problem_with(const GemmArgs& args, int bn, Orientation orient = Orientation::kAuto);
 
 // `splits` k-slices, or (0) the model's count for the problem's tile width.

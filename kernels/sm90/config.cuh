@@ -22,11 +22,13 @@ namespace {
 using sm90::kBM;
 using sm90::kBNMedium;
 using sm90::kBNNarrow;
+using sm90::kBNThreeQuarter;
 using sm90::kBNWide;
 constexpr int kThreads = 384;
 constexpr int kABytes = kBM * 128;  // 16 KB
 // Output staging for the TMA-store epilogue: per consumer warpgroup two 128B-swizzled boxes
-// of 64 rows x 128 bytes, i.e. half of its 64x256 bf16 rows (a quarter for fp32) per round.
+// of 64 rows x 128 bytes, i.e. half of its 64x256 bf16 rows (a quarter for fp32) per round;
+// one box on the 128x192 tile, whose fifth stage takes the room of the second.
 constexpr int kCBoxBytes = 64 * 128;
 constexpr int kCStageBytes = 2 * kCBoxBytes;
 
@@ -39,7 +41,7 @@ constexpr int kWideStages = GEMMT_SM90_WIDE_STAGES;
 constexpr int kWideStages = 4;
 #endif
 
-// Three tile widths. The wide 128x256 tile is the fast one whenever C has columns to fill it
+// Four tile widths. The wide 128x256 tile is the fast one whenever C has columns to fill it
 // and enough tiles to fill the SMs evenly. For N <= 64 (tall-skinny products, the backward of
 // a narrow layer) three quarters of its wgmma work would be thrown away, and such products
 // are bound by streaming A instead: the 128x64 tile issues m64n64 instructions and spends
@@ -52,16 +54,26 @@ constexpr int kWideStages = 4;
 // consumer warpgroup owns whole tiles (both 64-row halves, 128 accumulators a thread, as
 // on the wide tile) and the two take turns, so one stores its tile while the other
 // computes; on the wide tile both warpgroups share every tile and the tensor cores wait
-// while C is stored. choose_tile weighs the three.
+// while C is stored. The 128x192 tile (16-bit only) runs like the wide one, m64n192 and 96
+// accumulators a thread: where 172 wide tiles come to two uneven waves (512 tokens against
+// an 11008-wide weight), its 232 fill the second wave three quarters, and a wave took 0.78
+// of the wide one's time (H100). A stage holds about three quarters of the wide tile's
+// k-block time, so it gets a fifth 40 KB stage to keep as much time in flight (three wide
+// stages ran the main loop 9% slower than four); the room comes from staging C one box a
+// round instead of two. choose_tile weighs the four.
 template <int kBN>
 struct TileCfg {
-  static_assert(kBN == 256 || kBN == 128 || kBN == 64, "tile widths: 256, 128 and 64");
-  static constexpr int kStages = kBN == 256 ? kWideStages : (kBN == 128 ? 6 : 8);
-  static constexpr int kBBytes = kBN * 128;  // 32, 16 or 8 KB
+  static_assert(kBN == 256 || kBN == 192 || kBN == 128 || kBN == 64,
+                "tile widths: 256, 192, 128 and 64");
+  static constexpr int kStages =
+      kBN == 256 ? kWideStages : (kBN == 192 ? kWideStages + 1 : (kBN == 128 ? 6 : 8));
+  static constexpr int kBBytes = kBN * 128;  // 32, 24, 16 or 8 KB
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kAcc = kBN / 2;  // fp32 accumulators per consumer thread
   static constexpr bool kStagedStore = kBN != 64;
-  static constexpr int kCBytes = kStagedStore ? 2 * kCStageBytes : 0;
+  static constexpr int kCBoxes = kBN == 192 ? 1 : 2;  // staging boxes a warpgroup fills a round
+  static constexpr int kCWgBytes = kCBoxes * kCBoxBytes;
+  static constexpr int kCBytes = kStagedStore ? 2 * kCWgBytes : 0;
   // full and empty per stage, and the ping-pong turn barriers of the two consumers
   static constexpr int kBarrierBytes = (2 * kStages + 2) * 8;
   // + 1 KB so the ring can be aligned to the 1024-byte period of the 128B swizzle.

@@ -218,7 +218,7 @@ __device__ __forceinline__ float post_activation(Activation act, float z) {
 // holding the bias too (that spilled). `interior`: the round can take
 // post_round_interior (the bias, if any, is per column, 16-byte aligned and covers the
 // round's columns).
-template <typename T>
+template <typename T, int kBoxes = 2>
 struct PostBias {
   static constexpr int kPer = 16 / static_cast<int>(sizeof(T));
   static constexpr int kBoxCols = 128 / static_cast<int>(sizeof(T));
@@ -228,10 +228,10 @@ struct PostBias {
     const T* bias = static_cast<const T*>(e.bias);
     interior =
         bias == nullptr || (!e.bias_per_row && (reinterpret_cast<uintptr_t>(bias) & 15u) == 0 &&
-                            cbase + 2 * kBoxCols <= cols);
+                            cbase + kBoxes * kBoxCols <= cols);
     if (bias != nullptr && interior) {
 #pragma unroll
-      for (int b = 0; b < 2; ++b) prefetch_l1(at(bias, cbase, b));
+      for (int b = 0; b < kBoxes; ++b) prefetch_l1(at(bias, cbase, b));
     }
   }
 
@@ -254,7 +254,7 @@ struct PostBias {
 // of its arithmetic instead of at the latency of one chunk after another. The boxes take
 // turns: unrolled over both, the pass held too much beside the next round's accumulators
 // and spilled.
-template <typename T, int kAct>
+template <typename T, int kBoxes, int kAct>
 __device__ __forceinline__ void post_round_interior(const EpilogueView<T>& v, uint32_t buf,
                                                     int rbase, int cbase) {
   constexpr int kPer = 16 / static_cast<int>(sizeof(T));
@@ -265,12 +265,12 @@ __device__ __forceinline__ void post_round_interior(const EpilogueView<T>& v, ui
   const uint32_t base = buf + r0 * 128 + ((c ^ (r0 & 7)) << 4);
   auto addr = [&](int b, int i) { return base + b * kCBoxBytes + i * 16 * 128; };
 #pragma unroll 1
-  for (int b = 0; b < 2; ++b) {
+  for (int b = 0; b < kBoxes; ++b) {
     uint4 raw[kChunks];
 #pragma unroll
     for (int i = 0; i < kChunks; ++i) raw[i] = ld_shared_v4(addr(b, i));
     float bz[kPer];
-    PostBias<T>::load(v.bias, cbase, b, bz);
+    PostBias<T, kBoxes>::load(v.bias, cbase, b, bz);
     float z[kChunks][kPer];
 #pragma unroll
     for (int i = 0; i < kChunks; ++i) {
@@ -299,17 +299,18 @@ __device__ __forceinline__ void post_round_interior(const EpilogueView<T>& v, ui
   }
 }
 
-// The epilogue (bias, pre-activation output, activation) over one staged round: two
-// 128B-swizzled boxes of 64 lines, whose line r holds C row rbase + r and 16-byte chunk c of
-// box b holds the C columns from cbase + b * (128 / sizeof(T)) + c * (16 / sizeof(T)). The
-// fill has applied alpha and beta and rounded to T. Interior rounds take
+// The epilogue (bias, pre-activation output, activation) over one staged round: kBoxes (two,
+// or one on the 128x192 tile) 128B-swizzled boxes of 64 lines, whose line r holds C row rbase + r
+// and 16-byte chunk c of box b holds the C columns from cbase + b * (128 / sizeof(T)) + c * (16 /
+// sizeof(T)). The fill has applied alpha and beta and rounded to T. Interior rounds take
 // post_round_interior; the others (edges, a per-row or unaligned bias or pre-activation)
 // one rolled loop over 16-byte chunks that checks each, so that general code exists once
 // per kernel and activation.
-template <typename T, int kAct>
+template <typename T, int kBoxes, int kAct>
 __device__ __forceinline__ void epilogue_post_round_with(const EpilogueParams& e,
-                                                         const PostBias<T>& pb, uint32_t buf,
-                                                         int rbase, int cbase, int rows, int cols) {
+                                                         const PostBias<T, kBoxes>& pb,
+                                                         uint32_t buf, int rbase, int cbase,
+                                                         int rows, int cols) {
   constexpr int kPer = 16 / static_cast<int>(sizeof(T));
   constexpr int kBoxCols = 128 / static_cast<int>(sizeof(T));
   const EpilogueView<T> v = e.view<T>();
@@ -317,13 +318,13 @@ __device__ __forceinline__ void epilogue_post_round_with(const EpilogueParams& e
       v.bias != nullptr && !v.bias_per_row && (reinterpret_cast<uintptr_t>(v.bias) & 15u) == 0;
   const bool pre_vec = v.preact != nullptr && (reinterpret_cast<uintptr_t>(v.preact) & 15u) == 0 &&
                        (v.ld_preact * static_cast<int64_t>(sizeof(T))) % 16 == 0;
-  if (pb.interior && rbase + 64 <= rows && cbase + 2 * kBoxCols <= cols &&
+  if (pb.interior && rbase + 64 <= rows && cbase + kBoxes * kBoxCols <= cols &&
       (v.preact == nullptr || pre_vec)) {
-    post_round_interior<T, kAct>(v, buf, rbase, cbase);
+    post_round_interior<T, kBoxes, kAct>(v, buf, rbase, cbase);
     return;
   }
 #pragma unroll 2
-  for (int q = threadIdx.x & 127; q < 2 * 64 * 8; q += 128) {
+  for (int q = threadIdx.x & 127; q < kBoxes * 64 * 8; q += 128) {
     const int b = q >> 9, r = (q >> 3) & 63, c = q & 7;
     const int row = rbase + r;
     const int col0 = cbase + b * kBoxCols + c * kPer;
@@ -369,23 +370,23 @@ __device__ __forceinline__ void epilogue_post_round_with(const EpilogueParams& e
 // inline (activation_16bit_inline), float outputs the exact out-of-line forms. (Chosen per
 // element instead, the activation put each element of a chunk behind its own branches and
 // call site: 32 of each per kernel.)
-template <typename T>
-__device__ __forceinline__ void epilogue_post_round(const EpilogueParams& e, const PostBias<T>& pb,
-                                                    uint32_t buf, int rbase, int cbase, int rows,
-                                                    int cols) {
+template <typename T, int kBoxes>
+__device__ __forceinline__ void epilogue_post_round(const EpilogueParams& e,
+                                                    const PostBias<T, kBoxes>& pb, uint32_t buf,
+                                                    int rbase, int cbase, int rows, int cols) {
   constexpr int kNone = static_cast<int>(Activation::kNone);
   if (e.act == Activation::kNone) {
-    epilogue_post_round_with<T, kNone>(e, pb, buf, rbase, cbase, rows, cols);
+    epilogue_post_round_with<T, kBoxes, kNone>(e, pb, buf, rbase, cbase, rows, cols);
   } else if constexpr (sizeof(T) == 2) {
     with_activation(e.act, [&](auto a) {
       constexpr Activation kA = decltype(a)::value;
       constexpr int kForm = kA == Activation::kGelu ? kPostActRuntime : static_cast<int>(kA);
       if constexpr (kA != Activation::kNone) {  // taken above
-        epilogue_post_round_with<T, kForm>(e, pb, buf, rbase, cbase, rows, cols);
+        epilogue_post_round_with<T, kBoxes, kForm>(e, pb, buf, rbase, cbase, rows, cols);
       }
     });
   } else {
-    epilogue_post_round_with<T, kPostActRuntime>(e, pb, buf, rbase, cbase, rows, cols);
+    epilogue_post_round_with<T, kBoxes, kPostActRuntime>(e, pb, buf, rbase, cbase, rows, cols);
   }
 }
 
@@ -412,9 +413,15 @@ __host__ __device__ constexpr bool fill_takes(Activation a) {
                                     a == Activation::kGeluTanh || a == Activation::kSilu);
 }
 
+// The wide and three-quarter tiles' blocks (128 and 96 accumulators a thread).
+template <typename T, int kAcc>
+constexpr bool fill_epilogue_compiled() {
+  return sizeof(T) == 2 && (kAcc == 128 || kAcc == 96);
+}
+
 template <typename T, int kAcc>
 __device__ __forceinline__ bool fill_epilogue(const Params& p) {
-  if constexpr (sizeof(T) != 2 || kAcc != 128) {
+  if constexpr (!fill_epilogue_compiled<T, kAcc>()) {
     return false;
   } else {
     const EpilogueParams& e = p.epi;
@@ -436,16 +443,16 @@ __device__ __forceinline__ void prefetch_tile_bias(const Params& p, int n0) {
   }
 }
 
-// A wide or medium tile's block (2 * kAcc columns) through shared memory: each round fills
-// two 128B-swizzled 64-row boxes of the warpgroup's staging buffer, which TMA writes out,
-// clipping the edges.
-template <typename T, int kAcc>
+// A wide, three-quarter or medium tile's block (2 * kAcc columns) through shared memory:
+// each round fills kBoxes 128B-swizzled 64-row boxes of the warpgroup's staging buffer
+// (TileCfg::kCBoxes), which TMA writes out, clipping the edges.
+template <typename T, int kBoxes, int kAcc>
 __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorMap* map,
                                                 const float (&acc)[kAcc], uint32_t buf, int row0,
                                                 int n0, int warp_in_wg, int lane, int cw) {
   constexpr int kElt = static_cast<int>(sizeof(T));
   constexpr int kBoxCols = 128 / kElt;
-  constexpr int kRoundCols = 2 * kBoxCols;
+  constexpr int kRoundCols = kBoxes * kBoxCols;
   constexpr int kRounds = 2 * kAcc / kRoundCols;
   static_assert(kRounds * kRoundCols == 2 * kAcc, "a block is a whole number of rounds");
   constexpr int kGroupsPerRound = kRoundCols / 8;  // accumulator column groups of 8
@@ -525,7 +532,7 @@ __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorM
     const bool in_fill = epi_in_fill && n0 + (rd + 1) * kRoundCols <= p.n;
     auto fill = [&] {
       if (in_fill) {
-        if constexpr (kElt == 2 && kAcc == 128) {  // as fill_epilogue
+        if constexpr (fill_epilogue_compiled<T, kAcc>()) {
           with_activation(p.epi.act, [&](auto a) {
             constexpr Activation kA = decltype(a)::value;
             if constexpr (fill_takes<T>(kA)) {
@@ -543,13 +550,13 @@ __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorM
     auto issue = [&] {
       if (row0 >= p.m) return;
 #pragma unroll
-      for (int b = 0; b < 2; ++b) {
+      for (int b = 0; b < kBoxes; ++b) {
         const int col = n0 + rd * kRoundCols + b * kBoxCols;
         if (col < p.n) tma_store(map, buf + b * kCBoxBytes, col, row0);
       }
     };
     const int cbase = n0 + rd * kRoundCols;
-    const PostBias<T> pb(p.epi, cbase, p.n);
+    const PostBias<T, kBoxes> pb(p.epi, cbase, p.n);
     auto post = [&] { epilogue_post_round<T>(p.epi, pb, buf, row0, cbase, p.m, p.n); };
     staged_store_round(cw, fill, has_post_pass(p.epi) && !in_fill, post, issue);
   }

@@ -1,4 +1,4 @@
-// The Hopper GEMM kernel's instances for bfloat16 operands: every operand layout, all three tile
+// The Hopper GEMM kernel's instances for bfloat16 operands: every operand layout, all four tile
 // widths and both cluster shapes.
 #include "sm90/launch.cuh"
 

@@ -7,9 +7,10 @@
 //
 // CTA = 3 warpgroups. Warpgroup 0 produces: one thread walks the same tile sequence as the
 // consumers and keeps the ring full with TMA; its registers are handed to the consumers
-// through setmaxnreg. Warpgroups 1 and 2 consume. On the wide and narrow tiles each owns 64
-// rows of every 128 x kBN tile (m64n256 wgmma and 128 fp32 accumulators per thread on the
-// wide tile, m64n64 and 32 on the narrow one) and writes its rows of C. On the medium tile
+// through setmaxnreg. Warpgroups 1 and 2 consume. On the wide, three-quarter and narrow tiles
+// each owns 64 rows of every 128 x kBN tile (m64n256 wgmma and 128 fp32 accumulators per
+// thread on the wide tile, m64n192 and 96 on the three-quarter one, m64n64 and 32 on the
+// narrow one) and writes its rows of C. On the medium tile
 // they take whole tiles in turn (ping-pong: two m64n128 per k-step, 128 accumulators), each
 // storing its tile while the other computes the next. On the wide tile the last wave can run
 // stream-k: its k-blocks are spread over all CTAs and a tile cut into pieces is finished by
@@ -123,6 +124,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kReaderWarps = kPingPong ? kConsumerWarps / 2 : kConsumerWarps;
   static_assert(kCluster == 1 || kBN != kBNNarrow, "the narrow tile runs as single CTAs");
   static_assert(!(kKind == kTF32 && kBMn), "tf32 wgmma reads B K-major only");
+  static_assert(!(kKind == kTF32 && kBN == kBNThreeQuarter), "the 128x192 tile is 16-bit only");
 
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   // Both CTAs of a cluster compute the same offsets, which multicast relies on.
@@ -250,11 +252,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         store_partial_block(p, a, w.split, row0, n0, warp_in_wg, lane);
       } else if (Cfg::kStagedStore && p.tma_store) {
         if constexpr (Cfg::kStagedStore) {
-          const uint32_t buf = smem_c + cw * kCStageBytes;
+          const uint32_t buf = smem_c + cw * Cfg::kCWgBytes;
           if (kARegs && p.c_trans) {
             store_block_tma_transposed(p, &tma_c, a, buf, row0, n0, warp_in_wg, lane, cw);
           } else {
-            store_block_tma<T>(p, &tma_c, a, buf, row0, n0, warp_in_wg, lane, cw);
+            store_block_tma<T, Cfg::kCBoxes>(p, &tma_c, a, buf, row0, n0, warp_in_wg, lane, cw);
           }
         }
       } else {

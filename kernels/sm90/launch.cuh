@@ -1,7 +1,7 @@
 // Launches of the Hopper GEMM kernel (kernel.cuh) for one operand kind: the kernel
 // parameters from a plan, the cluster shape, and the instances for every operand layout and
-// tile width. Included by instances_<kind>.cu only, so each kind's instances compile in their
-// own translation unit.
+// tile width (the 128x192 tile for 16-bit kinds only). Included by instances_<kind>.cu only, so
+// each kind's instances compile in their own translation unit.
 #pragma once
 
 #include <cuda.h>
@@ -186,6 +186,15 @@ cudaError_t launch_kind(const Problem& pr, const Plan& plan, const Maps& maps, c
   if (plan.bn == kBNMedium) {
     return cl == 2 ? launch_layout<kKind, 2, kBNMedium>(plan, maps, p, sm_count, skc, stream)
                    : launch_layout<kKind, 1, kBNMedium>(plan, maps, p, sm_count, skc, stream);
+  }
+  if (plan.bn == kBNThreeQuarter) {
+    if constexpr (kKind == kTF32) {
+      return cudaErrorNotSupported;  // 16-bit only (the planner never picks it for tf32)
+    } else {
+      return cl == 2
+                 ? launch_layout<kKind, 2, kBNThreeQuarter>(plan, maps, p, sm_count, skc, stream)
+                 : launch_layout<kKind, 1, kBNThreeQuarter>(plan, maps, p, sm_count, skc, stream);
+    }
   }
   if (cl == 2) return launch_layout<kKind, 2, kBNWide>(plan, maps, p, sm_count, skc, stream);
   return launch_layout<kKind, 1, kBNWide>(plan, maps, p, sm_count, skc, stream);

@@ -1,6 +1,6 @@
 // PTX wrappers of the Hopper GEMM: thread-block clusters, mbarriers, TMA loads and stores,
 // bulk-group waits, register reallocation (setmaxnreg), named barriers, and wgmma (shared-
-// memory descriptors, fences, the m64n256 / m64n64 instructions). Usable by any sm_90a
+// memory descriptors, fences, the m64n256 ... m64n64 instructions). Usable by any sm_90a
 // kernel.
 #pragma once
 
@@ -226,6 +226,15 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint3
   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
+#define GEMMT_ACC96 GEMMT_ACC64, GEMMT_ACC8(64), GEMMT_ACC8(72), GEMMT_ACC8(80), GEMMT_ACC8(88)
+#define GEMMT_D96                                                                    \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}"
+
 // wgmma_m64n<N>: D(64xN, fp32) (+)= A(64xK) * B(KxN) for one K step (16 for 16-bit types, 8
 // for tf32), both operands from shared memory. `accumulate` == 0 overwrites D, which is how
 // each tile starts without zeroing registers. NACC = N / 2 accumulators a thread; the
@@ -249,8 +258,9 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint3
     }                                                                                            \
   }
 
-// The wide, medium and narrow tiles' steps.
+// The wide, three-quarter, medium and narrow tiles' steps.
 GEMMT_DEFINE_WGMMA(256, 128, "%128", "%129", "%130", "%131", "%132")
+GEMMT_DEFINE_WGMMA(192, 96, "%96", "%97", "%98", "%99", "%100")
 GEMMT_DEFINE_WGMMA(128, 64, "%64", "%65", "%66", "%67", "%68")
 GEMMT_DEFINE_WGMMA(64, 32, "%32", "%33", "%34", "%35", "%36")
 #undef GEMMT_DEFINE_WGMMA
@@ -261,6 +271,8 @@ __device__ __forceinline__ void wgmma_step(float (&d)[kBN / 2], uint64_t da, uin
                                            uint32_t accumulate) {
   if constexpr (kBN == 256) {
     wgmma_m64n256<kKind, kTransA, kTransB>(d, da, db, accumulate);
+  } else if constexpr (kBN == 192) {
+    wgmma_m64n192<kKind, kTransA, kTransB>(d, da, db, accumulate);
   } else if constexpr (kBN == 128) {
     wgmma_m64n128<kKind, kTransA, kTransB>(d, da, db, accumulate);
   } else {
@@ -279,6 +291,7 @@ __device__ __forceinline__ void wgmma_step(float (&d)[kBN / 2], uint64_t da, uin
 template <int kBN>
 __device__ __forceinline__ void wgmma_step_tf32_rs(float (&d)[kBN / 2], const uint32_t (&a)[4],
                                                    uint64_t db, uint32_t accumulate) {
+  static_assert(kBN != 192, "the three-quarter tile has no tf32 instances");
   if constexpr (kBN == 256) {
     GEMMT_WGMMA_TF32_RS("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32", GEMMT_D128,
                         GEMMT_ACC128, "%133", "{%128, %129, %130, %131}", "%132");
@@ -297,9 +310,11 @@ __device__ __forceinline__ void wgmma_step_tf32_rs(float (&d)[kBN / 2], const ui
 #undef GEMMT_ACC8
 #undef GEMMT_ACC32
 #undef GEMMT_ACC64
+#undef GEMMT_ACC96
 #undef GEMMT_ACC128
 #undef GEMMT_D32
 #undef GEMMT_D64
+#undef GEMMT_D96
 #undef GEMMT_D128
 
 #endif  // GEMMT_SM90_DEVICE_CODE

@@ -195,11 +195,12 @@ const Layout kLayouts[] = {
 // sm90 is what gemm_sm90_run does (CTA pairs with B multicast when the M tile count is even,
 // TMA-store epilogue when C rows are 16-byte aligned); the two others pin single CTAs with
 // either epilogue, so a failure can be pinned on the multicast or on the store path. The
-// last five are gemm_sm90_run with the tile width pinned to 256, 128 or 64 (the cost model
-// picks one of them; each must be right wherever it runs), and stream-k on wide tiles,
-// spread over clusters for two thirds of the tiles so that even small products have tiles
-// cut in two, or over every cluster that fits, so that small products have tiles cut into
-// many pieces (pieces in the middle of a tile, several givers per taker).
+// last six are gemm_sm90_run with the tile width pinned to 256, 128 or 64, stream-k on wide
+// tiles, spread over clusters for two thirds of the tiles so that even small products have
+// tiles cut in two, or over every cluster that fits, so that small products have tiles cut
+// into many pieces (pieces in the middle of a tile, several givers per taker), and the
+// width pinned to 192 (16-bit only). The cost model picks among the widths; each must be
+// right wherever it runs.
 enum Path {
   kSm80 = 0,
   kSm90Auto = 1,
@@ -210,20 +211,22 @@ enum Path {
   kSm90Narrow = 6,
   kSm90StreamK = 7,
   kSm90StreamKAll = 8,
-  kNumPaths = 9
+  kSm90ThreeQuarter = 9,
+  kNumPaths = 10
 };
 const char* kPathNames[] = {"sm80",   "sm90",   "sm90-c1d", "sm90-c1t", "sm90-w",
-                            "sm90-m", "sm90-n", "sm90-sk",  "sm90-ska"};
+                            "sm90-m", "sm90-n", "sm90-sk",  "sm90-ska", "sm90-3q"};
 
 bool pinned_width(Path p) {
   return p == kSm90Wide || p == kSm90Medium || p == kSm90Narrow || p == kSm90StreamK ||
-         p == kSm90StreamKAll;
+         p == kSm90StreamKAll || p == kSm90ThreeQuarter;
 }
 
 // The pinned widths apply to outputs wider than the narrow tile (after the tf32 C^T swap the
-// output's width is m); narrower ones always run narrow.
+// output's width is m); narrower ones always run narrow. The 128x192 tile is 16-bit only.
 bool path_applies(Path p, const GemmArgs& a) {
   if (!pinned_width(p)) return true;
+  if (p == kSm90ThreeQuarter && a.dtype == gemmt::ScalarType::kFloat32) return false;
   return a.m > 64 && a.n > 64;
 }
 
@@ -264,9 +267,13 @@ cudaError_t run_path(Path p, const GemmArgs& a, cudaStream_t s) {
     case kSm90Medium:
     case kSm90Narrow:
     case kSm90StreamK:
-    case kSm90StreamKAll: {
+    case kSm90StreamKAll:
+    case kSm90ThreeQuarter: {
       const bool sk = p == kSm90StreamK || p == kSm90StreamKAll;
-      const int bn = p == kSm90Wide || sk ? 256 : (p == kSm90Medium ? 128 : 64);
+      const int bn = p == kSm90Wide || sk     ? 256
+                     : p == kSm90ThreeQuarter ? 192
+                     : p == kSm90Medium       ? 128
+                                              : 64;
       const int splits = p == kSm90StreamK ? -2 : (p == kSm90StreamKAll ? -3 : 0);
       void* ws = workspace(gemmt::detail::gemm_sm90_split_workspace_bytes(a, splits, bn), s);
       return gemmt::detail::gemm_sm90_run_splits(a, splits, bn, ws, s);
@@ -581,8 +588,9 @@ void run_split_sweep(Ctx& ctx) {
       const int auto_splits = auto_sk ? -1 : gemmt::detail::gemm_sm90_auto_splits(args);
       const int auto_bn = gemmt::detail::gemm_sm90_auto_tile_n(args);
       const int64_t num_kb = (sh.k * dt.elt + 127) / 128;
-      for (int bn : {256, 128, 64}) {
+      for (int bn : {256, 192, 128, 64}) {
         if (bn > 64 && sh.n <= 64) continue;
+        if (bn == 192 && dt.elt == 4) continue;  // 16-bit only
         const int64_t tiles = ((sh.m + 127) / 128) * ((sh.n + bn - 1) / bn);
         for (int s : candidates) {
           if (s > 1 && (s > num_kb / 2 || tiles * s > 4 * ctx.prop.multiProcessorCount)) continue;
@@ -637,6 +645,13 @@ void run_stream_k_sweep(Ctx& ctx, int64_t only_m = 0, int64_t only_n = 0, int64_
                         {8192, 11008, 4096},
                         {512, 4096, 4096},
                         {1024, 4096, 4096},
+                        // a 2 x 512-token training step's layer
+                        {1024, 11008, 4096},
+                        {1024, 4096, 11008},
+                        {11008, 4096, 1024},
+                        {4096, 11008, 1024},
+                        {1024, 14336, 4096},
+                        {1024, 28672, 8192},
                         // decode-sized batches (forward layout only): under one wave of tiles
                         {256, 11008, 4096},
                         {256, 14336, 4096},
@@ -652,11 +667,8 @@ void run_stream_k_sweep(Ctx& ctx, int64_t only_m = 0, int64_t only_n = 0, int64_
     int bn, splits;
     const char* name;
   };
-  const Sched scheds[] = {{0, 0, "auto"},
-                          {256, 1, "wide"},
-                          {256, -1, "stream-k"},
-                          {128, 1, "medium"},
-                          {256, -3, "sk-all"}};
+  const Sched scheds[] = {{0, 0, "auto"},     {256, 1, "wide"}, {256, -1, "stream-k"},
+                          {128, 1, "medium"}, {192, 1, "3/4"},  {256, -3, "sk-all"}};
   std::printf("\nStream-k sweep (gemm_sm90_run, Linear layouts, median of 20):\n");
   for (int dti : {0, 2}) {
     const DtypeInfo& dt = kDtypes[dti];
@@ -685,6 +697,7 @@ void run_stream_k_sweep(Ctx& ctx, int64_t only_m = 0, int64_t only_n = 0, int64_
         const int auto_bn = gemmt::detail::gemm_sm90_auto_tile_n(args);
         const int auto_splits = gemmt::detail::gemm_sm90_auto_splits(args);
         for (const Sched& sc : scheds) {
+          if (sc.bn == 192 && dt.elt == 4) continue;  // 16-bit only
           if (!gemmt::detail::gemm_sm90_forced_supports(args, sc.bn,
                                                         gemmt::detail::Sm90Orientation::kAuto)) {
             continue;
