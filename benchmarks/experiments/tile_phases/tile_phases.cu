@@ -23,7 +23,7 @@
 // Build and run (sm_90a): the CMake target tile_phases (-DGEMMT_BUILD_SELFTESTS=ON), or
 //   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -DGEMMT_HAS_SM90A -Iinclude \
 //     -Ikernels benchmarks/experiments/tile_phases/tile_phases.cu -o tile_phases
-//   ./tile_phases [M N [--direct | --stream-k]]
+//   ./tile_phases [M N [--direct | --stream-k [K]]]
 #define GEMMT_SM90_TRACE 1
 
 #include <algorithm>
@@ -291,7 +291,9 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int m = argc > 1 ? std::atoi(argv[1]) : 11008;
   const int n = argc > 2 ? std::atoi(argv[2]) : 4096;
-  const int kmax = 4096;
+  // A fifth argument runs that one K instead of 512 .. 4096 (and no epilogue runs).
+  const int k_only = argc > 4 ? std::atoi(argv[4]) : 0;
+  const int kmax = std::max(4096, k_only);
   // --direct: also the register-to-global store, and a half-size grid at K = 1024.
   const bool direct = argc > 3 && std::strcmp(argv[3], "--direct") == 0;
   const bool stream_k = argc > 3 && std::strcmp(argv[3], "--stream-k") == 0;
@@ -317,12 +319,15 @@ int main(int argc, char** argv) {
     const size_t slots = static_cast<size_t>(sms);
     CHECK(cudaMalloc(&sk_ws, slots * 128 * kBNWide * sizeof(float) + slots * 2 * sizeof(int)));
   }
-  for (int k : {512, 1024, 2048, 4096}) {
+  const std::vector<int> ks =
+      k_only > 0 ? std::vector<int>{k_only} : std::vector<int>{512, 1024, 2048, 4096};
+  for (int k : ks) {
     run_shape(m, n, k, a, b, c, sms, true, sms);
     if (stream_k) run_shape(m, n, k, a, b, c, sms, true, sms, 0, nullptr, nullptr, sk_ws);
     if (direct) run_shape(m, n, k, a, b, c, sms, false, sms);
     if (direct && k == 1024) run_shape(m, n, k, a, b, c, sms, true, sms / 2);
   }
+  if (k_only > 0) return 0;
   run_shape(m, n, 4096, a, b, c, sms, true, sms, 1, bias, preact);
   run_shape(m, n, 4096, a, b, c, sms, true, sms, 2, bias, preact);
   return 0;
