@@ -198,12 +198,12 @@ bool staging_fits(const GemmArgs& args, const Staging& st);
 bool c_tma_shape(const Problem& pr, MapShape* shape);
 
 // Whether C can go out through the staged (shared memory + TMA) store, the only one that
-// applies an epilogue: wide and medium tiles, and for C^T only the tf32 kernel's transposed
-// store.
+// applies an epilogue: every tile but the narrow one, and for C^T only the tf32 kernel's
+// transposed store.
 bool staged_store_possible(const Problem& pr);
 
 // Whether the kernels take the problem. With a GemmEpilogue, only where they apply it: on
-// the staged store (c_tma_shape, wide and medium tiles) or through a split's reduction.
+// the staged store (c_tma_shape, every tile but the narrow one) or through a split's reduction.
 bool problem_supported(const Problem& pr, bool kernels_built);
 
 // The kernel's problem with tile width bn (0, or a width without instances for the operand

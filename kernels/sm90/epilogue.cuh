@@ -398,10 +398,11 @@ __device__ __forceinline__ bool has_post_pass(const EpilogueParams& e) {
 // instead of in a post pass over the filled buffer. The post pass reads the buffer back,
 // converts, and writes it again after a barrier; on the wide tile, whose two warpgroups
 // both wait for the epilogue while the tensor cores idle, that cost 1.5 us a round with
-// bias and gelu_tanh (phase stamps, H100). In the fill, each thread's 64 accumulators of a
-// round are independent work. Taken for 16-bit wide tiles with no pre-activation output (its
-// 16-byte stores need the post pass's layout), beta == 0, a per-column bias aligned for pair
-// loads and an even n, and an activation fill_takes names.
+// bias and gelu_tanh (phase stamps, H100). In the fill, each thread's 64 (32 on the 128x192
+// tile) accumulators of a round are independent work. Taken for 16-bit wide and 128x192
+// tiles with no pre-activation output (its 16-byte stores need the post pass's layout),
+// beta == 0, a per-column bias aligned for pair loads and an even n, and an activation
+// fill_takes names.
 constexpr int kFillPlain = -1;
 
 // The activations the fill applies: for bf16 every one with an inline form (not the erf
@@ -478,7 +479,7 @@ __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorM
   // about 0.8 us of the wide tile's 2.9 us epilogue went to the two fills).
   //
   // kAct (an Activation, or kFillPlain): the bias and the activation applied right here, on
-  // the accumulators, where 64 independent values a thread keep the arithmetic at its issue
+  // the accumulators, where 32-64 independent values a thread keep the arithmetic at its issue
   // rate and no barrier or second pass over shared memory is needed (see fill_epilogue).
   const T* const bias = static_cast<const T*>(p.epi.bias);
   auto fill_round = [&](int rd, auto beta_tag, auto act_tag) {
