@@ -272,11 +272,13 @@ TileChoice choose_tile(const GemmArgs& args) {
     }
     const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
     if (tile_count(args, kBNWide) * 2 <= sms) {
+      // The measured rule outranks the model, which prices the two slices as unsplit.
+      const bool stream = narrow_weight_stream(args);
       TileChoice narrow;
       narrow.bn = kBNNarrow;
-      narrow.sp = split_plan(args, narrow_weight_stream(args) ? 2 : 1);
+      narrow.sp = split_plan(args, stream ? 2 : 1);
       narrow.us = split_cost_us(args, kBNNarrow, narrow.sp);
-      if (narrow.us < best.us || narrow.sp.splits > 1) best = narrow;
+      if (stream || narrow.us < best.us) best = narrow;
     }
   }
   keys[next] = key;
