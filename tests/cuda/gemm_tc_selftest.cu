@@ -624,8 +624,9 @@ void run_split_sweep(Ctx& ctx) {
 
 // The training products of Linear layers (forward x @ W^T: A row-major, B column-major;
 // grad_input g @ W: both row-major; grad_weight g^T @ x: A column-major, B row-major) timed
-// whole-tile, stream-k and on the medium tile, to fit stream_k_cost_us in
-// kernels/plan/sm90_plan.cpp: one "SKSWEEP" line per (shape, layout, schedule).
+// whole-tile, stream-k, on the medium and 128x192 tiles, and as wide or medium tiles in two
+// k-slices, to fit the cost model in kernels/plan/sm90_plan.cpp: one "SKSWEEP" line per
+// (shape, layout, schedule).
 void run_stream_k_sweep(Ctx& ctx, int64_t only_m = 0, int64_t only_n = 0, int64_t only_k = 0) {
   struct Mnk {
     int64_t m, n, k;
@@ -667,8 +668,9 @@ void run_stream_k_sweep(Ctx& ctx, int64_t only_m = 0, int64_t only_n = 0, int64_
     int bn, splits;
     const char* name;
   };
-  const Sched scheds[] = {{0, 0, "auto"},     {256, 1, "wide"}, {256, -1, "stream-k"},
-                          {128, 1, "medium"}, {192, 1, "3/4"},  {256, -3, "sk-all"}};
+  const Sched scheds[] = {{0, 0, "auto"},      {256, 1, "wide"},     {256, -1, "stream-k"},
+                          {128, 1, "medium"},  {192, 1, "3/4"},      {256, -3, "sk-all"},
+                          {256, 2, "wide/2"},  {128, 2, "medium/2"}};
   std::printf("\nStream-k sweep (gemm_sm90_run, Linear layouts, median of 20):\n");
   for (int dti : {0, 2}) {
     const DtypeInfo& dt = kDtypes[dti];
