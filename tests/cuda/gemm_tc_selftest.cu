@@ -668,9 +668,9 @@ void run_stream_k_sweep(Ctx& ctx, int64_t only_m = 0, int64_t only_n = 0, int64_
     int bn, splits;
     const char* name;
   };
-  const Sched scheds[] = {{0, 0, "auto"},      {256, 1, "wide"},     {256, -1, "stream-k"},
-                          {128, 1, "medium"},  {192, 1, "3/4"},      {256, -3, "sk-all"},
-                          {256, 2, "wide/2"},  {128, 2, "medium/2"}};
+  const Sched scheds[] = {{0, 0, "auto"},     {256, 1, "wide"},    {256, -1, "stream-k"},
+                          {128, 1, "medium"}, {192, 1, "3/4"},     {256, -3, "sk-all"},
+                          {256, 2, "wide/2"}, {128, 2, "medium/2"}};
   std::printf("\nStream-k sweep (gemm_sm90_run, Linear layouts, median of 20):\n");
   for (int dti : {0, 2}) {
     const DtypeInfo& dt = kDtypes[dti];
