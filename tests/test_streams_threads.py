@@ -170,6 +170,73 @@ def test_second_device() -> None:
         check(outs, references(*args))
 
 
+def _tensor_core_work(device: str, dtype: torch.dtype) -> list[tuple[str, torch.Tensor,
+                                                                       torch.Tensor]]:
+    """Products that take every per-device path of the 16-bit GEMMs, as (name, result,
+    float64 reference): wide tiles with stream-k (workspace and flags), a 512-token product
+    (medium tiles), a decode product, and a Linear layer with bias and activation, forward
+    and backward."""
+    gen = torch.Generator(device=device).manual_seed(7)
+
+    def rnd(*shape: int, scale: float = 1.0) -> torch.Tensor:
+        return (torch.randn(*shape, device=device, generator=gen) * scale).to(dtype)
+
+    work = []
+    for m, n, k in ((1024, 11008, 4096), (512, 4096, 2048), (8, 4096, 4096)):
+        a, b = rnd(m, k), rnd(n, k, scale=k**-0.5)
+        work.append((f"mm {m}x{n}x{k}", gemmt.mm(a, b.t()), a.double() @ b.double().t()))
+    x = rnd(4, 128, 1024).requires_grad_()
+    w = rnd(2048, 1024, scale=1024**-0.5).requires_grad_()
+    bias = rnd(2048).requires_grad_()
+    y = gemmt.linear(x, w, bias, "gelu_tanh")
+    g = rnd(4, 128, 2048)
+    y.backward(g)
+    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, bias))
+    y64 = torch.nn.functional.gelu(x64 @ w64.t() + b64, approximate="tanh")
+    y64.backward(g.double())
+    work += [("linear forward", y, y64), ("linear grad x", x.grad, x64.grad),
+             ("linear grad weight", w.grad, w64.grad), ("linear grad bias", bias.grad, b64.grad)]
+    return work
+
+
+def _check_tensor_core_work(device: str, dtype: torch.dtype) -> list[str]:
+    failures = []
+    for name, out, ref in _tensor_core_work(device, dtype):
+        if out.device != torch.device(device):
+            failures.append(f"{name} on {device}: result on {out.device}")
+        elif not rel_err(out, ref.to(out.device)) < 1e-2:
+            failures.append(f"{name} on {device}: rel err {rel_err(out, ref)}")
+    return failures
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_second_device_tensor_cores(dtype: torch.dtype) -> None:
+    """The 16-bit paths keep per-device state (tensor maps encoded in the device's context,
+    occupancy answers, stream-k workspaces): each device's tensors must be served with its
+    own, whichever device is current and whichever ran first, also from two threads at once."""
+    failures = []
+    for device, current in (("cuda:1", 0), ("cuda:0", 0), ("cuda:1", 1), ("cuda:0", 1)):
+        with torch.cuda.device(current):
+            failures += _check_tensor_core_work(device, dtype)
+    torch.cuda.synchronize("cuda:0")
+    torch.cuda.synchronize("cuda:1")
+
+    def on(device: str) -> None:
+        try:
+            with torch.cuda.device(device):
+                failures.extend(_check_tensor_core_work(device, dtype))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            failures.append(f"thread on {device}: {exc!r}")
+
+    threads = [threading.Thread(target=on, args=(d,)) for d in ("cuda:0", "cuda:1")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, "\n".join(failures)
+
+
 # A thread whose first CUDA work is a tensor-core product: the Hopper path encodes its TMA
 # descriptors through the driver, which needs a context current on the calling thread. Run
 # in a fresh interpreter so that no earlier test has already bound one to the threads in it
