@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 import gemmt
-from conftest import HAS_CUDA
+from conftest import HAS_CUDA, REPO_ROOT
 
 if not dist.is_available():
     pytest.skip("this torch has no torch.distributed", allow_module_level=True)
@@ -229,3 +229,22 @@ def test_every_registered_op_has_rules() -> None:
     registered = {s.name.split("::")[1] for s in torch._C._jit_get_all_schemas()
                   if s.name.startswith("gemmt::")}
     assert registered == set(gemmt.distributed._OPS)
+
+
+def test_mlp_scaling_benchmark_runs_on_cpu(tmp_path: Path) -> None:
+    """``benchmarks/mlp_tp_scaling.py`` (the GPU scaling figure) in its CPU form: one and two
+    gloo processes, gemmt's block against torch's, a report with both timings and errors."""
+    script = REPO_ROOT / "benchmarks" / "mlp_tp_scaling.py"
+    out = subprocess.run(
+        [sys.executable, str(script), "--device", "cpu", "--gpus", "1,2", "--dim", "32",
+         "--hidden", "96", "--tokens", "64", "--rounds", "2", "--steps", "1", "--warmup", "1",
+         "--out", str(tmp_path)],
+        env=_worker_env(), capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads((tmp_path / "mlp_tp_scaling.json").read_text())
+    assert [r["gpus"] for r in report["runs"]] == [1, 2]
+    for run in report["runs"]:
+        assert run["max_rel_err"] < 1e-5, run  # float32 on CPU
+        for impl in ("torch", "gemmt"):
+            assert run[impl]["step_ms"] > 0 and len(run[impl]["rounds_ms"]) == 2
+    assert report["runs"][0]["gemmt"]["speedup"] == 1.0

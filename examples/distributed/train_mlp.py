@@ -150,7 +150,10 @@ def run(args: argparse.Namespace, backend: str, device: str) -> None:
         fully_shard(model, mesh=dp_mesh)
 
     optim = torch.optim.AdamW if args.optim == "adamw" else torch.optim.SGD
-    opt = optim(model.parameters(), lr=args.lr)
+    # Under TP the norms' weights stay plain tensors (every rank computes the same gradient
+    # for them from the replicated input) beside the DTensor projections, and the optimizers'
+    # multi-tensor kernels (their default on CUDA) refuse such a mix: step one at a time.
+    opt = optim(model.parameters(), lr=args.lr, foreach=False if tp_mesh is not None else None)
     ref_opt = optim(reference.parameters(), lr=args.lr) if reference else None
     if rank == 0:
         print(f"backend {backend} on {device}, {world} ranks, mode {mode}"
