@@ -5,35 +5,13 @@
 #   STAGES="build selftest test slow demo linear bench profile sanitize" (default: all but
 #   profile and sanitize)
 #   BENCH_ARGS="--quick"   passed to python -m gemmt bench
-set -uo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
-OUT=${OUT:-$ROOT/gpu-out}
-LOGS=$OUT/logs
-mkdir -p "$LOGS"
 STAGES=${STAGES:-"build selftest test slow demo linear bench"}
+source scripts/stages.sh
 # PYTEST_TARGETS narrows the test stage (default: the whole suite).
 PYTEST_TARGETS=${PYTEST_TARGETS:-tests}
-PY=${PYTHON:-python3}
-export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
-# Build with the C++ toolchain whose libstdc++ the Python process loads: a g++ from another
-# GCC install (some images put one first via $CXX) emits iostream code that crashes against
-# the system libstdc++ at the first formatted message.
-if [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++; fi
-SUMMARY=$OUT/summary.txt
-: >"$SUMMARY"
-has() { [[ " $STAGES " == *" $1 "* ]]; }
-note() { echo "$*" | tee -a "$SUMMARY"; }
-stage() {  # stage NAME LOGFILE COMMAND...: runs, times and records the exit status
-  local name=$1 log=$2; shift 2
-  local t0=$(date +%s)
-  echo "== $name" >&2
-  "$@" >"$log" 2>&1
-  local rc=$?
-  note "$(printf '%-28s rc=%-3s %5ss  %s' "$name" "$rc" "$(( $(date +%s) - t0 ))" "$(basename "$log")")"
-  return $rc
-}
 
 {
   nvidia-smi

@@ -4,31 +4,12 @@
 # there are 4 GPUs), the distributed training example under torchrun, and the MLP block's
 # tensor-parallel scaling benchmark. Logs and JSON go under $OUT (default ./gpu-out).
 #   STAGES="build devices distributed example scaling suite" (default: all but suite)
-set -uo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
-OUT=${OUT:-$ROOT/gpu-out}
-LOGS=$OUT/logs
-mkdir -p "$LOGS"
 STAGES=${STAGES:-"build devices distributed example scaling"}
-PY=${PYTHON:-python3}
+source scripts/stages.sh
 BUILD=${BUILD_DIR:-build/multi-gpu}
 # NVLink multicast stays off (shared hosts); every process started below inherits these.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1
-if [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++; fi
-SUMMARY=$OUT/summary.txt
-: >"$SUMMARY"
-has() { [[ " $STAGES " == *" $1 "* ]]; }
-note() { echo "$*" | tee -a "$SUMMARY"; }
-stage() {  # stage NAME LOGFILE COMMAND...: runs, times and records the exit status
-  local name=$1 log=$2; shift 2
-  local t0=$(date +%s)
-  "$@" >"$log" 2>&1
-  local rc=$?
-  note "$(printf '%-34s rc=%-3s %5ss  %s' "$name" "$rc" "$(( $(date +%s) - t0 ))" "$(basename "$log")")"
-  return $rc
-}
 
 {
   nvidia-smi
