@@ -248,3 +248,22 @@ def test_mlp_scaling_benchmark_runs_on_cpu(tmp_path: Path) -> None:
         for impl in ("torch", "gemmt"):
             assert run[impl]["step_ms"] > 0 and len(run[impl]["rounds_ms"]) == 2
     assert report["runs"][0]["gemmt"]["speedup"] == 1.0
+
+
+@pytest.mark.parametrize("mode", ["tp", "fsdp"])
+def test_training_example_matches_one_process(tmp_path: Path, mode: str) -> None:
+    """``examples/distributed/train_mlp.py`` under torchrun (2 gloo processes): every step's
+    loss equals the one-process model's, and the parameters agree to float32 rounding."""
+    script = REPO_ROOT / "examples" / "distributed" / "train_mlp.py"
+    out = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+         "--standalone", str(script), "--mode", mode, "--steps", "3", "--optim", "sgd"],
+        env={**_worker_env(), "CUDA_VISIBLE_DEVICES": ""}, capture_output=True, text=True,
+        timeout=240, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = [line.split() for line in out.stdout.splitlines()
+            if line.strip() and line.split()[0].isdigit()]
+    assert [int(r[0]) for r in rows] == [0, 1, 2], out.stdout
+    for step, loss, ref_loss, diff, _ms in rows:
+        assert loss == ref_loss, (step, loss, ref_loss)
+        assert float(diff) < 1e-6, (step, diff)
