@@ -132,6 +132,8 @@ def _worker(rank: int, world: int, port: int, args: argparse.Namespace, result: 
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
     if args.device == "cuda":
         torch.cuda.set_device(rank)
+        if args.sm_carveout is not None:
+            torch._C._set_sm_carveout_experimental(args.sm_carveout)
         dist.init_process_group("nccl", rank=rank, world_size=world,
                                 device_id=torch.device("cuda", rank))
     else:
@@ -204,7 +206,64 @@ def _measure(rank: int, world: int, args: argparse.Namespace) -> dict[str, Any]:
         out[impl] = {"step_ms": ms, "rounds_ms": times[impl],
                      "tflops_per_gpu": flops / world / (ms * 1e-3) / 1e12}
     out["gemmt_vs_torch"] = out["torch"]["step_ms"] / out["gemmt"]["step_ms"]
+    out["sm_carveout"] = args.sm_carveout
+    if args.profile and dev == "cuda":
+        out["profile"] = _profile(rank, world, args, step, sync)
     return out
+
+
+def _intervals_us(events: list[Any], want: Any) -> list[tuple[float, float]]:
+    return sorted((e.time_range.start, e.time_range.end) for e in events if want(e.name))
+
+
+def _overlap_us(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Time during which some interval of `a` and some interval of `b` both run."""
+    total = 0.0
+    merged: list[list[float]] = []
+    for lo, hi in b:  # b's union, so that overlapping kernels of b count once
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    for lo, hi in a:
+        for mlo, mhi in merged:
+            total += max(0.0, min(hi, mhi) - max(lo, mlo))
+    return total
+
+
+def _profile(rank: int, world: int, args: argparse.Namespace, step: Any,
+             sync: Any) -> dict[str, Any]:
+    """Two profiled steps of each implementation: per rank, the time of NCCL's kernels, how
+    much of it ran beside other kernels, and the GEMM kernels' time; rank 0's traces are
+    written under --out. The all-reduces of a step are on NCCL's stream, so they can only
+    overlap with the next step's forward (the input gradient's all-reduce is waited for by
+    nothing inside a step here)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    summary: dict[str, Any] = {}
+    for impl in IMPLS:
+        dist.barrier()
+        sync()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(2):
+                step(impl)
+            sync()
+        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        nccl = _intervals_us(kernels, lambda n: "nccl" in n.lower())
+        other = _intervals_us(kernels, lambda n: "nccl" not in n.lower())
+        gemm = _intervals_us(kernels, lambda n: any(k in n.lower() for k in (
+            "gemm", "nvjet", "xmma", "cutlass", "cublas")))
+        mine = {"nccl_us": sum(hi - lo for lo, hi in nccl) / 2,
+                "nccl_beside_other_kernels_us": _overlap_us(nccl, other) / 2,
+                "gemm_us": sum(hi - lo for lo, hi in gemm) / 2,
+                "nccl_kernels": len(nccl) // 2}
+        gathered: list[Any] = [None] * world
+        dist.all_gather_object(gathered, mine)
+        summary[impl] = gathered
+        if rank == 0:
+            args.out.mkdir(parents=True, exist_ok=True)
+            prof.export_chrome_trace(str(args.out / f"trace_{world}gpus_{impl}_rank0.json"))
+    return summary
 
 
 def _free_port() -> int:
@@ -272,6 +331,13 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sm-carveout", type=int, default=None,
+                        help="SMs left free for NCCL (torch._C._set_sm_carveout_experimental, "
+                             "set for both implementations)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile two steps of each implementation on every rank: "
+                             "the kernels' overlap with NCCL goes into the JSON, rank 0's "
+                             "traces beside it")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                         help="cpu: processes on gloo in float32, a check of this script")
     args = parser.parse_args()
@@ -313,6 +379,12 @@ def main() -> int:
         print(f"{r['gpus']:>4} {r['torch']['step_ms']:>9.3f} {r['gemmt']['step_ms']:>9.3f} "
               f"{r['gemmt_vs_torch']:>12.3f} {r['torch']['speedup']:>15.3f} "
               f"{r['gemmt']['speedup']:>15.3f} {r['max_rel_err']:>12.2e}")
+    for r in runs:
+        for impl, ranks in r.get("profile", {}).items():
+            print(f"{r['gpus']} GPUs, {impl}: per step and rank, NCCL kernels "
+                  + ", ".join(f"{p['nccl_us']:.0f} us ({p['nccl_beside_other_kernels_us']:.0f} "
+                              f"beside other kernels)" for p in ranks)
+                  + "; GEMM kernels " + ", ".join(f"{p['gemm_us']:.0f}" for p in ranks) + " us")
     print(f"wrote {args.out / 'mlp_tp_scaling.json'}" + (" and the PNG" if plotted else ""))
     bad = [r["gpus"] for r in runs if not r["max_rel_err"] < 2e-2]
     if bad:

@@ -1,10 +1,12 @@
 #include "common.h"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #ifdef GEMMT_WITH_CUDA
 #include <ATen/cuda/EmptyTensor.h>
+#include <torch/version.h>
 #endif
 
 namespace gemmt::wrapper {
@@ -131,5 +133,22 @@ StridedLayout strided_layout(const char* op, const char* arg, const at::Tensor& 
   }
   return layout;
 }
+
+#ifdef GEMMT_WITH_CUDA
+int usable_sm_count(const char* op) {
+  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 7)
+  const std::optional<int32_t> carveout = at::globalContext()._SMCarveout_EXPERIMENTAL();
+#else
+  const std::optional<int32_t> carveout;  // torch < 2.7 has no carve-out setting
+#endif
+  if (!carveout.has_value()) return sms;
+  TORCH_CHECK(*carveout >= 0 && *carveout < sms, op,
+              ": torch's SM carve-out (torch._C._set_sm_carveout_experimental) must leave at "
+              "least one of the device's ",
+              sms, " SMs, got ", *carveout);
+  return sms - *carveout;
+}
+#endif
 
 }  // namespace gemmt::wrapper

@@ -77,6 +77,14 @@ inline cudaStream_t stream_for(const at::Tensor& t) {
   return at::cuda::getCurrentCUDAStream(t.get_device()).stream();
 }
 
+// The SMs gemmt's persistent kernels (the GEMMs, the Linear backward pass) may fill on the
+// current device: all of them, less torch's SM carve-out when one is set
+// (torch._C._set_sm_carveout_experimental, which cuBLASLt honours as well). A carve-out
+// leaves SMs free for kernels that run beside a GEMM, such as NCCL's collectives: a grid
+// of one CTA per SM cannot start on SMs those hold, and its statically dealt tiles would
+// then wait for them.
+int usable_sm_count(const char* op);
+
 // Turns a launcher's status into an error that names the op.
 inline void check_launch(const char* op, cudaError_t status) {
   TORCH_CHECK(status == cudaSuccess, op,

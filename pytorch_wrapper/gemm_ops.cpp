@@ -197,7 +197,7 @@ void launch_gemm(const char* op, GemmArgs args, const at::Tensor& c, GemmVariant
   args.dtype = to_kernel_dtype(c.scalar_type());
   args.allow_tf32 = args.dtype == ScalarType::kFloat32 && allow_tf32();
   args.deterministic = at::globalContext().deterministicAlgorithms();
-  args.sm_count = prop->multiProcessorCount;
+  args.sm_count = usable_sm_count(op);
   args.cc_major = prop->major;
   args.cc_minor = prop->minor;
   if (variant == GemmVariant::kAuto) variant = gemm_pick(args);

@@ -306,7 +306,7 @@ namespace {
 void run_linear_backward(const char* op, const at::Tensor& g2d, const at::Tensor& z2d,
                          Activation act, const at::Tensor& out2d, const at::Tensor& bias) {
   const at::cuda::CUDAGuard guard(g2d.device());
-  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int sms = usable_sm_count(op);
   const ScalarType dtype = to_kernel_dtype(g2d.scalar_type());
   const int64_t rows = g2d.size(0), cols = g2d.size(1);
   const std::size_t ws_bytes = linear_backward_workspace_bytes(dtype, rows, cols, sms);

@@ -237,6 +237,53 @@ def test_second_device_tensor_cores(dtype: torch.dtype) -> None:
     assert not failures, "\n".join(failures)
 
 
+def _set_carveout(value: int | None) -> None:
+    torch._C._set_sm_carveout_experimental(value)
+
+
+needs_carveout = pytest.mark.skipif(not hasattr(torch._C, "_set_sm_carveout_experimental"),
+                                    reason="this torch has no SM carve-out setting")
+
+
+@needs_carveout
+@pytest.mark.parametrize("carveout", [0, 8, 66, 131])
+def test_sm_carveout(carveout: int) -> None:
+    """torch's SM carve-out (which cuBLASLt honours too) leaves SMs to kernels that run beside
+    a GEMM, such as NCCL's: gemmt's persistent grids (stream-k with its workspace, CTA pairs,
+    the decode split, the Linear backward pass) are sized for the SMs left, and every path
+    still computes the right product, down to a single SM."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    carveout = min(carveout, sms - 1)
+    before = torch._C._get_sm_carveout_experimental()
+    _set_carveout(carveout)
+    try:
+        failures = []
+        for dtype in (torch.bfloat16, torch.float16):
+            failures += _check_tensor_core_work("cuda", dtype)
+        a, b = randn(1024, 4096, device="cuda"), randn(4096, 2048, device="cuda")
+        err = rel_err(gemmt.mm(a, b), a.double() @ b.double())
+        if not err < 1e-4:
+            failures.append(f"fp32 mm: rel err {err}")
+        torch.cuda.synchronize()
+    finally:
+        _set_carveout(before)
+    assert not failures, "\n".join(failures)
+
+
+@needs_carveout
+def test_sm_carveout_of_every_sm_is_refused() -> None:
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    a = randn(256, 256, device="cuda").bfloat16()
+    before = torch._C._get_sm_carveout_experimental()
+    _set_carveout(sms)
+    try:
+        with pytest.raises(RuntimeError, match=r"gemmt::mm: torch's SM carve-out .* got "
+                                               rf"{sms}"):
+            gemmt.mm(a, a)
+    finally:
+        _set_carveout(before)
+
+
 # A thread whose first CUDA work is a tensor-core product: the Hopper path encodes its TMA
 # descriptors through the driver, which needs a context current on the calling thread. Run
 # in a fresh interpreter so that no earlier test has already bound one to the threads in it
