@@ -242,6 +242,23 @@ def _profile(rank: int, world: int, args: argparse.Namespace, step: Any,
 
     summary: dict[str, Any] = {}
     for impl in IMPLS:
+        # How long the host takes to issue a step against how long the step takes: where the
+        # two meet, the rank is bound by its CPU (Python, DTensor's dispatch), not its GPU.
+        dist.barrier()
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(5):
+            step(impl)
+        issued = time.perf_counter()
+        sync()
+        host = {"issue_ms": (issued - t0) * 200, "step_ms": (time.perf_counter() - t0) * 200}
+        dist.barrier()
+        sync()
+        with profile(activities=[ProfilerActivity.CPU]) as cpu_prof:
+            for _ in range(2):
+                step(impl)
+            sync()
+        cpu_table = cpu_prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
         dist.barrier()
         sync()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -256,13 +273,14 @@ def _profile(rank: int, world: int, args: argparse.Namespace, step: Any,
         mine = {"nccl_us": sum(hi - lo for lo, hi in nccl) / 2,
                 "nccl_beside_other_kernels_us": _overlap_us(nccl, other) / 2,
                 "gemm_us": sum(hi - lo for lo, hi in gemm) / 2,
-                "nccl_kernels": len(nccl) // 2}
+                "nccl_kernels": len(nccl) // 2, "host": host}
         gathered: list[Any] = [None] * world
         dist.all_gather_object(gathered, mine)
         summary[impl] = gathered
+        args.out.mkdir(parents=True, exist_ok=True)
         if rank == 0:
-            args.out.mkdir(parents=True, exist_ok=True)
             prof.export_chrome_trace(str(args.out / f"trace_{world}gpus_{impl}_rank0.json"))
+        (args.out / f"cpu_ops_{world}gpus_{impl}_rank{rank}.txt").write_text(cpu_table)
     return summary
 
 
@@ -384,7 +402,9 @@ def main() -> int:
             print(f"{r['gpus']} GPUs, {impl}: per step and rank, NCCL kernels "
                   + ", ".join(f"{p['nccl_us']:.0f} us ({p['nccl_beside_other_kernels_us']:.0f} "
                               f"beside other kernels)" for p in ranks)
-                  + "; GEMM kernels " + ", ".join(f"{p['gemm_us']:.0f}" for p in ranks) + " us")
+                  + "; GEMM kernels " + ", ".join(f"{p['gemm_us']:.0f}" for p in ranks) + " us"
+                  + "; host issue / step ms " + ", ".join(
+                      f"{p['host']['issue_ms']:.2f}/{p['host']['step_ms']:.2f}" for p in ranks))
     print(f"wrote {args.out / 'mlp_tp_scaling.json'}" + (" and the PNG" if plotted else ""))
     bad = [r["gpus"] for r in runs if not r["max_rel_err"] < 2e-2]
     if bad:

@@ -259,7 +259,7 @@ def test_sm_carveout(carveout: int) -> None:
     try:
         failures = []
         for dtype in (torch.bfloat16, torch.float16):
-            failures += _check_tensor_core_work("cuda", dtype)
+            failures += _check_tensor_core_work("cuda:0", dtype)
         a, b = randn(1024, 4096, device="cuda"), randn(4096, 2048, device="cuda")
         err = rel_err(gemmt.mm(a, b), a.double() @ b.double())
         if not err < 1e-4:
