@@ -161,6 +161,13 @@ at::Tensor aten_activation_backward(const at::Tensor& g, const at::Tensor& z, Ac
   }
 }
 
+// t with these sizes: t itself when it has them already. Under DTensor every reshape, even
+// one that changes nothing, is a trip through its Python dispatch (about as costly on the
+// host as the product it feeds), and tensor-parallel layers are often bound by the host.
+at::Tensor with_sizes(const at::Tensor& t, at::IntArrayRef sizes) {
+  return t.sizes().equals(sizes) ? t : t.reshape(sizes);
+}
+
 // y = act(x @ w.T + b). Saved for backward: x, w, b and, for GELU and SiLU, the pre-activation
 // z that the forward's epilogue wrote beside y (for ReLU, y itself: it is positive exactly
 // where z is). The backward is one fused pass for act'(z) and the bias gradient, then two
@@ -191,7 +198,7 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
     const auto act = static_cast<Activation>(ctx->saved_data["activation"].toInt());
     const bool need_b = ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2);
     const int64_t out_features = w.size(0), in_features = w.size(1);
-    const at::Tensor g = grads[0].reshape({leading_rows(grads[0]), out_features});
+    const at::Tensor g = with_sizes(grads[0], {leading_rows(grads[0]), out_features});
     at::Tensor gz, gb;
     if (at::GradMode::is_enabled()) {
       // Recorded backward (create_graph): recompute z differentiably so that second
@@ -199,20 +206,21 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
       gz = g;
       if (act != Activation::kNone) {
         const at::Tensor zz = call_linear(x, w, b.defined() ? OptTensor(b) : OptTensor(), "none");
-        gz = aten_activation_backward(g, zz.reshape(g.sizes()), act);
+        gz = aten_activation_backward(g, with_sizes(zz, g.sizes()), act);
       }
       if (need_b) gb = gz.sum(0);
     } else if (act == Activation::kNone) {
       gz = g;
       if (need_b) gb = call_linear_bias_backward(g);
     } else {
-      std::tie(gz, gb) =
-          call_linear_activation_backward(g, z.reshape(g.sizes()), activation_name(act), need_b);
+      std::tie(gz, gb) = call_linear_activation_backward(g, with_sizes(z, g.sizes()),
+                                                         activation_name(act), need_b);
       if (!need_b) gb = at::Tensor();
     }
     at::Tensor gx, gw;
-    if (ctx->needs_input_grad(0)) gx = call_mm(gz, w).reshape(x.sizes());
-    if (ctx->needs_input_grad(1)) gw = call_mm(gz.t(), x.reshape({leading_rows(x), in_features}));
+    if (ctx->needs_input_grad(0)) gx = with_sizes(call_mm(gz, w), x.sizes());
+    if (ctx->needs_input_grad(1))
+      gw = call_mm(gz.t(), with_sizes(x, {leading_rows(x), in_features}));
     return {gx, gw, gb, at::Tensor()};
   }
 };

@@ -191,6 +191,50 @@ def test_registration_is_lazy_and_idempotent() -> None:
         assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
 
 
+def test_dtensor_host_path_is_lean(tmp_path: Path) -> None:
+    """A tensor-parallel layer with small shards is bound by the host, and every DTensor
+    dispatch costs tens of microseconds of Python: gemmt's ops take DTensor's flat (no
+    pytree) argument path, and a Linear's forward and backward on 2-D DTensors dispatch no
+    more DTensor calls than torch's Linear does (no reshape that changes nothing)."""
+    code = """
+import os, json, torch, torch.distributed as dist
+dist.init_process_group("gloo", store=dist.FileStore(os.environ["STORE"], 1), rank=0,
+                        world_size=1)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+from torch.profiler import ProfilerActivity, profile
+import gemmt
+gemmt.distributed.register()
+prop = DTensor._op_dispatcher.sharding_propagator
+pytree = [n for n in gemmt.distributed._OPS
+          if prop.op_to_schema_info[getattr(torch.ops.gemmt, n).default].needs_pytree]
+mesh = init_device_mesh("cpu", (1,))
+x = distribute_tensor(torch.randn(8, 16), mesh, [Replicate()]).requires_grad_()
+w = distribute_tensor(torch.randn(32, 16), mesh, [Shard(0)]).requires_grad_()
+counts = {}
+for name, fn in (("torch", lambda: torch.nn.functional.linear(x, w)),
+                 ("gemmt", lambda: gemmt.linear(x, w)),
+                 ("gemmt_silu", lambda: gemmt.linear(x, w, None, "silu"))):
+    fn().sum().backward()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn().sum().backward()
+    counts[name] = sum(1 for e in prof.events() if e.name == "PythonSubclass")
+print(json.dumps({"pytree": pytree, "counts": counts}))
+dist.destroy_process_group()
+"""
+    env = _worker_env()
+    env["STORE"] = str(tmp_path / "store")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["pytree"] == [], result
+    counts = result["counts"]
+    assert counts["torch"] > 0, counts  # the profiler sees DTensor's dispatches at all
+    assert counts["gemmt"] <= counts["torch"] - 3, counts
+    assert counts["gemmt_silu"] <= counts["torch"] - 2, counts
+
+
 def test_rules_without_processes() -> None:
     """The rule tables themselves: row-wise only without activation, the bias of a partial
     sum Partial, and every op's rules covering each of its arguments."""

@@ -43,6 +43,7 @@ DTensors in a process that imported DTensor after gemmt's first call).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import sys
 import threading
@@ -410,6 +411,20 @@ def _register_all() -> None:
     # input placements and the call's other arguments, so a row-wise call without activation
     # does not decide for one with it (tests/distributed_scenarios.py checks this, since
     # register_sharding declares only int arguments as part of the key).
+    propagator = _sharding_propagator()
     for op_name in _OPS:
         overload = getattr(torch.ops.gemmt, op_name).default
         register_sharding(overload)(_strategy_fn(op_name, overload._schema))
+        # register_sharding asks DTensor to flatten every call's arguments with pytree, which
+        # keeps the op off DTensor's native dispatch path; no gemmt op takes a list of
+        # tensors, so the flat form holds. (Host time per call is what bounds a
+        # tensor-parallel layer once its shards are small.)
+        info = getattr(propagator, "op_to_schema_info", {}).get(overload)
+        if info is not None and getattr(info, "needs_pytree", False):
+            propagator.op_to_schema_info[overload] = dataclasses.replace(info, needs_pytree=False)
+
+
+def _sharding_propagator() -> Any:
+    from torch.distributed.tensor import DTensor
+
+    return DTensor._op_dispatcher.sharding_propagator
