@@ -240,6 +240,16 @@ def _profile(rank: int, world: int, args: argparse.Namespace, step: Any,
     nothing inside a step here)."""
     from torch.profiler import ProfilerActivity, profile
 
+    def profiled(impl: str, activity: Any) -> Any:
+        """Two steps of `impl` under the profiler, all ranks starting together."""
+        dist.barrier()
+        sync()
+        with profile(activities=[activity]) as prof:
+            for _ in range(2):
+                step(impl)
+            sync()
+        return prof
+
     summary: dict[str, Any] = {}
     for impl in IMPLS:
         # How long the host takes to issue a step against how long the step takes: where the
@@ -252,19 +262,9 @@ def _profile(rank: int, world: int, args: argparse.Namespace, step: Any,
         issued = time.perf_counter()
         sync()
         host = {"issue_ms": (issued - t0) * 200, "step_ms": (time.perf_counter() - t0) * 200}
-        dist.barrier()
-        sync()
-        with profile(activities=[ProfilerActivity.CPU]) as cpu_prof:
-            for _ in range(2):
-                step(impl)
-            sync()
+        cpu_prof = profiled(impl, ProfilerActivity.CPU)
         cpu_table = cpu_prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
-        dist.barrier()
-        sync()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(2):
-                step(impl)
-            sync()
+        prof = profiled(impl, ProfilerActivity.CUDA)
         kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
         nccl = _intervals_us(kernels, lambda n: "nccl" in n.lower())
         other = _intervals_us(kernels, lambda n: "nccl" not in n.lower())
