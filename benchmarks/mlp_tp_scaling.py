@@ -233,11 +233,11 @@ def _overlap_us(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> f
 
 def _profile(rank: int, world: int, args: argparse.Namespace, step: Any,
              sync: Any) -> dict[str, Any]:
-    """Two profiled steps of each implementation: per rank, the time of NCCL's kernels, how
-    much of it ran beside other kernels, and the GEMM kernels' time; rank 0's traces are
-    written under --out. The all-reduces of a step are on NCCL's stream, so they can only
-    overlap with the next step's forward (the input gradient's all-reduce is waited for by
-    nothing inside a step here)."""
+    """Per rank and implementation: the host's time to issue a few steps against their time
+    (equal when the rank is bound by its CPU), and two profiled steps each on the CPU (an op
+    table, written under --out) and the GPU (the time of NCCL's kernels, how much of it ran
+    beside other kernels, the GEMM kernels' time; rank 0's traces written under --out). NCCL
+    kernel times include the wait for the slowest rank."""
     from torch.profiler import ProfilerActivity, profile
 
     def profiled(impl: str, activity: Any) -> Any:
@@ -256,12 +256,14 @@ def _profile(rank: int, world: int, args: argparse.Namespace, step: Any,
         # two meet, the rank is bound by its CPU (Python, DTensor's dispatch), not its GPU.
         dist.barrier()
         sync()
+        steps = 5
         t0 = time.perf_counter()
-        for _ in range(5):
+        for _ in range(steps):
             step(impl)
         issued = time.perf_counter()
         sync()
-        host = {"issue_ms": (issued - t0) * 200, "step_ms": (time.perf_counter() - t0) * 200}
+        host = {"issue_ms": (issued - t0) * 1e3 / steps,
+                "step_ms": (time.perf_counter() - t0) * 1e3 / steps}
         cpu_prof = profiled(impl, ProfilerActivity.CPU)
         cpu_table = cpu_prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
         prof = profiled(impl, ProfilerActivity.CUDA)
@@ -353,9 +355,10 @@ def main() -> int:
                         help="SMs left free for NCCL (torch._C._set_sm_carveout_experimental, "
                              "set for both implementations)")
     parser.add_argument("--profile", action="store_true",
-                        help="also profile two steps of each implementation on every rank: "
-                             "the kernels' overlap with NCCL goes into the JSON, rank 0's "
-                             "traces beside it")
+                        help="also time each rank's host against its steps and profile two "
+                             "steps of each implementation: host times, NCCL overlap and GEMM "
+                             "time go into the JSON, CPU op tables and rank 0's traces beside "
+                             "it")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                         help="cpu: processes on gloo in float32, a check of this script")
     args = parser.parse_args()

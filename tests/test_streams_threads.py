@@ -237,10 +237,6 @@ def test_second_device_tensor_cores(dtype: torch.dtype) -> None:
     assert not failures, "\n".join(failures)
 
 
-def _set_carveout(value: int | None) -> None:
-    torch._C._set_sm_carveout_experimental(value)
-
-
 needs_carveout = pytest.mark.skipif(not hasattr(torch._C, "_set_sm_carveout_experimental"),
                                     reason="this torch has no SM carve-out setting")
 
@@ -255,7 +251,7 @@ def test_sm_carveout(carveout: int) -> None:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     carveout = min(carveout, sms - 1)
     before = torch._C._get_sm_carveout_experimental()
-    _set_carveout(carveout)
+    torch._C._set_sm_carveout_experimental(carveout)
     try:
         failures = []
         for dtype in (torch.bfloat16, torch.float16):
@@ -266,7 +262,7 @@ def test_sm_carveout(carveout: int) -> None:
             failures.append(f"fp32 mm: rel err {err}")
         torch.cuda.synchronize()
     finally:
-        _set_carveout(before)
+        torch._C._set_sm_carveout_experimental(before)
     assert not failures, "\n".join(failures)
 
 
@@ -275,13 +271,13 @@ def test_sm_carveout_of_every_sm_is_refused() -> None:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     a = randn(256, 256, device="cuda").bfloat16()
     before = torch._C._get_sm_carveout_experimental()
-    _set_carveout(sms)
+    torch._C._set_sm_carveout_experimental(sms)
     try:
         with pytest.raises(RuntimeError, match=r"gemmt::mm: torch's SM carve-out .* got "
                                                rf"{sms}"):
             gemmt.mm(a, a)
     finally:
-        _set_carveout(before)
+        torch._C._set_sm_carveout_experimental(before)
 
 
 # A thread whose first CUDA work is a tensor-core product: the Hopper path encodes its TMA
