@@ -12,6 +12,10 @@
 namespace gemmt {
 namespace sm90 {
 
+uint32_t b_box_rows(int bn) {
+  return bn == kBNNarrow ? kBNNarrow : static_cast<uint32_t>(bn / 2);
+}
+
 bool map_shape(int64_t inner, int64_t outer, int64_t outer_stride, int elt, uint32_t box_inner,
                uint32_t box_outer, MapShape* shape) {
   uint64_t stride_bytes;
@@ -71,7 +75,7 @@ uint32_t stage_tx_bytes(const Plan& plan) {
   constexpr uint32_t kFullA = kBM * 128;
   const uint32_t a = plan.a_mn ? kFullA : plan.a.box[1] * 128;
   const uint32_t full_b = static_cast<uint32_t>(plan.bn) * 128;
-  const uint32_t b_boxes = static_cast<uint32_t>(b_box_count(plan.bn));
+  const uint32_t b_boxes = plan.bn == kBNNarrow ? 1 : 2;
   const uint32_t b = plan.b_mn ? full_b : b_boxes * plan.b.box[1] * 128;
   return a + b;
 }
@@ -104,10 +108,6 @@ constexpr double kKbUsMedium = 0.31;  // 128x128x(128 B of K), 16-bit
 // 512 x 11008 x 4096 took 76.4 us as two waves of 232 such tiles against 97.5 us as two of
 // 172 wide ones (0.78), and 80.0 us as three of 344 medium ones.
 constexpr double kKbUsThreeQuarter = 0.44;
-// 128x168 and 128x176 (fit widths): between the medium and three-quarter tiles' rates per
-// column (to be replaced by the H100 sweep's fit).
-constexpr double kKbUsFit168 = 0.40;
-constexpr double kKbUsFit176 = 0.415;
 constexpr double kKbUsMediumTf32 = 0.35;    // the same in tf32
 constexpr double kKbUsNarrow = 0.20;        // 128x64x(128 B of K), 16-bit
 constexpr double kKbUsNarrowTf32 = 0.35;    // the same in tf32 (A often through registers)
@@ -146,8 +146,6 @@ double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp) {
   const bool tf32 = tc_kind_of(args) == kTF32;
   const double kb_us = bn == kBNWide           ? kKbUsWide
                        : bn == kBNThreeQuarter ? kKbUsThreeQuarter
-                       : bn == kBNFit176       ? kKbUsFit176
-                       : bn == kBNFit168       ? kKbUsFit168
                        : bn == kBNMedium       ? (tf32 ? kKbUsMediumTf32 : kKbUsMedium)
                                                : (tf32 ? kKbUsNarrowTf32 : kKbUsNarrow);
   const double elt = static_cast<double>(element_size(args.dtype));
@@ -242,22 +240,13 @@ bool narrow_weight_stream(const GemmArgs& args) {
 }
 }  // namespace
 
-bool fit_widths_apply(const GemmArgs& args) {
-  const int kind = tc_kind_of(args);
-  if ((kind != kBF16 && kind != kF16) || !args.epilogue.empty()) return false;
-  MapShape probe;
-  bool mn = false;
-  return !map_b(args, kind, kBNNarrow, &probe, &mn) || !mn;
-}
-
 TileChoice choose_tile(const GemmArgs& args) {
   struct Key {
     int64_t m = -1, n = -1, k = -1;
     int dtype = -1, sms = -1;
-    bool beta = false, fit = false;
+    bool beta = false;
     bool operator==(const Key& o) const {
-      return m == o.m && n == o.n && k == o.k && dtype == o.dtype && sms == o.sms &&
-             beta == o.beta && fit == o.fit;
+      return m == o.m && n == o.n && k == o.k && dtype == o.dtype && sms == o.sms && beta == o.beta;
     }
   };
   // Two entries: a decode-sized product is planned both as given and swapped
@@ -265,9 +254,8 @@ TileChoice choose_tile(const GemmArgs& args) {
   thread_local Key keys[2];
   thread_local TileChoice answers[2];
   thread_local int next = 0;
-  const bool fit = fit_widths_apply(args);
   const Key key{args.m,        args.n,          args.k, static_cast<int>(args.dtype),
-                args.sm_count, args.beta != 0.f, fit};
+                args.sm_count, args.beta != 0.f};
   for (int i = 0; i < 2; ++i) {
     if (key == keys[i]) return answers[i];
   }
@@ -281,12 +269,6 @@ TileChoice choose_tile(const GemmArgs& args) {
     if (tc_kind_of(args) != kTF32) {  // no tf32 instances of the three-quarter tile
       const TileChoice three_quarter = best_splits(args, kBNThreeQuarter);
       if (three_quarter.us < best.us) best = three_quarter;
-    }
-    if (fit) {
-      for (int bn : {kBNFit176, kBNFit168}) {
-        const TileChoice c = best_splits(args, bn);
-        if (c.us < best.us) best = c;
-      }
     }
     const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
     if (tile_count(args, kBNWide) * 2 <= sms) {
@@ -469,8 +451,7 @@ bool c_tma_shape(const Problem& pr, MapShape* shape) {
 }
 
 bool staged_store_possible(const Problem& pr) {
-  return pr.bn != kBNNarrow && !is_fit_width(pr.bn) &&
-         (!pr.c_trans || tc_kind_of(pr.args) == kTF32);
+  return pr.bn != kBNNarrow && (!pr.c_trans || tc_kind_of(pr.args) == kTF32);
 }
 
 bool problem_supported(const Problem& pr, bool kernels_built) {
@@ -490,8 +471,7 @@ bool problem_supported(const Problem& pr, bool kernels_built) {
 Problem problem_with(const GemmArgs& args, int bn, Orientation orient) {
   Problem pr = problem_for(args, orient);
   const bool three_quarter = bn == kBNThreeQuarter && tc_kind_of(args) != kTF32;
-  const bool fit = is_fit_width(bn) && fit_widths_apply(pr.args);
-  if (bn == kBNWide || three_quarter || fit || bn == kBNMedium || bn == kBNNarrow) pr.bn = bn;
+  if (bn == kBNWide || three_quarter || bn == kBNMedium || bn == kBNNarrow) pr.bn = bn;
   return pr;
 }
 

@@ -21,28 +21,6 @@ constexpr int kBNWide = 256;
 constexpr int kBNThreeQuarter = 192;
 constexpr int kBNMedium = 128;
 constexpr int kBNNarrow = 64;
-// Two widths that make the waves of a Linear's forward product whole where the four above
-// cannot: 1024 tokens against an 11008-wide weight are 344 wide tiles (2.6 waves on 132
-// SMs, the third 60% full) but 528 tiles 168 wide (4 waves exactly); 14336 and 28672 come
-// to 4.97 and 4.94 waves of 176-wide tiles. Narrower tiles run each column slower than the
-// wide one, so they pay only where the waves they save outweigh that. Both need a K-major B
-// (168 and 176 are not multiples of an MN-major box's 64 columns) and store C from registers:
-// 16-bit products without an epilogue only (fit_widths_apply).
-constexpr int kBNFit168 = 168;
-constexpr int kBNFit176 = 176;
-
-constexpr bool is_fit_width(int bn) { return bn == kBNFit168 || bn == kBNFit176; }
-
-// Rows of a K-major B box: half a wide, three-quarter, medium or 176-wide tile (two boxes,
-// one per CTA of a pair), a third of the 168-wide one (84 rows would split a 128B-swizzle
-// atom of 8 rows: three 56-row boxes, two from one CTA of a pair), the whole narrow one.
-constexpr uint32_t b_box_rows(int bn) {
-  return bn == kBNNarrow ? static_cast<uint32_t>(kBNNarrow)
-                         : static_cast<uint32_t>(bn == kBNFit168 ? bn / 3 : bn / 2);
-}
-
-// K-major B boxes per stage.
-constexpr int b_box_count(int bn) { return bn / static_cast<int>(b_box_rows(bn)); }
 
 // Geometry of one operand as a 2-D tensor map: dim 0 is the contiguous one.
 struct MapShape {
@@ -54,7 +32,7 @@ struct MapShape {
 struct Plan {
   int kind;
   int elt;
-  int bn;  // tile width: kBNWide, kBNThreeQuarter, kBNMedium, kBNNarrow or a fit width
+  int bn;  // tile width: kBNWide, kBNThreeQuarter, kBNMedium or kBNNarrow
   bool a_mn, b_mn;
   MapShape a, b;
 };
@@ -107,6 +85,10 @@ struct Workspace {
   std::size_t total() const { return a_bytes + b_bytes + partial_bytes; }
 };
 
+// Rows of a K-major B box: half a wide, three-quarter or medium tile (two boxes, or one per
+// CTA of a pair), the whole narrow one.
+uint32_t b_box_rows(int bn);
+
 // Fills `shape` for an operand contiguous along the dimension of size `inner` whose other
 // dimension (`outer`) has element stride `outer_stride`. False when TMA cannot take it.
 bool map_shape(int64_t inner, int64_t outer, int64_t outer_stride, int elt, uint32_t box_inner,
@@ -158,10 +140,6 @@ double stream_k_cost_us(const GemmArgs& args);
 // The split count with the lowest estimated time for tiles bn wide (1 when C alone has
 // tiles for at least half of the SMs), or stream-k for wide tiles where it is modelled faster.
 TileChoice best_splits(const GemmArgs& args, int bn);
-
-// Whether the 168- and 176-wide tiles can run the problem: 16-bit, no epilogue, and B read
-// K-major (in place, or staged, which copies it K-major).
-bool fit_widths_apply(const GemmArgs& args);
 
 // Tile width and split count of the kernel's problem. Outputs up to 64 wide take the narrow
 // tile. Wider ones take the wide, the three-quarter (16-bit only) or the medium tile, each

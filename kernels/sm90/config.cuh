@@ -19,10 +19,7 @@
 namespace gemmt {
 namespace {
 
-using sm90::is_fit_width;
 using sm90::kBM;
-using sm90::kBNFit168;
-using sm90::kBNFit176;
 using sm90::kBNMedium;
 using sm90::kBNNarrow;
 using sm90::kBNThreeQuarter;
@@ -63,27 +60,18 @@ constexpr int kWideStages = 4;
 // of the wide one's time (H100). A stage holds about three quarters of the wide tile's
 // k-block time, so it gets a fifth 40 KB stage to keep as much time in flight (three wide
 // stages ran the main loop 9% slower than four); the room comes from staging C one box a
-// round instead of two. The 168- and 176-wide tiles (sm90_plan.h: fit widths) run like the
-// 128x192 one (m64n168 / m64n176, 84 / 88 accumulators a thread) but store C from
-// registers: a 128B-swizzled staging box is 64 columns, which do not divide 168 or 176, and
-// without staging the 168-wide tile has room for a sixth 37 KB stage (the 176-wide one keeps
-// five: six would take 228 KB). choose_tile weighs all six.
+// round instead of two. choose_tile weighs the four.
 template <int kBN>
 struct TileCfg {
-  static_assert(kBN == 256 || kBN == 192 || kBN == 128 || kBN == 64 || is_fit_width(kBN),
-                "tile widths: 256, 192, 176, 168, 128 and 64");
+  static_assert(kBN == 256 || kBN == 192 || kBN == 128 || kBN == 64,
+                "tile widths: 256, 192, 128 and 64");
   // Five stages on the 128x192 tile, whatever an experiment gives the wide one: six would not
   // fit beside its staging box.
-  static constexpr int kStages = kBN == 256   ? kWideStages
-                                 : kBN == 192 ? 5
-                                 : kBN == 176 ? 5
-                                 : kBN == 168 ? 6
-                                 : kBN == 128 ? 6
-                                              : 8;
-  static constexpr int kBBytes = kBN * 128;  // 32, 24, 22, 21, 16 or 8 KB: whole swizzle atoms
+  static constexpr int kStages = kBN == 256 ? kWideStages : (kBN == 192 ? 5 : (kBN == 128 ? 6 : 8));
+  static constexpr int kBBytes = kBN * 128;  // 32, 24, 16 or 8 KB
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kAcc = kBN / 2;  // fp32 accumulators per consumer thread
-  static constexpr bool kStagedStore = kBN != 64 && !is_fit_width(kBN);
+  static constexpr bool kStagedStore = kBN != 64;
   static constexpr int kCBoxes = kBN == 192 ? 1 : 2;  // staging boxes a warpgroup fills a round
   static constexpr int kCWgBytes = kCBoxes * kCBoxBytes;
   static constexpr int kCBytes = kStagedStore ? 2 * kCWgBytes : 0;

@@ -7,8 +7,7 @@
 //
 // CTA = 3 warpgroups. Warpgroup 0 produces: one thread walks the same tile sequence as the
 // consumers and keeps the ring full with TMA; its registers are handed to the consumers
-// through setmaxnreg. Warpgroups 1 and 2 consume. On the wide, three-quarter, fit (168 and
-// 176 wide, stored from registers) and narrow tiles
+// through setmaxnreg. Warpgroups 1 and 2 consume. On the wide, three-quarter and narrow tiles
 // each owns 64 rows of every 128 x kBN tile (m64n256 wgmma and 128 fp32 accumulators per
 // thread on the wide tile, m64n192 and 96 on the three-quarter one, m64n64 and 32 on the
 // narrow one) and writes its rows of C. On the medium tile
@@ -22,7 +21,7 @@
 //   A K-major : 128 rows (M) x 64 bf16 of K                      one TMA box {64, 128}
 //   A MN-major: 2 boxes of 64 rows (K) x 64 bf16 of M, 8 KB each   TMA box {64, 64}
 //   B K-major : kBN rows (N) x 64 bf16 of K (two kBN/2-row boxes;  TMA box {64, kBN / 2}
-//               one 64-row box on the narrow tile, three 56-row ones on the 168-wide tile)
+//               one 64-row box on the narrow tile)
 //   B MN-major: kBN / 64 boxes of 64 rows (K) x 64 bf16 of N       TMA box {64, 64}
 // (tf32: 32 fp32 of K per row instead of 64 bf16; an M-major A is 4 boxes of 32 x 32.)
 //
@@ -112,14 +111,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kBK = kKind == kTF32 ? 32 : 64;               // 128 bytes of K per stage row
   constexpr int kMnRows = 128 / static_cast<int>(sizeof(T));  // M/N extent of an MN-major box
   constexpr int kMnBox = mn_box_bytes<kKind>();
-  constexpr int kBBoxRows = static_cast<int>(sm90::b_box_rows(kBN));
-  constexpr int kBBoxes = sm90::b_box_count(kBN);
   // tf32 with an M-major A: A goes through registers (the only transposable tf32 operand).
   constexpr bool kARegs = kKind == kTF32 && kAMn;
   // The medium tile runs ping-pong (whole tiles per consumer warpgroup, config.cuh), except
   // with A through registers, whose fragments for both halves would not fit beside the
   // accumulators.
-  constexpr bool kPingPong = (kBN == kBNMedium || is_fit_width(kBN)) && !kARegs;
+  constexpr bool kPingPong = kBN == kBNMedium && !kARegs;
   // Stream-k (scheduler.cuh) runs on the wide tile only.
   constexpr bool kStreamK = kBN == kBNWide;
   // Arrivals that free a stage: the warps of the warpgroup(s) that read it, on every CTA of
@@ -128,8 +125,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(kCluster == 1 || kBN != kBNNarrow, "the narrow tile runs as single CTAs");
   static_assert(!(kKind == kTF32 && kBMn), "tf32 wgmma reads B K-major only");
   static_assert(!(kKind == kTF32 && kBN == kBNThreeQuarter), "the 128x192 tile is 16-bit only");
-  static_assert(!(is_fit_width(kBN) && (kKind == kTF32 || kBMn)),
-                "the fit widths are 16-bit with a K-major B only");
 
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   // Both CTAs of a cluster compute the same offsets, which multicast relies on.
@@ -143,14 +138,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Ping-pong: completed when the other consumer has passed the ring waits of its tile.
   auto turn_bar = [&](int c) { return bars + 8u * (2 * kStages + c); };
 
-  // Broadcast from lane 0, so that the compiler knows both are the same across a warp: the
-  // branches on them are then warp-uniform and what the main loops derive from them (the
-  // ring position, the wgmma descriptors) stays in uniform registers. Computed from
-  // threadIdx directly, every descriptor went through vector registers and four R2UR moves
-  // per wgmma (about 70 instructions a k-block on the 128x168 ping-pong tile, against the
-  // 672 tensor-core cycles they feed).
-  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x >> 7), 0);
-  const int warp_in_wg = __shfl_sync(0xffffffffu, static_cast<int>((threadIdx.x >> 5) & 3), 0);
+  const int wg = threadIdx.x >> 7;
+  const int warp_in_wg = (threadIdx.x >> 5) & 3;
   const int lane = threadIdx.x & 31;
   uint32_t rank = 0;
   if constexpr (kCluster > 1) rank = cluster_ctarank();
@@ -206,16 +195,15 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
           }
           if constexpr (!kBMn) {
-            // b_box_count boxes of b_box_rows rows (sm90_plan.h): one on the narrow tile, two
-            // on most, three on the 168-wide one; a pair's CTAs fetch them for both in turn.
-#pragma unroll
-            for (int j = 0; j < kBBoxes; ++j) {
-              const uint32_t dst = sb + j * kBBoxRows * 128;
-              if constexpr (kCluster == 1) {
-                tma_load(dst, &tma_b, fb, k0, n0 + j * kBBoxRows);
-              } else if (j % kCluster == static_cast<int>(rank)) {
-                tma_load_multicast(dst, &tma_b, fb, k0, n0 + j * kBBoxRows, 0x3);
-              }
+            if constexpr (kBN == kBNNarrow) {
+              tma_load(sb, &tma_b, fb, k0, n0);  // one box of 64 rows
+              // Wider tiles: two boxes of kBN / 2 rows, one from each CTA of a pair.
+            } else if constexpr (kCluster == 1) {
+              tma_load(sb, &tma_b, fb, k0, n0);
+              tma_load(sb + kBBytes / 2, &tma_b, fb, k0, n0 + kBN / 2);
+            } else {
+              tma_load_multicast(sb + rank * (kBBytes / 2), &tma_b, fb, k0,
+                                 n0 + static_cast<int>(rank) * (kBN / 2), 0x3);
             }
           } else {
 #pragma unroll

@@ -142,21 +142,6 @@ cudaError_t launch_layout(const Plan& plan, const Maps& maps, const Params& p, i
   }
 }
 
-// The fit widths take a K-major B only (the planner never plans them otherwise) and no
-// stream-k.
-template <int kKind, int kBN>
-cudaError_t launch_fit(const Plan& plan, const Maps& maps, const Params& p, int cl, int sm_count,
-                       cudaStream_t stream) {
-  if (plan.b_mn) return cudaErrorNotSupported;
-  const SkSpread off = SkSpread::kOff;
-  if (plan.a_mn) {
-    return cl == 2 ? launch<kKind, true, false, 2, kBN>(maps, p, sm_count, off, stream)
-                   : launch<kKind, true, false, 1, kBN>(maps, p, sm_count, off, stream);
-  }
-  return cl == 2 ? launch<kKind, false, false, 2, kBN>(maps, p, sm_count, off, stream)
-                 : launch<kKind, false, false, 1, kBN>(maps, p, sm_count, off, stream);
-}
-
 // The product of a plan for operand kind kKind (plan.kind): kernel parameters, then the
 // instance for the plan's layouts, tile width and cluster shape.
 template <int kKind>
@@ -209,14 +194,6 @@ cudaError_t launch_kind(const Problem& pr, const Plan& plan, const Maps& maps, c
       return cl == 2
                  ? launch_layout<kKind, 2, kBNThreeQuarter>(plan, maps, p, sm_count, skc, stream)
                  : launch_layout<kKind, 1, kBNThreeQuarter>(plan, maps, p, sm_count, skc, stream);
-    }
-  }
-  if (is_fit_width(plan.bn)) {
-    if constexpr (kKind == kTF32) {
-      return cudaErrorNotSupported;  // 16-bit only (sm90::fit_widths_apply)
-    } else {
-      return plan.bn == kBNFit168 ? launch_fit<kKind, kBNFit168>(plan, maps, p, cl, sm_count, stream)
-                                  : launch_fit<kKind, kBNFit176>(plan, maps, p, cl, sm_count, stream);
     }
   }
   if (cl == 2) return launch_layout<kKind, 2, kBNWide>(plan, maps, p, sm_count, skc, stream);

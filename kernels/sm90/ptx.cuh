@@ -235,25 +235,6 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint3
   "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
   "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}"
 
-// The fit widths' blocks (kernels/plan/sm90_plan.h): 84 and 88 accumulators a thread.
-#define GEMMT_ACC84 \
-  GEMMT_ACC64, GEMMT_ACC8(64), GEMMT_ACC8(72), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83])
-#define GEMMT_ACC88 GEMMT_ACC64, GEMMT_ACC8(64), GEMMT_ACC8(72), GEMMT_ACC8(80)
-#define GEMMT_D84 \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
-  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
-  "%80, %81, %82, %83}"
-#define GEMMT_D88 \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
-  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
-  "%80, %81, %82, %83, %84, %85, %86, %87}"
-
 // wgmma_m64n<N>: D(64xN, fp32) (+)= A(64xK) * B(KxN) for one K step (16 for 16-bit types, 8
 // for tf32), both operands from shared memory. `accumulate` == 0 overwrites D, which is how
 // each tile starts without zeroing registers. NACC = N / 2 accumulators a thread; the
@@ -277,11 +258,9 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint3
     }                                                                                            \
   }
 
-// The wide, three-quarter, fit, medium and narrow tiles' steps.
+// The wide, three-quarter, medium and narrow tiles' steps.
 GEMMT_DEFINE_WGMMA(256, 128, "%128", "%129", "%130", "%131", "%132")
 GEMMT_DEFINE_WGMMA(192, 96, "%96", "%97", "%98", "%99", "%100")
-GEMMT_DEFINE_WGMMA(176, 88, "%88", "%89", "%90", "%91", "%92")
-GEMMT_DEFINE_WGMMA(168, 84, "%84", "%85", "%86", "%87", "%88")
 GEMMT_DEFINE_WGMMA(128, 64, "%64", "%65", "%66", "%67", "%68")
 GEMMT_DEFINE_WGMMA(64, 32, "%32", "%33", "%34", "%35", "%36")
 #undef GEMMT_DEFINE_WGMMA
@@ -294,10 +273,6 @@ __device__ __forceinline__ void wgmma_step(float (&d)[kBN / 2], uint64_t da, uin
     wgmma_m64n256<kKind, kTransA, kTransB>(d, da, db, accumulate);
   } else if constexpr (kBN == 192) {
     wgmma_m64n192<kKind, kTransA, kTransB>(d, da, db, accumulate);
-  } else if constexpr (kBN == 176) {
-    wgmma_m64n176<kKind, kTransA, kTransB>(d, da, db, accumulate);
-  } else if constexpr (kBN == 168) {
-    wgmma_m64n168<kKind, kTransA, kTransB>(d, da, db, accumulate);
   } else if constexpr (kBN == 128) {
     wgmma_m64n128<kKind, kTransA, kTransB>(d, da, db, accumulate);
   } else {
@@ -316,8 +291,7 @@ __device__ __forceinline__ void wgmma_step(float (&d)[kBN / 2], uint64_t da, uin
 template <int kBN>
 __device__ __forceinline__ void wgmma_step_tf32_rs(float (&d)[kBN / 2], const uint32_t (&a)[4],
                                                    uint64_t db, uint32_t accumulate) {
-  static_assert(kBN != 192 && !is_fit_width(kBN),
-                "the three-quarter and fit tiles have no tf32 instances");
+  static_assert(kBN != 192, "the three-quarter tile has no tf32 instances");
   if constexpr (kBN == 256) {
     GEMMT_WGMMA_TF32_RS("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32", GEMMT_D128,
                         GEMMT_ACC128, "%133", "{%128, %129, %130, %131}", "%132");
@@ -336,14 +310,10 @@ __device__ __forceinline__ void wgmma_step_tf32_rs(float (&d)[kBN / 2], const ui
 #undef GEMMT_ACC8
 #undef GEMMT_ACC32
 #undef GEMMT_ACC64
-#undef GEMMT_ACC84
-#undef GEMMT_ACC88
 #undef GEMMT_ACC96
 #undef GEMMT_ACC128
 #undef GEMMT_D32
 #undef GEMMT_D64
-#undef GEMMT_D84
-#undef GEMMT_D88
 #undef GEMMT_D96
 #undef GEMMT_D128
 

@@ -195,13 +195,12 @@ const Layout kLayouts[] = {
 // sm90 is what gemm_sm90_run does (CTA pairs with B multicast when the M tile count is even,
 // TMA-store epilogue when C rows are 16-byte aligned); the two others pin single CTAs with
 // either epilogue, so a failure can be pinned on the multicast or on the store path. The
-// last eight are gemm_sm90_run with the tile width pinned to 256, 128 or 64, stream-k on wide
+// last six are gemm_sm90_run with the tile width pinned to 256, 128 or 64, stream-k on wide
 // tiles, spread over clusters for two thirds of the tiles so that even small products have
 // tiles cut in two, or over every cluster that fits, so that small products have tiles cut
 // into many pieces (pieces in the middle of a tile, several givers per taker), and the
-// width pinned to 192, 168 or 176 (16-bit only; the last two with a K-major B and no
-// epilogue, the model's width otherwise). The cost model picks among the widths; each must
-// be right wherever it runs.
+// width pinned to 192 (16-bit only). The cost model picks among the widths; each must be
+// right wherever it runs.
 enum Path {
   kSm80 = 0,
   kSm90Auto = 1,
@@ -213,24 +212,21 @@ enum Path {
   kSm90StreamK = 7,
   kSm90StreamKAll = 8,
   kSm90ThreeQuarter = 9,
-  kSm90Fit168 = 10,
-  kSm90Fit176 = 11,
-  kNumPaths = 12
+  kNumPaths = 10
 };
-const char* kPathNames[] = {"sm80",     "sm90",     "sm90-c1d", "sm90-c1t", "sm90-w",   "sm90-m",
-                            "sm90-n",   "sm90-sk",  "sm90-ska", "sm90-3q",  "sm90-168", "sm90-176"};
+const char* kPathNames[] = {"sm80",   "sm90",   "sm90-c1d", "sm90-c1t", "sm90-w",
+                            "sm90-m", "sm90-n", "sm90-sk",  "sm90-ska", "sm90-3q"};
 
 bool pinned_width(Path p) {
   return p == kSm90Wide || p == kSm90Medium || p == kSm90Narrow || p == kSm90StreamK ||
-         p == kSm90StreamKAll || p == kSm90ThreeQuarter || p == kSm90Fit168 || p == kSm90Fit176;
+         p == kSm90StreamKAll || p == kSm90ThreeQuarter;
 }
 
 // The pinned widths apply to outputs wider than the narrow tile (after the tf32 C^T swap the
 // output's width is m); narrower ones always run narrow. The 128x192 tile is 16-bit only.
 bool path_applies(Path p, const GemmArgs& a) {
   if (!pinned_width(p)) return true;
-  const bool sixteen_bit_only = p == kSm90ThreeQuarter || p == kSm90Fit168 || p == kSm90Fit176;
-  if (sixteen_bit_only && a.dtype == gemmt::ScalarType::kFloat32) return false;
+  if (p == kSm90ThreeQuarter && a.dtype == gemmt::ScalarType::kFloat32) return false;
   return a.m > 64 && a.n > 64;
 }
 
@@ -272,14 +268,10 @@ cudaError_t run_path(Path p, const GemmArgs& a, cudaStream_t s) {
     case kSm90Narrow:
     case kSm90StreamK:
     case kSm90StreamKAll:
-    case kSm90ThreeQuarter:
-    case kSm90Fit168:
-    case kSm90Fit176: {
+    case kSm90ThreeQuarter: {
       const bool sk = p == kSm90StreamK || p == kSm90StreamKAll;
       const int bn = p == kSm90Wide || sk     ? 256
                      : p == kSm90ThreeQuarter ? 192
-                     : p == kSm90Fit176       ? 176
-                     : p == kSm90Fit168       ? 168
                      : p == kSm90Medium       ? 128
                                               : 64;
       const int splits = p == kSm90StreamK ? -2 : (p == kSm90StreamKAll ? -3 : 0);
@@ -678,8 +670,7 @@ void run_stream_k_sweep(Ctx& ctx, int64_t only_m = 0, int64_t only_n = 0, int64_
   };
   const Sched scheds[] = {{0, 0, "auto"},     {256, 1, "wide"},    {256, -1, "stream-k"},
                           {128, 1, "medium"}, {192, 1, "3/4"},     {256, -3, "sk-all"},
-                          {256, 2, "wide/2"}, {128, 2, "medium/2"}, {168, 1, "168"},
-                          {176, 1, "176"}};
+                          {256, 2, "wide/2"}, {128, 2, "medium/2"}};
   std::printf("\nStream-k sweep (gemm_sm90_run, Linear layouts, median of 20):\n");
   for (int dti : {0, 2}) {
     const DtypeInfo& dt = kDtypes[dti];
@@ -708,9 +699,7 @@ void run_stream_k_sweep(Ctx& ctx, int64_t only_m = 0, int64_t only_n = 0, int64_
         const int auto_bn = gemmt::detail::gemm_sm90_auto_tile_n(args);
         const int auto_splits = gemmt::detail::gemm_sm90_auto_splits(args);
         for (const Sched& sc : scheds) {
-          if ((sc.bn == 192 || sc.bn == 168 || sc.bn == 176) && dt.elt == 4) continue;
-          // The fit widths take a K-major B only (forced elsewhere, the model's width runs).
-          if ((sc.bn == 168 || sc.bn == 176) && !lay.b_col) continue;
+          if (sc.bn == 192 && dt.elt == 4) continue;  // 16-bit only
           if (!gemmt::detail::gemm_sm90_forced_supports(args, sc.bn,
                                                         gemmt::detail::Sm90Orientation::kAuto)) {
             continue;
@@ -927,7 +916,6 @@ int main(int argc, char** argv) {
       {333, 1, 520, false},     {2048, 48, 8192, false},  // narrow, with split-k
       {64, 300, 1000, false},   {48, 2048, 8192, false},  // tf32 C^T with the narrow tile
       {520, 1032, 96, false},                             // tf32 C^T, ragged, 3 k-blocks
-      {130, 344, 200, false},   {256, 352, 136, false},   // 168/176 tiles: ragged; pairs
   };
   if (tests) {
     uint64_t seed = 1;
