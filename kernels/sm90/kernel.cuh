@@ -167,20 +167,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   GEMMT_TRACE(0, 6);
   if (wg == 0) {
     setmaxnreg_dec<40>();
-    // The whole first warp walks the producer loop and one elected lane issues: with the
-    // loop's control flow uniform, its addresses stay in uniform registers. Run by lane 0
-    // alone, every TMA copy went through vector registers, R2UR moves and a loop over the
-    // active lanes, about 60 instructions a stage, and the producer issued for about half of
-    // the kernel's time instead of waiting for free stages (ncu source samples, 128x168 tile).
-    // The warp index is broadcast from lane 0 so that the compiler sees a warp-uniform
-    // branch. (Broadcast for the whole kernel, it also changed the consumers' register
-    // allocation: the wide tile's forward instances spilled.)
-    if (__shfl_sync(0xffffffffu, warp_in_wg, 0) == 0) {
-      const bool leader = elect_one();
-      if (leader) {
-        prefetch_tmap(&tma_a);
-        prefetch_tmap(&tma_b);
-      }
+    if (warp_in_wg == 0 && lane == 0) {
+      prefetch_tmap(&tma_a);
+      prefetch_tmap(&tma_b);
       int stage = 0;
       uint32_t phase = 0;
       Unit w;
@@ -193,11 +182,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           mbar_wait(empty_bar(stage), phase ^ 1u);
           if (kb == w.kb_begin) GEMMT_TRACE(i, 1);
           const uint32_t fb = full_bar(stage);
+          mbar_arrive_expect_tx(fb, p.stage_tx_bytes);
           const int k0 = kb * kBK;
           const uint32_t sa = smem_a + stage * kABytes;
           const uint32_t sb = smem_b + stage * kBBytes;
-          if (leader) {
-          mbar_arrive_expect_tx(fb, p.stage_tx_bytes);
           if constexpr (!kAMn) {
             tma_load(sa, &tma_a, fb, k0, m0);
           } else {
@@ -230,7 +218,6 @@ __global__ void __launch_bounds__(kThreads, 1)
               }
             }
           }
-          }  // leader
           if (++stage == kStages) {
             stage = 0;
             phase ^= 1u;
