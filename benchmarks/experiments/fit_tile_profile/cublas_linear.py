@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 
 def main() -> None:
+    """Three F.linear calls on random bf16 operands of the shape given on the command line."""
     tokens, fin, fout = (int(v) for v in sys.argv[1:4])
     x = torch.randn(tokens, fin, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(fout, fin, device="cuda", dtype=torch.bfloat16) / fin**0.5

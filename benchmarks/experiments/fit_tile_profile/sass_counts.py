@@ -7,6 +7,7 @@ import sys
 
 
 def main() -> None:
+    """Reads the listing from stdin and prints one line of counts per kernel."""
     name, counts = None, {}
     rows = []
     for line in sys.stdin:
