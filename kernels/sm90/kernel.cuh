@@ -138,7 +138,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Ping-pong: completed when the other consumer has passed the ring waits of its tile.
   auto turn_bar = [&](int c) { return bars + 8u * (2 * kStages + c); };
 
-  const int wg = threadIdx.x >> 7;
+  // Broadcast so that the compiler knows the warpgroup index is warp-uniform: the role
+  // branches below and the consumers' wgmma descriptors then stay in uniform registers
+  // (prefill products at 512 tokens ran ~2% faster, H100). Only there: the epilogue takes
+  // its indices per thread (cw_t, warp_in_wg), because made uniform they changed the
+  // consumers' register allocation and the wide tile's fill epilogue spilled 30-50 bytes
+  // (benchmarks/results/h100_2026-11-26_uniform_producer/).
+  // Not with A through registers (tf32, M-major A), whose consumers need every register:
+  // there the warp-uniform forms (this one and the producer's below) made the instances
+  // with CTA pairs spill up to 108 bytes, so the indices stay per thread and lane 0 alone
+  // runs the producer.
+  constexpr bool kUniformRoles = !kARegs;
+  const int wg = kUniformRoles ? __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x >> 7), 0)
+                               : static_cast<int>(threadIdx.x >> 7);
   const int warp_in_wg = (threadIdx.x >> 5) & 3;
   const int lane = threadIdx.x & 31;
   uint32_t rank = 0;
@@ -167,9 +179,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   GEMMT_TRACE(0, 6);
   if (wg == 0) {
     setmaxnreg_dec<40>();
-    if (warp_in_wg == 0 && lane == 0) {
-      prefetch_tmap(&tma_a);
-      prefetch_tmap(&tma_b);
+    // The whole first warp walks the producer loop and one elected lane issues: with the
+    // loop's control flow uniform, its addresses stay in uniform registers. Run by lane 0
+    // alone, every TMA copy went through vector registers, R2UR moves and a loop over the
+    // active lanes, about 60 instructions a stage, and the producer issued for about half of
+    // the kernel's time instead of waiting for free stages (ncu source samples, 128x168 tile).
+    // The warp index is broadcast from lane 0 so that the compiler sees a warp-uniform
+    // branch.
+    const bool producer = kUniformRoles ? __shfl_sync(0xffffffffu, warp_in_wg, 0) == 0
+                                        : (warp_in_wg == 0 && lane == 0);
+    if (producer) {
+      const bool leader = kUniformRoles ? elect_one() : true;
+      if (leader) {
+        prefetch_tmap(&tma_a);
+        prefetch_tmap(&tma_b);
+      }
       int stage = 0;
       uint32_t phase = 0;
       Unit w;
@@ -182,42 +206,44 @@ __global__ void __launch_bounds__(kThreads, 1)
           mbar_wait(empty_bar(stage), phase ^ 1u);
           if (kb == w.kb_begin) GEMMT_TRACE(i, 1);
           const uint32_t fb = full_bar(stage);
-          mbar_arrive_expect_tx(fb, p.stage_tx_bytes);
           const int k0 = kb * kBK;
           const uint32_t sa = smem_a + stage * kABytes;
           const uint32_t sb = smem_b + stage * kBBytes;
-          if constexpr (!kAMn) {
-            tma_load(sa, &tma_a, fb, k0, m0);
-          } else {
-#pragma unroll
-            for (int q = 0; q < kBM / kMnRows; ++q) {
-              tma_load(sa + q * kMnBox, &tma_a, fb, m0 + q * kMnRows, k0);
-            }
-          }
-          if constexpr (!kBMn) {
-            if constexpr (kBN == kBNNarrow) {
-              tma_load(sb, &tma_b, fb, k0, n0);  // one box of 64 rows
-              // Wider tiles: two boxes of kBN / 2 rows, one from each CTA of a pair.
-            } else if constexpr (kCluster == 1) {
-              tma_load(sb, &tma_b, fb, k0, n0);
-              tma_load(sb + kBBytes / 2, &tma_b, fb, k0, n0 + kBN / 2);
+          if (leader) {
+            mbar_arrive_expect_tx(fb, p.stage_tx_bytes);
+            if constexpr (!kAMn) {
+              tma_load(sa, &tma_a, fb, k0, m0);
             } else {
-              tma_load_multicast(sb + rank * (kBBytes / 2), &tma_b, fb, k0,
-                                 n0 + static_cast<int>(rank) * (kBN / 2), 0x3);
-            }
-          } else {
 #pragma unroll
-            for (int j = 0; j < kBN / 64; ++j) {
-              if constexpr (kCluster == 1) {
-                tma_load(sb + j * kMnBox, &tma_b, fb, n0 + 64 * j, k0);
+              for (int q = 0; q < kBM / kMnRows; ++q) {
+                tma_load(sa + q * kMnBox, &tma_a, fb, m0 + q * kMnRows, k0);
+              }
+            }
+            if constexpr (!kBMn) {
+              if constexpr (kBN == kBNNarrow) {
+                tma_load(sb, &tma_b, fb, k0, n0);  // one box of 64 rows
+                // Wider tiles: two boxes of kBN / 2 rows, one from each CTA of a pair.
+              } else if constexpr (kCluster == 1) {
+                tma_load(sb, &tma_b, fb, k0, n0);
+                tma_load(sb + kBBytes / 2, &tma_b, fb, k0, n0 + kBN / 2);
               } else {
-                // Each CTA of the pair fetches its half of the boxes for both.
-                if (j * kCluster / (kBN / 64) == static_cast<int>(rank)) {
-                  tma_load_multicast(sb + j * kMnBox, &tma_b, fb, n0 + 64 * j, k0, 0x3);
+                tma_load_multicast(sb + rank * (kBBytes / 2), &tma_b, fb, k0,
+                                   n0 + static_cast<int>(rank) * (kBN / 2), 0x3);
+              }
+            } else {
+#pragma unroll
+              for (int j = 0; j < kBN / 64; ++j) {
+                if constexpr (kCluster == 1) {
+                  tma_load(sb + j * kMnBox, &tma_b, fb, n0 + 64 * j, k0);
+                } else {
+                  // Each CTA of the pair fetches its half of the boxes for both.
+                  if (j * kCluster / (kBN / 64) == static_cast<int>(rank)) {
+                    tma_load_multicast(sb + j * kMnBox, &tma_b, fb, n0 + 64 * j, k0, 0x3);
+                  }
                 }
               }
             }
-          }
+          }  // leader
           if (++stage == kStages) {
             stage = 0;
             phase ^= 1u;
@@ -230,6 +256,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
     setmaxnreg_inc<232>();
     const int cw = wg - 1;  // cooperative: which 64-row half of each tile this warpgroup owns
+    // The same index, per thread, for the epilogue (see wg above).
+    const int cw_t = static_cast<int>(threadIdx.x >> 7) - 1;
     // A K-step advances 32 bytes along a K-major row, or 16 rows (2 KB) of an MN-major box.
     constexpr uint32_t kAStep = (kAMn ? 16 * 128 : 32) >> 4;
     constexpr uint32_t kBStep = (kBMn ? 16 * 128 : 32) >> 4;
@@ -252,11 +280,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         store_partial_block(p, a, w.split, row0, n0, warp_in_wg, lane);
       } else if (Cfg::kStagedStore && p.tma_store) {
         if constexpr (Cfg::kStagedStore) {
-          const uint32_t buf = smem_c + cw * Cfg::kCWgBytes;
+          const uint32_t buf = smem_c + cw_t * Cfg::kCWgBytes;
           if (kARegs && p.c_trans) {
-            store_block_tma_transposed(p, &tma_c, a, buf, row0, n0, warp_in_wg, lane, cw);
+            store_block_tma_transposed(p, &tma_c, a, buf, row0, n0, warp_in_wg, lane, cw_t);
           } else {
-            store_block_tma<T, Cfg::kCBoxes>(p, &tma_c, a, buf, row0, n0, warp_in_wg, lane, cw);
+            store_block_tma<T, Cfg::kCBoxes>(p, &tma_c, a, buf, row0, n0, warp_in_wg, lane, cw_t);
           }
         }
       } else {
@@ -389,13 +417,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         GEMMT_TRACE_SET_UNIT(i);
         if (w.kb_end > w.kb_begin) release(prev_stage);
         if (kStreamK && w.role == Role::kSkGive) {
-          sk_give(p, acc, sk_slot<kCluster>(cluster_id, rank), cw);
+          sk_give(p, acc, sk_slot<kCluster>(cluster_id, rank), cw_t);
         } else {
           if (kStreamK && w.role == Role::kSkTake) {
             for_each_giver(p, w, cluster_id, num_clusters,
-                           [&](int q) { sk_take(p, acc, sk_slot<kCluster>(q, rank), cw); });
+                           [&](int q) { sk_take(p, acc, sk_slot<kCluster>(q, rank), cw_t); });
           }
-          store_rows(acc, w, origin.x + cw * 64, origin.y);
+          store_rows(acc, w, origin.x + cw_t * 64, origin.y);
         }
         fence_accumulators(acc);
         GEMMT_TRACE(i, 4);
