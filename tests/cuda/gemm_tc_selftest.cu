@@ -728,6 +728,87 @@ void run_stream_k_sweep(Ctx& ctx, int64_t only_m = 0, int64_t only_n = 0, int64_
   }
 }
 
+// Whole wide tiles against stream-k on the training products of Linear layers at 2048 and
+// 8192 tokens whose wide tiles come to two waves or more with the last one not whole (the
+// planner's stream-k rule, kernels/plan/sm90_plan.cpp): the two schedules alternate, the
+// first of a round swapped every round so that a drift of the clock over the run (these
+// products run hot) weighs on both alike. One "SKAB" line per product: the medians over the
+// rounds and their ratio, and whether the planner picks stream-k there.
+void run_stream_k_ab(Ctx& ctx, int rounds) {
+  struct Product {
+    const char* name;
+    int64_t tokens, in, out;
+  };
+  const Product weights[] = {{"4096->11008", 0, 4096, 11008}, {"11008->4096", 0, 11008, 4096},
+                             {"4096->14336", 0, 4096, 14336}, {"14336->4096", 0, 14336, 4096},
+                             {"8192->28672", 0, 8192, 28672}, {"28672->8192", 0, 28672, 8192},
+                             {"4096->32000", 0, 4096, 32000}};
+  const int64_t token_counts[] = {2048, 8192};
+  const int sms = ctx.prop.multiProcessorCount;
+  const DtypeInfo& dt = kDtypes[0];  // bf16
+  std::printf("\nStream-k A/B (bf16 Linear products, %d alternating rounds of medians of %d):\n",
+              rounds, g_timed_runs);
+  for (int64_t t : token_counts) {
+    for (const Product& w : weights) {
+      // forward x @ W^T, grad_input g @ W, grad_weight g^T @ x: (m, n, k, A col, B col)
+      struct Case {
+        const char* name;
+        int64_t m, n, k;
+        bool a_col, b_col;
+      };
+      const Case cases[] = {{"fwd", t, w.out, w.in, false, true},
+                            {"dgrad", t, w.in, w.out, false, false},
+                            {"wgrad", w.out, w.in, t, true, false}};
+      for (const Case& c : cases) {
+        const int64_t tiles = ((c.m + 127) / 128) * ((c.n + 255) / 256);
+        if (tiles < 2 * sms || tiles % sms == 0) continue;
+        const SweepOperands ops(ctx, dt, c.m, c.n, c.k, 5 + c.m + c.n + c.k);
+        GemmArgs args = base_args(ctx, dt);
+        args.m = c.m;
+        args.n = c.n;
+        args.k = c.k;
+        args.a = ops.a;
+        args.a_stride_m = c.a_col ? 1 : c.k;
+        args.a_stride_k = c.a_col ? c.m : 1;
+        args.b = ops.b;
+        args.b_stride_k = c.b_col ? 1 : c.n;
+        args.b_stride_n = c.b_col ? c.k : 1;
+        args.c = ops.c;
+        args.ldc = c.n;
+        if (!gemmt::gemm_sm90_supports(args) || gemmt::detail::gemm_sm90_auto_tile_n(args) != 256 ||
+            gemmt::detail::gemm_sm90_auto_swaps(args)) {
+          continue;
+        }
+        const bool auto_sk = gemmt::detail::gemm_sm90_auto_stream_k(args);
+        void* ws =
+            workspace(gemmt::detail::gemm_sm90_split_workspace_bytes(args, -1, 256), ctx.stream);
+        std::vector<double> dp_ms, sk_ms;
+        for (int r = 0; r < rounds; ++r) {
+          for (int half = 0; half < 2; ++half) {
+            const bool sk = (half == 0) == (r % 2 == 1);
+            char what[160];
+            std::snprintf(what, sizeof what, "sk-ab %s %lld %s %s", c.name, (long long)t, w.name,
+                          sk ? "stream-k" : "whole");
+            const double ms = median_ms(ctx, what, [&] {
+              return gemmt::detail::gemm_sm90_run_splits(args, sk ? -1 : 1, 256, ws, ctx.stream);
+            });
+            (sk ? sk_ms : dp_ms).push_back(ms);
+          }
+        }
+        std::sort(dp_ms.begin(), dp_ms.end());
+        std::sort(sk_ms.begin(), sk_ms.end());
+        const double dp = dp_ms[dp_ms.size() / 2], skm = sk_ms[sk_ms.size() / 2];
+        std::printf(
+            "SKAB %-5s %5lld %-12s %6lld x %6lld x %6lld waves %6.2f whole %8.4f ms "
+            "stream-k %8.4f ms sk/whole %.4f planner %s\n",
+            c.name, (long long)t, w.name, (long long)c.m, (long long)c.n, (long long)c.k,
+            static_cast<double>(tiles) / sms, dp, skm, skm / dp, auto_sk ? "stream-k" : "whole");
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
 // Decode-sized products (m tokens against a weight W of n x k, x @ W^T) in both orientations
 // and several split counts, weights rotated through buffers larger than L2 together so that
 // every product reads W from DRAM: one "DECODESWEEP" line per configuration, with the
@@ -876,6 +957,7 @@ void run_perf(Ctx& ctx) {
 int main(int argc, char** argv) {
   bool quick = false, perf = true, tests = true, sweep = false, decode_sweep = false;
   bool sk_sweep = false;
+  int sk_ab_rounds = 0;
   int64_t sk_shape[3] = {0, 0, 0};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
@@ -889,6 +971,11 @@ int main(int argc, char** argv) {
       sk_shape[1] = std::atoll(argv[i + 2]);
       sk_shape[2] = std::atoll(argv[i + 3]);
       i += 3;
+      tests = perf = false;
+    }
+    // --sk-ab R: whole wide tiles against stream-k in R alternating rounds (tests off)
+    if (!std::strcmp(argv[i], "--sk-ab") && i + 1 < argc) {
+      sk_ab_rounds = std::max(1, std::atoi(argv[++i]));
       tests = perf = false;
     }
     if (!std::strcmp(argv[i], "--runs") && i + 1 < argc)
@@ -945,6 +1032,7 @@ int main(int argc, char** argv) {
   if (sweep) run_split_sweep(ctx);
   if (decode_sweep) run_decode_sweep(ctx);
   if (sk_sweep) run_stream_k_sweep(ctx, sk_shape[0], sk_shape[1], sk_shape[2]);
+  if (sk_ab_rounds > 0) run_stream_k_ab(ctx, sk_ab_rounds);
   CHECK_CUDA(cudaStreamDestroy(ctx.stream));
   if (tests) {
     std::printf("\n%d passed, %d failed\n", passed, failed);
