@@ -198,6 +198,12 @@ TileChoice best_splits(const GemmArgs& args, int bn) {
   best.sp = split_plan(args, 1);
   best.us = split_cost_us(args, bn, best.sp);
   // Stream-k only where it is modelled clearly faster: 4096^3 (3.9 waves) gains nothing.
+  // The margin stands for the pieces' lower rate, which the model leaves out: measured on
+  // H100 (gemm_tc_selftest --sk-ab), the stream-k part took 1.1-1.5 times its k-blocks'
+  // whole-tile time, and 2048 x 8192 x 28672 (3.9 waves, modelled at 0.974) ran 16-21% slower
+  // as stream-k. (Counting that rate instead of the margin hands long-k products to the
+  // medium tile, whose model is optimistic there: benchmarks/results/
+  // h100_2026-11-27_stream_k_schedules/.)
   if (bn == kBNWide) {
     const double sk = stream_k_cost_us(args);
     if (sk < kStreamKMargin * best.us) {

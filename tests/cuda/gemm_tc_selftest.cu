@@ -728,85 +728,107 @@ void run_stream_k_sweep(Ctx& ctx, int64_t only_m = 0, int64_t only_n = 0, int64_
   }
 }
 
-// Whole wide tiles against stream-k on the training products of Linear layers at 2048 and
-// 8192 tokens whose wide tiles come to two waves or more with the last one not whole (the
-// planner's stream-k rule, kernels/plan/sm90_plan.cpp): the two schedules alternate, the
-// first of a round swapped every round so that a drift of the clock over the run (these
-// products run hot) weighs on both alike. One "SKAB" line per product: the medians over the
-// rounds and their ratio, and whether the planner picks stream-k there.
-void run_stream_k_ab(Ctx& ctx, int rounds) {
-  struct Product {
-    const char* name;
-    int64_t tokens, in, out;
-  };
-  const Product weights[] = {{"4096->11008", 0, 4096, 11008}, {"11008->4096", 0, 11008, 4096},
-                             {"4096->14336", 0, 4096, 14336}, {"14336->4096", 0, 14336, 4096},
-                             {"8192->28672", 0, 8192, 28672}, {"28672->8192", 0, 28672, 8192},
-                             {"4096->32000", 0, 4096, 32000}};
-  const int64_t token_counts[] = {2048, 8192};
-  const int sms = ctx.prop.multiProcessorCount;
+// The schedules of the wide-tile products where stream-k is in play, timed against each
+// other in alternating rounds (the order rotated every round, so that a drift of the clock
+// over the run weighs on all alike): whole wide tiles, stream-k, and the medium and 128x192
+// tiles the planner falls back on. Products: the Linear training products of the benchmark
+// (512, 2048 and 8192 tokens) whose wide tiles come to two waves or more with the last one
+// not whole, then layers the benchmark does not hold (other hidden and intermediate sizes
+// and token counts, vocabulary projections) with long k. One "SKAB" line per product: the
+// median over the rounds of each schedule, and the planner's choice.
+struct AbProduct {
+  const char* what;  // fwd x @ W^T (A row, B col), dgrad g @ W (A row, B row), wgrad g^T @ x
+  int64_t tokens, in, out;
+};
+
+void time_schedules(Ctx& ctx, const AbProduct& pr, int rounds, bool only_stream_k_shapes) {
   const DtypeInfo& dt = kDtypes[0];  // bf16
-  std::printf("\nStream-k A/B (bf16 Linear products, %d alternating rounds of medians of %d):\n",
-              rounds, g_timed_runs);
-  for (int64_t t : token_counts) {
-    for (const Product& w : weights) {
-      // forward x @ W^T, grad_input g @ W, grad_weight g^T @ x: (m, n, k, A col, B col)
-      struct Case {
-        const char* name;
-        int64_t m, n, k;
-        bool a_col, b_col;
-      };
-      const Case cases[] = {{"fwd", t, w.out, w.in, false, true},
-                            {"dgrad", t, w.in, w.out, false, false},
-                            {"wgrad", w.out, w.in, t, true, false}};
-      for (const Case& c : cases) {
-        const int64_t tiles = ((c.m + 127) / 128) * ((c.n + 255) / 256);
-        if (tiles < 2 * sms || tiles % sms == 0) continue;
-        const SweepOperands ops(ctx, dt, c.m, c.n, c.k, 5 + c.m + c.n + c.k);
-        GemmArgs args = base_args(ctx, dt);
-        args.m = c.m;
-        args.n = c.n;
-        args.k = c.k;
-        args.a = ops.a;
-        args.a_stride_m = c.a_col ? 1 : c.k;
-        args.a_stride_k = c.a_col ? c.m : 1;
-        args.b = ops.b;
-        args.b_stride_k = c.b_col ? 1 : c.n;
-        args.b_stride_n = c.b_col ? c.k : 1;
-        args.c = ops.c;
-        args.ldc = c.n;
-        if (!gemmt::gemm_sm90_supports(args) || gemmt::detail::gemm_sm90_auto_tile_n(args) != 256 ||
-            gemmt::detail::gemm_sm90_auto_swaps(args)) {
-          continue;
-        }
-        const bool auto_sk = gemmt::detail::gemm_sm90_auto_stream_k(args);
-        void* ws =
-            workspace(gemmt::detail::gemm_sm90_split_workspace_bytes(args, -1, 256), ctx.stream);
-        std::vector<double> dp_ms, sk_ms;
-        for (int r = 0; r < rounds; ++r) {
-          for (int half = 0; half < 2; ++half) {
-            const bool sk = (half == 0) == (r % 2 == 1);
-            char what[160];
-            std::snprintf(what, sizeof what, "sk-ab %s %lld %s %s", c.name, (long long)t, w.name,
-                          sk ? "stream-k" : "whole");
-            const double ms = median_ms(ctx, what, [&] {
-              return gemmt::detail::gemm_sm90_run_splits(args, sk ? -1 : 1, 256, ws, ctx.stream);
-            });
-            (sk ? sk_ms : dp_ms).push_back(ms);
-          }
-        }
-        std::sort(dp_ms.begin(), dp_ms.end());
-        std::sort(sk_ms.begin(), sk_ms.end());
-        const double dp = dp_ms[dp_ms.size() / 2], skm = sk_ms[sk_ms.size() / 2];
-        std::printf(
-            "SKAB %-5s %5lld %-12s %6lld x %6lld x %6lld waves %6.2f whole %8.4f ms "
-            "stream-k %8.4f ms sk/whole %.4f planner %s\n",
-            c.name, (long long)t, w.name, (long long)c.m, (long long)c.n, (long long)c.k,
-            static_cast<double>(tiles) / sms, dp, skm, skm / dp, auto_sk ? "stream-k" : "whole");
-        std::fflush(stdout);
+  const bool fwd = !std::strcmp(pr.what, "fwd"), wgrad = !std::strcmp(pr.what, "wgrad");
+  const int64_t m = wgrad ? pr.out : pr.tokens;
+  const int64_t n = fwd ? pr.out : pr.in;
+  const int64_t k = fwd ? pr.in : (wgrad ? pr.tokens : pr.out);
+  const bool a_col = wgrad, b_col = fwd;
+  const int sms = ctx.prop.multiProcessorCount;
+  const int64_t tiles = ((m + 127) / 128) * ((n + 255) / 256);
+  if (only_stream_k_shapes && (tiles < 2 * sms || tiles % sms == 0)) return;
+  const SweepOperands ops(ctx, dt, m, n, k, 5 + m + n + k);
+  GemmArgs args = base_args(ctx, dt);
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.a = ops.a;
+  args.a_stride_m = a_col ? 1 : k;
+  args.a_stride_k = a_col ? m : 1;
+  args.b = ops.b;
+  args.b_stride_k = b_col ? 1 : n;
+  args.b_stride_n = b_col ? k : 1;
+  args.c = ops.c;
+  args.ldc = n;
+  if (!gemmt::gemm_sm90_supports(args) || gemmt::detail::gemm_sm90_auto_swaps(args)) return;
+  struct Sched {
+    int bn, splits;
+    const char* name;
+  };
+  const Sched scheds[] = {
+      {256, 1, "whole"}, {256, -1, "stream-k"}, {128, 1, "medium"}, {192, 1, "3/4"}};
+  constexpr int kScheds = 4;
+  std::size_t ws_bytes = 0;
+  for (const Sched& sc : scheds) {
+    ws_bytes =
+        std::max(ws_bytes, gemmt::detail::gemm_sm90_split_workspace_bytes(args, sc.splits, sc.bn));
+  }
+  void* ws = workspace(ws_bytes, ctx.stream);
+  std::vector<double> ms[kScheds];
+  for (int r = 0; r < rounds; ++r) {
+    for (int j = 0; j < kScheds; ++j) {
+      const int i = (j + r) % kScheds;
+      char what[160];
+      std::snprintf(what, sizeof what, "sk-ab %s %lld %lld->%lld %s", pr.what, (long long)pr.tokens,
+                    (long long)pr.in, (long long)pr.out, scheds[i].name);
+      ms[i].push_back(median_ms(ctx, what, [&] {
+        return gemmt::detail::gemm_sm90_run_splits(args, scheds[i].splits, scheds[i].bn, ws,
+                                                   ctx.stream);
+      }));
+    }
+  }
+  double med[kScheds];
+  for (int i = 0; i < kScheds; ++i) {
+    std::sort(ms[i].begin(), ms[i].end());
+    med[i] = ms[i][ms[i].size() / 2];
+  }
+  const int auto_bn = gemmt::detail::gemm_sm90_auto_tile_n(args);
+  const bool auto_sk = gemmt::detail::gemm_sm90_auto_stream_k(args);
+  const int auto_splits = gemmt::detail::gemm_sm90_auto_splits(args);
+  std::printf(
+      "SKAB %-5s %5lld %6lld->%-6lld %6lld x %6lld x %6lld waves %6.2f whole %8.4f stream-k "
+      "%8.4f medium %8.4f 3/4 %8.4f ms sk/whole %.4f planner bn=%d %s\n",
+      pr.what, (long long)pr.tokens, (long long)pr.in, (long long)pr.out, (long long)m,
+      (long long)n, (long long)k, static_cast<double>(tiles) / sms, med[0], med[1], med[2], med[3],
+      med[1] / med[0], auto_bn, auto_sk ? "stream-k" : (auto_splits > 1 ? "split" : "whole"));
+  std::fflush(stdout);
+}
+
+void run_stream_k_ab(Ctx& ctx, int rounds) {
+  std::printf("\nSchedules A/B (bf16, %d rotating rounds of medians of %d):\n", rounds,
+              g_timed_runs);
+  const int64_t weights[][2] = {{4096, 11008}, {11008, 4096}, {4096, 14336}, {14336, 4096},
+                                {8192, 28672}, {28672, 8192}, {4096, 32000}};
+  for (int64_t t : {512, 2048, 8192}) {
+    for (const auto& w : weights) {
+      for (const char* what : {"fwd", "dgrad", "wgrad"}) {
+        time_schedules(ctx, AbProduct{what, t, w[0], w[1]}, rounds, true);
       }
     }
   }
+  // Elsewhere: hidden 5120 / 3584 / 6144 / 7168 with their intermediate sizes, a 5120-wide
+  // vocabulary projection's grad_input, and a grad_weight over 16384 tokens.
+  const AbProduct held_out[] = {
+      {"fwd", 2048, 13824, 5120},   {"dgrad", 2048, 5120, 13824},  {"fwd", 2048, 27648, 5120},
+      {"dgrad", 2048, 5120, 32000}, {"fwd", 1536, 16384, 6144},    {"fwd", 3072, 16384, 6144},
+      {"fwd", 4096, 18944, 3584},   {"fwd", 6144, 18432, 7168},    {"dgrad", 1536, 7168, 18432},
+      {"fwd", 512, 7168, 18432},    {"wgrad", 16384, 5120, 13824}, {"fwd", 1024, 4096, 14336},
+      {"fwd", 3072, 5120, 13824},   {"fwd", 6144, 5120, 13824}};
+  for (const AbProduct& pr : held_out) time_schedules(ctx, pr, rounds, false);
 }
 
 // Decode-sized products (m tokens against a weight W of n x k, x @ W^T) in both orientations
@@ -973,7 +995,7 @@ int main(int argc, char** argv) {
       i += 3;
       tests = perf = false;
     }
-    // --sk-ab R: whole wide tiles against stream-k in R alternating rounds (tests off)
+    // --sk-ab R: the wide-tile schedules against each other in R rotating rounds (tests off)
     if (!std::strcmp(argv[i], "--sk-ab") && i + 1 < argc) {
       sk_ab_rounds = std::max(1, std::atoi(argv[++i]));
       tests = perf = false;
