@@ -324,6 +324,25 @@ GemmArgs base_args(const Ctx& ctx, const DtypeInfo& dt) {
   return a;
 }
 
+// base_args for an m x n x k product on dense operands at a, b and c: A column-major when
+// a_col (else row-major), B likewise, C row-major.
+GemmArgs dense_args(const Ctx& ctx, const DtypeInfo& dt, int64_t m, int64_t n, int64_t k,
+                    const void* a, bool a_col, const void* b, bool b_col, void* c) {
+  GemmArgs args = base_args(ctx, dt);
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.a = a;
+  args.a_stride_m = a_col ? 1 : k;
+  args.a_stride_k = a_col ? m : 1;
+  args.b = b;
+  args.b_stride_k = b_col ? 1 : n;
+  args.b_stride_n = b_col ? k : 1;
+  args.c = c;
+  args.ldc = n;
+  return args;
+}
+
 void test_shape(Ctx& ctx, int dti, const Shape& sh, uint64_t seed) {
   const DtypeInfo& dt = kDtypes[dti];
   const int64_t m = sh.m, n = sh.n, k = sh.k;
@@ -509,16 +528,7 @@ double median_ms(Ctx& ctx, const char* what, Run run) {
 // Median throughput of a square product in TFLOP/s; negative when unsupported.
 double bench(Ctx& ctx, Path path, const DtypeInfo& dt, int64_t s, bool a_col, bool b_col, void* dA,
              void* dB, void* dC) {
-  GemmArgs args = base_args(ctx, dt);
-  args.m = args.n = args.k = s;
-  args.a = dA;
-  args.a_stride_m = a_col ? 1 : s;
-  args.a_stride_k = a_col ? s : 1;
-  args.b = dB;
-  args.b_stride_k = b_col ? 1 : s;
-  args.b_stride_n = b_col ? s : 1;
-  args.c = dC;
-  args.ldc = s;
+  GemmArgs args = dense_args(ctx, dt, s, s, s, dA, a_col, dB, b_col, dC);
   args.alpha = 1.f;
   args.beta = 0.f;
   if (!path_supported(path, args)) return -1;
@@ -571,18 +581,7 @@ void run_split_sweep(Ctx& ctx) {
     for (const Mnk& sh : shapes) {
       const SweepOperands ops(ctx, dt, sh.m, sh.n, sh.k, 77 + sh.m + sh.n + sh.k);
       void *dA = ops.a, *dB = ops.b, *dC = ops.c;
-      GemmArgs args = base_args(ctx, dt);
-      args.m = sh.m;
-      args.n = sh.n;
-      args.k = sh.k;
-      args.a = dA;
-      args.a_stride_m = sh.k;
-      args.a_stride_k = 1;
-      args.b = dB;
-      args.b_stride_k = sh.n;
-      args.b_stride_n = 1;
-      args.c = dC;
-      args.ldc = sh.n;
+      const GemmArgs args = dense_args(ctx, dt, sh.m, sh.n, sh.k, dA, false, dB, false, dC);
       if (!gemmt::gemm_sm90_supports(args)) continue;
       const bool auto_sk = gemmt::detail::gemm_sm90_auto_stream_k(args);
       const int auto_splits = auto_sk ? -1 : gemmt::detail::gemm_sm90_auto_splits(args);
@@ -682,18 +681,8 @@ void run_stream_k_sweep(Ctx& ctx, int64_t only_m = 0, int64_t only_n = 0, int64_
       void *dA = ops.a, *dB = ops.b, *dC = ops.c;
       for (const Layout& lay : layouts) {
         if (sh.m <= 256 && &lay != &layouts[0]) continue;
-        GemmArgs args = base_args(ctx, dt);
-        args.m = sh.m;
-        args.n = sh.n;
-        args.k = sh.k;
-        args.a = dA;
-        args.a_stride_m = lay.a_col ? 1 : sh.k;
-        args.a_stride_k = lay.a_col ? sh.m : 1;
-        args.b = dB;
-        args.b_stride_k = lay.b_col ? 1 : sh.n;
-        args.b_stride_n = lay.b_col ? sh.k : 1;
-        args.c = dC;
-        args.ldc = sh.n;
+        const GemmArgs args =
+            dense_args(ctx, dt, sh.m, sh.n, sh.k, dA, lay.a_col, dB, lay.b_col, dC);
         if (!gemmt::gemm_sm90_supports(args)) continue;
         const bool auto_sk = gemmt::detail::gemm_sm90_auto_stream_k(args);
         const int auto_bn = gemmt::detail::gemm_sm90_auto_tile_n(args);
@@ -752,18 +741,7 @@ void time_schedules(Ctx& ctx, const AbProduct& pr, int rounds, bool only_stream_
   const int64_t tiles = ((m + 127) / 128) * ((n + 255) / 256);
   if (only_stream_k_shapes && (tiles < 2 * sms || tiles % sms == 0)) return;
   const SweepOperands ops(ctx, dt, m, n, k, 5 + m + n + k);
-  GemmArgs args = base_args(ctx, dt);
-  args.m = m;
-  args.n = n;
-  args.k = k;
-  args.a = ops.a;
-  args.a_stride_m = a_col ? 1 : k;
-  args.a_stride_k = a_col ? m : 1;
-  args.b = ops.b;
-  args.b_stride_k = b_col ? 1 : n;
-  args.b_stride_n = b_col ? k : 1;
-  args.c = ops.c;
-  args.ldc = n;
+  const GemmArgs args = dense_args(ctx, dt, m, n, k, ops.a, a_col, ops.b, b_col, ops.c);
   if (!gemmt::gemm_sm90_supports(args) || gemmt::detail::gemm_sm90_auto_swaps(args)) return;
   struct Sched {
     int bn, splits;
