@@ -21,6 +21,9 @@ if [ "${1:-}" = "--test" ]; then
   echo "== test requirements"
   pip_install pytest hypothesis expecttest
 fi
+# Compilers from another GCC install than the one torch's process links would build a module
+# that crashes on load; python/gemmt/_toolchain.py names the system's where they differ.
+eval "$("$PY" python/gemmt/_toolchain.py)"
 echo "== building gemmt (pip install --no-build-isolation .)"
 "$PY" -m pip install --disable-pip-version-check --no-build-isolation --no-deps .
 "$PY" -c "import gemmt, json; print('gemmt installed:', json.dumps(gemmt.build_info()))"

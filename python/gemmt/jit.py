@@ -7,15 +7,16 @@ with gemmt's ``include/`` headers on the include path.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 import torch.utils.cpp_extension as cpp_extension
 
-from gemmt import _native, _sources
+from gemmt import _native, _sources, _toolchain
 
 
 def source_root() -> Path:
@@ -60,6 +61,22 @@ def _arch_flags() -> tuple[list[str], bool]:
     return flags, has90a
 
 
+@contextlib.contextmanager
+def _matching_compilers() -> Iterator[None]:
+    """$CC / $CXX / $CUDAHOSTCXX set, for the build only, to compilers that link the
+    process's libstdc++ where the given ones link another (``gemmt._toolchain``)."""
+    saved = {var: os.environ.get(var) for var in _toolchain.COMPILER_VARS}
+    os.environ.update(_toolchain.replacements())
+    try:
+        yield
+    finally:
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
+
+
 def sources(with_cuda: bool) -> list[str]:
     """Every source file of the library for this kind of build (as ``sources.txt`` lists)."""
     return [str(p) for p in _sources.sources(source_root(), with_cuda=with_cuda)]
@@ -96,16 +113,17 @@ def load(
         arch_names = ",".join(f.split("arch=compute_")[1].split(",")[0] for f in arch_flags)
         defines.append(f'-DGEMMT_CUDA_ARCHITECTURES=\\"{arch_names}\\"')
         cuda_flags = ["-O3", "-lineinfo", "--expt-relaxed-constexpr", *arch_flags, *defines]
-    module = cpp_extension.load(
-        name=name,
-        sources=sources(with_cuda),
-        extra_include_paths=[str(d) for d in _sources.include_dirs(root)],
-        extra_cflags=["-O3", *defines],
-        extra_cuda_cflags=cuda_flags,
-        with_cuda=with_cuda,
-        build_directory=build_directory,
-        verbose=verbose,
-    )
+    with _matching_compilers():
+        module = cpp_extension.load(
+            name=name,
+            sources=sources(with_cuda),
+            extra_include_paths=[str(d) for d in _sources.include_dirs(root)],
+            extra_cflags=["-O3", *defines],
+            extra_cuda_cflags=cuda_flags,
+            with_cuda=with_cuda,
+            build_directory=build_directory,
+            verbose=verbose,
+        )
     _native.adopt(module)
     return module
 
@@ -123,11 +141,12 @@ def load_inline(
     header of gemmt's ``include/``) to reuse the library's vector loads and checks.
     """
     include_paths = [str(include_dir()), *kwargs.pop("extra_include_paths", [])]
-    return cpp_extension.load_inline(
-        name=name,
-        cpp_sources=cpp_sources,
-        cuda_sources=cuda_sources,
-        functions=functions,
-        extra_include_paths=include_paths,
-        **kwargs,
-    )
+    with _matching_compilers():
+        return cpp_extension.load_inline(
+            name=name,
+            cpp_sources=cpp_sources,
+            cuda_sources=cuda_sources,
+            functions=functions,
+            extra_include_paths=include_paths,
+            **kwargs,
+        )

@@ -11,8 +11,9 @@ ROUNDS=${1:-6}
 FINAL=${OUT:-$PWD/sks-out}
 OUT=$FINAL/work
 mkdir -p "$OUT"
-export CXX=${CXX:-/usr/bin/g++} CUDAHOSTCXX=${CUDAHOSTCXX:-/usr/bin/g++}
 PY=$(command -v python3)
+# Compilers that link the libstdc++ of torch's process (python/gemmt/_toolchain.py).
+eval "$("$PY" python/gemmt/_toolchain.py)"
 { nvidia-smi; nvcc --version; $PY -c "import torch; print(torch.__version__, torch.version.cuda)"; } >"$OUT/env.txt" 2>&1
 
 t0=$(date +%s)
