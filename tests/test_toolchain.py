@@ -57,6 +57,19 @@ def test_a_compiler_of_another_install_is_replaced(tmp_path: Path) -> None:
     assert _toolchain.replacements({}, loaded) == {}
 
 
+def test_a_compiler_that_cannot_name_its_libstdcxx_counts_as_foreign(tmp_path: Path) -> None:
+    # A wrapper script around another install's driver answers with the bare name.
+    loaded = _toolchain.loaded_libstdcxx()
+    wrapper = tmp_path / "g++"
+    wrapper.write_text('#!/bin/sh\necho "libstdc++.so"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
+    assert _toolchain.compiler_libstdcxx(str(wrapper)) is None
+    assert _toolchain.mismatched([str(wrapper)], loaded) == [
+        (str(wrapper), "a libstdc++ it does not name")]
+    # Not installed: nothing to say about it.
+    assert _toolchain.mismatched([str(tmp_path / "absent-g++")], loaded) == []
+
+
 def test_script_prints_exports_and_warnings(tmp_path: Path) -> None:
     other = fake_compiler(tmp_path, "g++", other_install(tmp_path))
     script = REPO_ROOT / "python" / "gemmt" / "_toolchain.py"
@@ -68,7 +81,7 @@ def test_script_prints_exports_and_warnings(tmp_path: Path) -> None:
     loaded = _toolchain.loaded_libstdcxx()
     if not _toolchain.mismatched(["/usr/bin/g++"], loaded):
         assert out.stdout.strip() == "export CXX=/usr/bin/g++", out
-        assert "links another libstdc++" in out.stderr
+        assert "does not link the libstdc++" in out.stderr
     check = subprocess.run([sys.executable, str(script), "--check", other], capture_output=True,
                            text=True, check=True)
     assert other in check.stdout and "would crash" in check.stdout, check.stdout

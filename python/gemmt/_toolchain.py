@@ -5,8 +5,9 @@ links). Code compiled by a g++ from another GCC install carries that install's l
 inline code, and against the process's library it crashes at the first formatted message
 (a segmentation fault inside ``std::ostream``, in ``build_info()``). Some images point
 ``$CC``, ``$CXX`` and ``$CUDAHOSTCXX`` at such a second install. This module finds the
-compilers of those variables whose libstdc++ is another file than the loaded one and, where
-the system's ``gcc``/``g++`` match the process, names them as replacements.
+compilers of those variables that do not link the loaded libstdc++ (another file, or one
+they cannot name) and, where the system's ``gcc``/``g++`` link it, names them as
+replacements.
 
 Run as a script (``python python/gemmt/_toolchain.py``) it prints ``export VAR=...`` lines
 for a shell to evaluate (``scripts/setup.sh``); ``--check COMPILER...`` prints one warning
@@ -58,21 +59,25 @@ def compiler_libstdcxx(compiler: str) -> str | None:
 
 
 def mismatched(compilers: list[str], loaded: str | None) -> list[tuple[str, str]]:
-    """(compiler, its libstdc++) for each compiler whose libstdc++ is not ``loaded``."""
+    """(compiler, its libstdc++) for each installed compiler that does not link ``loaded``:
+    another file, or none it can name (a wrapper script around another install's driver,
+    as on the images this guards against, answers with the bare name)."""
     if loaded is None:
         return []
     out = []
     for compiler in compilers:
+        if shutil.which(compiler) is None:
+            continue
         lib = compiler_libstdcxx(compiler)
-        if lib is not None and lib != loaded:
-            out.append((compiler, lib))
+        if lib != loaded:
+            out.append((compiler, lib or "a libstdc++ it does not name"))
     return out
 
 
 def replacements(env: dict[str, str] | None = None,
                  loaded: str | None = None) -> dict[str, str]:
     """New values for the compiler variables of ``env`` (default: os.environ) whose compiler
-    links another libstdc++ than the process's, where the system compiler links that one.
+    does not link the process's libstdc++, where the system compiler links it.
     ``loaded`` defaults to :func:`loaded_libstdcxx`."""
     env = dict(os.environ) if env is None else env
     loaded = loaded_libstdcxx() if loaded is None else loaded
@@ -96,7 +101,7 @@ def _main(argv: list[str]) -> int:
                   "system's GCC, e.g. CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++.")
         return 0
     for var, value in replacements(loaded=loaded).items():
-        print(f"{var} ({os.environ[var]}) links another libstdc++ than torch's process "
+        print(f"{var} ({os.environ[var]}) does not link the libstdc++ of torch's process "
               f"({loaded}); building with {value}", file=sys.stderr)
         print(f"export {var}={shlex.quote(value)}")
     return 0
