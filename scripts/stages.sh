@@ -8,10 +8,10 @@ LOGS=$OUT/logs
 mkdir -p "$LOGS"
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
-# Build with the C++ toolchain whose libstdc++ the Python process loads: a g++ from another
+# Build with compilers that link the libstdc++ the Python process loads: a g++ from another
 # GCC install (some images put one first via $CXX) emits iostream code that crashes against
-# the system libstdc++ at the first formatted message.
-if [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++; fi
+# it at the first formatted message. python/gemmt/_toolchain.py names the system's instead.
+eval "$("$PY" python/gemmt/_toolchain.py)"
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
 has() { [[ " $STAGES " == *" $1 "* ]]; }

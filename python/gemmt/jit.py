@@ -64,7 +64,7 @@ def _arch_flags() -> tuple[list[str], bool]:
 @contextlib.contextmanager
 def _matching_compilers() -> Iterator[None]:
     """$CC / $CXX / $CUDAHOSTCXX set, for the build only, to compilers that link the
-    process's libstdc++ where the given ones link another (``gemmt._toolchain``)."""
+    process's libstdc++ where the given ones do not (``gemmt._toolchain``)."""
     saved = {var: os.environ.get(var) for var in _toolchain.COMPILER_VARS}
     os.environ.update(_toolchain.replacements())
     try:
