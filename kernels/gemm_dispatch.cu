@@ -42,8 +42,11 @@ GemmVariant gemm_pick(const GemmArgs& args) {
   // H100 (docs/performance.md) it reaches 0.6-0.8 of cuBLAS for m <= 16 and about 0.3 for
   // m = 32-64 (its token loads go through L1 per warp), while the wgmma kernel with its
   // split planner streams the same weights at 0.8-1.07.
+  // m == 1 goes to gemv, except for the 16-bit weights that the wgmma kernel's narrow tile
+  // streams faster (gemm_sm90_streams_single_row).
   if ((args.m == 1 || args.n == 1) && gemm_supports(args, GemmVariant::kGemv)) {
-    return GemmVariant::kGemv;
+    const bool narrow_tile = is_tensor_core_problem(args) && gemm_sm90_streams_single_row(args);
+    return narrow_tile ? GemmVariant::kWgmma : GemmVariant::kGemv;
   }
   if (is_tensor_core_problem(args)) {
     if (gemm_supports(args, GemmVariant::kWgmma)) return GemmVariant::kWgmma;

@@ -207,6 +207,7 @@ py::dict plan_sm90(const std::string& dtype, int64_t m, int64_t n, int64_t k,
   }
   d["supported"] = supported;
   if (!supported) return d;
+  d["streams_single_row"] = sm90::streams_single_row(a);
   d["tile_n"] = pr.bn;
   d["c_trans"] = pr.c_trans;
   d["splits"] = sp.splits;

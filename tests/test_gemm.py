@@ -287,6 +287,27 @@ def test_cuda_fp32_stream_k_last_wave(layout: str, m: int, n: int, k: int) -> No
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cuda_single_token_products(dtype: torch.dtype) -> None:
+    """x @ W.T with one token, through `auto`: on an H100 the 14336-row weight goes to the
+    Hopper GEMM's narrow tile and the others to gemv (gemm_sm90_streams_single_row); each
+    against float64, with C poisoned first."""
+    props = torch.cuda.get_device_properties(0)
+    hopper = (props.major, props.minor) == (9, 0) and props.multi_processor_count == 132
+    for n, k, narrow in [(14336, 4096, True), (4096, 4096, False), (18944, 3584, False)]:
+        w = randn(n, k, device="cuda").to(dtype)
+        x = randn(1, k, device="cuda").to(dtype)
+        c = torch.full((1, n), float("nan"), device="cuda", dtype=dtype)
+        gemmt.gemm(c, x, w.t())
+        assert rel_err(c, x.double() @ w.double().t()) <= tol_for(dtype), (n, k)
+        assert rel_err(gemmt.linear(x, w), c.double()) <= tol_for(dtype), (n, k)
+        if hopper and gemmt.build_info()["sm90a_kernels"]:
+            names = _cuda_kernel_names(lambda: gemmt.gemm(c, x, w.t()))
+            ran_gemv = any("gemv" in name for name in names)
+            assert ran_gemv != narrow, (n, k, names)
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cuda_split_k_deterministic(dtype: torch.dtype) -> None:
     # float32: the SIMT split-k; bfloat16: the tensor-core split-k. Both add their k-slices

@@ -338,6 +338,30 @@ def test_sm90_swap_rule_limits() -> None:
         assert p["tile_n"] in (128, 192, 256) or p["splits"] > 1, (m, n, k, p)
 
 
+def test_sm90_single_token_streams_weights_that_fill_waves() -> None:
+    """m == 1: the narrow tile takes the weights from DRAM whose 128-row tiles fill their last
+    wave of the 132 SMs to 80% or more; gemv keeps the rest (gemm_pick asks this)."""
+    def takes(n: int, k: int, **kw: Any) -> bool:
+        return bool(sm90(1, n, k, b_layout="col", **kw)["streams_single_row"])
+
+    for n, k in [(14336, 4096), (13824, 5120), (16384, 6144), (32000, 4096), (28672, 8192),
+                 (128256, 4096), (152064, 3584)]:
+        assert takes(n, k), (n, k)
+        assert takes(n, k, dtype="float16"), (n, k)
+    # A second wave 12% / 9% full, fewer tiles than 80% of one wave, fewer than 8192 rows, a
+    # weight L2 holds, a split plan, more than one token, an epilogue, tf32.
+    for n, k in [(18944, 3584), (18432, 7168), (11008, 4096), (4096, 14336), (8192, 2048),
+                 (2048, 8192), (5632, 2048)]:
+        assert not takes(n, k), (n, k)
+    assert not sm90(2, 14336, 4096, b_layout="col")["streams_single_row"]
+    assert not takes(14336, 4096, bias=True)
+    assert not takes(14336, 4096, dtype="float32", allow_tf32=True)
+    # On fewer SMs the same weight makes other waves: 112 tiles on 100 SMs leave a second 12%.
+    p = _native.load().plan_sm90("bfloat16", 1, 14336, 4096, (4096, 1), (1, 4096), 14336,
+                                 (0, 0, 0), 100)
+    assert not p["streams_single_row"]
+
+
 def test_sm90_boxes_stop_at_the_operand() -> None:
     small_m = sm90(100, 4096, 4096)  # B row-major: MN-major boxes, not trimmed
     assert not small_m["c_trans"] and small_m["b_mn_major"]

@@ -66,5 +66,8 @@ cudaError_t gemm_decode_run(const GemmArgs& args, cudaStream_t stream);
 bool gemm_sm90_supports(const GemmArgs& args);
 std::size_t gemm_sm90_workspace_bytes(const GemmArgs& args);
 cudaError_t gemm_sm90_run(const GemmArgs& args, void* workspace, cudaStream_t stream);
+// One-token products (m == 1) whose weight the Hopper GEMM streams faster than gemv does
+// (kernels/plan/sm90_plan.h, streams_single_row); gemm_pick asks.
+bool gemm_sm90_streams_single_row(const GemmArgs& args);
 
 }  // namespace gemmt

@@ -309,7 +309,16 @@ PipePlan plan_pipelined_staged(const GemmArgs& a, bool allow_split, const PipeCa
 }
 
 // ---- Gemv -------------------------------------------------------------------------------------
-GemvPlan plan_gemv(const GemmArgs& a) {
+int gemv_warps_per_row(int64_t len) {
+  // Warps per row grow with the dot length so each lane still streams several vectors.
+  // A rule giving every lane at least eight vectors instead (fewer warps per row at k = 2048
+  // to 8192) ran more than 0.3% slower against torch on 19 of 32 bf16 / fp16 weights, by up
+  // to 7%, and faster on 5 (m = 1, weights from DRAM; benchmarks/results/
+  // h100_2026-11-27_gemv_rows/, 1_before against 2_rows_rule).
+  return len >= 8192 ? 8 : len >= 4096 ? 4 : len >= 2048 ? 2 : 1;
+}
+
+GemvPlan plan_gemv(const GemmArgs& a, int warps_per_row) {
   GemvPlan g;
   if (a.n == 1) {
     g.mat = a.a;
@@ -343,8 +352,7 @@ GemvPlan plan_gemv(const GemmArgs& a) {
   } else {
     g.vec16 = (len == 1 || g.s_p == 1) && (len == 1 || g.s_v == 1) && is_aligned(g.mat, 16) &&
               is_aligned(g.vec, 16) && (rows == 1 || (g.s_r * es) % 16 == 0);
-    // Warps per row grow with the dot length so each lane still streams several vectors.
-    const int wpr = len >= 8192 ? 8 : len >= 4096 ? 4 : len >= 2048 ? 2 : 1;
+    const int wpr = warps_per_row > 0 ? warps_per_row : gemv_warps_per_row(len);
     g.rows_per_block = 8 / wpr;
     g.blocks_x = ceil_div(rows, g.rows_per_block);
     min_chunk = 8192;
@@ -402,7 +410,7 @@ SimtPlan describe(const PipePlan& pp) {
   return sp;
 }
 
-SimtFamilyPlan plan_simt(const GemmArgs& a, GemmVariant v, const PipeCatalog& cat) {
+SimtFamilyPlan plan_simt(const GemmArgs& a, GemmVariant v, const PipeCatalog& cat, int gemv_wpr) {
   SimtFamilyPlan fp;
   if (!simt_variant_supports(a, v)) return fp;
   fp.variant = v;
@@ -459,7 +467,7 @@ SimtFamilyPlan plan_simt(const GemmArgs& a, GemmVariant v, const PipeCatalog& ca
     }
     case GemmVariant::kGemv: {
       if (a.k == 0) break;
-      fp.gemv = plan_gemv(a);
+      fp.gemv = plan_gemv(a, gemv_wpr);
       sp.threads = 256;
       sp.splits = fp.gemv.splits;
       if (fp.gemv.splits > 1) {

@@ -234,7 +234,12 @@ struct GemvPlan {
   int64_t blocks_x = 0;
 };
 
-GemvPlan plan_gemv(const GemmArgs& a);
+// Warps that share one row of the row-dot kernel (1, 2, 4 or 8) for dot products of len
+// elements.
+int gemv_warps_per_row(int64_t len);
+
+// warps_per_row > 0 forces the row-dot kernel's warps per row (a benchmark hook).
+GemvPlan plan_gemv(const GemmArgs& a, int warps_per_row = 0);
 
 // ---- The family ---------------------------------------------------------------------------------
 // What gemm_simt_run launches for (args, v), or error != kPlanOk. One function decides both
@@ -249,7 +254,9 @@ struct SimtFamilyPlan {
 };
 
 bool simt_variant_supports(const GemmArgs& args, GemmVariant v);
-SimtFamilyPlan plan_simt(const GemmArgs& args, GemmVariant v, const PipeCatalog& cat);
+// gemv_wpr > 0 forces the gemv row-dot kernel's warps per row (plan_gemv).
+SimtFamilyPlan plan_simt(const GemmArgs& args, GemmVariant v, const PipeCatalog& cat,
+                         int gemv_wpr = 0);
 
 // The one split-k policy: few 128x128 tiles for the SMs and k >= 4096 (where split-k measured
 // faster than the pipelined kernel with a stream-k last wave), and the planner, allowed to

@@ -353,6 +353,19 @@ bool swap_for_small_m(const GemmArgs& args) {
   return problem_supported(swapped(args), true);
 }
 
+bool streams_single_row(const GemmArgs& args) {
+  if (args.m != 1 || args.n < kSingleRowMinRows || !args.epilogue.empty()) return false;
+  const double b_bytes =
+      static_cast<double>(args.n) * args.k * static_cast<double>(element_size(args.dtype));
+  if (b_bytes <= kL2Bytes || !swap_for_small_m(args)) return false;
+  const Problem pr = swapped(args);
+  if (split_plan_or_auto(pr, 0).splits != 1) return false;
+  const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
+  const int64_t tiles = tile_count(pr.args, pr.bn);
+  const int64_t waves = (tiles + sms - 1) / sms;
+  return static_cast<double>(tiles) >= kSingleRowMinWaveFill * static_cast<double>(waves * sms);
+}
+
 Problem problem_for(const GemmArgs& args, Orientation orient) {
   if (orient == Orientation::kAsGiven) return as_given(args);
   if (orient == Orientation::kSwapped) return swapped(args);

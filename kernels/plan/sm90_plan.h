@@ -175,6 +175,19 @@ bool swap_for_tf32(const GemmArgs& args);
 // store is register-to-global, which does not apply it).
 bool swap_for_small_m(const GemmArgs& args);
 
+// One-token products (m == 1, 16-bit, x @ W^T) that the swapped narrow tile streams faster
+// than the gemv kernel of the SIMT family: a weight from DRAM (over kL2Bytes) of at least
+// kSingleRowMinRows rows, read unsplit in 128-row tiles that fill their last wave of SMs to at
+// least kSingleRowMinWaveFill. Measured on H100 (bf16 and fp16, weights rotated past L2,
+// benchmarks/results/h100_2026-11-27_gemv_rows/): the narrow tile ran 1-5% faster than gemv
+// on the 8 of 22 weights this admits (4096 x 14336, 5120 x 13824, 6144 x 16384, 4096 x
+// 32000, 8192 x 28672, ...), in two runs but one (0.8% slower); it ran 6-9% slower on
+// 3584 x 18944 and 7168 x 18432, whose 148 and 144 tiles leave a second wave 12% and 9%
+// full, and 3-42% slower on weights of 32 MB or less. gemm_pick asks this.
+constexpr int64_t kSingleRowMinRows = 8192;
+constexpr double kSingleRowMinWaveFill = 0.8;
+bool streams_single_row(const GemmArgs& args);
+
 // Which way round the kernel runs the product: the planner's choice, or forced (benchmarks).
 enum class Orientation : int { kAuto = 0, kAsGiven = 1, kSwapped = 2 };
 

@@ -26,8 +26,8 @@
 namespace gemmt {
 namespace {
 
-simt::SimtFamilyPlan family_plan(const GemmArgs& args, GemmVariant v) {
-  return simt::plan_simt(args, v, simt::device_pipe_catalog());
+simt::SimtFamilyPlan family_plan(const GemmArgs& args, GemmVariant v, int gemv_wpr = 0) {
+  return simt::plan_simt(args, v, simt::device_pipe_catalog(), gemv_wpr);
 }
 
 cudaError_t plan_status(const simt::SimtFamilyPlan& fp) {
@@ -72,6 +72,23 @@ cudaError_t gemm_simt_run_pipelined_config(const GemmArgs& args, int config, voi
   if (config < 0 || config >= simt::kNumPipeTiles) return cudaErrorInvalidValue;
   const simt::PipePlan pp = config_plan(args, config, allow_interior, stream_k);
   return simt::run_pipelined(args, pp, static_cast<float*>(workspace), stream);
+}
+
+SimtPlan gemm_simt_plan_gemv(const GemmArgs& args, int warps_per_row) {
+  const simt::SimtFamilyPlan fp = family_plan(args, GemmVariant::kGemv, warps_per_row);
+  return fp.error == simt::kPlanOk ? fp.summary : SimtPlan{};
+}
+
+cudaError_t gemm_simt_run_gemv(const GemmArgs& args, int warps_per_row, void* workspace,
+                               cudaStream_t stream) {
+  if (warps_per_row < 0 || warps_per_row > 8 || (warps_per_row & (warps_per_row - 1)) != 0) {
+    return cudaErrorInvalidValue;
+  }
+  const simt::SimtFamilyPlan fp = family_plan(args, GemmVariant::kGemv, warps_per_row);
+  GEMMT_RETURN_IF_ERROR(plan_status(fp));
+  if (args.m == 0 || args.n == 0) return cudaSuccess;
+  if (args.k == 0) return gemm_scale_c(args, stream);
+  return simt::run_gemv(args, fp.gemv, static_cast<float*>(workspace), stream);
 }
 
 }  // namespace detail

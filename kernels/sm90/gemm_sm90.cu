@@ -184,6 +184,10 @@ bool gemm_sm90_supports(const GemmArgs& args) {
   return problem_supported(problem_for(args), kKernelsBuilt);
 }
 
+bool gemm_sm90_streams_single_row(const GemmArgs& args) {
+  return streams_single_row(args) && gemm_sm90_supports(args);
+}
+
 std::size_t gemm_sm90_workspace_bytes(const GemmArgs& args) {
   return workspace_bytes_with(args, 0, 0, Orientation::kAuto, kKernelsBuilt);
 }

@@ -9,10 +9,11 @@
 //   nvcc -std=c++17 -O2 -Iinclude -gencode arch=compute_90,code=sm_90
 //        tests/cuda/gemm_simt_selftest.cu build/<dir>/libgemmt_kernels.a
 //        build/<dir>/libgemmt_plan.a -o gemm_simt_selftest
-// Usage: gemm_simt_selftest [-q] [-bench] [-sweep]
+// Usage: gemm_simt_selftest [-q] [-bench] [-sweep] [-gemv-sweep]
 //   -q      prints failures and the summary only
 //   -bench  after the checks, times the pipelined / split-k / gemv kernels (float32)
 //   -sweep  after the checks, times every tile configuration of the pipelined kernel
+//   -gemv-sweep  after the checks, times the gemv kernel per warps-per-row on decode weights
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -476,14 +477,88 @@ void sweep(int64_t m, int64_t n, int64_t k, bool a_trans) {
   }
 }
 
+// Uniform bf16 values in [-1, 1) from fill_random's hash (bf16 rounding of its floats).
+__global__ void fill_random_bf16(__nv_bfloat16* p, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    p[i] = __float2bfloat16(static_cast<float>(x >> 8) * (2.0f / 16777216.0f) - 1.0f);
+  }
+}
+
+// One-token decode (bf16 x @ W^T, W of n x k) on the gemv kernel with each count of warps per
+// row, W rotated through copies that together exceed 150 MB (three times an H100's L2) so
+// that every call reads it from DRAM: one GEMVSWEEP line per weight and count ("auto": the
+// planner's).
+void gemv_sweep() {
+  struct Weight {
+    int64_t k, n;
+  };
+  const Weight weights[] = {
+      {4096, 11008}, {11008, 4096},  {4096, 14336},  {14336, 4096}, {8192, 28672}, {28672, 8192},
+      {4096, 32000}, {4096, 128256}, {3584, 18944},  {18944, 3584}, {5120, 13824}, {13824, 5120},
+      {4096, 4096},  {8192, 8192},   {3584, 152064}, {5120, 32000}, {2048, 8192},  {8192, 2048},
+      {6144, 16384}, {7168, 18432},  {2048, 5632},   {1024, 4096},  {2560, 6912},  {12288, 3072}};
+  std::printf("\nGemv sweep (bf16, m = 1, W from DRAM, median of 30):\n");
+  for (const Weight& w : weights) {
+    const std::size_t w_bytes = static_cast<std::size_t>(w.k * w.n) * 2;
+    const int copies =
+        static_cast<int>(std::max<std::size_t>(2, (std::size_t{150} << 20) / w_bytes + 1));
+    std::vector<DeviceBuffer> dw(static_cast<std::size_t>(copies));
+    for (int i = 0; i < copies; ++i) {
+      CHECK_CUDA(cudaMalloc(&dw[i].p, w_bytes));
+      fill_random_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(dw[i].p), w.k * w.n, 7u + i);
+    }
+    DeviceBuffer dx(static_cast<std::size_t>(w.k) * 2), dc(static_cast<std::size_t>(w.n) * 2);
+    fill_random_bf16<<<64, 256>>>(static_cast<__nv_bfloat16*>(dx.p), w.k, 3u);
+    CHECK_CUDA(cudaGetLastError());
+    GemmArgs args;
+    args.dtype = ScalarType::kBFloat16;
+    args.m = 1;
+    args.n = w.n;
+    args.k = w.k;
+    args.a = dx.p;
+    args.a_stride_m = w.k;
+    args.a_stride_k = 1;
+    args.b = dw[0].p;
+    args.b_stride_k = 1;  // W^T: B's column j is W's row j
+    args.b_stride_n = w.k;
+    args.c = dc.p;
+    args.ldc = w.n;
+    args.sm_count = g_sm_count;
+    for (const int wpr : {0, 1, 2, 4, 8}) {
+      const gemmt::SimtPlan plan = gemmt::detail::gemm_simt_plan_gemv(args, wpr);
+      DeviceBuffer ws(plan.workspace_bytes);
+      int next = 0;
+      const double ms = median_ms(
+          [&] {
+            GemmArgs a = args;
+            a.b = dw[next].p;
+            next = (next + 1) % copies;
+            return gemmt::detail::gemm_simt_run_gemv(a, wpr, ws.p, 0);
+          },
+          30);
+      std::printf("GEMVSWEEP k=%6lld n=%6lld wpr=%-4s splits=%d %9.2f us %6.0f GB/s\n",
+                  static_cast<long long>(w.k), static_cast<long long>(w.n),
+                  wpr == 0 ? "auto" : std::to_string(wpr).c_str(), plan.splits, ms * 1e3,
+                  static_cast<double>(w_bytes) / (ms * 1e-3) / 1e9);
+      std::fflush(stdout);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool do_bench = false, do_sweep = false;
+  bool do_bench = false, do_sweep = false, do_gemv_sweep = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "-q") == 0) g_quiet = true;
     if (std::strcmp(argv[i], "-bench") == 0) do_bench = true;
     if (std::strcmp(argv[i], "-sweep") == 0) do_sweep = true;
+    if (std::strcmp(argv[i], "-gemv-sweep") == 0) do_gemv_sweep = true;
   }
   int dev = 0;
   CHECK_CUDA(cudaGetDevice(&dev));
@@ -576,6 +651,7 @@ int main(int argc, char** argv) {
     bench(GemmVariant::kGemv, 1, 8192, 8192);
     bench(GemmVariant::kGemv, 8192, 1, 8192);
   }
+  if (do_gemv_sweep) gemv_sweep();
   if (do_sweep) {
     for (int64_t s : {1024, 2048, 4096, 6144, 8192}) sweep(s, s, s, false);
     sweep(4096, 4096, 4096, true);
