@@ -87,12 +87,13 @@ py::dict plan_simt(const std::string& variant, const std::string& dtype, int64_t
                    int64_t k, std::array<int64_t, 2> a_strides, std::array<int64_t, 2> b_strides,
                    int64_t ldc, std::array<int64_t, 3> offsets, int sm_count,
                    const std::map<std::string, int>& blocks_per_sm, const std::string& refuse,
-                   int device) {
+                   int device, int cc_major) {
   GemmVariant v;
   if (!gemm_variant_from_name(variant, &v)) {
     throw std::invalid_argument("plan_simt: unknown variant '" + variant + "'");
   }
   GemmArgs a = problem_args(dtype, m, n, k, a_strides, b_strides, ldc, offsets, sm_count);
+  a.cc_major = cc_major;
   FakeDevice dev;
   for (int i = 0; i < simt::kNumPipeTiles; ++i) {
     const char* name = simt::pipe_tile_name(static_cast<simt::PipeTile>(i));
@@ -153,6 +154,7 @@ py::dict plan_simt(const std::string& variant, const std::string& dtype, int64_t
     d["vec16"] = fp.gemv.vec16;
     d["rows_per_block"] = fp.gemv.rows_per_block;
     d["p_per_split"] = fp.gemv.p_per_split;
+    d["prefetch_blocks"] = fp.gemv.prefetch_blocks;
   }
   return d;
 }
@@ -250,11 +252,12 @@ void bind_plans(py::module_& m) {
         "The SIMT planner's plan for one problem on a device with the given occupancy per tile "
         "shape (blocks_per_sm: {'large': .., 'medium': .., 'small': .., 'fat': .., 'narrow': "
         "..}); refuse names a tile whose instances the device refuses; device >= 0 uses the "
-        "calling thread's plan cache. Operand addresses are 1 MiB plus offsets (bytes).",
+        "calling thread's plan cache. Operand addresses are 1 MiB plus offsets (bytes); "
+        "cc_major: the device's compute capability (0: unknown).",
         py::arg("variant"), py::arg("dtype"), py::arg("m"), py::arg("n"), py::arg("k"),
         py::arg("a_strides"), py::arg("b_strides"), py::arg("ldc"), py::arg("offsets"),
         py::arg("sm_count"), py::arg("blocks_per_sm"), py::arg("refuse") = "",
-        py::arg("device") = -1);
+        py::arg("device") = -1, py::arg("cc_major") = 0);
 }
 
 }  // namespace gemmt

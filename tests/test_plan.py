@@ -29,7 +29,8 @@ TILE_SHAPES = {"large": (128, 128), "medium": (64, 128), "small": (64, 64), "fat
 
 def plan(variant: str, dtype: str, m: int, n: int, k: int, *, a_layout: str = "row",
          b_layout: str = "row", offsets: tuple[int, int, int] = (0, 0, 0), device: int = -1,
-         occupancy: dict[str, int] | None = None, refuse: str = "") -> dict[str, Any]:
+         occupancy: dict[str, int] | None = None, refuse: str = "", cc_major: int = 0
+         ) -> dict[str, Any]:
     """The plan for an m x k by k x n product; layouts 'row' (unit stride along the second
     dimension), 'col' (transposed view) or 'strided' (no unit stride); offsets in elements."""
 
@@ -43,7 +44,7 @@ def plan(variant: str, dtype: str, m: int, n: int, k: int, *, a_layout: str = "r
     es = ELEM_BYTES.get(dtype, 1)
     return _native.load().plan_simt(
         variant, dtype, m, n, k, strides(a_layout, m, k), strides(b_layout, k, n), n,
-        tuple(o * es for o in offsets), SMS, occupancy or OCCUPANCY, refuse, device)
+        tuple(o * es for o in offsets), SMS, occupancy or OCCUPANCY, refuse, device, cc_major)
 
 
 SHAPES = [(1, 1, 1), (1, 300, 70), (300, 1, 70), (7, 9, 3), (64, 64, 64), (127, 255, 511),
@@ -336,6 +337,28 @@ def test_sm90_swap_rule_limits() -> None:
         assert p["supported"], (m, n, k)
         assert not p["c_trans"] or p["splits"] > 1, (m, n, k, p)
         assert p["tile_n"] in (128, 192, 256) or p["splits"] > 1, (m, n, k, p)
+
+
+def test_gemv_prefetches_short_rows_on_hopper() -> None:
+    """The row-dot gemv kernel has L2 prefetch the block 8 x 132 ahead where a block is
+    16-bit rows of at most 16 KB, unsplit, on sm_90+; nothing elsewhere."""
+    def pf(dtype: str, n: int, k: int, cc_major: int = 9, **kw: Any) -> int:
+        p = plan("gemv", dtype, 1, n, k, b_layout="col", cc_major=cc_major, **kw)
+        assert p["supported"] and not p["colsweep"]
+        return p["prefetch_blocks"]
+
+    for n, k in [(8192, 8192), (11008, 4096), (8192, 2048), (4096, 1024)]:
+        assert pf("bfloat16", n, k) == 8 * SMS, (n, k)
+        assert pf("float16", n, k) == 8 * SMS, (n, k)
+    # Longer blocks (a 14336 or 3584 row; four of 2048 rounded up), float32, pre-Hopper,
+    # a split row, rows not 16-byte aligned.
+    for n, k in [(4096, 14336), (18944, 3584), (8192, 2056)]:
+        assert pf("bfloat16", n, k) == 0, (n, k)
+    assert pf("float32", 8192, 2048) == 0
+    assert pf("bfloat16", 8192, 8192, cc_major=8) == 0
+    assert pf("bfloat16", 16, 1 << 20) == 0
+    assert plan("gemv", "bfloat16", 1, 8192, 4096, b_layout="col", offsets=(1, 1, 0),
+                cc_major=9)["prefetch_blocks"] == 0
 
 
 def test_sm90_single_token_streams_weights_that_fill_waves() -> None:

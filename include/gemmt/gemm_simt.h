@@ -29,10 +29,11 @@ cudaError_t gemm_simt_run_pipelined_config(const GemmArgs& args, int config, voi
                                            cudaStream_t stream, bool allow_interior = true,
                                            int stream_k = -1);
 // The gemv kernel (m == 1 or n == 1) with warps_per_row warps sharing each row of the
-// row-dot kernel (1, 2, 4 or 8; 0: the planner's choice), so that each can be timed.
+// row-dot kernel (1, 2, 4 or 8; 0: the planner's choice) and its L2 prefetch that many blocks
+// ahead (prefetch_blocks; -1: the planner's choice, 0: none), so that each can be timed.
 SimtPlan gemm_simt_plan_gemv(const GemmArgs& args, int warps_per_row);
 cudaError_t gemm_simt_run_gemv(const GemmArgs& args, int warps_per_row, void* workspace,
-                               cudaStream_t stream);
+                               cudaStream_t stream, int64_t prefetch_blocks = -1);
 }  // namespace detail
 
 // Number of k-slices kSplitK uses for args (1 when splitting would not help).

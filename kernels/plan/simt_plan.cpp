@@ -318,6 +318,16 @@ int gemv_warps_per_row(int64_t len) {
   return len >= 8192 ? 8 : len >= 4096 ? 4 : len >= 2048 ? 2 : 1;
 }
 
+int64_t gemv_prefetch_blocks(const GemvPlan& g, int64_t elem_bytes, int cc_major, int sm_count) {
+  if (cc_major < 9 || elem_bytes != 2 || g.colsweep || !g.vec16 || g.splits != 1 ||
+      g.rows_per_block < 1) {
+    return 0;
+  }
+  const int64_t block_bytes = g.rows_per_block * g.len * elem_bytes;
+  if (block_bytes > kGemvPrefetchBlockBytes) return 0;
+  return 8 * static_cast<int64_t>(std::max(1, sm_count));
+}
+
 GemvPlan plan_gemv(const GemmArgs& a, int warps_per_row) {
   GemvPlan g;
   if (a.n == 1) {
@@ -373,6 +383,7 @@ GemvPlan plan_gemv(const GemmArgs& a, int warps_per_row) {
   }
   g.p_per_split = pps;
   g.splits = static_cast<int>(splits);
+  g.prefetch_blocks = gemv_prefetch_blocks(g, es, a.cc_major, a.sm_count);
   return g;
 }
 

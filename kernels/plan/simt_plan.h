@@ -229,6 +229,9 @@ struct GemvPlan {
   bool colsweep = false;   // r contiguous: lanes own rows and walk p
   bool vec16 = false;      // 16-byte loads allowed
   int rows_per_block = 0;  // row-dot kernel: 1, 2, 4 or 8 rows per 8-warp block
+  // Row-dot kernel on sm_90+: each block has L2 prefetch the rows of the block this many
+  // ahead (0: none); see gemv_prefetch_blocks.
+  int64_t prefetch_blocks = 0;
   int64_t p_per_split = 0;
   int splits = 1;
   int64_t blocks_x = 0;
@@ -237,6 +240,16 @@ struct GemvPlan {
 // Warps that share one row of the row-dot kernel (1, 2, 4 or 8) for dot products of len
 // elements.
 int gemv_warps_per_row(int64_t len);
+
+// The row-dot kernel's L2 prefetch distance in blocks. Blocks of at most
+// kGemvPrefetchBlockBytes (short rows: k <= 8192 in 16-bit) finish after one DRAM latency or
+// two, and their registers hold too few loads to keep DRAM busy across the gaps when blocks
+// end and start; on sm_90 each block therefore asks L2 for the rows of the block
+// 8 x sm_count ahead (cp.async.bulk.prefetch, no registers), so that later blocks load from
+// L2. The lead, 8 x 132 blocks of 16 KB (17 MB), stays well inside an H100's 50 MB of L2.
+// Longer blocks, split rows, float32 and other GPUs prefetch nothing.
+constexpr int64_t kGemvPrefetchBlockBytes = 16 << 10;
+int64_t gemv_prefetch_blocks(const GemvPlan& g, int64_t elem_bytes, int cc_major, int sm_count);
 
 // warps_per_row > 0 forces the row-dot kernel's warps per row (a benchmark hook).
 GemvPlan plan_gemv(const GemmArgs& a, int warps_per_row = 0);

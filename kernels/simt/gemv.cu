@@ -36,7 +36,18 @@ struct GemvParams {
   int64_t p_per_split;
   int rows_per_block;  // row-dot: 1, 2, 4 or 8 rows per 8-warp block
   bool vec16;
+  int64_t prefetch_blocks;  // row-dot, sm_90+: L2 prefetch of the rows this many blocks ahead
 };
+
+// Asks L2 for `bytes` (a multiple of 16) at the 16-byte aligned `p`; nothing before sm_90.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
 
 template <class T>
 __device__ __forceinline__ void gemv_finish(const GemvParams& g, int64_t row, float s) {
@@ -65,6 +76,19 @@ __device__ __forceinline__ float dot16(const uint4& a, const uint4& b, float acc
     for (int i = 0; i < 8; ++i) acc = fmaf(fa[i], fb[i], acc);
   }
   return acc;
+}
+
+// Row-dot blocks of short rows: the first threads ask L2 for the rows of the block
+// g.prefetch_blocks ahead, one unsplit row each (planned only for vec16 rows, so 16-byte
+// aligned), rounded down to whole 16-byte units.
+template <class raw>
+__device__ __forceinline__ void prefetch_rows_ahead(const GemvParams& g) {
+  if (g.prefetch_blocks == 0 || threadIdx.x >= static_cast<unsigned>(g.rows_per_block)) return;
+  const int64_t ahead =
+      (static_cast<int64_t>(blockIdx.x) + g.prefetch_blocks) * g.rows_per_block + threadIdx.x;
+  const uint32_t bytes = static_cast<uint32_t>(g.len * sizeof(raw)) & ~15u;
+  if (ahead < g.rows && bytes > 0)
+    prefetch_l2(static_cast<const raw*>(g.mat) + ahead * g.s_r, bytes);
 }
 
 template <class T>
@@ -106,6 +130,9 @@ __global__ void __launch_bounds__(256) gemv_rowdot_kernel(const GemvParams g) {
     for (int w = 0; w < wpr; ++w) s += red[row_in_block * wpr + w];
     gemv_finish<T>(g, row, s);
   }
+  // Last, with the loads' registers free: the prefetch serves a block that starts later.
+  // 16-bit only (plan_gemv): in the float32 instance it cost registers for no use.
+  if constexpr (sizeof(raw) == 2) prefetch_rows_ahead<raw>(g);
 }
 
 template <class T, bool VEC>
@@ -184,6 +211,7 @@ cudaError_t run_gemv_typed(const GemmArgs& a, const GemvPlan& pl, float* workspa
   g.p_per_split = pl.p_per_split;
   g.rows_per_block = pl.rows_per_block;
   g.vec16 = pl.vec16;
+  g.prefetch_blocks = pl.prefetch_blocks;
   if (pl.blocks_x > kMaxGridX) return cudaErrorInvalidValue;
   if (pl.splits > 1) {
     if (workspace == nullptr) return cudaErrorInvalidValue;

@@ -80,14 +80,17 @@ SimtPlan gemm_simt_plan_gemv(const GemmArgs& args, int warps_per_row) {
 }
 
 cudaError_t gemm_simt_run_gemv(const GemmArgs& args, int warps_per_row, void* workspace,
-                               cudaStream_t stream) {
+                               cudaStream_t stream, int64_t prefetch_blocks) {
   if (warps_per_row < 0 || warps_per_row > 8 || (warps_per_row & (warps_per_row - 1)) != 0) {
     return cudaErrorInvalidValue;
   }
-  const simt::SimtFamilyPlan fp = family_plan(args, GemmVariant::kGemv, warps_per_row);
+  simt::SimtFamilyPlan fp = family_plan(args, GemmVariant::kGemv, warps_per_row);
   GEMMT_RETURN_IF_ERROR(plan_status(fp));
   if (args.m == 0 || args.n == 0) return cudaSuccess;
   if (args.k == 0) return gemm_scale_c(args, stream);
+  // A forced prefetch only where the planner would allow one at some distance.
+  if (prefetch_blocks >= 0 && fp.gemv.prefetch_blocks > 0)
+    fp.gemv.prefetch_blocks = prefetch_blocks;
   return simt::run_gemv(args, fp.gemv, static_cast<float*>(workspace), stream);
 }
 

@@ -220,6 +220,7 @@ struct Stats {
 
 bool g_quiet = false;
 int g_sm_count = 1;
+int g_cc_major = 0;
 int g_interior_runs = 0;  // cases served by a whole-tiles (interior) pipelined instance
 int g_streamk_runs = 0;   // cases whose last tiles ran as stream-k
 
@@ -324,6 +325,7 @@ void run_case(ScalarType dt, const Shape& s, const std::vector<double>& A,
       args.beta = beta;
       args.dtype = dt;
       args.sm_count = hr.sm_count;
+      args.cc_major = g_cc_major;
       if (!gemmt::gemm_simt_supports(args, v)) continue;
       if (hook && s.k == 0) continue;  // the shape hook takes k >= 1; k == 0 is covered above
       const gemmt::SimtPlan plan =
@@ -489,10 +491,11 @@ __global__ void fill_random_bf16(__nv_bfloat16* p, int64_t n, uint32_t seed) {
   }
 }
 
-// One-token decode (bf16 x @ W^T, W of n x k) on the gemv kernel with each count of warps per
-// row, W rotated through copies that together exceed 150 MB (three times an H100's L2) so
-// that every call reads it from DRAM: one GEMVSWEEP line per weight and count ("auto": the
-// planner's).
+// One-token decode (bf16 x @ W^T, W of n x k) on the gemv kernel, W rotated through copies
+// that together exceed 150 MB (three times an H100's L2) so that every call reads it from
+// DRAM. First each count of warps per row ("auto": the planner's); then, where the planner
+// prefetches, its L2 prefetch at several distances against none, in rotating rounds so that
+// no configuration always runs first. One GEMVSWEEP / GEMVPREFETCH line per configuration.
 void gemv_sweep() {
   struct Weight {
     int64_t k, n;
@@ -502,7 +505,7 @@ void gemv_sweep() {
       {4096, 32000}, {4096, 128256}, {3584, 18944},  {18944, 3584}, {5120, 13824}, {13824, 5120},
       {4096, 4096},  {8192, 8192},   {3584, 152064}, {5120, 32000}, {2048, 8192},  {8192, 2048},
       {6144, 16384}, {7168, 18432},  {2048, 5632},   {1024, 4096},  {2560, 6912},  {12288, 3072}};
-  std::printf("\nGemv sweep (bf16, m = 1, W from DRAM, median of 30):\n");
+  std::printf("\nGemv sweep (bf16, m = 1, W from DRAM, median of 20):\n");
   for (const Weight& w : weights) {
     const std::size_t w_bytes = static_cast<std::size_t>(w.k * w.n) * 2;
     const int copies =
@@ -529,24 +532,49 @@ void gemv_sweep() {
     args.c = dc.p;
     args.ldc = w.n;
     args.sm_count = g_sm_count;
-    for (const int wpr : {0, 1, 2, 4, 8}) {
-      const gemmt::SimtPlan plan = gemmt::detail::gemm_simt_plan_gemv(args, wpr);
-      DeviceBuffer ws(plan.workspace_bytes);
-      int next = 0;
-      const double ms = median_ms(
+    args.cc_major = g_cc_major;
+    int next = 0;
+    auto time_gemv = [&](int wpr, int64_t prefetch, DeviceBuffer& ws) {
+      return median_ms(
           [&] {
             GemmArgs a = args;
             a.b = dw[next].p;
             next = (next + 1) % copies;
-            return gemmt::detail::gemm_simt_run_gemv(a, wpr, ws.p, 0);
+            return gemmt::detail::gemm_simt_run_gemv(a, wpr, ws.p, 0, prefetch);
           },
-          30);
+          20);
+    };
+    for (const int wpr : {0, 1, 2, 4, 8}) {
+      const gemmt::SimtPlan plan = gemmt::detail::gemm_simt_plan_gemv(args, wpr);
+      DeviceBuffer ws(plan.workspace_bytes);
+      const double ms = time_gemv(wpr, -1, ws);
       std::printf("GEMVSWEEP k=%6lld n=%6lld wpr=%-4s splits=%d %9.2f us %6.0f GB/s\n",
                   static_cast<long long>(w.k), static_cast<long long>(w.n),
                   wpr == 0 ? "auto" : std::to_string(wpr).c_str(), plan.splits, ms * 1e3,
                   static_cast<double>(w_bytes) / (ms * 1e-3) / 1e9);
       std::fflush(stdout);
     }
+    const gemmt::SimtPlan plan = gemmt::detail::gemm_simt_plan_gemv(args, 0);
+    DeviceBuffer ws(plan.workspace_bytes);
+    const int64_t leads[] = {0, 4 * int64_t{g_sm_count}, 8 * int64_t{g_sm_count},
+                             16 * int64_t{g_sm_count}};
+    constexpr int kLeads = 4, kRounds = 5;
+    std::vector<double> ms[kLeads];
+    for (int r = 0; r < kRounds; ++r) {
+      for (int j = 0; j < kLeads; ++j) {
+        const int i = (j + r) % kLeads;
+        ms[i].push_back(time_gemv(0, leads[i], ws));
+      }
+    }
+    for (int i = 0; i < kLeads; ++i) {
+      std::sort(ms[i].begin(), ms[i].end());
+      const double med = ms[i][kRounds / 2];
+      std::printf("GEMVPREFETCH k=%6lld n=%6lld lead=%5lld blocks %9.2f us %6.0f GB/s\n",
+                  static_cast<long long>(w.k), static_cast<long long>(w.n),
+                  static_cast<long long>(leads[i]), med * 1e3,
+                  static_cast<double>(w_bytes) / (med * 1e-3) / 1e9);
+    }
+    std::fflush(stdout);
   }
 }
 
@@ -565,6 +593,7 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, dev));
   g_sm_count = prop.multiProcessorCount;
+  g_cc_major = prop.major;
   std::printf("device %s, %d SMs, sm_%d%d\n", prop.name, prop.multiProcessorCount, prop.major,
               prop.minor);
 
@@ -585,6 +614,10 @@ int main(int argc, char** argv) {
       {100, 70, 5000},
       {4, 1, 200000},
       {1, 300, 100000},
+      // More row-dot gemv blocks than the L2 prefetch's lead (8 x 132 on an H100): the last
+      // blocks' rows are prefetched, up to the partial last block.
+      {1, 9000, 512},
+      {9000, 1, 1024},
       {200, 136, 264},
       {72, 520, 48},
       {1000, 1000, 1000},
