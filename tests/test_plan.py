@@ -341,20 +341,22 @@ def test_sm90_swap_rule_limits() -> None:
 
 def test_gemv_prefetches_short_rows_on_hopper() -> None:
     """The row-dot gemv kernel has L2 prefetch the block 8 x 132 ahead where a block is
-    16-bit rows of at most 16 KB, unsplit, on sm_90+; nothing elsewhere."""
+    16-bit rows of at most 16 KB, unsplit, of a matrix larger than 40 MiB, on sm_90+;
+    nothing elsewhere."""
     def pf(dtype: str, n: int, k: int, cc_major: int = 9, **kw: Any) -> int:
         p = plan("gemv", dtype, 1, n, k, b_layout="col", cc_major=cc_major, **kw)
         assert p["supported"] and not p["colsweep"]
         return p["prefetch_blocks"]
 
-    for n, k in [(8192, 8192), (11008, 4096), (8192, 2048), (4096, 1024)]:
+    for n, k in [(8192, 8192), (11008, 4096), (128256, 4096), (28672, 8192), (16384, 2048)]:
         assert pf("bfloat16", n, k) == 8 * SMS, (n, k)
         assert pf("float16", n, k) == 8 * SMS, (n, k)
-    # Longer blocks (a 14336 or 3584 row; four of 2048 rounded up), float32, pre-Hopper,
-    # a split row, rows not 16-byte aligned.
-    for n, k in [(4096, 14336), (18944, 3584), (8192, 2056)]:
+    # Longer blocks (a 14336 or 3584 row; four of 2056 elements), 32 MiB or less,
+    # float32, pre-Hopper, a split row, rows not 16-byte aligned.
+    for n, k in [(4096, 14336), (18944, 3584), (16384, 2056), (8192, 2048), (4096, 4096),
+                 (4096, 1024)]:
         assert pf("bfloat16", n, k) == 0, (n, k)
-    assert pf("float32", 8192, 2048) == 0
+    assert pf("float32", 16384, 2048) == 0
     assert pf("bfloat16", 8192, 8192, cc_major=8) == 0
     assert pf("bfloat16", 16, 1 << 20) == 0
     assert plan("gemv", "bfloat16", 1, 8192, 4096, b_layout="col", offsets=(1, 1, 0),

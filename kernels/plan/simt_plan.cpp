@@ -324,7 +324,8 @@ int64_t gemv_prefetch_blocks(const GemvPlan& g, int64_t elem_bytes, int cc_major
     return 0;
   }
   const int64_t block_bytes = g.rows_per_block * g.len * elem_bytes;
-  if (block_bytes > kGemvPrefetchBlockBytes) return 0;
+  const double matrix_bytes = static_cast<double>(g.rows) * g.len * elem_bytes;
+  if (block_bytes > kGemvPrefetchBlockBytes || matrix_bytes <= kL2Bytes) return 0;
   return 8 * static_cast<int64_t>(std::max(1, sm_count));
 }
 

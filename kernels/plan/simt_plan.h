@@ -247,7 +247,14 @@ int gemv_warps_per_row(int64_t len);
 // end and start; on sm_90 each block therefore asks L2 for the rows of the block
 // 8 x sm_count ahead (cp.async.bulk.prefetch, no registers), so that later blocks load from
 // L2. The lead, 8 x 132 blocks of 16 KB (17 MB), stays well inside an H100's 50 MB of L2.
-// Longer blocks, split rows, float32 and other GPUs prefetch nothing.
+// Only for matrices larger than kL2Bytes. Measured on H100 (bf16 m = 1, weights rotated
+// past L2, prefetch against none in rotating rounds; benchmarks/results/
+// h100_2026-11-27_gemv_rows/4_prefetch/): 1.0-3.8% faster on the 4096 x 14336 / 32000 /
+// 128256 and 8192 x 8192 / 28672 weights, level (+0.2%) on 4096 x 11008, and 1.1-4.3% slower
+// on 32 MB weights (4096 x 4096, 2048 x 8192, 8192 x 2048), whose calls are mostly start-up
+// and tail. A lead of 16 x 132 blocks (34 MB) ran 20-51% slower on every large weight:
+// prefetched rows were evicted before use. Longer blocks, split rows, float32 and other
+// GPUs prefetch nothing.
 constexpr int64_t kGemvPrefetchBlockBytes = 16 << 10;
 int64_t gemv_prefetch_blocks(const GemvPlan& g, int64_t elem_bytes, int cc_major, int sm_count);
 

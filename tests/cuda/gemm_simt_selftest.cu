@@ -614,10 +614,10 @@ int main(int argc, char** argv) {
       {100, 70, 5000},
       {4, 1, 200000},
       {1, 300, 100000},
-      // More row-dot gemv blocks than the L2 prefetch's lead (8 x 132 on an H100): the last
-      // blocks' rows are prefetched, up to the partial last block.
-      {1, 9000, 512},
-      {9000, 1, 1024},
+      // 16-bit matrices over 40 MiB in more row-dot gemv blocks than the L2 prefetch's lead
+      // (8 x 132 on an H100): the last blocks' rows are prefetched, up to the partial last one.
+      {1, 45001, 512},
+      {24001, 1, 1024},
       {200, 136, 264},
       {72, 520, 48},
       {1000, 1000, 1000},
