@@ -11,6 +11,7 @@ timed in alternating rounds of CUDA-graph replays; one JSON line per weight and 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import statistics
@@ -66,7 +67,10 @@ def run(out: str, rounds: int) -> None:
                            rounds_us={n: [v * 1e3 for v in t] for n, t in times.items()},
                            vs_torch={n: med["torch"] / v for n, v in med.items()},
                            bw_fraction={n: wbytes / v / 1e6 / bw for n, v in med.items()},
-                           rel_err=errs, device=torch.cuda.get_device_name())
+                           rel_err=errs, device=torch.cuda.get_device_name(),
+                           torch_version=torch.__version__, cuda_version=torch.version.cuda,
+                           date=datetime.datetime.now(datetime.timezone.utc).isoformat(
+                               timespec="seconds"))
                 f.write(json.dumps(rec) + "\n")
                 f.flush()
                 print(f"{rec['dtype']:9} {fin:6}->{fout:<7} " + " ".join(
