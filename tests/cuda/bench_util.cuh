@@ -19,18 +19,31 @@ inline void check(cudaError_t e, const char* what) {
   }
 }
 
-// Uniform values in [-1, 1) from a hash of the index: benchmarks never time zeros (an FFMA
+// A uniform value in [-1, 1) from a hash of the index: benchmarks never time zeros (an FFMA
 // on zeros draws less power, so the clock and the timing would flatter the kernel).
+__device__ __forceinline__ float uniform_hash(int64_t i, uint32_t seed) {
+  uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return static_cast<float>(x >> 8) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+// p[i] = uniform_hash(i, seed), converted to T (float, __half or __nv_bfloat16).
+template <class T>
+__global__ void fill_random_as(T* p, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    p[i] = static_cast<T>(uniform_hash(i, seed));
+  }
+}
+
 __global__ void fill_random(float* p, int64_t n, uint32_t seed) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    p[i] = static_cast<float>(x >> 8) * (2.0f / 16777216.0f) - 1.0f;
+    p[i] = uniform_hash(i, seed);
   }
 }
 

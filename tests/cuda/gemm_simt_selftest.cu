@@ -479,18 +479,6 @@ void sweep(int64_t m, int64_t n, int64_t k, bool a_trans) {
   }
 }
 
-// Uniform bf16 values in [-1, 1) from fill_random's hash (bf16 rounding of its floats).
-__global__ void fill_random_bf16(__nv_bfloat16* p, int64_t n, uint32_t seed) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    p[i] = __float2bfloat16(static_cast<float>(x >> 8) * (2.0f / 16777216.0f) - 1.0f);
-  }
-}
-
 // One-token decode (bf16 x @ W^T, W of n x k) on the gemv kernel, W rotated through copies
 // that together exceed 150 MB (three times an H100's L2) so that every call reads it from
 // DRAM. First each count of warps per row ("auto": the planner's); then, where the planner
@@ -513,10 +501,12 @@ void gemv_sweep() {
     std::vector<DeviceBuffer> dw(static_cast<std::size_t>(copies));
     for (int i = 0; i < copies; ++i) {
       CHECK_CUDA(cudaMalloc(&dw[i].p, w_bytes));
-      fill_random_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(dw[i].p), w.k * w.n, 7u + i);
+      gemmt_bench::fill_random_as<__nv_bfloat16>
+          <<<1024, 256>>>(static_cast<__nv_bfloat16*>(dw[i].p), w.k * w.n, 7u + i);
     }
     DeviceBuffer dx(static_cast<std::size_t>(w.k) * 2), dc(static_cast<std::size_t>(w.n) * 2);
-    fill_random_bf16<<<64, 256>>>(static_cast<__nv_bfloat16*>(dx.p), w.k, 3u);
+    gemmt_bench::fill_random_as<__nv_bfloat16>
+        <<<64, 256>>>(static_cast<__nv_bfloat16*>(dx.p), w.k, 3u);
     CHECK_CUDA(cudaGetLastError());
     GemmArgs args;
     args.dtype = ScalarType::kBFloat16;
