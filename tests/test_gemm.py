@@ -290,11 +290,13 @@ def test_cuda_fp32_stream_k_last_wave(layout: str, m: int, n: int, k: int) -> No
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_cuda_single_token_products(dtype: torch.dtype) -> None:
     """x @ W.T with one token, through `auto`: on an H100 the 14336-row weight goes to the
-    Hopper GEMM's narrow tile and the others to gemv (gemm_sm90_streams_single_row); each
-    against float64, with C poisoned first."""
+    Hopper GEMM's narrow tile and the others to gemv (gemm_sm90_streams_single_row), the
+    8192 x 8192 one with gemv's L2 prefetch (a 128 MiB matrix of 16 KB rows); each against
+    float64, with C poisoned first."""
     props = torch.cuda.get_device_properties(0)
     hopper = (props.major, props.minor) == (9, 0) and props.multi_processor_count == 132
-    for n, k, narrow in [(14336, 4096, True), (4096, 4096, False), (18944, 3584, False)]:
+    for n, k, narrow in [(14336, 4096, True), (4096, 4096, False), (18944, 3584, False),
+                         (8192, 8192, False)]:
         w = randn(n, k, device="cuda").to(dtype)
         x = randn(1, k, device="cuda").to(dtype)
         c = torch.full((1, n), float("nan"), device="cuda", dtype=dtype)
