@@ -181,9 +181,11 @@ bool swap_for_small_m(const GemmArgs& args);
 // least kSingleRowMinWaveFill. Measured on H100 (bf16 and fp16, weights rotated past L2,
 // benchmarks/results/h100_2026-11-27_gemv_rows/): the narrow tile ran 1-5% faster than gemv
 // on the 8 of 22 weights this admits (4096 x 14336, 5120 x 13824, 6144 x 16384, 4096 x
-// 32000, 8192 x 28672, ...), in two runs but one (0.8% slower); it ran 6-9% slower on
-// 3584 x 18944 and 7168 x 18432, whose 148 and 144 tiles leave a second wave 12% and 9%
-// full, and 3-42% slower on weights of 32 MB or less. gemm_pick asks this.
+// 32000, 8192 x 28672, ...), in every run but one (8192 x 28672: 0.8% slower once); it ran
+// 6-9% slower on 3584 x 18944 and 7168 x 18432, whose 148 and 144 tiles leave a second wave
+// 12% and 9% full, and 3-42% slower on weights of 32 MB or less. Fitted before gemv's L2
+// prefetch, with which gemv ran 2.0-2.5% ahead on 4096 x 128256 and 8192 x 28672 in one run.
+// gemm_pick asks this.
 constexpr int64_t kSingleRowMinRows = 8192;
 constexpr double kSingleRowMinWaveFill = 0.8;
 bool streams_single_row(const GemmArgs& args);
