@@ -138,13 +138,16 @@ def _worker(rank: int, world: int, port: int, args: argparse.Namespace, result: 
                                 device_id=torch.device("cuda", rank))
     else:
         dist.init_process_group("gloo", rank=rank, world_size=world)
+    completed = False
     try:
         out = _measure(rank, world, args)
         if rank == 0:
             Path(result).write_text(json.dumps(out))
-        dist.barrier()
+        completed = True
     finally:
-        dist.destroy_process_group()
+        from gemmt.distributed import leave_process_group
+
+        leave_process_group(completed)
 
 
 def _measure(rank: int, world: int, args: argparse.Namespace) -> dict[str, Any]:

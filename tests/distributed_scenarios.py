@@ -531,6 +531,7 @@ def main(argv: list[str] | None = None) -> int:
                             timeout=datetime.timedelta(seconds=args.timeout))
     results: dict[str, str] = {}
     out = Path(args.out) / f"rank{args.rank}.json"
+    completed = False
     try:
         ctx = Context(device)
         for name, fn in SCENARIOS.items():
@@ -542,10 +543,10 @@ def main(argv: list[str] | None = None) -> int:
             except Exception:  # reported per scenario, the others still run
                 results[name] = traceback.format_exc()
             out.write_text(json.dumps(results, indent=1))
-        dist.barrier()  # leave together (see examples/distributed/train_mlp.py)
+        completed = True
     finally:
         out.write_text(json.dumps(results, indent=1))
-        dist.destroy_process_group()
+        gemmt.distributed.leave_process_group(completed)
     return 0
 
 

@@ -102,13 +102,14 @@ def main() -> None:
     if use_cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend)
+    completed = False
     try:
         run(args, backend, device)
-        # Leave together: rank 0 still runs the one-process reference when the others are
-        # done, and a gloo peer that tears down early can abort the process at exit.
-        dist.barrier()
+        completed = True
     finally:
-        dist.destroy_process_group()
+        # Frees the sharded model, waits for every rank (rank 0 still runs the one-process
+        # reference when the others are done), then destroys the process group.
+        gemmt.distributed.leave_process_group(completed)
 
 
 def run(args: argparse.Namespace, backend: str, device: str) -> None:

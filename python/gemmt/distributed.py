@@ -44,6 +44,7 @@ DTensors in a process that imported DTensor after gemmt's first call).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import itertools
 import sys
 import threading
@@ -57,8 +58,8 @@ if TYPE_CHECKING:
     from torch.distributed.tensor import DeviceMesh
     from torch.distributed.tensor.placement_types import Placement
 
-__all__ = ["Rule", "ShardingRuleError", "check_inputs", "is_registered", "maybe_register",
-           "register", "rules_for"]
+__all__ = ["Rule", "ShardingRuleError", "check_inputs", "is_registered", "leave_process_group",
+           "maybe_register", "register", "rules_for"]
 
 _lock = threading.Lock()
 _registered = False
@@ -81,6 +82,27 @@ class Rule:
     name: str
     outputs: tuple[Placement | None, ...]
     inputs: tuple[Placement | None, ...]
+
+
+def leave_process_group(completed: bool) -> None:
+    """End a worker's use of the default process group (the last call of a torchrun worker).
+
+    A model sharded with ``fully_shard`` or ``parallelize_module`` holds its process groups
+    and the tensors of its collectives in reference cycles, so it outlives the function that
+    built it until a garbage collection. Left to the interpreter's exit, it is freed while
+    the interpreter is torn down, and with gloo that aborted a process now and then
+    ("terminate called without an active exception", SIGABRT) after every step had run
+    correctly. So: collect it now; then, if this rank ``completed`` its work, wait at a
+    barrier until every rank has (rank 0 may still be checking results while the others are
+    done, and a peer that tears down early can abort the others); then destroy the group.
+    A rank that failed skips the barrier, which its peers might never reach.
+    """
+    import torch.distributed as dist
+
+    gc.collect()
+    if completed:
+        dist.barrier()
+    dist.destroy_process_group()
 
 
 def is_registered() -> bool:
