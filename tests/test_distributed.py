@@ -311,3 +311,31 @@ def test_training_example_matches_one_process(tmp_path: Path, mode: str) -> None
     for step, loss, ref_loss, diff, _ms in rows:
         assert loss == ref_loss, (step, loss, ref_loss)
         assert float(diff) < 1e-6, (step, diff)
+
+
+def test_leave_process_group_frees_cycles_then_destroys(tmp_path: Path) -> None:
+    """A one-process gloo group: leave_process_group collects garbage held in reference cycles
+    (as a sharded model holds its process groups) before it destroys the group."""
+    import gc
+    import weakref
+
+    class Holder:
+        pass
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    gc.disable()  # no automatic collection between the cycle's release and the call
+    try:
+        held = Holder()
+        held.self = held  # a cycle: only the garbage collector frees it
+        held.group = dist.group.WORLD
+        alive = weakref.ref(held)
+        del held
+        assert alive() is not None
+        gemmt.distributed.leave_process_group(True)
+        assert alive() is None
+        assert not dist.is_initialized()
+    finally:
+        gc.enable()
+        if dist.is_initialized():
+            dist.destroy_process_group()
