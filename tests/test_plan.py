@@ -122,6 +122,31 @@ def test_choices_match_the_measured_fastest_tiles() -> None:
         assert (big["tile"], big["interior"]) == ("fat", True), size
 
 
+def test_a_k_major_float32_weight_is_copied_where_that_costs_less() -> None:
+    """x @ W.T in float32: the weight is copied N-major before the product where the copy
+    (about 8% of the product at m = 1024, falling as 1/m) costs less than reading W K-major in
+    place (6% at k = 4096 or 8192, 10% at other k; H100, docs/performance.md)."""
+    def staged(m: int, n: int, k: int) -> bool:
+        p = plan("pipelined", "float32", m, n, k, b_layout="col")
+        assert p["b_mode"] == ("vec_c" if p["staged_b"] else "vec_k")
+        if p["staged_b"]:
+            assert p["workspace_bytes"] >= n * k * 4
+        return bool(p["staged_b"])
+
+    for m in (1024, 1280, 1536, 2048, 8192):
+        assert staged(m, 4096, 11008) and staged(m, 8192, 28672), m
+    for m in (512, 768):
+        assert not staged(m, 4096, 11008), m
+    for m in (512, 1024, 1280):
+        assert not staged(m, 11008, 4096) and not staged(m, 28672, 8192), m
+    for m in (1536, 2048, 8192):
+        assert staged(m, 11008, 4096) and staged(m, 28672, 8192), m
+    assert not plan("pipelined", "float32", 2048, 11008, 4096)["staged_b"]  # N-major already
+    # 16-bit operands keep the 2048-row rule.
+    assert not plan("pipelined", "bfloat16", 1536, 4096, 11008, b_layout="col")["staged_b"]
+    assert plan("pipelined", "bfloat16", 2048, 4096, 11008, b_layout="col")["staged_b"]
+
+
 def test_one_split_k_policy() -> None:
     """auto runs split-k exactly when the planner gives kSplitK more than one slice."""
     long_k = plan("split_k", "float32", 256, 256, 65536)
@@ -134,7 +159,7 @@ def test_workspace_sizes() -> None:
     m, n, k = 256, 256, 65536
     p = plan("split_k", "float32", m, n, k)
     assert p["workspace_bytes"] == p["splits"] * m * n * 4
-    # A K-major B with m >= 2048 is copied N-major (rows padded to 16 bytes) first.
+    # A K-major 16-bit B with m >= 2048 is copied N-major (rows padded to 16 bytes) first.
     m, n, k = 2048, 100, 304
     s = plan("pipelined", "float16", m, n, k, b_layout="col")
     assert s["staged_b"] and s["b_mode"] == "vec_c"

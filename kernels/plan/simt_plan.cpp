@@ -290,7 +290,11 @@ std::size_t staged_b_bytes(const GemmArgs& a) {
 }
 
 bool stages_b(const GemmArgs& a) {
-  return a.m >= kStageBMinM && a.n >= 4 && a.k > 1 && a.n <= kCopyMaxLen && b_mode_of(a) == kVecK;
+  if (a.m < 1 || a.n < 4 || a.k < 2 || a.n > kCopyMaxLen || b_mode_of(a) != kVecK) return false;
+  if (a.dtype != ScalarType::kFloat32) return a.m >= kStageBMinM;
+  const bool pow2_k = (a.k & (a.k - 1)) == 0;
+  return kStageCopyCost / static_cast<double>(a.m) <
+         (pow2_k ? kInPlacePenaltyPow2K : kInPlacePenalty);
 }
 
 GemmArgs with_staged_b(const GemmArgs& a, const void* ws) {
@@ -492,6 +496,23 @@ SimtFamilyPlan plan_simt(const GemmArgs& a, GemmVariant v, const PipeCatalog& ca
     default:
       break;
   }
+  return fp;
+}
+
+SimtFamilyPlan plan_k_major_b(const GemmArgs& a, KMajorB how, const PipeCatalog& cat) {
+  SimtFamilyPlan fp;
+  fp.variant = GemmVariant::kPipelined;
+  if (a.dtype != ScalarType::kFloat32 || a.m <= 0 || a.n < 4 || a.k <= 1 || b_mode_of(a) != kVecK ||
+      a.n > kCopyMaxLen) {
+    return fp;
+  }
+  fp.staged_b = how == KMajorB::kStaged;
+  fp.pipe = fp.staged_b ? plan_pipelined(with_staged_b(a, planning_workspace()), PipeOptions{}, cat)
+                        : plan_pipelined(a, PipeOptions{}, cat);
+  fp.error = fp.pipe.error;
+  if (fp.error != kPlanOk) return fp;
+  fp.summary = describe(fp.pipe);
+  if (fp.staged_b) fp.summary.workspace_bytes += staged_b_bytes(a);
   return fp;
 }
 

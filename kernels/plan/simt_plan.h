@@ -151,9 +151,18 @@ constexpr double kL2Bytes = 40.0 * (1 << 20);
 constexpr int64_t kStreamKMinIters = 4;
 // Launch order groups this many tile rows for L2 reuse (swizzle_tile).
 constexpr int kRasterGroup = 8;
-// A K-major B is copied N-major first when m makes that pass cheap against the product (the
-// kernel reads K-major B through transposing stores: 0.84 of cuBLAS at 4096^3, 0.94 N-major).
+// A K-major B is copied N-major first when that pass costs less than reading B in place.
+// 16-bit: from m = 2048. float32 (H100, benchmarks/results/h100_2026-11-27_k_major_b/): the
+// copy costs kStageCopyCost / m of the product (8 bytes per element of B at ~2.2 TB/s against
+// 2m FLOPs at ~50 TFLOP/s; fitted 82 where that estimate gives 91). Reading B in place costs
+// 6-8% of the rate on an N-major copy where k is a power of two and 9-14% elsewhere (k = 3584
+// to 28672): the 4-byte transposing copies of a K-major tile cost more when its lines lie a
+// non-power-of-two stride apart, the cause unknown. Held out (11 other weights and token
+// counts) the rule picked the faster way within 0.5%.
 constexpr int64_t kStageBMinM = 2048;
+constexpr double kStageCopyCost = 82.0;
+constexpr double kInPlacePenaltyPow2K = 0.06;
+constexpr double kInPlacePenalty = 0.10;
 
 // ---- Pipelined plans --------------------------------------------------------------------------
 // The instance a plan runs and the facts the cost model used.
@@ -277,6 +286,12 @@ bool simt_variant_supports(const GemmArgs& args, GemmVariant v);
 // gemv_wpr > 0 forces the gemv row-dot kernel's warps per row (plan_gemv).
 SimtFamilyPlan plan_simt(const GemmArgs& args, GemmVariant v, const PipeCatalog& cat,
                          int gemv_wpr = 0);
+
+// A float32 K-major B read one way, to time the ways against each other: copied N-major first
+// (kStaged) or read in place by 4-byte cp.async copies (kInPlace). No split-k. error
+// kPlanNotSupported where B is not K-major or cannot be copied.
+enum class KMajorB : int { kStaged = 0, kInPlace = 1 };
+SimtFamilyPlan plan_k_major_b(const GemmArgs& args, KMajorB how, const PipeCatalog& cat);
 
 // The one split-k policy: few 128x128 tiles for the SMs and k >= 4096 (where split-k measured
 // faster than the pipelined kernel with a stream-k last wave), and the planner, allowed to
