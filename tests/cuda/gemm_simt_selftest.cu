@@ -481,6 +481,26 @@ void sweep(int64_t m, int64_t n, int64_t k, bool a_trans) {
   }
 }
 
+// The median of 5 rounds of time_way(w) for each of `ways` configurations, run in rotating
+// order so that no configuration always runs first (a fixed order drifts: the first one of a
+// sweep ran up to 30% slower).
+template <class F>
+std::vector<double> rotating_medians(int ways, F&& time_way) {
+  constexpr int kRounds = 5;
+  std::vector<std::vector<double>> ms(static_cast<std::size_t>(ways));
+  for (int r = 0; r < kRounds; ++r)
+    for (int j = 0; j < ways; ++j) {
+      const int w = (j + r) % ways;
+      ms[static_cast<std::size_t>(w)].push_back(time_way(w));
+    }
+  std::vector<double> med;
+  for (std::vector<double>& v : ms) {
+    std::sort(v.begin(), v.end());
+    med.push_back(v[kRounds / 2]);
+  }
+  return med;
+}
+
 // One-token decode (bf16 x @ W^T, W of n x k) on the gemv kernel, W rotated through copies
 // that together exceed 150 MB (three times an H100's L2) so that every call reads it from
 // DRAM. First each count of warps per row ("auto": the planner's); then, where the planner
@@ -550,17 +570,11 @@ void gemv_sweep() {
     DeviceBuffer ws(plan.workspace_bytes);
     const int64_t leads[] = {0, 4 * int64_t{g_sm_count}, 8 * int64_t{g_sm_count},
                              16 * int64_t{g_sm_count}};
-    constexpr int kLeads = 4, kRounds = 5;
-    std::vector<double> ms[kLeads];
-    for (int r = 0; r < kRounds; ++r) {
-      for (int j = 0; j < kLeads; ++j) {
-        const int i = (j + r) % kLeads;
-        ms[i].push_back(time_gemv(0, leads[i], ws));
-      }
-    }
+    constexpr int kLeads = 4;
+    const std::vector<double> meds =
+        rotating_medians(kLeads, [&](int i) { return time_gemv(0, leads[i], ws); });
     for (int i = 0; i < kLeads; ++i) {
-      std::sort(ms[i].begin(), ms[i].end());
-      const double med = ms[i][kRounds / 2];
+      const double med = meds[static_cast<std::size_t>(i)];
       std::printf("GEMVPREFETCH k=%6lld n=%6lld lead=%5lld blocks %9.2f us %6.0f GB/s\n",
                   static_cast<long long>(w.k), static_cast<long long>(w.n),
                   static_cast<long long>(leads[i]), med * 1e3,
@@ -608,7 +622,7 @@ void k_major_sweep() {
     problems.push_back(p);
   std::printf("\nK-major B sweep (float32 x @ W^T, median per round, 5 rounds):\n");
   const char* names[] = {"staged", "in_place", "auto", "n_major"};
-  constexpr int kWays = 4, kRounds = 5, kNMajor = 3;
+  constexpr int kWays = 4, kNMajor = 3;
   for (const Problem& pr : problems) {
     const int64_t m = pr.m, n = pr.n, k = pr.k;
     DeviceBuffer da(static_cast<std::size_t>(m * k) * 4), dw(static_cast<std::size_t>(n * k) * 4),
@@ -672,17 +686,8 @@ void k_major_sweep() {
       }
     }
     const int reps = m * n * k >= (int64_t{1} << 37) ? 5 : 15;
-    std::vector<double> ms[kWays];
-    for (int r = 0; r < kRounds; ++r)
-      for (int j = 0; j < kWays; ++j) {
-        const int w = (j + r) % kWays;
-        ms[w].push_back(median_ms([&] { return run(w); }, reps));
-      }
-    double med[kWays];
-    for (int w = 0; w < kWays; ++w) {
-      std::sort(ms[w].begin(), ms[w].end());
-      med[w] = ms[w][kRounds / 2];
-    }
+    const std::vector<double> med =
+        rotating_medians(kWays, [&](int w) { return median_ms([&] { return run(w); }, reps); });
     for (int w = 0; w < kWays; ++w) {
       const gemmt::SimtPlan pl = plan_of(w);
       std::printf(
