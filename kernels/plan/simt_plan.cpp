@@ -289,8 +289,12 @@ std::size_t staged_b_bytes(const GemmArgs& a) {
   return copy_bytes(a.k, a.n, elem_bytes(a.dtype));
 }
 
+bool can_stage_b(const GemmArgs& a) {
+  return a.m >= 1 && a.n >= 4 && a.k >= 2 && a.n <= kCopyMaxLen && b_mode_of(a) == kVecK;
+}
+
 bool stages_b(const GemmArgs& a) {
-  if (a.m < 1 || a.n < 4 || a.k < 2 || a.n > kCopyMaxLen || b_mode_of(a) != kVecK) return false;
+  if (!can_stage_b(a)) return false;
   if (a.dtype != ScalarType::kFloat32) return a.m >= kStageBMinM;
   const bool pow2_k = (a.k & (a.k - 1)) == 0;
   return kStageCopyCost / static_cast<double>(a.m) <
@@ -305,11 +309,25 @@ GemmArgs with_staged_b(const GemmArgs& a, const void* ws) {
   return s;
 }
 
-PipePlan plan_pipelined_staged(const GemmArgs& a, bool allow_split, const PipeCatalog& cat) {
+void plan_pipelined_staged(const GemmArgs& a, bool allow_split, bool staged, const PipeCatalog& cat,
+                           SimtFamilyPlan& fp) {
   PipeOptions opt;
   opt.allow_split = allow_split;
-  if (!stages_b(a)) return plan_pipelined(a, opt, cat);
-  return plan_pipelined(with_staged_b(a, planning_workspace()), opt, cat);
+  fp.staged_b = staged;
+  fp.pipe = plan_pipelined(staged ? with_staged_b(a, planning_workspace()) : a, opt, cat);
+  if (fp.pipe.error != kPlanOk) {
+    fp.error = fp.pipe.error;
+    fp.summary = SimtPlan{};
+    return;
+  }
+  fp.error = kPlanOk;
+  SimtPlan& sp = fp.summary;
+  sp = describe(fp.pipe);
+  if (staged) sp.workspace_bytes += staged_b_bytes(a);
+  if (fp.pipe.splits > 1) {
+    sp.workspace_bytes += static_cast<std::size_t>(fp.pipe.splits) * static_cast<std::size_t>(a.m) *
+                          static_cast<std::size_t>(a.n) * sizeof(float);
+  }
 }
 
 // ---- Gemv -------------------------------------------------------------------------------------
@@ -465,20 +483,7 @@ SimtFamilyPlan plan_simt(const GemmArgs& a, GemmVariant v, const PipeCatalog& ca
     case GemmVariant::kPipelined:
     case GemmVariant::kSplitK: {
       if (a.k == 0) break;
-      fp.pipe = plan_pipelined_staged(a, v == GemmVariant::kSplitK, cat);
-      fp.staged_b = stages_b(a);
-      if (fp.pipe.error != kPlanOk) {
-        fp.error = fp.pipe.error;
-        sp = SimtPlan{};
-        break;
-      }
-      sp = describe(fp.pipe);
-      if (fp.staged_b) sp.workspace_bytes += staged_b_bytes(a);
-      if (fp.pipe.splits > 1) {
-        sp.workspace_bytes += static_cast<std::size_t>(fp.pipe.splits) *
-                              static_cast<std::size_t>(a.m) * static_cast<std::size_t>(a.n) *
-                              sizeof(float);
-      }
+      plan_pipelined_staged(a, v == GemmVariant::kSplitK, stages_b(a), cat, fp);
       break;
     }
     case GemmVariant::kGemv: {
@@ -502,17 +507,8 @@ SimtFamilyPlan plan_simt(const GemmArgs& a, GemmVariant v, const PipeCatalog& ca
 SimtFamilyPlan plan_k_major_b(const GemmArgs& a, KMajorB how, const PipeCatalog& cat) {
   SimtFamilyPlan fp;
   fp.variant = GemmVariant::kPipelined;
-  if (a.dtype != ScalarType::kFloat32 || a.m <= 0 || a.n < 4 || a.k <= 1 || b_mode_of(a) != kVecK ||
-      a.n > kCopyMaxLen) {
-    return fp;
-  }
-  fp.staged_b = how == KMajorB::kStaged;
-  fp.pipe = fp.staged_b ? plan_pipelined(with_staged_b(a, planning_workspace()), PipeOptions{}, cat)
-                        : plan_pipelined(a, PipeOptions{}, cat);
-  fp.error = fp.pipe.error;
-  if (fp.error != kPlanOk) return fp;
-  fp.summary = describe(fp.pipe);
-  if (fp.staged_b) fp.summary.workspace_bytes += staged_b_bytes(a);
+  if (a.dtype != ScalarType::kFloat32 || !can_stage_b(a)) return fp;
+  plan_pipelined_staged(a, false, how == KMajorB::kStaged, cat, fp);
   return fp;
 }
 

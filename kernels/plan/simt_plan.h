@@ -215,15 +215,19 @@ SimtPlan describe(const PipePlan& pp);
 std::size_t streamk_counter_bytes(const PipePlan& pl);
 std::size_t streamk_workspace_bytes(const PipePlan& pl);
 
-// Whether a K-major B is copied N-major before the pipelined kernel runs, and the copy's pitch
-// and workspace bytes (the copy sits at the front of the workspace).
+// Whether a K-major B can be and is copied N-major before the pipelined kernel runs, and the
+// copy's pitch and workspace bytes (the copy sits at the front of the workspace).
+bool can_stage_b(const GemmArgs& a);
 bool stages_b(const GemmArgs& a);
 int64_t staged_b_pitch(const GemmArgs& a);
 std::size_t staged_b_bytes(const GemmArgs& a);
 // The arguments of the product on the copy of B at `ws` (a placeholder while planning).
 GemmArgs with_staged_b(const GemmArgs& a, const void* ws);
-// The pipelined plan for the arguments the kernel will see (after staging B).
-PipePlan plan_pipelined_staged(const GemmArgs& a, bool allow_split, const PipeCatalog& cat);
+struct SimtFamilyPlan;
+// Fills fp's pipelined plan for the arguments the kernel will see (on the copy of B when
+// staged), its error and its summary (workspace: the copy, then split-k slices).
+void plan_pipelined_staged(const GemmArgs& a, bool allow_split, bool staged, const PipeCatalog& cat,
+                           SimtFamilyPlan& fp);
 
 // ---- Step 7: gemv -----------------------------------------------------------------------------
 // out[r] = sum_p M(r, p) * v(p), with M(r, p) = mat[r * s_r + p * s_p]: n == 1 reads M = A and
