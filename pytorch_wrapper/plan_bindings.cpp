@@ -131,6 +131,7 @@ py::dict plan_simt(const std::string& variant, const std::string& dtype, int64_t
   d["stream_k_tiles"] = fp.summary.stream_k_tiles;
   d["workspace_bytes"] = fp.summary.workspace_bytes;
   d["staged_b"] = fp.staged_b;
+  d["swapped"] = fp.swapped;
   if (v == GemmVariant::kPipelined || v == GemmVariant::kSplitK) {
     const simt::PipePlan& p = fp.pipe;
     d["tile"] = simt::pipe_tile_name(p.choice.tile);

@@ -82,11 +82,17 @@ def test_every_problem_gets_a_consistent_plan() -> None:
                 assert p["instance_built"], (variant, dtype, m, n, k, al, bl, off, p)
                 bm, bn = TILE_SHAPES[p["tile"]]
                 assert (p["block_m"], p["block_n"]) == (bm, bn)
-                assert p["tiles_m"] * bm >= m and p["tiles_n"] * bn >= n
+                # A swapped plan tiles C^T (n x m); only float32 with a K-major B swaps.
+                pm, pn = (n, m) if p["swapped"] else (m, n)
+                if p["swapped"]:
+                    assert variant == "pipelined" and dtype == "float32"
+                    assert bl == "col" or 1 in (n, k)  # a K-major B (or a vector)
+                    assert al != "strided" and p["a_mode"] == "vec_k"
+                assert p["tiles_m"] * bm >= pm and p["tiles_n"] * bn >= pn
                 assert (p["splits"] - 1) * p["k_per_split"] < k <= p["splits"] * p["k_per_split"]
                 assert p["k_per_split"] % p["block_k"] == 0 or p["splits"] == 1
                 if p["interior"]:
-                    assert m % bm == 0 and n % bn == 0 and k % p["block_k"] == 0
+                    assert pm % bm == 0 and pn % bn == 0 and k % p["block_k"] == 0
                 assert p["stream_k_tiles"] <= p["tiles_m"] * p["tiles_n"]
                 if dtype != "float32":
                     assert p["tile"] in ("large", "small") and not p["interior"]
@@ -123,28 +129,52 @@ def test_choices_match_the_measured_fastest_tiles() -> None:
 
 
 def test_a_k_major_float32_weight_is_copied_where_that_costs_less() -> None:
-    """x @ W.T in float32: the weight is copied N-major before the product where the copy
-    (about 8% of the product at m = 1024, falling as 1/m) costs less than reading W K-major in
-    place (6% at k = 4096 or 8192, 10% at other k; H100, docs/performance.md)."""
+    """A K-major float32 B whose product is not run transposed (here: m >= n) is copied
+    N-major before the product where the copy (about 8% of the product at m = 1024, falling as
+    1/m) costs less than reading B in place (6% at a power-of-two k, 10% at other k; H100,
+    docs/performance.md)."""
     def staged(m: int, n: int, k: int) -> bool:
         p = plan("pipelined", "float32", m, n, k, b_layout="col")
+        assert not p["swapped"], (m, n, k)
         assert p["b_mode"] == ("vec_c" if p["staged_b"] else "vec_k")
         if p["staged_b"]:
             assert p["workspace_bytes"] >= n * k * 4
         return bool(p["staged_b"])
 
-    for m in (1024, 1280, 1536, 2048, 8192):
-        assert staged(m, 4096, 11008) and staged(m, 8192, 28672), m
-    for m in (512, 768):
-        assert not staged(m, 4096, 11008), m
-    for m in (512, 1024, 1280):
-        assert not staged(m, 11008, 4096) and not staged(m, 28672, 8192), m
-    for m in (1536, 2048, 8192):
-        assert staged(m, 11008, 4096) and staged(m, 28672, 8192), m
+    for m, k in ((1367, 4096), (1400, 8192), (2048, 4096), (8192, 11008), (840, 3000)):
+        assert staged(m, m, k), (m, k)
+    for m, k in ((1280, 4096), (1366, 8192), (800, 3000), (512, 11008)):
+        assert not staged(m, m, k), (m, k)
+    assert staged(8192, 4096, 11008) and staged(4096, 4096, 28672)
     assert not plan("pipelined", "float32", 2048, 11008, 4096)["staged_b"]  # N-major already
-    # 16-bit operands keep the 2048-row rule.
-    assert not plan("pipelined", "bfloat16", 1536, 4096, 11008, b_layout="col")["staged_b"]
+    # 16-bit operands keep the 2048-row rule, and never swap.
+    b16 = plan("pipelined", "bfloat16", 1536, 4096, 11008, b_layout="col")
+    assert not b16["staged_b"] and not b16["swapped"]
     assert plan("pipelined", "bfloat16", 2048, 4096, 11008, b_layout="col")["staged_b"]
+
+
+def test_x_at_w_t_in_float32_copies_the_smaller_operand() -> None:
+    """x @ W.T in float32 with fewer tokens than outputs runs transposed (C^T = W @ x^T, C
+    written column-major), so that the operand copied for the kernel is x (m x k), not W
+    (n x k); where x is M-major already, nothing is copied at all."""
+    for m, n, k in ((512, 11008, 4096), (2048, 11008, 4096), (2048, 4096, 11008),
+                    (2048, 128256, 4096), (16, 4096, 4096), (64, 1000, 520)):
+        p = plan("pipelined", "float32", m, n, k, b_layout="col")
+        assert p["swapped"] and p["staged_b"], (m, n, k)
+        assert (p["a_mode"], p["b_mode"]) == ("vec_k", "vec_c")
+        pitch = (m + 3) // 4 * 4
+        assert p["workspace_bytes"] >= k * pitch * 4
+        assert p["tiles_m"] * p["block_m"] >= n and p["tiles_n"] * p["block_n"] >= m
+    # An M-major x: both operands are read as they lie once transposed.
+    q = plan("pipelined", "float32", 2048, 11008, 4096, a_layout="col", b_layout="col")
+    assert q["swapped"] and not q["staged_b"] and (q["a_mode"], q["b_mode"]) == ("vec_k", "vec_c")
+    # Not transposed: at least as many tokens as outputs, outputs too few for the copy of x to
+    # pay (82 / n above the in-place cost), too few tokens to copy (m < 4), split-k, 16-bit.
+    assert not plan("pipelined", "float32", 4096, 4096, 4096, b_layout="col")["swapped"]
+    assert not plan("pipelined", "float32", 100, 600, 4096, b_layout="col")["swapped"]
+    assert not plan("pipelined", "float32", 3, 4096, 4096, b_layout="col")["swapped"]
+    assert not plan("split_k", "float32", 256, 1024, 65536, b_layout="col")["swapped"]
+    assert not plan("pipelined", "float32", 512, 11008, 4096)["swapped"]  # W.T N-major
 
 
 def test_one_split_k_policy() -> None:

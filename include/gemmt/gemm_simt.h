@@ -35,8 +35,10 @@ SimtPlan gemm_simt_plan_gemv(const GemmArgs& args, int warps_per_row);
 cudaError_t gemm_simt_run_gemv(const GemmArgs& args, int warps_per_row, void* workspace,
                                cudaStream_t stream, int64_t prefetch_blocks = -1);
 // A float32 K-major B (a @ b.t()) read one way, so that the ways can be timed against each
-// other: 0 copies B N-major first, 1 reads it in place with 4-byte cp.async copies. No
-// split-k; an empty plan (block_m 0) or cudaErrorNotSupported where B is not K-major.
+// other: 0 copies B N-major first, 1 reads it in place with 4-byte cp.async copies, 2 runs the
+// product transposed (C^T = B^T A^T, C written column-major; A copied where the planner's rule
+// copies the transposed product's B). No split-k; an empty plan (block_m 0) or
+// cudaErrorNotSupported where B is not K-major.
 SimtPlan gemm_simt_plan_k_major_b(const GemmArgs& args, int how);
 cudaError_t gemm_simt_run_k_major_b(const GemmArgs& args, int how, void* workspace,
                                     cudaStream_t stream);

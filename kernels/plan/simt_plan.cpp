@@ -309,6 +309,30 @@ GemmArgs with_staged_b(const GemmArgs& a, const void* ws) {
   return s;
 }
 
+GemmArgs transposed_problem(const GemmArgs& a) {
+  GemmArgs t = a;
+  t.m = a.n;
+  t.n = a.m;
+  t.a = a.b;
+  t.a_stride_m = a.b_stride_n;
+  t.a_stride_k = a.b_stride_k;
+  t.b = a.a;
+  t.b_stride_k = a.a_stride_k;
+  t.b_stride_n = a.a_stride_m;
+  t.epilogue.bias_per_row = !a.epilogue.bias_per_row;
+  return t;
+}
+
+bool swaps_operands(const GemmArgs& a) {
+  if (a.dtype != ScalarType::kFloat32 || a.epilogue.preact != nullptr || a.m < 1 || a.n < 1 ||
+      b_mode_of(a) != kVecK) {
+    return false;
+  }
+  const LoadMode am = a_mode_of(a);
+  if (am == kVecC) return true;
+  return am == kVecK && a.m < a.n && stages_b(transposed_problem(a));
+}
+
 void plan_pipelined_staged(const GemmArgs& a, bool allow_split, bool staged, const PipeCatalog& cat,
                            SimtFamilyPlan& fp) {
   PipeOptions opt;
@@ -483,7 +507,13 @@ SimtFamilyPlan plan_simt(const GemmArgs& a, GemmVariant v, const PipeCatalog& ca
     case GemmVariant::kPipelined:
     case GemmVariant::kSplitK: {
       if (a.k == 0) break;
-      plan_pipelined_staged(a, v == GemmVariant::kSplitK, stages_b(a), cat, fp);
+      if (v == GemmVariant::kPipelined && swaps_operands(a)) {
+        const GemmArgs t = transposed_problem(a);
+        fp.swapped = true;
+        plan_pipelined_staged(t, false, stages_b(t), cat, fp);
+      } else {
+        plan_pipelined_staged(a, v == GemmVariant::kSplitK, stages_b(a), cat, fp);
+      }
       break;
     }
     case GemmVariant::kGemv: {
@@ -508,6 +538,13 @@ SimtFamilyPlan plan_k_major_b(const GemmArgs& a, KMajorB how, const PipeCatalog&
   SimtFamilyPlan fp;
   fp.variant = GemmVariant::kPipelined;
   if (a.dtype != ScalarType::kFloat32 || !can_stage_b(a)) return fp;
+  if (how == KMajorB::kSwapped) {
+    if (a.epilogue.preact != nullptr) return fp;
+    const GemmArgs t = transposed_problem(a);
+    fp.swapped = true;
+    plan_pipelined_staged(t, false, stages_b(t), cat, fp);
+    return fp;
+  }
   plan_pipelined_staged(a, false, how == KMajorB::kStaged, cat, fp);
   return fp;
 }

@@ -96,6 +96,7 @@ struct PipeParams {
   int64_t ldc;
   float alpha, beta;
   bool c_vec4;
+  bool c_transposed;    // C is column-major (OutView::transposed): kVecK A only, no `partial`
   float* partial;       // split-k: [splits][m][n] float32 slices; nullptr writes C directly
   bool partial_vec4;    // n % 4 == 0: slice rows are 16-byte aligned
   int64_t k_per_split;  // multiple of BK
@@ -307,13 +308,43 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
           store_partial_quad(ws, p.m, p.n, p.partial_vec4, row, col0 + q * LN * 4, &acc[i][4 * q]);
       }
     } else if (write_c) {
-      const OutView<T> out{static_cast<raw*>(p.c), p.ldc, p.m, p.n, p.alpha, p.beta, p.c_vec4,
-                           p.epi.view<T>()};
+      const OutView<T> out{static_cast<raw*>(p.c),
+                           p.ldc,
+                           p.m,
+                           p.n,
+                           p.alpha,
+                           p.beta,
+                           p.c_vec4,
+                           p.epi.view<T>(),
+                           AMODE == kVecK && p.c_transposed};
+      auto store_row_major = [&] {
 #pragma unroll
-      for (int i = 0; i < TM; ++i) {
-        const int64_t row = row0 + (i / 4) * LM * 4 + (i % 4);
+        for (int i = 0; i < TM; ++i) {
+          const int64_t row = row0 + (i / 4) * LM * 4 + (i % 4);
 #pragma unroll
-        for (int q = 0; q < TN / 4; ++q) store_quad(out, row, col0 + q * LN * 4, &acc[i][4 * q]);
+          for (int q = 0; q < TN / 4; ++q) store_quad(out, row, col0 + q * LN * 4, &acc[i][4 * q]);
+        }
+      };
+      // A transposed product's A is the caller's K-major B (simt_plan.h, transposed_problem),
+      // so only kVecK instances carry the column-major store; the others keep their code.
+      if constexpr (AMODE == kVecK) {
+        if (p.c_transposed) {
+          // A thread's runs of 4 rows are adjacent in a column-major C: one vector store each.
+#pragma unroll
+          for (int ib = 0; ib < TM / 4; ++ib) {
+            const int64_t row = row0 + ib * LM * 4;
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+              const float v[4] = {acc[4 * ib][j], acc[4 * ib + 1][j], acc[4 * ib + 2][j],
+                                  acc[4 * ib + 3][j]};
+              store_quad<T, true>(out, row, col0 + (j / 4) * LN * 4 + (j % 4), v);
+            }
+          }
+        } else {
+          store_row_major();
+        }
+      } else {
+        store_row_major();
       }
     }
   } while (STREAMK && it < it_end);

@@ -16,11 +16,12 @@ cudaError_t run_smem_tiled(const GemmArgs& a, cudaStream_t stream);
 cudaError_t run_register_blocked(const GemmArgs& a, cudaStream_t stream);
 cudaError_t run_warp_tiled(const GemmArgs& a, cudaStream_t stream);
 
-// Step 5 and 6 (pipelined_launch.cu): runs a pipelined plan on the arguments as given.
+// Step 5 and 6 (pipelined_launch.cu): runs a pipelined plan on the arguments as given;
+// c_transposed writes C column-major (a plan of transposed_problem, without split-k).
 cudaError_t run_pipelined(const GemmArgs& a, const PipePlan& plan, float* workspace,
-                          cudaStream_t stream);
-// The same after copying a K-major B N-major into the front of the workspace when the plan
-// says so (SimtFamilyPlan::staged_b).
+                          cudaStream_t stream, bool c_transposed = false);
+// A family plan: on transposed_problem(a) when it is swapped, and after copying a K-major B
+// N-major into the front of the workspace when it says so (SimtFamilyPlan::staged_b).
 cudaError_t run_pipelined_staged(const GemmArgs& a, const SimtFamilyPlan& plan, void* workspace,
                                  cudaStream_t stream);
 // The compiled pipelined instances, as the planner sees them on the current device.

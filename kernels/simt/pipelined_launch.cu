@@ -68,11 +68,14 @@ PipeCatalog device_pipe_catalog() {
 }
 
 cudaError_t run_pipelined(const GemmArgs& a, const PipePlan& plan, float* workspace,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, bool c_transposed) {
   if (plan.error != kPlanOk) {
     return plan.error == kPlanNotSupported ? cudaErrorNotSupported
                                            : static_cast<cudaError_t>(plan.error);
   }
+  if (c_transposed &&
+      (plan.splits > 1 || a.epilogue.preact != nullptr || plan.choice.a_mode != kVecK))
+    return cudaErrorInvalidValue;
   const PipeChoice& ch = plan.choice;
   PipeParams p{};
   p.a = a.a;
@@ -88,7 +91,11 @@ cudaError_t run_pipelined(const GemmArgs& a, const PipePlan& plan, float* worksp
   p.ldc = a.ldc;
   p.alpha = a.alpha;
   p.beta = a.beta;
-  p.c_vec4 = out_vec4(a);
+  // Column-major C: the vector runs go down columns, n of them at ldc apart.
+  p.c_vec4 = c_transposed ? is_aligned(a.c, static_cast<std::size_t>(4 * elem_bytes(a.dtype))) &&
+                                (a.n == 1 || a.ldc % 4 == 0)
+                          : out_vec4(a);
+  p.c_transposed = c_transposed;
   p.epi = make_epilogue_params(a.epilogue);
   p.partial = plan.splits > 1 ? workspace : nullptr;
   p.partial_vec4 = a.n % 4 == 0;
@@ -133,16 +140,18 @@ cudaError_t run_pipelined(const GemmArgs& a, const PipePlan& plan, float* worksp
 // that one pass over B costs a few percent of the product (2 * 4 * k * n bytes against
 // 2 * m * n * k FLOPs: ~4% at m = 2048), B is first copied N-major, rows padded to 16 bytes,
 // into the front of the workspace and the kernel runs on the copy. Split-k partials follow.
-cudaError_t run_pipelined_staged(const GemmArgs& a, const SimtFamilyPlan& plan, void* workspace,
+cudaError_t run_pipelined_staged(const GemmArgs& args, const SimtFamilyPlan& plan, void* workspace,
                                  cudaStream_t stream) {
-  if (!plan.staged_b) return run_pipelined(a, plan.pipe, static_cast<float*>(workspace), stream);
+  const GemmArgs a = plan.swapped ? transposed_problem(args) : args;
+  if (!plan.staged_b)
+    return run_pipelined(a, plan.pipe, static_cast<float*>(workspace), stream, plan.swapped);
   if (workspace == nullptr) return cudaErrorInvalidValue;
   const int64_t pitch = staged_b_pitch(a);
   GEMMT_RETURN_IF_ERROR(copy_2d_bits(static_cast<int>(elem_bytes(a.dtype)), a.b, a.b_stride_k,
                                      a.b_stride_n, a.k, a.n, workspace, pitch, stream));
   const GemmArgs s = with_staged_b(a, workspace);
   float* partial = reinterpret_cast<float*>(static_cast<char*>(workspace) + staged_b_bytes(a));
-  return run_pipelined(s, plan.pipe, partial, stream);
+  return run_pipelined(s, plan.pipe, partial, stream, plan.swapped);
 }
 
 }  // namespace simt

@@ -95,7 +95,7 @@ cudaError_t gemm_simt_run_gemv(const GemmArgs& args, int warps_per_row, void* wo
 }
 
 SimtPlan gemm_simt_plan_k_major_b(const GemmArgs& args, int how) {
-  if (how < 0 || how > 1) return SimtPlan{};
+  if (how < 0 || how > 2) return SimtPlan{};
   const simt::SimtFamilyPlan fp =
       simt::plan_k_major_b(args, static_cast<simt::KMajorB>(how), simt::device_pipe_catalog());
   return fp.error == simt::kPlanOk ? fp.summary : SimtPlan{};
@@ -103,7 +103,7 @@ SimtPlan gemm_simt_plan_k_major_b(const GemmArgs& args, int how) {
 
 cudaError_t gemm_simt_run_k_major_b(const GemmArgs& args, int how, void* workspace,
                                     cudaStream_t stream) {
-  if (how < 0 || how > 1) return cudaErrorInvalidValue;
+  if (how < 0 || how > 2) return cudaErrorInvalidValue;
   const simt::SimtFamilyPlan fp =
       simt::plan_k_major_b(args, static_cast<simt::KMajorB>(how), simt::device_pipe_catalog());
   GEMMT_RETURN_IF_ERROR(plan_status(fp));

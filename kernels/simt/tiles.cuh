@@ -89,25 +89,35 @@ struct OutView {
   float alpha, beta;
   bool vec4;            // c and ldc allow aligned 4-element vector access (16 B fp32, 8 B 16-bit)
   EpilogueView<T> epi;  // bias / activation / pre-activation, (row, col) as C's
+  // C stored column-major (element (row, col) at c[col * ldc + row]): the pipelined kernel
+  // computing a caller's row-major product transposed (simt_plan.h, swaps_operands).
+  bool transposed = false;
 };
 
 template <class T>
+__device__ __forceinline__ int64_t out_offset(const OutView<T>& o, int64_t row, int64_t col) {
+  return o.transposed ? col * o.ldc + row : row * o.ldc + col;
+}
+
+template <class T>
 __device__ __forceinline__ void store_one(const OutView<T>& o, int64_t row, int64_t col, float v) {
-  typename Elem<T>::raw* p = o.c + row * o.ldc + col;
+  typename Elem<T>::raw* p = o.c + out_offset(o, row, col);
   float r = o.alpha * v;
   if (o.beta != 0.f) r = fmaf(o.beta, Elem<T>::to_float(*p), r);
   if (o.epi.active) r = o.epi.apply(row, col, r);
   *p = Elem<T>::from_float(r);
 }
 
-// Four consecutive columns of one row; col is a multiple of 4 relative to an aligned base
-// whenever o.vec4 is set, so the vector access is aligned.
-template <class T>
+// Four consecutive outputs from (row, col): along the row (DOWN false) or down the column
+// (DOWN true). When they are adjacent in memory (DOWN == o.transposed) and o.vec4 is set, the
+// run starts at a multiple of 4 relative to an aligned base, so one vector access writes them.
+template <class T, bool DOWN = false>
 __device__ __forceinline__ void store_quad(const OutView<T>& o, int64_t row, int64_t col,
                                            const float v[4]) {
   if (row >= o.m || col >= o.n) return;
-  if (o.vec4 && col + 4 <= o.n) {
-    typename Elem<T>::raw* p = o.c + row * o.ldc + col;
+  const bool whole = DOWN ? row + 4 <= o.m : col + 4 <= o.n;
+  if (o.vec4 && o.transposed == DOWN && whole) {
+    typename Elem<T>::raw* p = o.c + out_offset(o, row, col);
     float r[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) r[j] = o.alpha * v[j];
@@ -122,7 +132,8 @@ __device__ __forceinline__ void store_quad(const OutView<T>& o, int64_t row, int
       }
       if (o.epi.active) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) r[j] = o.epi.apply(row, col + j, r[j]);
+        for (int j = 0; j < 4; ++j)
+          r[j] = o.epi.apply(row + (DOWN ? j : 0), col + (DOWN ? 0 : j), r[j]);
       }
       *p4 = make_float4(r[0], r[1], r[2], r[3]);
     } else {
@@ -136,7 +147,8 @@ __device__ __forceinline__ void store_quad(const OutView<T>& o, int64_t row, int
       }
       if (o.epi.active) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) r[j] = o.epi.apply(row, col + j, r[j]);
+        for (int j = 0; j < 4; ++j)
+          r[j] = o.epi.apply(row + (DOWN ? j : 0), col + (DOWN ? 0 : j), r[j]);
       }
       uint2 out;
       out.x = static_cast<uint32_t>(Elem<T>::from_float(r[0])) |
@@ -148,8 +160,10 @@ __device__ __forceinline__ void store_quad(const OutView<T>& o, int64_t row, int
     return;
   }
 #pragma unroll
-  for (int j = 0; j < 4; ++j)
-    if (col + j < o.n) store_one(o, row, col + j, v[j]);
+  for (int j = 0; j < 4; ++j) {
+    if (DOWN ? row + j < o.m : col + j < o.n)
+      store_one(o, row + (DOWN ? j : 0), col + (DOWN ? 0 : j), v[j]);
+  }
 }
 
 // Split-k partial tile: raw float sums into workspace[split][m][n], no alpha/beta yet.

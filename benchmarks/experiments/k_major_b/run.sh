@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The float32 Linear forward's K-major weight on a CUDA machine, in one call: build the library
 # and the SIMT self-test; run the self-test's checks and its K-major sweep (the weight copied
-# N-major first or read in place, the planner's choice, and an N-major weight as the ceiling;
-# rotating rounds); then the fp32 section of `python -m gemmt bench linear` (24 products
+# N-major first or read in place, the product run transposed with x copied instead, the
+# planner's choice, and an N-major weight as the ceiling; rotating rounds); then the fp32 section of `python -m gemmt bench linear` (24 products
 # against cuBLAS, TF32 off). With --tests, the GPU test suite follows. Logs are packed
 # into $OUT/k_major_b.tgz after every step. (register_rows.patch beside this script is the
 # in-place 16-byte register-staged reading that was measured and dropped.)
@@ -14,7 +14,7 @@ TESTS=0
 experiment_start k_major_b
 experiment_build _gemmt gemm_simt_selftest || exit 1
 
-timeout 170 build/g/bin/gemm_simt_selftest -q -k-major-sweep >"$OUT/simt_selftest.log" 2>&1
+timeout 200 build/g/bin/gemm_simt_selftest -q -k-major-sweep >"$OUT/simt_selftest.log" 2>&1
 echo "selftest rc $?"
 grep -E "PASSED|FAIL" "$OUT/simt_selftest.log" | tail -n 5
 grep -E "^KMAJOR" "$OUT/simt_selftest.log"
