@@ -140,6 +140,8 @@ cudaError_t run_pipelined(const GemmArgs& a, const PipePlan& plan, float* worksp
 // that one pass over B costs a few percent of the product (2 * 4 * k * n bytes against
 // 2 * m * n * k FLOPs: ~4% at m = 2048), B is first copied N-major, rows padded to 16 bytes,
 // into the front of the workspace and the kernel runs on the copy. Split-k partials follow.
+// A plan of the transposed product (SimtFamilyPlan::swapped) does the same for C^T = B^T A^T,
+// whose B is the caller's A, and stores C column-major.
 cudaError_t run_pipelined_staged(const GemmArgs& args, const SimtFamilyPlan& plan, void* workspace,
                                  cudaStream_t stream) {
   const GemmArgs a = plan.swapped ? transposed_problem(args) : args;
