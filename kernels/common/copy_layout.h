@@ -7,7 +7,7 @@
 
 namespace gemmt {
 
-constexpr int kCopyTile = 32;
+constexpr int kCopyTile = 64;
 // Largest `len` copy_2d accepts: its grid has at most 65535 tiles along it.
 constexpr int64_t kCopyMaxLen = int64_t{65535} * kCopyTile;
 
