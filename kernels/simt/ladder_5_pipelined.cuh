@@ -326,7 +326,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
         }
       };
       // A transposed product's A is the caller's K-major B (simt_plan.h, transposed_problem),
-      // so only kVecK instances carry the column-major store; the others keep their code.
+      // so only kVecK instances carry the column-major store (the others' `transposed` is a
+      // compile-time false, which keeps the column-major branches out of their code).
       if constexpr (AMODE == kVecK) {
         if (p.c_transposed) {
           // A thread's runs of 4 rows are adjacent in a column-major C: one vector store each.
