@@ -287,6 +287,26 @@ def test_cuda_fp32_stream_k_last_wave(layout: str, m: int, n: int, k: int) -> No
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("x_layout", ["n", "t"])
+@pytest.mark.parametrize("m,n,k", [(64, 1000, 520), (200, 1030, 333), (384, 3000, 777)])
+def test_cuda_fp32_x_at_w_t_runs_transposed(x_layout: str, m: int, n: int, k: int) -> None:
+    # Float32 x @ W.T with fewer rows than outputs runs as C^T = W @ x^T and stores C
+    # column-major (tests/test_plan.py checks that these shapes plan that way): alpha and beta,
+    # a poisoned C with beta == 0, C with a row pitch past n (its 16-byte column runs), odd n.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a = operand((m, k), torch.float32, "cuda", x_layout)
+    b = operand((k, n), torch.float32, "cuda", "t")
+    for pitch in (n, n + 4):
+        c = randn(m, pitch, device="cuda")[:, :n]
+        ref = reference(c, a, b, 0.75, -0.5)
+        gemmt.gemm(c, a, b, 0.75, -0.5)
+        assert rel_err(c, ref) <= 1e-5, (pitch, "beta")
+        c.fill_(float("nan"))
+        gemmt.gemm(c, a, b)
+        assert rel_err(c, a.double() @ b.double()) <= 1e-5, (pitch, "beta 0")
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_cuda_single_token_products(dtype: torch.dtype) -> None:
     """x @ W.T with one token, through `auto`: on an H100 the 14336-row weight goes to the

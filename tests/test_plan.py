@@ -158,7 +158,8 @@ def test_x_at_w_t_in_float32_copies_the_smaller_operand() -> None:
     written column-major), so that the operand copied for the kernel is x (m x k), not W
     (n x k); where x is M-major already, nothing is copied at all."""
     for m, n, k in ((512, 11008, 4096), (2048, 11008, 4096), (2048, 4096, 11008),
-                    (2048, 128256, 4096), (16, 4096, 4096), (64, 1000, 520)):
+                    (2048, 128256, 4096), (16, 4096, 4096), (64, 1000, 520),
+                    (200, 1030, 333), (384, 3000, 777)):  # the last three: test_gemm.py
         p = plan("pipelined", "float32", m, n, k, b_layout="col")
         assert p["swapped"] and p["staged_b"], (m, n, k)
         assert (p["a_mode"], p["b_mode"]) == ("vec_k", "vec_c")

@@ -319,13 +319,11 @@ GemmArgs transposed_problem(const GemmArgs& a) {
   t.b = a.a;
   t.b_stride_k = a.a_stride_k;
   t.b_stride_n = a.a_stride_m;
-  t.epilogue.bias_per_row = !a.epilogue.bias_per_row;
   return t;
 }
 
 bool swaps_operands(const GemmArgs& a) {
-  if (a.dtype != ScalarType::kFloat32 || a.epilogue.preact != nullptr || a.m < 1 || a.n < 1 ||
-      b_mode_of(a) != kVecK) {
+  if (a.dtype != ScalarType::kFloat32 || a.m < 1 || a.n < 1 || b_mode_of(a) != kVecK) {
     return false;
   }
   const LoadMode am = a_mode_of(a);
@@ -539,7 +537,6 @@ SimtFamilyPlan plan_k_major_b(const GemmArgs& a, KMajorB how, const PipeCatalog&
   fp.variant = GemmVariant::kPipelined;
   if (a.dtype != ScalarType::kFloat32 || !can_stage_b(a)) return fp;
   if (how == KMajorB::kSwapped) {
-    if (a.epilogue.preact != nullptr) return fp;
     const GemmArgs t = transposed_problem(a);
     fp.swapped = true;
     plan_pipelined_staged(t, false, stages_b(t), cat, fp);

@@ -224,14 +224,14 @@ std::size_t staged_b_bytes(const GemmArgs& a);
 // The arguments of the product on the copy of B at `ws` (a placeholder while planning).
 GemmArgs with_staged_b(const GemmArgs& a, const void* ws);
 // The product transposed, C^T = B^T A^T: the operands swap roles and C is written column-major
-// (the bias, if any, then runs along the kernel's rows). The pipelined kernel reads an
-// N-major B best and a K-major one worst; a K-major A costs it little (float32, H100: the
-// Linear's grad_input, A K-major, runs at the rate of an M-major A). So a float32 product with
-// a K-major B runs transposed (swaps_operands) when its A is M-major (both operands then read
-// as they lie, no copy) or when A is K-major too and m < n, where copying the smaller operand
-// (A, m x k) beats copying B (k x n): the copy cost falls from kStageCopyCost / m to / n of
-// the product (x @ W.T with 2048 tokens and 11008 outputs: 4% to under 1%). Not for
-// split-k, whose reduction writes C row-major, nor with a pre-activation output.
+// (the epilogue keeps the caller's coordinates: OutView::transposed in kernels/simt/tiles.cuh). The
+// pipelined kernel reads an N-major B best and a K-major one worst; a K-major A costs it little
+// (float32, H100: the Linear's grad_input, A K-major, runs at the rate of an M-major A). So a
+// float32 product with a K-major B runs transposed (swaps_operands) when its A is M-major (both
+// operands then read as they lie, no copy) or when A is K-major too and m < n, where copying the
+// smaller operand (A, m x k) beats copying B (k x n): the copy cost falls from kStageCopyCost / m
+// to / n of the product (x @ W.T with 2048 tokens and 11008 outputs: 4% to under 1%). Not for
+// split-k, whose reduction writes C row-major.
 GemmArgs transposed_problem(const GemmArgs& a);
 bool swaps_operands(const GemmArgs& a);
 struct SimtFamilyPlan;

@@ -52,10 +52,12 @@ __device__ __forceinline__ void load_vec4(const typename Elem<T>::raw* p, float 
   }
 }
 
-// C allows aligned 4-element vector access (OutView::vec4).
-inline bool out_vec4(const GemmArgs& a) {
+// C allows aligned 4-element vector access (OutView::vec4): runs of 4 along its rows, or, for a
+// column-major C (the transposed run), down its columns; either way ldc apart.
+inline bool out_vec4(const GemmArgs& a, bool column_major = false) {
+  const int64_t lines = column_major ? a.n : a.m;
   return is_aligned(a.c, static_cast<std::size_t>(4 * elem_bytes(a.dtype))) &&
-         (a.m == 1 || a.ldc % 4 == 0);
+         (lines == 1 || a.ldc % 4 == 0);
 }
 
 template <class T>

@@ -73,8 +73,7 @@ cudaError_t run_pipelined(const GemmArgs& a, const PipePlan& plan, float* worksp
     return plan.error == kPlanNotSupported ? cudaErrorNotSupported
                                            : static_cast<cudaError_t>(plan.error);
   }
-  if (c_transposed &&
-      (plan.splits > 1 || a.epilogue.preact != nullptr || plan.choice.a_mode != kVecK))
+  if (c_transposed && (plan.splits > 1 || plan.choice.a_mode != kVecK))
     return cudaErrorInvalidValue;
   const PipeChoice& ch = plan.choice;
   PipeParams p{};
@@ -91,10 +90,7 @@ cudaError_t run_pipelined(const GemmArgs& a, const PipePlan& plan, float* worksp
   p.ldc = a.ldc;
   p.alpha = a.alpha;
   p.beta = a.beta;
-  // Column-major C: the vector runs go down columns, n of them at ldc apart.
-  p.c_vec4 = c_transposed ? is_aligned(a.c, static_cast<std::size_t>(4 * elem_bytes(a.dtype))) &&
-                                (a.n == 1 || a.ldc % 4 == 0)
-                          : out_vec4(a);
+  p.c_vec4 = out_vec4(a, c_transposed);
   p.c_transposed = c_transposed;
   p.epi = make_epilogue_params(a.epilogue);
   p.partial = plan.splits > 1 ? workspace : nullptr;

@@ -99,12 +99,21 @@ __device__ __forceinline__ int64_t out_offset(const OutView<T>& o, int64_t row, 
   return o.transposed ? col * o.ldc + row : row * o.ldc + col;
 }
 
+// The epilogue of output (row, col) in the caller's coordinates: a transposed C's (row, col) is
+// the caller's (col, row), so its bias, pre-activation output and their strides stay the
+// caller's.
+template <class T>
+__device__ __forceinline__ float epilogue_at(const OutView<T>& o, int64_t row, int64_t col,
+                                             float r) {
+  return o.transposed ? o.epi.apply(col, row, r) : o.epi.apply(row, col, r);
+}
+
 template <class T>
 __device__ __forceinline__ void store_one(const OutView<T>& o, int64_t row, int64_t col, float v) {
   typename Elem<T>::raw* p = o.c + out_offset(o, row, col);
   float r = o.alpha * v;
   if (o.beta != 0.f) r = fmaf(o.beta, Elem<T>::to_float(*p), r);
-  if (o.epi.active) r = o.epi.apply(row, col, r);
+  if (o.epi.active) r = epilogue_at(o, row, col, r);
   *p = Elem<T>::from_float(r);
 }
 
@@ -133,7 +142,7 @@ __device__ __forceinline__ void store_quad(const OutView<T>& o, int64_t row, int
       if (o.epi.active) {
 #pragma unroll
         for (int j = 0; j < 4; ++j)
-          r[j] = o.epi.apply(row + (DOWN ? j : 0), col + (DOWN ? 0 : j), r[j]);
+          r[j] = epilogue_at(o, row + (DOWN ? j : 0), col + (DOWN ? 0 : j), r[j]);
       }
       *p4 = make_float4(r[0], r[1], r[2], r[3]);
     } else {
@@ -148,7 +157,7 @@ __device__ __forceinline__ void store_quad(const OutView<T>& o, int64_t row, int
       if (o.epi.active) {
 #pragma unroll
         for (int j = 0; j < 4; ++j)
-          r[j] = o.epi.apply(row + (DOWN ? j : 0), col + (DOWN ? 0 : j), r[j]);
+          r[j] = epilogue_at(o, row + (DOWN ? j : 0), col + (DOWN ? 0 : j), r[j]);
       }
       uint2 out;
       out.x = static_cast<uint32_t>(Elem<T>::from_float(r[0])) |
