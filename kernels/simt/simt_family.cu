@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "gemmt/cuda_check.h"
 #include "gemmt/gemm.h"
@@ -34,6 +35,22 @@ cudaError_t plan_status(const simt::SimtFamilyPlan& fp) {
   if (fp.error == simt::kPlanOk) return cudaSuccess;
   return fp.error == simt::kPlanNotSupported ? cudaErrorNotSupported
                                              : static_cast<cudaError_t>(fp.error);
+}
+
+// What every run entry point does before it launches: report a failed plan, finish at once on
+// an empty C, and scale C by beta when k == 0. std::nullopt: launch.
+std::optional<cudaError_t> before_launch(const GemmArgs& args, const simt::SimtFamilyPlan& fp,
+                                         cudaStream_t stream) {
+  const cudaError_t status = plan_status(fp);
+  if (status != cudaSuccess) return status;
+  if (args.m == 0 || args.n == 0) return cudaSuccess;
+  if (args.k == 0) return gemm_scale_c(args, stream);
+  return std::nullopt;
+}
+
+simt::SimtFamilyPlan k_major_b_plan(const GemmArgs& args, int how) {
+  if (how < 0 || how > 2) return simt::SimtFamilyPlan{};  // kPlanNotSupported
+  return simt::plan_k_major_b(args, static_cast<simt::KMajorB>(how), simt::device_pipe_catalog());
 }
 
 bool config_hook_ok(const GemmArgs& args, int config) {
@@ -85,9 +102,7 @@ cudaError_t gemm_simt_run_gemv(const GemmArgs& args, int warps_per_row, void* wo
     return cudaErrorInvalidValue;
   }
   simt::SimtFamilyPlan fp = family_plan(args, GemmVariant::kGemv, warps_per_row);
-  GEMMT_RETURN_IF_ERROR(plan_status(fp));
-  if (args.m == 0 || args.n == 0) return cudaSuccess;
-  if (args.k == 0) return gemm_scale_c(args, stream);
+  if (const auto done = before_launch(args, fp, stream)) return *done;
   // A forced prefetch only where the planner would allow one at some distance.
   if (prefetch_blocks >= 0 && fp.gemv.prefetch_blocks > 0)
     fp.gemv.prefetch_blocks = prefetch_blocks;
@@ -95,18 +110,15 @@ cudaError_t gemm_simt_run_gemv(const GemmArgs& args, int warps_per_row, void* wo
 }
 
 SimtPlan gemm_simt_plan_k_major_b(const GemmArgs& args, int how) {
-  if (how < 0 || how > 2) return SimtPlan{};
-  const simt::SimtFamilyPlan fp =
-      simt::plan_k_major_b(args, static_cast<simt::KMajorB>(how), simt::device_pipe_catalog());
+  const simt::SimtFamilyPlan fp = k_major_b_plan(args, how);
   return fp.error == simt::kPlanOk ? fp.summary : SimtPlan{};
 }
 
 cudaError_t gemm_simt_run_k_major_b(const GemmArgs& args, int how, void* workspace,
                                     cudaStream_t stream) {
   if (how < 0 || how > 2) return cudaErrorInvalidValue;
-  const simt::SimtFamilyPlan fp =
-      simt::plan_k_major_b(args, static_cast<simt::KMajorB>(how), simt::device_pipe_catalog());
-  GEMMT_RETURN_IF_ERROR(plan_status(fp));
+  const simt::SimtFamilyPlan fp = k_major_b_plan(args, how);
+  if (const auto done = before_launch(args, fp, stream)) return *done;
   return simt::run_pipelined_staged(args, fp, workspace, stream);
 }
 
@@ -137,9 +149,7 @@ bool gemm_simt_wants_split_k(const GemmArgs& args) {
 cudaError_t gemm_simt_run(const GemmArgs& args, GemmVariant v, void* workspace,
                           cudaStream_t stream) {
   const simt::SimtFamilyPlan fp = family_plan(args, v);
-  GEMMT_RETURN_IF_ERROR(plan_status(fp));
-  if (args.m == 0 || args.n == 0) return cudaSuccess;
-  if (args.k == 0) return gemm_scale_c(args, stream);
+  if (const auto done = before_launch(args, fp, stream)) return *done;
   switch (v) {
     case GemmVariant::kNaive:
       return simt::run_naive(args, stream);
