@@ -342,6 +342,30 @@ def test_cuda_split_k_deterministic(dtype: torch.dtype) -> None:
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m,n,k", [(1024, 11008, 4096), (2048, 5120, 13824), (2048, 11008, 4096)])
+def test_cuda_tensor_core_stream_k(dtype: torch.dtype, m: int, n: int, k: int) -> None:
+    # x @ W.T products that the Hopper planner runs as stream-k on 132 SMs (tests/test_plan.py):
+    # the first two spread the partial last wave alone (2.6 and 2.4 waves of wide tiles), the
+    # third the last two waves (5.2). Checked with alpha and beta, repeated bit for bit (a
+    # tile's pieces are added in a fixed order), and with beta 0 on a NaN-poisoned C.
+    a = operand((m, k), dtype, "cuda", "n")
+    b = operand((k, n), dtype, "cuda", "t")
+    c0 = randn(m, n, dtype=dtype, device="cuda")
+    outs = []
+    for _ in range(3):
+        c = c0.clone()
+        gemmt.gemm(c, a, b, 0.75, -0.5)
+        outs.append(c)
+    assert rel_err(outs[0], reference(c0, a, b, 0.75, -0.5)) <= tol_for(dtype)
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
+    c = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
+    gemmt.gemm(c, a, b)
+    assert bool(torch.isfinite(c).all())
+    assert rel_err(c, reference(c, a, b, 1.0, 0.0)) <= tol_for(dtype)
+
+
+@pytest.mark.cuda
 def test_cuda_unknown_or_unsupported_variant_is_refused() -> None:
     a = randn(8, 8, device="cuda")
     c = torch.empty(8, 8, device="cuda")

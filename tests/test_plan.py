@@ -520,6 +520,7 @@ def test_sm90_stream_k_evens_out_the_last_wave() -> None:
     tiles come to whole waves, or to fewer than two waves, stay whole-tile."""
     p = sm90(2048, 11008, 4096, b_layout="col")
     assert (p["tile_n"], p["splits"], p["stream_k"]) == (256, 1, True)
+    assert not p["stream_k_tail"]  # 5.2 waves: the last two are spread
     slots = SMS
     assert p["workspace_bytes"] == -(-(slots * 128 * 256 * 4 + slots * 2 * 4) // 256) * 256
     # An epilogue is applied by the tile's last piece, on the staged store.
@@ -530,6 +531,22 @@ def test_sm90_stream_k_evens_out_the_last_wave() -> None:
     assert not sm90(4096, 4096, 4096)["stream_k"]  # 3.9 waves: nothing to gain
     for bn in (64, 128):
         assert not sm90(2048, 11008, 4096, b_layout="col", tile_n=bn)["stream_k"]
+
+
+def test_sm90_stream_k_spreads_the_last_wave_alone_under_five_waves() -> None:
+    """Between two and five waves of wide tiles, where stream-k runs, the whole waves run as
+    tiles and the partial last wave alone is spread (2048 tokens through a 5120 -> 13824
+    layer, 2.42 waves, 1024 through a 4096 -> 11008 one, 2.61), with the same workspace;
+    from five waves on (2048 x 11008 x 4096, 5.2) the last two are spread, as before."""
+    for m, n, k in [(2048, 5120, 13824), (2048, 5120, 27648), (1024, 11008, 4096),
+                    (512, 28672, 8192), (1536, 7168, 18432)]:
+        p = sm90(m, n, k, b_layout="col")
+        assert (p["tile_n"], p["stream_k"], p["stream_k_tail"]) == (256, True, True), (m, n, k)
+        assert p["workspace_bytes"] == sm90(2048, 11008, 4096, b_layout="col")["workspace_bytes"]
+    for m, n, k in [(2048, 11008, 4096), (2048, 32000, 4096), (4096, 11008, 8192)]:
+        p = sm90(m, n, k, b_layout="col")
+        assert p["stream_k"] and not p["stream_k_tail"], (m, n, k)
+    assert not sm90(4096, 4096, 4096)["stream_k_tail"]
 
 
 def test_sm90_stream_k_not_under_two_waves() -> None:

@@ -2,7 +2,9 @@
 # root): experiment_start NAME sets OUT (a work folder under $OUT, default ./NAME-out) and PY,
 # switches to compilers that link torch's libstdc++ (python/gemmt/_toolchain.py) and records
 # the machine in env.txt; experiment_build TARGET... builds build/g (sm_90a, self-tests on);
-# experiment_pack packs the work folder into NAME.tgz beside it, as often as called.
+# experiment_pack packs the work folder into NAME.tgz beside it, as often as called;
+# has STEP tells whether STEP is among $STEPS, and step NAME TIMEOUT CMD... runs CMD into
+# $OUT/NAME.log, prints its status and tail ($TAIL lines) and packs.
 experiment_start() {
   EXPERIMENT=$1
   EXPERIMENT_FINAL=${OUT:-$PWD/$EXPERIMENT-out}
@@ -28,4 +30,16 @@ experiment_build() {
 
 experiment_pack() {
   tar -czf "$EXPERIMENT_FINAL/$EXPERIMENT.tgz" -C "$OUT" .
+}
+
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+
+step() {
+  local name=$1 limit=$2 t0
+  shift 2
+  t0=$(date +%s)
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  echo "== $name: rc $? in $(( $(date +%s) - t0 )) s"
+  tail -n "${TAIL:-4}" "$OUT/$name.log"
+  experiment_pack
 }

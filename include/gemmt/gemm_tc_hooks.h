@@ -30,9 +30,10 @@ bool gemm_sm90_variant_supports(const GemmArgs& args);
 enum class Sm90Orientation : int { kAuto = 0, kAsGiven = 1, kSwapped = 2 };
 // gemm_sm90_run with `splits` k-slices (0: the model's; -1: stream-k as the planner runs it,
 // -2: over clusters for two thirds of the tiles, so that small products are cut in two, -3:
-// over every cluster that fits, so that small products are cut into many pieces; stream-k
-// needs 256-wide tiles), tiles `bn` wide (64, 128 or 256; 0: the model's) and an orientation
-// instead of the planner's choice, and the workspace it needs.
+// over every cluster that fits, so that small products are cut into many pieces, -4: the
+// partial last wave alone over every cluster that fits; stream-k needs 256-wide tiles), tiles `bn`
+// wide (64, 128 or 256; 0: the model's) and an orientation instead of the planner's choice, and the
+// workspace it needs.
 std::size_t gemm_sm90_split_workspace_bytes(const GemmArgs& args, int splits, int bn,
                                             Sm90Orientation orient = Sm90Orientation::kAuto);
 cudaError_t gemm_sm90_run_splits(const GemmArgs& args, int splits, int bn, void* workspace,
@@ -40,10 +41,11 @@ cudaError_t gemm_sm90_run_splits(const GemmArgs& args, int splits, int bn, void*
                                  Sm90Orientation orient = Sm90Orientation::kAuto);
 // Whether gemm_sm90_run_splits takes the problem with that tile width and orientation.
 bool gemm_sm90_forced_supports(const GemmArgs& args, int bn, Sm90Orientation orient);
-// The split count, tile width and orientation gemm_sm90_run picks, and whether it runs
-// stream-k.
+// The split count, tile width and orientation gemm_sm90_run picks, whether it runs
+// stream-k, and whether on the partial last wave alone (splits -4 above).
 int gemm_sm90_auto_splits(const GemmArgs& args);
 bool gemm_sm90_auto_stream_k(const GemmArgs& args);
+bool gemm_sm90_auto_stream_k_tail(const GemmArgs& args);
 int gemm_sm90_auto_tile_n(const GemmArgs& args);
 bool gemm_sm90_auto_swaps(const GemmArgs& args);
 

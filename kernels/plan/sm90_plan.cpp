@@ -118,6 +118,8 @@ constexpr double kReduceFixedUs = 3.0;      // the extra launch and its tail
 // Stream-k: the flags' memset, and per CTA one 128 KB partial written and one read back.
 constexpr double kStreamKFixedUs = 1.5 + 3.0;
 constexpr double kStreamKMargin = 0.97;
+// Under this many waves of wide tiles, stream-k spreads the partial last wave alone.
+constexpr int64_t kStreamKTailWaves = 5;
 
 // The time to read A and B from memory with `units` units of work in flight. Narrow tiles
 // run as single CTAs: every 128-row M tile streams its B columns for itself, and a B too
@@ -190,6 +192,22 @@ double stream_k_cost_us(const GemmArgs& args) {
   return std::max(compute, memory_floor_us(args, kBNWide, static_cast<double>(tiles)));
 }
 
+// Where stream-k runs (stream_k_cost_us), which waves it spreads: the last two, or under
+// kStreamKTailWaves waves the partial last one alone, the whole waves before it running as
+// tiles. Measured on H100 (gemm_tc_selftest --sk-ab, 82 products; benchmarks/results/
+// h100_2026-11-27_stream_k_tail/): of the 16 products between two and five waves where the
+// planner takes stream-k, the last wave alone ran faster on 14, by up to 15% (2048 tokens
+// through a 5120 -> 13824 layer and its backward, 2.42 waves: 8-9%; 1536 x 7168 x 18432,
+// 2.55 waves: 15%; 512 x 28672 x 8192: 2-4%) and slower on two (1.2% and 3.8%). With more
+// waves the two forms were level (2048 x 11008 x 4096, 5.21 waves: 1.4-2.0% slower alone),
+// and without stream-k (fewer than two waves, or long k with a whole last wave) the tail
+// alone lost as often as it won: at 512 x 11008 x 4096 (1.30 waves) its pieces of a third of
+// a tile each ran 12% slower than the 128x192 tile.
+bool stream_k_tail_only(const GemmArgs& args) {
+  const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
+  return tile_count(args, kBNWide) < kStreamKTailWaves * sms;
+}
+
 TileChoice best_splits(const GemmArgs& args, int bn) {
   const int64_t tiles = tile_count(args, bn);
   const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
@@ -209,6 +227,7 @@ TileChoice best_splits(const GemmArgs& args, int bn) {
     if (sk < kStreamKMargin * best.us) {
       best.us = sk;
       best.sp.stream_k = true;
+      best.sp.sk_clusters = stream_k_tail_only(args) ? 1 : 0;
     }
   }
   // Not even for a product that streams one operand: measured on H100 (gemm_tc_selftest
@@ -499,7 +518,7 @@ SplitPlan split_plan_or_auto(const Problem& pr, int splits) {
   if (splits < 0) {  // stream-k, forced (gemmt/gemm_tc_hooks.h)
     SplitPlan sp = split_plan(pr.args, 1);
     sp.stream_k = pr.bn == kBNWide;
-    sp.sk_clusters = splits == -2 ? -1 : (splits == -3 ? -2 : 0);
+    sp.sk_clusters = splits == -2 ? -1 : (splits == -3 ? -2 : (splits == -4 ? 1 : 0));
     return sp;
   }
   const TileChoice c = choose_tile(pr.args);

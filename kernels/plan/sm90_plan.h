@@ -52,8 +52,10 @@ struct SplitPlan {
   // pieces' float32 partials (kernels/sm90/scheduler.cuh). Evens out the last wave: 2048 x
   // 11008 outputs are 688 wide tiles, 5.2 waves on 132 SMs.
   bool stream_k = false;
-  // Clusters the k-blocks are spread over (launch.cuh: SkSpread): 0, all that fit but at most
-  // two CTAs per tile; tests: -1, clusters for two thirds of the tiles; -2, all that fit.
+  // Which units are spread, and over how many clusters (launch.cuh: SkSpread): 0, the last
+  // wave and the one before it, over all clusters that fit but at most two CTAs per tile;
+  // 1, the partial last wave alone, over all that fit (stream_k_tail_only); tests: -1,
+  // clusters for two thirds of the tiles; -2, all that fit.
   int sk_clusters = 0;
 };
 
@@ -136,6 +138,9 @@ double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp);
 // Estimated time of the wide tiles under stream-k (SplitPlan::stream_k); infinite where it
 // is not used (tiles for fewer than two waves, or whole waves).
 double stream_k_cost_us(const GemmArgs& args);
+// Whether stream-k spreads the partial last wave alone (SplitPlan::sk_clusters == 1), where
+// the planner runs it.
+bool stream_k_tail_only(const GemmArgs& args);
 
 // The split count with the lowest estimated time for tiles bn wide (1 when C alone has
 // tiles for at least half of the SMs), or stream-k for wide tiles where it is modelled faster.

@@ -232,6 +232,11 @@ bool detail::gemm_sm90_auto_stream_k(const GemmArgs& args) {
   return split_plan_or_auto(pr, 0).stream_k;
 }
 
+bool detail::gemm_sm90_auto_stream_k_tail(const GemmArgs& args) {
+  const SplitPlan sp = split_plan_or_auto(problem_for(args), 0);
+  return sp.stream_k && sp.sk_clusters == 1;
+}
+
 int detail::gemm_sm90_auto_tile_n(const GemmArgs& args) {
   return problem_for(args).bn;
 }

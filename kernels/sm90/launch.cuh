@@ -56,23 +56,27 @@ int max_pair_clusters(Kernel kernel, int sm_count) {
 
 // How a wide-tile launch spreads stream-k (SplitPlan::stream_k, sk_clusters): over every
 // cluster that fits but at most two per unit of work, so that a tile is cut in three at
-// most (kAuto, what the planner runs; it takes stream-k only with two waves of tiles or
-// more, where that is every cluster); over every cluster that fits, which cuts the tiles
-// of a small product into many pieces (kAll, tests); over clusters for two thirds of the
-// units, so that small products are cut in two (kFewer, tests).
-enum class SkSpread : int { kOff = 0, kAuto = 1, kAll = 2, kFewer = 3 };
+// most (kAuto; taken with two waves of tiles or more, where that is every cluster: every
+// whole wave but the last runs as tiles); the partial last wave alone over every cluster
+// that fits (kTail: the whole waves run as tiles, and a tile of the tail is cut into as
+// many pieces as its k-blocks fill ranges); over every cluster that fits, which cuts the
+// tiles of a small product into many pieces (kAll, tests); over clusters for two thirds of
+// the units, so that small products are cut in two (kFewer, tests).
+enum class SkSpread : int { kOff = 0, kAuto = 1, kAll = 2, kFewer = 3, kTail = 4 };
 
-// Stream-k over `clusters` clusters: every whole wave of units but the last runs as usual,
-// the rest are spread by k-blocks, one equal range per cluster, at least one k-block each
-// (fewer clusters otherwise). Nothing to spread when the units come to whole waves, or when
-// the k-blocks would not fit the kernel's 32-bit count; `clusters` then drops to the units.
+// Stream-k over `clusters` clusters: every whole wave of units but the last (kTail: every
+// whole wave) runs as usual, the rest are spread by k-blocks, one equal range per cluster,
+// at least one k-block each (fewer clusters otherwise). Nothing to spread when the units
+// come to whole waves, or when the k-blocks would not fit the kernel's 32-bit count;
+// `clusters` then drops to the units.
 template <int kCluster, int kBN>
-cudaError_t plan_stream_k(Params& p, bool stream_k, int& clusters, cudaStream_t stream) {
+cudaError_t plan_stream_k(Params& p, bool stream_k, bool tail, int& clusters, cudaStream_t stream) {
   const int total_units = p.tiles_m * p.tiles_n * p.splits;
   p.sk_dp_units = total_units;
   p.sk_kb_total = 0;
   const bool whole_waves = total_units >= clusters && total_units % clusters == 0;
-  const int dp_units = total_units > clusters ? (total_units / clusters - 1) * clusters : 0;
+  const int waves = total_units / clusters;
+  const int dp_units = (tail ? waves : (waves > 0 ? waves - 1 : 0)) * clusters;
   const int64_t sk_kb = static_cast<int64_t>(total_units - dp_units) * p.num_kb;
   if (!stream_k || p.partial == nullptr || p.splits != 1 || whole_waves || sk_kb > INT32_MAX) {
     clusters = std::min(clusters, total_units);
@@ -107,7 +111,8 @@ cudaError_t launch(const Maps& maps, Params p, int sm_count, SkSpread sk, cudaSt
   } else if (stream_k && sk == SkSpread::kFewer) {
     clusters = std::max(1, std::min(std::min(max_clusters, total_units), 2 * total_units / 3));
   }
-  GEMMT_RETURN_IF_ERROR((plan_stream_k<kCluster, kBN>(p, stream_k, clusters, stream)));
+  GEMMT_RETURN_IF_ERROR(
+      (plan_stream_k<kCluster, kBN>(p, stream_k, sk == SkSpread::kTail, clusters, stream)));
 
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(clusters * kCluster));
@@ -181,6 +186,7 @@ cudaError_t launch_kind(const Problem& pr, const Plan& plan, const Maps& maps, c
   const SkSpread skc = !sk                    ? SkSpread::kOff
                        : sp.sk_clusters == -1 ? SkSpread::kFewer
                        : sp.sk_clusters == -2 ? SkSpread::kAll
+                       : sp.sk_clusters == 1  ? SkSpread::kTail
                                               : SkSpread::kAuto;
   if (narrow) return launch_layout<kKind, 1, kBNNarrow>(plan, maps, p, sm_count, skc, stream);
   if (plan.bn == kBNMedium) {

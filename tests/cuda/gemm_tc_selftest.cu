@@ -212,14 +212,15 @@ enum Path {
   kSm90StreamK = 7,
   kSm90StreamKAll = 8,
   kSm90ThreeQuarter = 9,
-  kNumPaths = 10
+  kSm90StreamKTail = 10,
+  kNumPaths = 11
 };
-const char* kPathNames[] = {"sm80",   "sm90",   "sm90-c1d", "sm90-c1t", "sm90-w",
-                            "sm90-m", "sm90-n", "sm90-sk",  "sm90-ska", "sm90-3q"};
+const char* kPathNames[] = {"sm80",   "sm90",    "sm90-c1d", "sm90-c1t", "sm90-w",  "sm90-m",
+                            "sm90-n", "sm90-sk", "sm90-ska", "sm90-3q",  "sm90-skt"};
 
 bool pinned_width(Path p) {
   return p == kSm90Wide || p == kSm90Medium || p == kSm90Narrow || p == kSm90StreamK ||
-         p == kSm90StreamKAll || p == kSm90ThreeQuarter;
+         p == kSm90StreamKAll || p == kSm90ThreeQuarter || p == kSm90StreamKTail;
 }
 
 // The pinned widths apply to outputs wider than the narrow tile (after the tf32 C^T swap the
@@ -268,13 +269,17 @@ cudaError_t run_path(Path p, const GemmArgs& a, cudaStream_t s) {
     case kSm90Narrow:
     case kSm90StreamK:
     case kSm90StreamKAll:
+    case kSm90StreamKTail:
     case kSm90ThreeQuarter: {
-      const bool sk = p == kSm90StreamK || p == kSm90StreamKAll;
+      const bool sk = p == kSm90StreamK || p == kSm90StreamKAll || p == kSm90StreamKTail;
       const int bn = p == kSm90Wide || sk     ? 256
                      : p == kSm90ThreeQuarter ? 192
                      : p == kSm90Medium       ? 128
                                               : 64;
-      const int splits = p == kSm90StreamK ? -2 : (p == kSm90StreamKAll ? -3 : 0);
+      const int splits = p == kSm90StreamK       ? -2
+                         : p == kSm90StreamKAll  ? -3
+                         : p == kSm90StreamKTail ? -4
+                                                 : 0;
       void* ws = workspace(gemmt::detail::gemm_sm90_split_workspace_bytes(a, splits, bn), s);
       return gemmt::detail::gemm_sm90_run_splits(a, splits, bn, ws, s);
     }
@@ -560,6 +565,15 @@ struct SweepOperands {
   }
 };
 
+// What gemm_sm90_run picks for the product's k: stream-k (on the last two waves or on the
+// last alone), k-slices, or whole tiles.
+const char* auto_schedule(const GemmArgs& args) {
+  if (gemmt::detail::gemm_sm90_auto_stream_k(args)) {
+    return gemmt::detail::gemm_sm90_auto_stream_k_tail(args) ? "sk-tail" : "stream-k";
+  }
+  return gemmt::detail::gemm_sm90_auto_splits(args) > 1 ? "split" : "whole";
+}
+
 // Times gemm_sm90_run on the shapes where split-k is in play with every split count, to fit
 // the cost model in kernels/plan/sm90_plan.cpp: one "TCSWEEP" line per (shape, splits).
 void run_split_sweep(Ctx& ctx) {
@@ -667,9 +681,9 @@ void run_stream_k_sweep(Ctx& ctx, int64_t only_m = 0, int64_t only_n = 0, int64_
     int bn, splits;
     const char* name;
   };
-  const Sched scheds[] = {{0, 0, "auto"},     {256, 1, "wide"},    {256, -1, "stream-k"},
-                          {128, 1, "medium"}, {192, 1, "3/4"},     {256, -3, "sk-all"},
-                          {256, 2, "wide/2"}, {128, 2, "medium/2"}};
+  const Sched scheds[] = {{0, 0, "auto"},     {256, 1, "wide"},     {256, -1, "stream-k"},
+                          {128, 1, "medium"}, {192, 1, "3/4"},      {256, -3, "sk-all"},
+                          {256, 2, "wide/2"}, {128, 2, "medium/2"}, {256, -4, "sk-tail"}};
   std::printf("\nStream-k sweep (gemm_sm90_run, Linear layouts, median of 20):\n");
   for (int dti : {0, 2}) {
     const DtypeInfo& dt = kDtypes[dti];
@@ -684,9 +698,7 @@ void run_stream_k_sweep(Ctx& ctx, int64_t only_m = 0, int64_t only_n = 0, int64_
         const GemmArgs args =
             dense_args(ctx, dt, sh.m, sh.n, sh.k, dA, lay.a_col, dB, lay.b_col, dC);
         if (!gemmt::gemm_sm90_supports(args)) continue;
-        const bool auto_sk = gemmt::detail::gemm_sm90_auto_stream_k(args);
         const int auto_bn = gemmt::detail::gemm_sm90_auto_tile_n(args);
-        const int auto_splits = gemmt::detail::gemm_sm90_auto_splits(args);
         for (const Sched& sc : scheds) {
           if (sc.bn == 192 && dt.elt == 4) continue;  // 16-bit only
           if (!gemmt::detail::gemm_sm90_forced_supports(args, sc.bn,
@@ -704,10 +716,7 @@ void run_stream_k_sweep(Ctx& ctx, int64_t only_m = 0, int64_t only_n = 0, int64_
           std::printf("SKSWEEP %-4s %5lld x %5lld x %5lld %-12s %-8s %9.4f ms %7.1f TFLOP/s",
                       dt.name, (long long)sh.m, (long long)sh.n, (long long)sh.k, lay.name, sc.name,
                       ms, 2.0 * sh.m * sh.n * sh.k / (ms * 1e-3) / 1e12);
-          if (sc.bn == 0) {
-            std::printf("  (bn=%d %s)", auto_bn,
-                        auto_sk ? "stream-k" : (auto_splits > 1 ? "split" : "whole"));
-          }
+          if (sc.bn == 0) std::printf("  (bn=%d %s)", auto_bn, auto_schedule(args));
           std::printf("\n");
           std::fflush(stdout);
         }
@@ -719,16 +728,20 @@ void run_stream_k_sweep(Ctx& ctx, int64_t only_m = 0, int64_t only_n = 0, int64_
 
 // The schedules of the wide-tile products where stream-k is in play, timed against each
 // other in alternating rounds (the order rotated every round, so that a drift of the clock
-// over the run weighs on all alike): whole wide tiles, stream-k, and the medium and 128x192
-// tiles the planner falls back on. Products: the Linear training products of the benchmark
-// (512, 2048 and 8192 tokens) whose wide tiles come to two waves or more with the last one
-// not whole, then layers the benchmark does not hold (other hidden and intermediate sizes
-// and token counts, vocabulary projections) with long k. One "SKAB" line per product: the
-// median over the rounds of each schedule, and the planner's choice.
+// over the run weighs on all alike): whole wide tiles, stream-k on the last two waves and on
+// the last alone, and the medium and 128x192 tiles the planner falls back on. Products: the
+// Linear training products of the benchmark (512, 1024, 2048 and 8192 tokens) whose wide
+// tiles come to more than one wave with the last one not whole, then layers the benchmark
+// does not hold (other hidden and intermediate sizes and token counts, vocabulary
+// projections) with long k. One "SKAB" line per product: the median over the rounds of each
+// schedule, and the planner's choice.
 struct AbProduct {
   const char* what;  // fwd x @ W^T (A row, B col), dgrad g @ W (A row, B row), wgrad g^T @ x
   int64_t tokens, in, out;
 };
+
+// --sk-ab-tail: only the products the planner runs as stream-k on the last wave alone.
+bool g_ab_tail_only = false;
 
 void time_schedules(Ctx& ctx, const AbProduct& pr, int rounds, bool only_stream_k_shapes) {
   const DtypeInfo& dt = kDtypes[0];  // bf16
@@ -739,7 +752,14 @@ void time_schedules(Ctx& ctx, const AbProduct& pr, int rounds, bool only_stream_
   const bool a_col = wgrad, b_col = fwd;
   const int sms = ctx.prop.multiProcessorCount;
   const int64_t tiles = ((m + 127) / 128) * ((n + 255) / 256);
-  if (only_stream_k_shapes && (tiles < 2 * sms || tiles % sms == 0)) return;
+  if (only_stream_k_shapes && (tiles <= sms || tiles % sms == 0)) return;
+  if (g_ab_tail_only) {
+    // The plan depends on the operands' addresses only through their alignment: planned on
+    // stand-in addresses, before the operands are made.
+    void* const aligned = reinterpret_cast<void*>(uintptr_t{1} << 20);
+    const GemmArgs probe = dense_args(ctx, dt, m, n, k, aligned, a_col, aligned, b_col, aligned);
+    if (!gemmt::detail::gemm_sm90_auto_stream_k_tail(probe)) return;
+  }
   const SweepOperands ops(ctx, dt, m, n, k, 5 + m + n + k);
   const GemmArgs args = dense_args(ctx, dt, m, n, k, ops.a, a_col, ops.b, b_col, ops.c);
   if (!gemmt::gemm_sm90_supports(args) || gemmt::detail::gemm_sm90_auto_swaps(args)) return;
@@ -747,9 +767,12 @@ void time_schedules(Ctx& ctx, const AbProduct& pr, int rounds, bool only_stream_
     int bn, splits;
     const char* name;
   };
-  const Sched scheds[] = {
-      {256, 1, "whole"}, {256, -1, "stream-k"}, {128, 1, "medium"}, {192, 1, "3/4"}};
-  constexpr int kScheds = 4;
+  const Sched scheds[] = {{256, 1, "whole"},
+                          {256, -1, "stream-k"},
+                          {128, 1, "medium"},
+                          {192, 1, "3/4"},
+                          {256, -4, "sk-tail"}};
+  constexpr int kScheds = 5;
   std::size_t ws_bytes = 0;
   for (const Sched& sc : scheds) {
     ws_bytes =
@@ -775,14 +798,12 @@ void time_schedules(Ctx& ctx, const AbProduct& pr, int rounds, bool only_stream_
     med[i] = ms[i][ms[i].size() / 2];
   }
   const int auto_bn = gemmt::detail::gemm_sm90_auto_tile_n(args);
-  const bool auto_sk = gemmt::detail::gemm_sm90_auto_stream_k(args);
-  const int auto_splits = gemmt::detail::gemm_sm90_auto_splits(args);
   std::printf(
       "SKAB %-5s %5lld %6lld->%-6lld %6lld x %6lld x %6lld waves %6.2f whole %8.4f stream-k "
-      "%8.4f medium %8.4f 3/4 %8.4f ms sk/whole %.4f planner bn=%d %s\n",
+      "%8.4f medium %8.4f 3/4 %8.4f sk-tail %8.4f ms sk/whole %.4f planner bn=%d %s\n",
       pr.what, (long long)pr.tokens, (long long)pr.in, (long long)pr.out, (long long)m,
       (long long)n, (long long)k, static_cast<double>(tiles) / sms, med[0], med[1], med[2], med[3],
-      med[1] / med[0], auto_bn, auto_sk ? "stream-k" : (auto_splits > 1 ? "split" : "whole"));
+      med[4], med[1] / med[0], auto_bn, auto_schedule(args));
   std::fflush(stdout);
 }
 
@@ -791,7 +812,7 @@ void run_stream_k_ab(Ctx& ctx, int rounds) {
               g_timed_runs);
   const int64_t weights[][2] = {{4096, 11008}, {11008, 4096}, {4096, 14336}, {14336, 4096},
                                 {8192, 28672}, {28672, 8192}, {4096, 32000}};
-  for (int64_t t : {512, 2048, 8192}) {
+  for (int64_t t : {512, 1024, 2048, 8192}) {
     for (const auto& w : weights) {
       for (const char* what : {"fwd", "dgrad", "wgrad"}) {
         time_schedules(ctx, AbProduct{what, t, w[0], w[1]}, rounds, true);
@@ -978,6 +999,7 @@ int main(int argc, char** argv) {
       sk_ab_rounds = std::max(1, std::atoi(argv[++i]));
       tests = perf = false;
     }
+    if (!std::strcmp(argv[i], "--sk-ab-tail")) g_ab_tail_only = true;
     if (!std::strcmp(argv[i], "--runs") && i + 1 < argc)
       g_timed_runs = std::max(1, std::atoi(argv[++i]));
     if (!std::strcmp(argv[i], "--no-perf")) perf = false;
@@ -995,14 +1017,27 @@ int main(int argc, char** argv) {
               ctx.prop.multiProcessorCount);
 
   const Shape shapes[] = {
-      {128, 256, 64, false},    {4096, 4096, 4096, true}, {1000, 1000, 1000, false},
-      {127, 8192, 511, false},  {8192, 64, 8192, true},   {1, 512, 512, false},
-      {129, 257, 65, false},    {200, 328, 136, false},   // ragged tiles; odd k: staged
-      {256, 256, 16384, false}, {300, 130, 4099, false},  // split-k (the latter staged too)
-      {200, 64, 300, false},    {130, 33, 2000, false},   // narrow tile (N <= 64)
-      {333, 1, 520, false},     {2048, 48, 8192, false},  // narrow, with split-k
-      {64, 300, 1000, false},   {48, 2048, 8192, false},  // tf32 C^T with the narrow tile
-      {520, 1032, 96, false},                             // tf32 C^T, ragged, 3 k-blocks
+      {128, 256, 64, false},
+      {4096, 4096, 4096, true},
+      {1000, 1000, 1000, false},
+      {127, 8192, 511, false},
+      {8192, 64, 8192, true},
+      {1, 512, 512, false},
+      {129, 257, 65, false},
+      {200, 328, 136, false},  // ragged tiles; odd k: staged
+      {256, 256, 16384, false},
+      {300, 130, 4099, false},  // split-k (the latter staged too)
+      {200, 64, 300, false},
+      {130, 33, 2000, false},  // narrow tile (N <= 64)
+      {333, 1, 520, false},
+      {2048, 48, 8192, false},  // narrow, with split-k
+      {64, 300, 1000, false},
+      {48, 2048, 8192, false},  // tf32 C^T with the narrow tile
+      {520, 1032, 96, false},   // tf32 C^T, ragged, 3 k-blocks
+      // Stream-k on the last wave alone (sm90-skt): 1.25 waves of single CTAs (an odd count
+      // of 128-row tiles) with ranges of a quarter tile, and 1.95 waves of CTA pairs.
+      {640, 8448, 1024, true},
+      {768, 11008, 2048, true},
   };
   if (tests) {
     uint64_t seed = 1;

@@ -26,16 +26,6 @@ cd "$(dirname "$0")/../../.."
 STEPS=${*:-build selftest linear epilogue fused}
 . benchmarks/experiments/cuda_run.sh
 experiment_start silu_epilogue
-has() { [[ " $STEPS " == *" $1 "* ]]; }
-step() {  # step NAME TIMEOUT CMD...: runs CMD into $OUT/NAME.log, prints its tail, packs
-  local name=$1 limit=$2 t0
-  shift 2
-  t0=$(date +%s)
-  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
-  echo "== $name: rc $? in $(( $(date +%s) - t0 )) s"
-  tail -n "${TAIL:-4}" "$OUT/$name.log"
-  experiment_pack
-}
 if has ab; then  # built while build/g builds
   ( cmake -S . -B build/g_two_mufu -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a \
       -DCMAKE_CUDA_FLAGS=-DGEMMT_SILU_TWO_MUFU -DPython_EXECUTABLE="$PY" &&
