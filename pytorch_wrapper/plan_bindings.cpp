@@ -216,7 +216,7 @@ py::dict plan_sm90(const std::string& dtype, int64_t m, int64_t n, int64_t k,
   d["splits"] = sp.splits;
   d["kb_per_split"] = sp.kb_per_split;
   d["stream_k"] = sp.stream_k;
-  d["stream_k_tail"] = sp.stream_k && sp.sk_clusters == 1;
+  d["stream_k_tail"] = sp.stream_k_tail();
   d["k_blocks"] = sm90::k_blocks(pr.args);
   d["a_staged"] = st.a;
   d["b_staged"] = st.b;

@@ -57,6 +57,8 @@ struct SplitPlan {
   // 1, the partial last wave alone, over all that fit (stream_k_tail_only); tests: -1,
   // clusters for two thirds of the tiles; -2, all that fit.
   int sk_clusters = 0;
+  // Stream-k on the partial last wave alone.
+  bool stream_k_tail() const { return stream_k && sk_clusters == 1; }
 };
 
 // Stream-k workspace (partial_bytes): room for a float32 wide tile per slot and two flags per

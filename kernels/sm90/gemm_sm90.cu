@@ -233,8 +233,7 @@ bool detail::gemm_sm90_auto_stream_k(const GemmArgs& args) {
 }
 
 bool detail::gemm_sm90_auto_stream_k_tail(const GemmArgs& args) {
-  const SplitPlan sp = split_plan_or_auto(problem_for(args), 0);
-  return sp.stream_k && sp.sk_clusters == 1;
+  return split_plan_or_auto(problem_for(args), 0).stream_k_tail();
 }
 
 int detail::gemm_sm90_auto_tile_n(const GemmArgs& args) {

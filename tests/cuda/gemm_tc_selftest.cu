@@ -195,12 +195,13 @@ const Layout kLayouts[] = {
 // sm90 is what gemm_sm90_run does (CTA pairs with B multicast when the M tile count is even,
 // TMA-store epilogue when C rows are 16-byte aligned); the two others pin single CTAs with
 // either epilogue, so a failure can be pinned on the multicast or on the store path. The
-// last six are gemm_sm90_run with the tile width pinned to 256, 128 or 64, stream-k on wide
+// last seven are gemm_sm90_run with the tile width pinned to 256, 128 or 64, stream-k on wide
 // tiles, spread over clusters for two thirds of the tiles so that even small products have
 // tiles cut in two, or over every cluster that fits, so that small products have tiles cut
-// into many pieces (pieces in the middle of a tile, several givers per taker), and the
-// width pinned to 192 (16-bit only). The cost model picks among the widths; each must be
-// right wherever it runs.
+// into many pieces (pieces in the middle of a tile, several givers per taker), the width
+// pinned to 192 (16-bit only), and stream-k on the partial last wave alone (the whole waves
+// as tiles; under one wave, every tile cut). The cost model picks among the widths and
+// schedules; each must be right wherever it runs.
 enum Path {
   kSm80 = 0,
   kSm90Auto = 1,
