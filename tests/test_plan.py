@@ -549,6 +549,27 @@ def test_sm90_stream_k_spreads_the_last_wave_alone_under_five_waves() -> None:
     assert not sm90(4096, 4096, 4096)["stream_k_tail"]
 
 
+def test_sm90_short_k_runs_ping_pong_medium_tiles() -> None:
+    """A grad_weight g^T @ x over 320 to 512 tokens (5 to 8 k-blocks) runs on the ping-pong
+    medium tile, which stores one tile while the other warpgroup computes; over 256 tokens
+    or fewer (writing C bounds both tiles), from 768 tokens on, and with too few tiles for
+    two each per SM, the cost model's choice stands."""
+    for tokens in (320, 384, 512):
+        for out_f, in_f in [(11008, 4096), (4096, 11008), (28672, 8192), (13824, 5120)]:
+            for dtype in ("bfloat16", "float16"):
+                p = sm90(out_f, in_f, tokens, dtype=dtype, a_layout="col")
+                assert (p["tile_n"], p["splits"], p["stream_k"]) == (128, 1, False), (
+                    tokens, out_f, in_f, dtype)
+    for tokens in (128, 256, 768, 1024, 2048):
+        assert sm90(11008, 4096, tokens, a_layout="col")["tile_n"] == 256, tokens
+    # 4096 x 1024 x 512: 256 medium tiles, under two a CTA on 132 SMs.
+    assert sm90(4096, 1024, 512, a_layout="col")["tile_n"] != 128
+    # tf32 keeps the cost model.
+    assert sm90(11008, 4096, 512, dtype="float32", allow_tf32=True, a_layout="col",
+                )["tile_n"] == sm90(11008, 4096, 1024, dtype="float32", allow_tf32=True,
+                                     a_layout="col")["tile_n"]
+
+
 def test_sm90_stream_k_not_under_two_waves() -> None:
     """Under two waves of wide tiles stream-k would cut every tile: 512 tokens desync the two
     CTA pairs that share a weight column, and even 256 tokens (one pair per column, 86 tiles)

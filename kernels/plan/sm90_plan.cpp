@@ -120,6 +120,9 @@ constexpr double kStreamKFixedUs = 1.5 + 3.0;
 constexpr double kStreamKMargin = 0.97;
 // Under this many waves of wide tiles, stream-k spreads the partial last wave alone.
 constexpr int64_t kStreamKTailWaves = 5;
+// Between these many k-blocks, many medium tiles outrun the wide ones (short_k_ping_pong).
+constexpr int64_t kPingPongMinKb = 5;
+constexpr int64_t kPingPongMaxKb = 8;
 
 // The time to read A and B from memory with `units` units of work in flight. Narrow tiles
 // run as single CTAs: every 128-row M tile streams its B columns for itself, and a B too
@@ -263,6 +266,28 @@ bool narrow_weight_stream(const GemmArgs& args) {
   return tc_kind_of(args) != kTF32 && args.m <= kBM && b_bytes > kL2Bytes &&
          tile_count(args, kBNNarrow) * 2 <= sms && k_blocks(args) >= 2 * kMinKbPerSplit;
 }
+
+// A short k (5 to 8 k-blocks) over two waves of medium tiles or more: the medium tile,
+// whatever the model says. There the epilogue weighs as much as the main loop; the wide tile
+// stores C while its tensor cores wait, the medium one runs ping-pong and stores one tile
+// while the other warpgroup computes the next. The model prices both with the same fixed
+// cost a unit, which never took the medium tile there. Measured on H100 (gemm_tc_selftest
+// --sk-ab-short-k, three runs; benchmarks/results/h100_2026-11-27_short_k_medium/), the
+// medium tiles' time over the whole wide tiles': grad_weight products g^T @ x (both operands
+// MN-major) for 15 weights of hidden sizes 3584 to 8192, 4 to 54 waves of wide tiles, 0.92
+// (320 tokens) to 0.98 (512) on average, faster on 112 of 120 timings; the forward and
+// grad_input products of layers with 320 to 512 features on the k side (K-major A, 4096 and
+// 8192 tokens) 0.95-0.96 on average, faster on 32 of 36. Not over 256 tokens or fewer (1.007-
+// 1.016 on average; writing C bounds both tiles) nor from 12 k-blocks on (0.999-1.038), where
+// the wide main loop's rate tells. In `python -m gemmt bench linear` the 512-token
+// grad_weight products went from 0.96-1.05 of cuBLAS to 1.03-1.22.
+bool short_k_ping_pong(const GemmArgs& args) {
+  const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
+  const int64_t kb = k_blocks(args);
+  return tc_kind_of(args) != kTF32 && kb >= kPingPongMinKb && kb <= kPingPongMaxKb &&
+         tile_count(args, kBNMedium) >= 2 * sms;
+}
+
 }  // namespace
 
 TileChoice choose_tile(const GemmArgs& args) {
@@ -296,6 +321,7 @@ TileChoice choose_tile(const GemmArgs& args) {
       if (three_quarter.us < best.us) best = three_quarter;
     }
     const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
+    if (short_k_ping_pong(args)) best = medium;
     if (tile_count(args, kBNWide) * 2 <= sms) {
       // The measured rule outranks the model, which prices the two slices as unsplit.
       const bool stream = narrow_weight_stream(args);

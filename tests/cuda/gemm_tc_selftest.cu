@@ -808,9 +808,38 @@ void time_schedules(Ctx& ctx, const AbProduct& pr, int rounds, bool only_stream_
   std::fflush(stdout);
 }
 
+// --sk-ab-short-k: products with 4 to 12 k-blocks, where the planner takes the medium tile
+// from 5 to 8 (short_k_ping_pong): grad_weight products over 256 to 768 tokens for the
+// benchmark's weights and held-out ones (both operands MN-major), then the forward and
+// grad_input products of layers with 320 to 768 input or output features (K-major A).
+bool g_ab_short_k = false;
+
+void run_short_k_ab(Ctx& ctx, int rounds) {
+  const int64_t weights[][2] = {{4096, 11008}, {11008, 4096}, {4096, 14336}, {14336, 4096},
+                                {8192, 28672}, {28672, 8192}, {4096, 32000}, {5120, 13824},
+                                {13824, 5120}, {3584, 18944}, {18944, 3584}, {7168, 18432},
+                                {18432, 7168}, {4096, 4096},  {8192, 8192}};
+  for (int64_t t : {256, 320, 384, 512, 768}) {
+    for (const auto& w : weights)
+      time_schedules(ctx, AbProduct{"wgrad", t, w[0], w[1]}, rounds, false);
+  }
+  for (int64_t narrow : {320, 384, 512, 768}) {
+    for (int64_t t : {4096, 8192}) {
+      for (int64_t wide : {2048, 4096, 11008}) {
+        time_schedules(ctx, AbProduct{"fwd", t, narrow, wide}, rounds, false);
+        time_schedules(ctx, AbProduct{"dgrad", t, wide, narrow}, rounds, false);
+      }
+    }
+  }
+}
+
 void run_stream_k_ab(Ctx& ctx, int rounds) {
   std::printf("\nSchedules A/B (bf16, %d rotating rounds of medians of %d):\n", rounds,
               g_timed_runs);
+  if (g_ab_short_k) {
+    run_short_k_ab(ctx, rounds);
+    return;
+  }
   const int64_t weights[][2] = {{4096, 11008}, {11008, 4096}, {4096, 14336}, {14336, 4096},
                                 {8192, 28672}, {28672, 8192}, {4096, 32000}};
   for (int64_t t : {512, 1024, 2048, 8192}) {
@@ -1001,6 +1030,7 @@ int main(int argc, char** argv) {
       tests = perf = false;
     }
     if (!std::strcmp(argv[i], "--sk-ab-tail")) g_ab_tail_only = true;
+    if (!std::strcmp(argv[i], "--sk-ab-short-k")) g_ab_short_k = true;
     if (!std::strcmp(argv[i], "--runs") && i + 1 < argc)
       g_timed_runs = std::max(1, std::atoi(argv[++i]));
     if (!std::strcmp(argv[i], "--no-perf")) perf = false;
