@@ -12,6 +12,13 @@
 namespace gemmt {
 namespace sm90 {
 
+namespace {
+// The SMs the plan is for; at least one, so that a device reporting none still gets a plan.
+int64_t sm_count_of(const GemmArgs& args) {
+  return args.sm_count > 0 ? args.sm_count : 1;
+}
+}  // namespace
+
 uint32_t b_box_rows(int bn) {
   return bn == kBNNarrow ? kBNNarrow : static_cast<uint32_t>(bn / 2);
 }
@@ -132,7 +139,7 @@ constexpr int64_t kPingPongMaxKb = 8;
 // 343 us on medium tiles, under the 361 us of reading B twice. DRAM is streamed at its full
 // rate only with loads in flight from about half of the SMs or more.
 double memory_floor_us(const GemmArgs& args, int bn, double units) {
-  const double sms = args.sm_count > 0 ? args.sm_count : 1;
+  const double sms = static_cast<double>(sm_count_of(args));
   const double elt = static_cast<double>(element_size(args.dtype));
   const double b_bytes = static_cast<double>(args.n) * args.k * elt;
   const double b_reads =
@@ -145,7 +152,7 @@ double memory_floor_us(const GemmArgs& args, int bn, double units) {
 }  // namespace
 
 double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp) {
-  const double sms = args.sm_count > 0 ? args.sm_count : 1;
+  const double sms = static_cast<double>(sm_count_of(args));
   const double units = static_cast<double>(tile_count(args, bn)) * sp.splits;
   const double waves = std::ceil(units / sms);
   const bool tf32 = tc_kind_of(args) == kTF32;
@@ -176,7 +183,7 @@ int64_t sk_slots(const GemmArgs& args) {
 }
 
 double stream_k_cost_us(const GemmArgs& args) {
-  const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
+  const int64_t sms = sm_count_of(args);
   const int64_t tiles = tile_count(args, kBNWide);
   // Only behind at least one whole wave. Spread over every tile, the CTAs' ranges start at
   // different k offsets, so the tiles of one B column stop reading its slabs together, and a
@@ -207,13 +214,13 @@ double stream_k_cost_us(const GemmArgs& args) {
 // alone lost as often as it won: at 512 x 11008 x 4096 (1.30 waves) its pieces of a third of
 // a tile each ran 12% slower than the 128x192 tile.
 bool stream_k_tail_only(const GemmArgs& args) {
-  const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
+  const int64_t sms = sm_count_of(args);
   return tile_count(args, kBNWide) < kStreamKTailWaves * sms;
 }
 
 TileChoice best_splits(const GemmArgs& args, int bn) {
   const int64_t tiles = tile_count(args, bn);
-  const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
+  const int64_t sms = sm_count_of(args);
   TileChoice best;
   best.bn = bn;
   best.sp = split_plan(args, 1);
@@ -260,7 +267,7 @@ TileChoice best_splits(const GemmArgs& args, int bn) {
 // split 55.3 and 62.3 us; the fastest of the 17 configurations timed at both shapes.
 namespace {
 bool narrow_weight_stream(const GemmArgs& args) {
-  const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
+  const int64_t sms = sm_count_of(args);
   const double b_bytes =
       static_cast<double>(args.n) * args.k * static_cast<double>(element_size(args.dtype));
   return tc_kind_of(args) != kTF32 && args.m <= kBM && b_bytes > kL2Bytes &&
@@ -282,7 +289,7 @@ bool narrow_weight_stream(const GemmArgs& args) {
 // the wide main loop's rate tells. In `python -m gemmt bench linear` the 512-token
 // grad_weight products went from 0.96-1.05 of cuBLAS to 1.03-1.22.
 bool short_k_ping_pong(const GemmArgs& args) {
-  const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
+  const int64_t sms = sm_count_of(args);
   const int64_t kb = k_blocks(args);
   return tc_kind_of(args) != kTF32 && kb >= kPingPongMinKb && kb <= kPingPongMaxKb &&
          tile_count(args, kBNMedium) >= 2 * sms;
@@ -320,7 +327,7 @@ TileChoice choose_tile(const GemmArgs& args) {
       const TileChoice three_quarter = best_splits(args, kBNThreeQuarter);
       if (three_quarter.us < best.us) best = three_quarter;
     }
-    const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
+    const int64_t sms = sm_count_of(args);
     if (short_k_ping_pong(args)) best = medium;
     if (tile_count(args, kBNWide) * 2 <= sms) {
       // The measured rule outranks the model, which prices the two slices as unsplit.
@@ -405,7 +412,7 @@ bool streams_single_row(const GemmArgs& args) {
   if (b_bytes <= kL2Bytes || !swap_for_small_m(args)) return false;
   const Problem pr = swapped(args);
   if (split_plan_or_auto(pr, 0).splits != 1) return false;
-  const int64_t sms = args.sm_count > 0 ? args.sm_count : 1;
+  const int64_t sms = sm_count_of(args);
   const int64_t tiles = tile_count(pr.args, pr.bn);
   const int64_t waves = (tiles + sms - 1) / sms;
   return static_cast<double>(tiles) >= kSingleRowMinWaveFill * static_cast<double>(waves * sms);
