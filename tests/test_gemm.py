@@ -343,11 +343,13 @@ def test_cuda_split_k_deterministic(dtype: torch.dtype) -> None:
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("m,n,k", [(1024, 11008, 4096), (2048, 5120, 13824), (2048, 11008, 4096)])
+@pytest.mark.parametrize("m,n,k", [(1024, 11008, 4096), (2048, 5120, 13824), (2048, 11008, 4096),
+                                   (8192, 4096, 11008)])
 def test_cuda_tensor_core_stream_k(dtype: torch.dtype, m: int, n: int, k: int) -> None:
     # x @ W.T products that the Hopper planner runs as stream-k on 132 SMs (tests/test_plan.py):
     # the first two spread the partial last wave alone (2.6 and 2.4 waves of wide tiles), the
-    # third the last two waves (5.2). Checked with alpha and beta, repeated bit for bit (a
+    # third the last two waves (5.2), the fourth the last alone again (7.8 waves, 172 k-blocks
+    # a tile). Checked with alpha and beta, repeated bit for bit (a
     # tile's pieces are added in a fixed order), and with beta 0 on a NaN-poisoned C.
     a = operand((m, k), dtype, "cuda", "n")
     b = operand((k, n), dtype, "cuda", "t")

@@ -543,10 +543,39 @@ def test_sm90_stream_k_spreads_the_last_wave_alone_under_five_waves() -> None:
         p = sm90(m, n, k, b_layout="col")
         assert (p["tile_n"], p["stream_k"], p["stream_k_tail"]) == (256, True, True), (m, n, k)
         assert p["workspace_bytes"] == sm90(2048, 11008, 4096, b_layout="col")["workspace_bytes"]
-    for m, n, k in [(2048, 11008, 4096), (2048, 32000, 4096), (4096, 11008, 8192)]:
+    for m, n, k in [(2048, 11008, 4096), (2048, 32000, 4096), (4096, 13824, 5120)]:
         p = sm90(m, n, k, b_layout="col")
         assert p["stream_k"] and not p["stream_k_tail"], (m, n, k)
     assert not sm90(4096, 4096, 4096)["stream_k_tail"]
+
+
+def test_sm90_long_k_spreads_the_last_wave_alone_from_five_waves() -> None:
+    """From five to 32 waves of wide tiles, a 16-bit product with 128 to 320 k-blocks (K of
+    8192 to 20480) and a last wave 40% to 90% full spreads that wave alone: the 8192-token forward
+    and grad_input products of 4096 <-> 11008 and 4096 <-> 14336 layers (7.8 waves), the
+    2048-token ones of an 8192 <-> 28672 layer (13.6), grad_weight over 8192 tokens (10.4 and
+    13.6), held-out 7168 <-> 18432 and 3584 <-> 18944 layers. Not with 64 k-blocks, K of 28672,
+    a last wave under 40% full, more waves, or tf32."""
+    tail = [(8192, 4096, 11008, "row", "col"), (8192, 4096, 11008, "row", "row"),
+            (8192, 4096, 14336, "row", "col"), (8192, 4096, 14336, "row", "row"),
+            (2048, 28672, 8192, "row", "col"), (2048, 28672, 8192, "row", "row"),
+            (11008, 4096, 8192, "col", "row"), (4096, 11008, 8192, "col", "row"),
+            (14336, 4096, 8192, "col", "row"), (4096, 7168, 18432, "row", "row"),
+            (8192, 3584, 18944, "row", "col")]
+    for m, n, k, a, b in tail:
+        for dtype in ("bfloat16", "float16"):
+            p = sm90(m, n, k, dtype=dtype, a_layout=a, b_layout=b)
+            assert (p["tile_n"], p["splits"], p["stream_k"], p["stream_k_tail"]) == (
+                256, 1, True, True), (m, n, k, a, b, dtype)
+            assert p["workspace_bytes"] == sm90(2048, 11008, 4096, b_layout="col")[
+                "workspace_bytes"]
+    # 64 k-blocks (8192 x 11008 x 4096, 20.9 waves, 85% full), K of 28672 (7.8 waves), a last
+    # wave 30% full (54.3 waves), 121 waves (a 128256-entry vocabulary's grad_weight), tf32.
+    for m, n, k in [(8192, 11008, 4096), (8192, 4096, 28672), (8192, 28672, 8192),
+                    (128256, 4096, 8192)]:
+        assert not sm90(m, n, k, b_layout="col")["stream_k_tail"], (m, n, k)
+    assert not sm90(8192, 4096, 11008, dtype="float32", allow_tf32=True,
+                    b_layout="col")["stream_k_tail"]
 
 
 def test_sm90_short_k_runs_ping_pong_medium_tiles() -> None:

@@ -127,6 +127,14 @@ constexpr double kStreamKFixedUs = 1.5 + 3.0;
 constexpr double kStreamKMargin = 0.97;
 // Under this many waves of wide tiles, stream-k spreads the partial last wave alone.
 constexpr int64_t kStreamKTailWaves = 5;
+// From kStreamKTailWaves on, the partial last wave alone is spread where a tile has this many
+// k-blocks (K of 8192 to 20480 in 16-bit) and the last wave is this full (long_k_last_wave).
+constexpr int64_t kLastWaveMinKb = 128;
+constexpr int64_t kLastWaveMaxKb = 320;
+constexpr double kLastWaveMinFill = 0.4;
+constexpr double kLastWaveMaxFill = 0.9;
+// Past this many waves the last one's idle share is under 2% of the product.
+constexpr int64_t kLastWaveMaxWaves = 32;
 // Between these many k-blocks, many medium tiles outrun the wide ones (short_k_ping_pong).
 constexpr int64_t kPingPongMinKb = 5;
 constexpr int64_t kPingPongMaxKb = 8;
@@ -147,6 +155,19 @@ double memory_floor_us(const GemmArgs& args, int bn, double units) {
   const double operand_bytes = static_cast<double>(args.m) * args.k * elt + b_bytes * b_reads;
   const double stream_share = std::min(1.0, std::min(units, sms) / (kStreamingSmShare * sms));
   return operand_bytes / (kBytesPerUs * stream_share);
+}
+
+// The wide tiles' time with `whole_waves` waves run as tiles and the rest spread by k-blocks,
+// one range per SM; a range holds two pieces (three at most), each with the fixed cost of a
+// unit.
+double spread_cost_us(const GemmArgs& args, int64_t whole_waves) {
+  const int64_t sms = sm_count_of(args);
+  const int64_t tiles = tile_count(args, kBNWide);
+  const double nk = static_cast<double>(k_blocks(args));
+  const double sk_kb = static_cast<double>(tiles - whole_waves * sms) * nk / sms;
+  const double compute =
+      (whole_waves * (nk + kUnitFixedKb) + sk_kb + 2 * kUnitFixedKb) * kKbUsWide + kStreamKFixedUs;
+  return std::max(compute, memory_floor_us(args, kBNWide, static_cast<double>(tiles)));
 }
 
 }  // namespace
@@ -193,13 +214,7 @@ double stream_k_cost_us(const GemmArgs& args) {
   // tiles on 86, as the weight streamed from DRAM at 1.8 TB/s at best with the wide tile's
   // four stages in flight per SM (gemm_tc_selftest --sk-shape, ncu).
   if (tiles < 2 * sms || tiles % sms == 0) return std::numeric_limits<double>::infinity();
-  const double nk = static_cast<double>(k_blocks(args));
-  const int64_t dp_waves = tiles / sms - 1;
-  const double sk_kb = static_cast<double>(tiles - dp_waves * sms) * nk / sms;
-  // A CTA's range holds two pieces (three at most), each with the fixed cost of a unit.
-  const double compute =
-      (dp_waves * (nk + kUnitFixedKb) + sk_kb + 2 * kUnitFixedKb) * kKbUsWide + kStreamKFixedUs;
-  return std::max(compute, memory_floor_us(args, kBNWide, static_cast<double>(tiles)));
+  return spread_cost_us(args, tiles / sms - 1);
 }
 
 // Where stream-k runs (stream_k_cost_us), which waves it spreads: the last two, or under
@@ -218,6 +233,36 @@ bool stream_k_tail_only(const GemmArgs& args) {
   return tile_count(args, kBNWide) < kStreamKTailWaves * sms;
 }
 
+namespace {
+
+// Five to 32 waves of wide tiles, 16-bit, a long k (kLastWaveMinKb to kLastWaveMaxKb
+// k-blocks) and a last wave 40% to 90% full: stream-k on the last wave alone, whatever the
+// model says (it prices stream-k on the last two waves, and then mostly keeps whole tiles).
+// There the whole tiles' last wave idles (1 - fill) of a long unit, while the spread one cuts
+// each of its tiles in two at most. Measured on H100 (gemm_tc_selftest --sk-ab 4
+// --sk-ab-many-waves, 87 Linear products of 2048 to 8192 tokens, 6 to 61 waves; benchmarks/
+// results/h100_2026-11-27_last_wave_long_k/): on the 19 products in the window the last wave
+// alone took 0.985 of the planner's choice (median; 0.93-1.003, 17 faster), on the 12 of an
+// earlier run (h100_2026-11-27_stream_k_tail/1_first_build_ab/) 0.989 (0.92-1.03, 8 faster);
+// in `python -m gemmt bench linear` the 20 prefill products it covers went from 0.987-1.052
+// of cuBLAS to 1.009-1.064 (four runs a side). Outside the window the spread does not pay: at
+// 56 to 64 k-blocks its two hand-overs cost about what the last wave idles (0.99-1.04), under
+// 40% fill each tile is cut in three or more (1.00-1.06 at 30%), from 448 k-blocks on (K of
+// 28672 and 32000) it ran 2-10% slower, its pieces at unrelated k offsets sharing no operand
+// slabs in L2 as whole tiles do, and a 128256-entry vocabulary's grad_weight over 8192 tokens
+// (121 waves, where the last wave is under 1% of the time) ran 0.7-1.0% slower.
+bool long_k_last_wave(const GemmArgs& args) {
+  const int64_t sms = sm_count_of(args);
+  const int64_t tiles = tile_count(args, kBNWide);
+  const int64_t kb = k_blocks(args);
+  const double fill = static_cast<double>(tiles % sms) / static_cast<double>(sms);
+  return tc_kind_of(args) != kTF32 && tiles >= kStreamKTailWaves * sms &&
+         tiles < kLastWaveMaxWaves * sms && kb >= kLastWaveMinKb && kb <= kLastWaveMaxKb &&
+         fill >= kLastWaveMinFill && fill <= kLastWaveMaxFill;
+}
+
+}  // namespace
+
 TileChoice best_splits(const GemmArgs& args, int bn) {
   const int64_t tiles = tile_count(args, bn);
   const int64_t sms = sm_count_of(args);
@@ -232,7 +277,11 @@ TileChoice best_splits(const GemmArgs& args, int bn) {
   // as stream-k. (Counting that rate instead of the margin hands long-k products to the
   // medium tile, whose model is optimistic there: benchmarks/results/
   // h100_2026-11-27_stream_k_schedules/.)
-  if (bn == kBNWide) {
+  if (bn == kBNWide && long_k_last_wave(args)) {
+    best.us = spread_cost_us(args, tile_count(args, kBNWide) / sm_count_of(args));
+    best.sp.stream_k = true;
+    best.sp.sk_clusters = 1;
+  } else if (bn == kBNWide) {
     const double sk = stream_k_cost_us(args);
     if (sk < kStreamKMargin * best.us) {
       best.us = sk;

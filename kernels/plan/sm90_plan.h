@@ -54,7 +54,8 @@ struct SplitPlan {
   bool stream_k = false;
   // Which units are spread, and over how many clusters (launch.cuh: SkSpread): 0, the last
   // wave and the one before it, over all clusters that fit but at most two CTAs per tile;
-  // 1, the partial last wave alone, over all that fit (stream_k_tail_only); tests: -1,
+  // 1, the partial last wave alone, over all that fit (stream_k_tail_only, and the long-k
+  // rule of best_splits from five waves on); tests: -1,
   // clusters for two thirds of the tiles; -2, all that fit.
   int sk_clusters = 0;
   // Stream-k on the partial last wave alone.
@@ -140,12 +141,13 @@ double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp);
 // Estimated time of the wide tiles under stream-k (SplitPlan::stream_k); infinite where it
 // is not used (tiles for fewer than two waves, or whole waves).
 double stream_k_cost_us(const GemmArgs& args);
-// Whether stream-k spreads the partial last wave alone (SplitPlan::sk_clusters == 1), where
-// the planner runs it.
+// Whether stream-k spreads the partial last wave alone (SplitPlan::sk_clusters == 1) where
+// the cost model runs it: under five waves of wide tiles.
 bool stream_k_tail_only(const GemmArgs& args);
 
 // The split count with the lowest estimated time for tiles bn wide (1 when C alone has
-// tiles for at least half of the SMs), or stream-k for wide tiles where it is modelled faster.
+// tiles for at least half of the SMs), or stream-k for wide tiles where it is modelled faster,
+// or, from five waves on with a long k and a last wave 40-90% full, stream-k on that wave.
 TileChoice best_splits(const GemmArgs& args, int bn);
 
 // Tile width and split count of the kernel's problem. Outputs up to 64 wide take the narrow

@@ -833,11 +833,40 @@ void run_short_k_ab(Ctx& ctx, int rounds) {
   }
 }
 
+// --sk-ab-many-waves: products with five waves of wide tiles or more (stream_k_tail_only
+// stops there) and a partial last wave, over 2048, 4096 and 8192 tokens, for the benchmark's
+// weights and held-out ones: is spreading the last wave alone still worth its hand-overs?
+bool g_ab_many_waves = false;
+
+void run_many_waves_ab(Ctx& ctx, int rounds) {
+  const int64_t weights[][2] = {{4096, 11008}, {11008, 4096}, {4096, 14336}, {14336, 4096},
+                                {8192, 28672}, {28672, 8192}, {4096, 32000}, {5120, 13824},
+                                {13824, 5120}, {3584, 18944}, {18944, 3584}, {7168, 18432}};
+  const int sms = ctx.prop.multiProcessorCount;
+  for (int64_t t : {2048, 4096, 8192}) {
+    for (const auto& w : weights) {
+      for (const char* what : {"fwd", "dgrad", "wgrad"}) {
+        const AbProduct pr{what, t, w[0], w[1]};
+        const bool fwd = !std::strcmp(what, "fwd"), wgrad = !std::strcmp(what, "wgrad");
+        const int64_t m = wgrad ? pr.out : pr.tokens;
+        const int64_t n = fwd ? pr.out : pr.in;
+        const int64_t tiles = ((m + 127) / 128) * ((n + 255) / 256);
+        if (tiles < 5 * static_cast<int64_t>(sms)) continue;
+        time_schedules(ctx, pr, rounds, true);
+      }
+    }
+  }
+}
+
 void run_stream_k_ab(Ctx& ctx, int rounds) {
   std::printf("\nSchedules A/B (bf16, %d rotating rounds of medians of %d):\n", rounds,
               g_timed_runs);
   if (g_ab_short_k) {
     run_short_k_ab(ctx, rounds);
+    return;
+  }
+  if (g_ab_many_waves) {
+    run_many_waves_ab(ctx, rounds);
     return;
   }
   const int64_t weights[][2] = {{4096, 11008}, {11008, 4096}, {4096, 14336}, {14336, 4096},
@@ -1031,6 +1060,7 @@ int main(int argc, char** argv) {
     }
     if (!std::strcmp(argv[i], "--sk-ab-tail")) g_ab_tail_only = true;
     if (!std::strcmp(argv[i], "--sk-ab-short-k")) g_ab_short_k = true;
+    if (!std::strcmp(argv[i], "--sk-ab-many-waves")) g_ab_many_waves = true;
     if (!std::strcmp(argv[i], "--runs") && i + 1 < argc)
       g_timed_runs = std::max(1, std::atoi(argv[++i]));
     if (!std::strcmp(argv[i], "--no-perf")) perf = false;

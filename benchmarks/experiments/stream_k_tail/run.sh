@@ -9,7 +9,8 @@
 #            last two waves and on the last alone, the medium and the 128x192 tile, rotating,
 #            on the training products with more than one wave of wide tiles and held-out layers
 #            (AB_FLAGS=--sk-ab-tail: only those the planner runs as stream-k on the last wave;
-#            AB_FLAGS=--sk-ab-short-k: products of 4 to 12 k-blocks, for short_k_ping_pong)
+#            AB_FLAGS=--sk-ab-short-k: products of 4 to 12 k-blocks, for short_k_ping_pong;
+#            AB_FLAGS=--sk-ab-many-waves: products of five waves or more, for long_k_last_wave)
 #   prefill  python -m gemmt bench linear --sections prefill
 #   suite    the GPU test suite (not slow)
 #   bench    python -m gemmt bench linear (every section)
