@@ -278,7 +278,7 @@ TileChoice best_splits(const GemmArgs& args, int bn) {
   // medium tile, whose model is optimistic there: benchmarks/results/
   // h100_2026-11-27_stream_k_schedules/.)
   if (bn == kBNWide && long_k_last_wave(args)) {
-    best.us = spread_cost_us(args, tile_count(args, kBNWide) / sm_count_of(args));
+    best.us = spread_cost_us(args, tiles / sms);
     best.sp.stream_k = true;
     best.sp.sk_clusters = 1;
   } else if (bn == kBNWide) {

@@ -743,6 +743,8 @@ struct AbProduct {
 
 // --sk-ab-tail: only the products the planner runs as stream-k on the last wave alone.
 bool g_ab_tail_only = false;
+// Products with fewer waves of wide tiles than this are skipped (--sk-ab-many-waves: 5).
+int g_ab_min_waves = 0;
 
 void time_schedules(Ctx& ctx, const AbProduct& pr, int rounds, bool only_stream_k_shapes) {
   const DtypeInfo& dt = kDtypes[0];  // bf16
@@ -754,6 +756,7 @@ void time_schedules(Ctx& ctx, const AbProduct& pr, int rounds, bool only_stream_
   const int sms = ctx.prop.multiProcessorCount;
   const int64_t tiles = ((m + 127) / 128) * ((n + 255) / 256);
   if (only_stream_k_shapes && (tiles <= sms || tiles % sms == 0)) return;
+  if (tiles < static_cast<int64_t>(g_ab_min_waves) * sms) return;
   if (g_ab_tail_only) {
     // The plan depends on the operands' addresses only through their alignment: planned on
     // stand-in addresses, before the operands are made.
@@ -842,20 +845,15 @@ void run_many_waves_ab(Ctx& ctx, int rounds) {
   const int64_t weights[][2] = {{4096, 11008}, {11008, 4096}, {4096, 14336}, {14336, 4096},
                                 {8192, 28672}, {28672, 8192}, {4096, 32000}, {5120, 13824},
                                 {13824, 5120}, {3584, 18944}, {18944, 3584}, {7168, 18432}};
-  const int sms = ctx.prop.multiProcessorCount;
+  g_ab_min_waves = 5;
   for (int64_t t : {2048, 4096, 8192}) {
     for (const auto& w : weights) {
       for (const char* what : {"fwd", "dgrad", "wgrad"}) {
-        const AbProduct pr{what, t, w[0], w[1]};
-        const bool fwd = !std::strcmp(what, "fwd"), wgrad = !std::strcmp(what, "wgrad");
-        const int64_t m = wgrad ? pr.out : pr.tokens;
-        const int64_t n = fwd ? pr.out : pr.in;
-        const int64_t tiles = ((m + 127) / 128) * ((n + 255) / 256);
-        if (tiles < 5 * static_cast<int64_t>(sms)) continue;
-        time_schedules(ctx, pr, rounds, true);
+        time_schedules(ctx, AbProduct{what, t, w[0], w[1]}, rounds, true);
       }
     }
   }
+  g_ab_min_waves = 0;
 }
 
 void run_stream_k_ab(Ctx& ctx, int rounds) {
