@@ -16,6 +16,9 @@
 // output (the post pass runs between the fill and the proxy fence). With --direct each
 // shape also runs with the register-to-global store (Params::tma_store = 0), and K = 1024
 // on a grid for half the SMs (does the store slow down with every SM storing at once?).
+// Each shape also prints a hash of C from one launch over NaN-poisoned memory, so that an
+// experiment form of the kernel can be checked against the committed one bit for bit
+// (benchmarks/experiments/epilogue_variants/).
 // With --stream-k each shape runs as the launcher spreads it (SkSpread::kAuto: the last
 // waves' k-blocks in one range per cluster) beside whole tiles, with a breakdown by unit
 // index (a stream-k piece's epilogue holds the taker's wait for its givers).
@@ -147,6 +150,23 @@ void run_shape(int m, int n, int k, const void* a, const void* b, void* c, int s
     times.push_back(ms * 1e3);
   }
   const double t_us = median(times);
+  // A hash of C from one launch over poisoned (0xff: NaN) memory, so that builds with
+  // different store paths can be compared bit for bit.
+  CHECK(cudaMemset(c, 0xff, static_cast<size_t>(m) * n * 2));
+  launch();
+  CHECK(cudaDeviceSynchronize());
+  {
+    std::vector<uint16_t> h(static_cast<size_t>(m) * n);
+    CHECK(cudaMemcpy(h.data(), c, h.size() * 2, cudaMemcpyDeviceToHost));
+    uint64_t hash = 1469598103934665603ull;
+    size_t nans = 0;
+    for (uint16_t x : h) {
+      hash = (hash ^ x) * 1099511628211ull;
+      nans += (x & 0x7f80u) == 0x7f80u && (x & 0x7fu) != 0;
+    }
+    std::printf("C hash %016llx, NaN outputs %zu (%d x %d x %d; the phases follow)\n",
+                static_cast<unsigned long long>(hash), nans, m, n, k);
+  }
 
   // Traced launch.
   const int ctas = sms;  // at most one CTA per SM; unused rows stay zero
