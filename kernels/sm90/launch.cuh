@@ -78,7 +78,14 @@ cudaError_t plan_stream_k(Params& p, bool stream_k, bool tail, int& clusters, cu
   const int waves = total_units / clusters;
   const int dp_units = (tail ? waves : (waves > 0 ? waves - 1 : 0)) * clusters;
   const int64_t sk_kb = static_cast<int64_t>(total_units - dp_units) * p.num_kb;
-  if (!stream_k || p.partial == nullptr || p.splits != 1 || whole_waves || sk_kb > INT32_MAX) {
+  // Behind whole waves, a last wave of fewer k-blocks than clusters runs as whole tiles.
+  // Shrinking the grid to the k-blocks would deal the whole waves over fewer clusters,
+  // unevenly, while the scheduler starts every cluster's range after an equal share of them
+  // (scheduler.cuh: unit_at): a cluster with one tile more would skip its piece, and the
+  // tile's last piece would wait for it forever.
+  const bool small_tail = tail && dp_units > 0 && sk_kb < clusters;
+  if (!stream_k || p.partial == nullptr || p.splits != 1 || whole_waves || small_tail ||
+      sk_kb > INT32_MAX) {
     clusters = std::min(clusters, total_units);
     return cudaSuccess;
   }

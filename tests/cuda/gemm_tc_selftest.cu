@@ -856,6 +856,9 @@ void run_many_waves_ab(Ctx& ctx, int rounds) {
   g_ab_min_waves = 0;
 }
 
+// --sk-ab-max-tokens T: the default list's products over at most T tokens only.
+int64_t g_ab_max_tokens = 0;
+
 void run_stream_k_ab(Ctx& ctx, int rounds) {
   std::printf("\nSchedules A/B (bf16, %d rotating rounds of medians of %d):\n", rounds,
               g_timed_runs);
@@ -870,6 +873,7 @@ void run_stream_k_ab(Ctx& ctx, int rounds) {
   const int64_t weights[][2] = {{4096, 11008}, {11008, 4096}, {4096, 14336}, {14336, 4096},
                                 {8192, 28672}, {28672, 8192}, {4096, 32000}};
   for (int64_t t : {512, 1024, 2048, 8192}) {
+    if (g_ab_max_tokens > 0 && t > g_ab_max_tokens) continue;
     for (const auto& w : weights) {
       for (const char* what : {"fwd", "dgrad", "wgrad"}) {
         time_schedules(ctx, AbProduct{what, t, w[0], w[1]}, rounds, true);
@@ -884,7 +888,10 @@ void run_stream_k_ab(Ctx& ctx, int rounds) {
       {"fwd", 4096, 18944, 3584},   {"fwd", 6144, 18432, 7168},    {"dgrad", 1536, 7168, 18432},
       {"fwd", 512, 7168, 18432},    {"wgrad", 16384, 5120, 13824}, {"fwd", 1024, 4096, 14336},
       {"fwd", 3072, 5120, 13824},   {"fwd", 6144, 5120, 13824}};
-  for (const AbProduct& pr : held_out) time_schedules(ctx, pr, rounds, false);
+  for (const AbProduct& pr : held_out) {
+    if (g_ab_max_tokens == 0 || pr.tokens <= g_ab_max_tokens)
+      time_schedules(ctx, pr, rounds, false);
+  }
 }
 
 // Decode-sized products (m tokens against a weight W of n x k, x @ W^T) in both orientations
@@ -1059,6 +1066,9 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--sk-ab-tail")) g_ab_tail_only = true;
     if (!std::strcmp(argv[i], "--sk-ab-short-k")) g_ab_short_k = true;
     if (!std::strcmp(argv[i], "--sk-ab-many-waves")) g_ab_many_waves = true;
+    if (!std::strcmp(argv[i], "--sk-ab-max-tokens") && i + 1 < argc) {
+      g_ab_max_tokens = std::atoll(argv[++i]);
+    }
     if (!std::strcmp(argv[i], "--runs") && i + 1 < argc)
       g_timed_runs = std::max(1, std::atoi(argv[++i]));
     if (!std::strcmp(argv[i], "--no-perf")) perf = false;
@@ -1094,9 +1104,11 @@ int main(int argc, char** argv) {
       {48, 2048, 8192, false},  // tf32 C^T with the narrow tile
       {520, 1032, 96, false},   // tf32 C^T, ragged, 3 k-blocks
       // Stream-k on the last wave alone (sm90-skt): 1.25 waves of single CTAs (an odd count
-      // of 128-row tiles) with ranges of a quarter tile, and 1.95 waves of CTA pairs.
+      // of 128-row tiles) with ranges of a quarter tile, and 1.95 waves of CTA pairs; and a
+      // last wave of one tile of 8 k-blocks, fewer than the clusters (runs as whole tiles).
       {640, 8448, 1024, true},
       {768, 11008, 2048, true},
+      {256, 17152, 512, true},
   };
   if (tests) {
     uint64_t seed = 1;
