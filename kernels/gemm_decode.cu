@@ -205,6 +205,11 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(const DecodeParam
   const int cta_rows = blockIdx.x / p.cluster;
   const int row0 = (cta_rows * kRowWarps + row_warp) * 16;
 
+  // A programmatic launch (gemmt/launch.cuh) may place this block before the previous kernel
+  // has finished: no global access above this line.
+  grid_dependency_wait();
+  allow_dependent_launch();
+
   const int total_slices = (p.k + kSliceK - 1) / kSliceK;
   const int first = rank * p.slices_per_cta;
   const int last = min(total_slices, first + p.slices_per_cta);
@@ -293,13 +298,14 @@ cudaError_t launch_decode(const DecodeParams& p, int ctas, cudaStream_t stream) 
   cfg.gridDim = dim3(static_cast<unsigned>(ctas));
   cfg.blockDim = dim3(kThreads);
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = static_cast<unsigned>(p.cluster);
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = p.cluster > 1 ? 1 : 0;
+  add_programmatic_launch(cfg, attr);
   GEMMT_RETURN_IF_ERROR(cudaLaunchKernelEx(&cfg, gemm_decode_kernel<T, kTiles, kRowWarps>, p));
   GEMMT_RETURN_LAUNCH_ERROR();
 }

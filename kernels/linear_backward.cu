@@ -183,6 +183,8 @@ __global__ void __launch_bounds__(kBlockThreads, kMinBlocksPerSm)
                            float* __restrict__ partial, T* __restrict__ bias_grad) {
   constexpr int kStripCols = kColThreads * kPack;
   __shared__ float lanes[kSumBias ? kRowThreads : 1][kStripCols];
+  grid_dependency_wait();  // launched programmatically: launch_pass
+  allow_dependent_launch();
   const int64_t block = blockIdx.x;
   const int64_t end = first_unit(plan, block + 1);
   for (int64_t unit = first_unit(plan, block); unit < end;) {
@@ -233,6 +235,8 @@ template <typename T>
 __global__ void __launch_bounds__(256)
     sum_partials_kernel(const float* __restrict__ partial, Plan plan, int64_t cols,
                         T* __restrict__ bias_grad) {
+  grid_dependency_wait();  // the partials of the pass launched just before
+  allow_dependent_launch();
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= cols) return;
   const int64_t s = j / plan.strip_cols;
@@ -253,12 +257,20 @@ cudaError_t launch_pass(int64_t rows, int64_t cols, int sm_count, const T* grad,
   GEMMT_RETURN_IF_ERROR(resident_blocks_per_sm<kKernel>(kBlockThreads, &resident));
   resident = std::min(resident, kMaxBlocksPerSm);
   const Plan plan = plan_for(rows, cols, kPack, int64_t{resident} * std::max(sm_count, 1));
+  // Both kernels are programmatic launches (gemmt/launch.cuh): each one's blocks are placed
+  // as the previous kernel's leave, and wait for its results before reading.
   const dim3 block(kColThreads, kRowThreads);
-  kKernel<<<static_cast<unsigned>(plan.blocks), block, 0, stream>>>(
-      grad, preact, rows, cols, plan, grad_preact, partial, bias_grad);
+  GEMMT_RETURN_IF_ERROR(launch_programmatic(kKernel, dim3(static_cast<unsigned>(plan.blocks)),
+                                            block, 0, stream, grad, preact, rows, cols, plan,
+                                            grad_preact, partial, bias_grad));
   GEMMT_RETURN_IF_ERROR(cudaGetLastError());
-  if (!kSumBias || !any_strip_shared(plan)) return cudaSuccess;
-  sum_partials_kernel<T><<<grid_1d(cols, 256), 256, 0, stream>>>(partial, plan, cols, bias_grad);
+  if constexpr (kSumBias) {
+    if (any_strip_shared(plan)) {
+      GEMMT_RETURN_IF_ERROR(
+          launch_programmatic(sum_partials_kernel<T>, dim3(grid_1d(cols, 256)), dim3(256), 0,
+                              stream, static_cast<const float*>(partial), plan, cols, bias_grad));
+    }
+  }
   GEMMT_RETURN_LAUNCH_ERROR();
 }
 

@@ -349,3 +349,85 @@ def test_tensor_core_gemm_from_new_threads_and_autograd(dtype: str) -> None:
     proc = subprocess.run([sys.executable, "-c", _NEW_THREAD_SCRIPT, dtype],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# Kernels that follow one another in a stream are launched programmatically on Hopper (their
+# blocks placed while the previous kernel finishes; gemmt/launch.cuh) unless GEMMT_PDL=0. A
+# chain whose every step reads the previous step's output at once, or overwrites a buffer the
+# previous step read, must come out the same either way, eagerly and replayed from a graph.
+_CHAIN_SCRIPT = r"""
+import sys, torch, gemmt
+import torch.nn.functional as F
+torch.manual_seed(0)
+dev, dt = "cuda", torch.bfloat16
+r = lambda *s: torch.randn(*s, device=dev).to(dt)
+x = r(512, 4096)
+w1, b1 = r(11008, 4096).div_(64), r(11008)
+w2 = r(4096, 11008).div_(105)
+w3 = r(4096, 4096).div_(64)
+g = r(512, 4096)
+buf = torch.empty(512, 4096, device=dev, dtype=dt)
+
+def chain():
+    h = gemmt.linear(x, w1, b1, "silu")            # wide tiles with the fused epilogue
+    y = gemmt.mm(h, w2.t())                          # reads h at once (long k)
+    gemmt.gemm(buf, y, w3)                           # reads y at once
+    t = gemmt.linear(buf[:8], w3)                    # decode kernel, reads buf at once
+    xg = x.detach().requires_grad_()
+    wg = w1.detach().requires_grad_()
+    out = gemmt.linear(xg, wg, b1, "gelu_tanh")      # backward: act pass, sums, two products
+    gx, gw = torch.autograd.grad(out, (xg, wg), torch.cat([g, g, g[:, :2816]], 1))
+    gemmt.gemm(y, buf, w3)                           # overwrites y, which an earlier step read
+    return [h, buf, t, gx, gw, y]
+
+eager = chain()
+torch.cuda.synchronize()
+refs = []
+xd, w1d, b1d, w2d, w3d, gd = (t.double() for t in (x, w1, b1, w2, w3, g))
+h = F.silu(xd @ w1d.t() + b1d); y1 = h @ w2d.t(); b = y1 @ w3d
+z = xd @ w1d.t() + b1d; gz = torch.cat([gd, gd, gd[:, :2816]], 1)
+zz = z.detach().requires_grad_()
+dz, = torch.autograd.grad(F.gelu(zz, approximate="tanh"), zz, gz)
+refs = [h, b, b[:8] @ w3d.t(), dz @ w1d, dz.t() @ xd, b @ w3d]
+fails = []
+for i, (o, ref) in enumerate(zip(eager, refs)):
+    err = ((o.double() - ref).norm() / ref.norm()).item()
+    if not err < 2e-2:
+        fails.append(f"step {i}: rel err {err}")
+# The same chain captured once and replayed over poisoned outputs.
+s = torch.cuda.Stream()
+s.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(s):
+    chain()
+torch.cuda.current_stream().wait_stream(s)
+graph = torch.cuda.CUDAGraph()
+with torch.cuda.graph(graph):
+    outs = chain()
+for o in outs:
+    o.fill_(float("nan"))
+graph.replay()
+torch.cuda.synchronize()
+for i, (o, e) in enumerate(zip(outs, eager)):
+    if not torch.equal(o, e):
+        fails.append(f"step {i}: graph replay differs from the eager run")
+torch.save([t.cpu() for t in eager], sys.argv[1])
+print("\n".join(fails) if fails else "ok")
+sys.exit(1 if fails else 0)
+"""
+
+
+def test_programmatic_launch_chain(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    results = {}
+    for pdl in ("1", "0"):
+        path = tmp_path / f"chain_pdl{pdl}.pt"
+        env = dict(os.environ, GEMMT_PDL=pdl)
+        proc = subprocess.run([sys.executable, "-c", _CHAIN_SCRIPT, str(path)], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, f"GEMMT_PDL={pdl}: " + proc.stdout + proc.stderr
+        results[pdl] = torch.load(path)
+    for i, (on, off) in enumerate(zip(results["1"], results["0"])):
+        assert torch.equal(on, off), f"step {i}: programmatic launch changed the result"

@@ -3,6 +3,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <utility>
 
 #include <cuda_runtime.h>
 
@@ -88,6 +90,75 @@ cudaError_t resident_blocks_per_sm(int threads, int* blocks) {
     if (err != cudaSuccess) return err;
     return *count < 1 ? cudaErrorInvalidConfiguration : cudaSuccess;
   });
+}
+
+// ---- Programmatic dependent launch (compute capability 9.0 and later) ---------------------
+// A kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization may have its
+// blocks placed while the kernel before it in the stream is still finishing, so that its
+// launch and set-up (barrier initialisation, cluster handshake) overlap that kernel's last
+// blocks instead of following its completion. Such a kernel calls grid_dependency_wait()
+// before its first access to global memory, reads and writes alike: the wait returns once the
+// previous kernel has completed and its writes are visible (and at once for a launch without
+// the attribute). allow_dependent_launch() lets the next kernel's blocks be placed as this
+// one's leave; it is issued early by gemmt's kernels, whose grids are resident at once or
+// close to it, and never weakens the next kernel's own wait.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Whether launches ask for programmatic dependent launch on the current device: compute
+// capability 9.0 or later, unless the environment sets GEMMT_PDL=0 (read once; for timing a
+// build with and without it in separate processes).
+inline bool programmatic_launch_enabled() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("GEMMT_PDL");
+    return v == nullptr || !(v[0] == '0' && v[1] == '\0');
+  }();
+  if (!allowed) return false;
+  static std::atomic<int> cache[kMaxCachedDevices] = {};
+  int major = 0;
+  const cudaError_t err = cached_per_device(cache, &major, [](int device, int* value) {
+    return cudaDeviceGetAttribute(value, cudaDevAttrComputeCapabilityMajor, device);
+  });
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return major >= 9;
+}
+
+// Appends the programmatic-serialization attribute to cfg (whose attrs point at `attrs`, an
+// array with room for one more) when programmatic_launch_enabled().
+inline void add_programmatic_launch(cudaLaunchConfig_t& cfg, cudaLaunchAttribute* attrs) {
+  if (!programmatic_launch_enabled()) return;
+  cudaLaunchAttribute& a = attrs[cfg.numAttrs];
+  a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  a.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attrs;
+  cfg.numAttrs += 1;
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic launch where enabled: the
+// kernel must call grid_dependency_wait() before it touches global memory.
+template <typename... Params, typename... Args>
+cudaError_t launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem,
+                                cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  add_programmatic_launch(cfg, attr);
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
 }  // namespace gemmt

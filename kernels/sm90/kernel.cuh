@@ -41,6 +41,7 @@
 
 #include <cstdint>
 
+#include "gemmt/launch.cuh"
 #include "sm90/config.cuh"
 #include "sm90/epilogue.cuh"
 #include "sm90/ptx.cuh"
@@ -173,6 +174,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
     __syncthreads();
   }
+  // Under a programmatic launch (launch.cuh) the set-up above overlaps the previous kernel's
+  // last blocks; global memory (operands, C, bias, the stream-k workspace and its flags) is
+  // touched only from here on, so a stream-k piece never waits on a CTA that cannot be placed.
+  grid_dependency_wait();
+  allow_dependent_launch();
 
   const int num_clusters = gridDim.x / kCluster;
   const int cluster_id = blockIdx.x / kCluster;

@@ -126,13 +126,14 @@ cudaError_t launch(const Maps& maps, Params p, int sm_count, SkSpread sk, cudaSt
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = kSmemBytes;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = kCluster;
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = kCluster > 1 ? 1 : 0;
+  add_programmatic_launch(cfg, attr);
   GEMMT_RETURN_IF_ERROR(cudaLaunchKernelEx(&cfg, kernel, maps.a, maps.b, maps.c, p));
   GEMMT_RETURN_LAUNCH_ERROR();
 }

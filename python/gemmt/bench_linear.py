@@ -25,7 +25,9 @@ Sections (``--sections``, comma separated; all by default):
 Times are medians of CUDA-event timings of CUDA-graph replays (each replay many calls, so
 host overhead is excluded) after warm-up, alternating ours and the reference in rounds. The
 fused backward (an autograd pass) is timed in alternating rounds of calls queued behind a
-sleep kernel, and the model's training step in alternating rounds of single steps.
+sleep kernel. The model's training step is timed in alternating rounds of single steps (host
+included, as a training loop sees it), with the GPU's busy time per step from the profiler
+beside it (``gpu_busy_ratio``).
 """
 
 from __future__ import annotations
@@ -96,6 +98,41 @@ def _queued_ms(fn: Callable[[], object], calls: int = 4) -> float:
     """
     torch.cuda._sleep(2_000_000)
     return _events_ms(lambda: [fn() for _ in range(calls)]) / calls
+
+
+def gpu_busy_ms(fn: Callable[[], object]) -> tuple[float, float, list[dict[str, Any]]]:
+    """(busy ms, span ms, kernel events) of one call of ``fn``, from the profiler's trace.
+
+    Busy time counts each kernel from the later of its start and the end of every kernel
+    before it, so overlapping kernels are never counted twice: a programmatic launch places
+    a kernel's first blocks while its predecessor runs (where they wait), which makes the
+    reported durations overlap. The span runs from the first kernel's start to the last one's
+    end; span minus busy is the time the GPU sat idle, waiting for the host.
+    """
+    import json
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        trace = json.loads(Path(f.name).read_text())
+    kern = sorted((ev for ev in trace["traceEvents"]
+                   if ev.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")),
+                  key=lambda ev: ev["ts"])
+    if not kern:
+        return 0.0, 0.0, []
+    end, busy = float("-inf"), 0.0
+    for ev in kern:
+        start = max(ev["ts"], end)
+        ev["own_us"] = max(0.0, ev["ts"] + ev["dur"] - start)
+        end = max(end, ev["ts"] + ev["dur"])
+        busy += ev["own_us"]
+    return busy / 1e3, (end - kern[0]["ts"]) / 1e3, kern
 
 
 def _repeats(est_ms: float, target_ms: float = 3.0, cap: int = 40) -> int:
@@ -342,20 +379,34 @@ def run_model(quick: bool) -> list[dict[str, Any]]:
     grad_errs = [_rel_err(p.grad, q.grad) for p, q in zip(ours.parameters(), ref.parameters())]
     for _ in range(3):
         step(ours), step(ref)
-    # A step moves by several percent between rounds (both models alike): eleven alternating
-    # rounds, and the spread of the per-round ratios kept with the median.
+    # A step is timed as a training loop sees it (events around the step, host included: the
+    # eager model issues some 550 kernels, more than the launch queue holds, so a step cannot
+    # be queued ahead behind a sleep), in eleven alternating rounds whose per-round ratios
+    # are kept with the medians. Beside it, the GPU's busy time from three profiled steps of
+    # each (gpu_busy_ms): the kernels' own share, without the host's gaps.
     o, r = [], []
     for _ in range(11):
         o.append(_events_ms(lambda: step(ours)))
         r.append(_events_ms(lambda: step(ref)))
     round_ratios = sorted(b / a for a, b in zip(o, r))
+    busy: dict[str, list[float]] = {"ours": [], "ref": []}
+    span: dict[str, list[float]] = {"ours": [], "ref": []}
+    for _ in range(3):
+        for name, model in (("ours", ours), ("ref", ref)):
+            b_ms, s_ms, _ = gpu_busy_ms(lambda: step(model))
+            busy[name].append(b_ms)
+            span[name].append(s_ms)
+    busy_ms = {k: statistics.median(v) for k, v in busy.items()}
+    span_ms = {k: statistics.median(v) for k, v in span.items()}
     out.append(dict(section="model", phase="train_step", batch=2, seq=512,
                     ours_ms=statistics.median(o), ref_ms=statistics.median(r),
                     ratio=statistics.median(r) / statistics.median(o),
                     round_ratio_range=(round_ratios[0], round_ratios[-1]),
+                    gpu_busy_ms=busy_ms, gpu_span_ms=span_ms,
+                    gpu_busy_ratio=busy_ms["ref"] / busy_ms["ours"],
                     loss=float(loss_o), ref_loss=float(loss_r),
                     max_grad_rel_err=max(grad_errs), median_grad_rel_err=statistics.median(grad_errs),
-                    timing="events"))
+                    timing="events (host included); GPU busy time from the profiler"))
     # Counted after all timing: the profiler's hooks would slow the eager training step.
     for rec, rec_ids in counted:
         rec["gemmt_kernels"] = _gemmt_kernel_count(lambda ids=rec_ids: infer(ours, ids))
@@ -478,8 +529,10 @@ def run(out_dir: Path, quick: bool = False, sections: str = ",".join(SECTIONS),
                   f"{r['out_features']:>7}  fwd vs "
                   f"eager {r['fwd_vs_eager']:.3f}{comp}  bwd vs eager {r['bwd_vs_eager']:.3f}")
         else:
+            wall = (f"  (GPU busy {r['gpu_busy_ms']['ours']:.2f} / {r['gpu_busy_ms']['ref']:.2f}"
+                    f" ms, ratio {r['gpu_busy_ratio']:.3f})" if "gpu_busy_ratio" in r else "")
             print(f"model   {r['phase']:11s} gemmt {r['ours_ms']:8.2f} ms  torch "
-                  f"{r['ref_ms']:8.2f} ms  ratio {r['ratio']:.3f}")
+                  f"{r['ref_ms']:8.2f} ms  ratio {r['ratio']:.3f}{wall}")
     for sec, s in summary.items():
         print(f"summary {sec}: {s}")
     print(f"wrote {path}")
