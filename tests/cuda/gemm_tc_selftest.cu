@@ -856,6 +856,23 @@ void run_many_waves_ab(Ctx& ctx, int rounds) {
   g_ab_min_waves = 0;
 }
 
+// --sk-ab-attention: the attention projections, which the Linear benchmark does not cover:
+// square weights of hidden sizes 4096 to 8192 and the narrow k / v projections of grouped
+// attention (1024 outputs), over 512 to 4096 tokens, single waves of tiles included.
+bool g_ab_attention = false;
+
+void run_attention_ab(Ctx& ctx, int rounds) {
+  const int64_t weights[][2] = {{4096, 4096}, {4096, 1024}, {5120, 5120}, {8192, 8192},
+                                {8192, 1024}};
+  for (int64_t t : {512, 1024, 2048, 4096}) {
+    for (const auto& w : weights) {
+      for (const char* what : {"fwd", "dgrad", "wgrad"}) {
+        time_schedules(ctx, AbProduct{what, t, w[0], w[1]}, rounds, false);
+      }
+    }
+  }
+}
+
 // --sk-ab-max-tokens T: the default list's products over at most T tokens only.
 int64_t g_ab_max_tokens = 0;
 
@@ -868,6 +885,10 @@ void run_stream_k_ab(Ctx& ctx, int rounds) {
   }
   if (g_ab_many_waves) {
     run_many_waves_ab(ctx, rounds);
+    return;
+  }
+  if (g_ab_attention) {
+    run_attention_ab(ctx, rounds);
     return;
   }
   const int64_t weights[][2] = {{4096, 11008}, {11008, 4096}, {4096, 14336}, {14336, 4096},
@@ -1066,6 +1087,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--sk-ab-tail")) g_ab_tail_only = true;
     if (!std::strcmp(argv[i], "--sk-ab-short-k")) g_ab_short_k = true;
     if (!std::strcmp(argv[i], "--sk-ab-many-waves")) g_ab_many_waves = true;
+    if (!std::strcmp(argv[i], "--sk-ab-attention")) g_ab_attention = true;
     if (!std::strcmp(argv[i], "--sk-ab-max-tokens") && i + 1 < argc) {
       g_ab_max_tokens = std::atoll(argv[++i]);
     }

@@ -7,6 +7,8 @@
 #   suite    the GPU test suite (not slow)
 #   bench    python -m gemmt bench linear (every section)
 #   anatomy  train_step_anatomy.py: the model section's training step taken apart
+#   attn     gemm_tc_selftest --sk-ab 3 --sk-ab-attention: the wide-tile schedules on the
+#            attention projections (square and grouped-query weights, 512-4096 tokens)
 #   wgrad    wgrad_in_step.py: a grad_weight product alone, on a new thread and in a backward
 #   t1024    the prefill section at 1024 tokens (the training step's products)
 #   ab       the prefill, decode, fused and model sections three times, alternating without
@@ -23,6 +25,8 @@ has suite && step pytest 330 "$PY" -m pytest tests -q -m "not slow" -x -p no:cac
 has bench && TAIL=30 step bench_linear 420 "$PY" -m gemmt bench linear --out "$OUT/linear"
 has anatomy && TAIL=40 step train_step_anatomy 300 "$PY" \
   benchmarks/experiments/programmatic_launch/train_step_anatomy.py
+has attn && TAIL=70 step sk_ab_attention 400 build/g/bin/gemm_tc_selftest --sk-ab 3 --runs 10 \
+  --sk-ab-attention
 has wgrad && TAIL=80 step wgrad_in_step 200 "$PY" \
   benchmarks/experiments/programmatic_launch/wgrad_in_step.py
 has t1024 && TAIL=60 step bench_prefill_1024 200 "$PY" -m gemmt bench linear --sections prefill \

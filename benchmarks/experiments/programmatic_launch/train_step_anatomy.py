@@ -49,6 +49,8 @@ def main() -> None:
     span = {"gemmt": [], "torch": []}
     groups = {"gemmt": collections.Counter(), "torch": collections.Counter()}
     counts = {}
+    per_kernel = {"gemmt": collections.defaultdict(lambda: [0.0, 0.0]),
+                  "torch": collections.defaultdict(lambda: [0.0, 0.0])}
     rounds = 5
     for _ in range(rounds):
         for name, model in (("gemmt", ours), ("torch", ref)):
@@ -62,12 +64,21 @@ def main() -> None:
                      "gemm (cuBLAS)" if any(s in n for s in ("nvjet", "gemm", "cutlass", "xmma")) else
                      "attention" if any(s in n for s in ("flash", "fmha", "attention")) else "other")
                 groups[name][g] += ev["own_us"] / 1e3 / rounds
+                if g.startswith("gemm"):
+                    short = n.replace("void gemmt::(anonymous namespace)::", "").split("(")[0]
+                    grid = ev.get("args", {}).get("grid")
+                    per_kernel[name][(short, str(grid))][0] += ev["own_us"] / rounds
+                    per_kernel[name][(short, str(grid))][1] += 1 / rounds
     for name in busy:
         print(f"{name}: {counts[name]} kernels a step, GPU busy {statistics.median(busy[name]):.3f} ms "
               f"of a {statistics.median(span[name]):.3f} ms span (rounds "
               f"{', '.join(f'{t:.3f}' for t in busy[name])})")
         for g, t in sorted(groups[name].items()):
             print(f"    {g:14s} {t:8.3f} ms")
+    for name, table in per_kernel.items():
+        print(f"==== {name}: GEMM kernels by busy time a step (us; calls a step)")
+        for (short, grid), (us, calls) in sorted(table.items(), key=lambda kv: -kv[1][0]):
+            print(f"    {us:9.1f} {calls:5.1f}  grid {grid:14s} {short}")
     print(f"busy-time ratio torch / gemmt: "
           f"{statistics.median(busy['torch']) / statistics.median(busy['gemmt']):.4f}; "
           f"span ratio {statistics.median(span['torch']) / statistics.median(span['gemmt']):.4f}")
