@@ -862,8 +862,8 @@ void run_many_waves_ab(Ctx& ctx, int rounds) {
 bool g_ab_attention = false;
 
 void run_attention_ab(Ctx& ctx, int rounds) {
-  const int64_t weights[][2] = {{4096, 4096}, {4096, 1024}, {5120, 5120}, {8192, 8192},
-                                {8192, 1024}};
+  const int64_t weights[][2] = {
+      {4096, 4096}, {4096, 1024}, {5120, 5120}, {8192, 8192}, {8192, 1024}};
   for (int64_t t : {512, 1024, 2048, 4096}) {
     for (const auto& w : weights) {
       for (const char* what : {"fwd", "dgrad", "wgrad"}) {

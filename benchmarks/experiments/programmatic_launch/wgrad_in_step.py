@@ -1,51 +1,29 @@
-"""Why a grad_weight product ran slower inside the training step than alone: the same
-product (g.T @ x, bf16) timed alone on the main thread, alone on a new thread, and inside an
-autograd backward (the engine's thread), with the kernels' full names, grids and times from
-the profiler's trace."""
+"""A grad_weight product (g.T @ x, bf16) timed alone on the main thread, alone on a new thread,
+and inside an autograd backward (the engine's thread), with the kernels' full names, grids
+and reported durations from the profiler's trace. (In the backward its reported duration
+includes the time its first blocks, placed early by the programmatic launch, waited for the
+grad_input product before it: results/h100_2026-11-27_programmatic_launch/README.md.)"""
 
 from __future__ import annotations
 
-import json
-import statistics
 import sys
-import tempfile
 import threading
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 import gemmt
+from gemmt._timing import median_ms
+from gemmt.bench_linear import gpu_busy_ms
 
 
-def events_ms(fn, reps: int = 20) -> float:
-    fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        out.append(s.elapsed_time(e))
-    return statistics.median(out)
+def events_ms(fn) -> float:
+    return median_ms(fn, "cuda", warmup=1, reps=20)
 
 
 def kernels(fn) -> list[tuple[str, float, object]]:
     fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        prof.export_chrome_trace(f.name)
-        trace = json.load(open(f.name))
-    out = []
-    for ev in trace["traceEvents"]:
-        if ev.get("cat") in ("kernel", "gpu_memset"):
-            args = ev.get("args", {})
-            out.append((ev["name"][:160], ev["dur"], args.get("grid")))
-    return out
+    _, _, kern = gpu_busy_ms(fn)
+    return [(ev["name"][:160], ev["dur"], ev.get("args", {}).get("grid")) for ev in kern]
 
 
 def main() -> None:
