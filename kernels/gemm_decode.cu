@@ -305,7 +305,7 @@ cudaError_t launch_decode(const DecodeParams& p, int ctas, cudaStream_t stream) 
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = p.cluster > 1 ? 1 : 0;
-  add_programmatic_launch(cfg, attr);
+  add_programmatic_launch<gemm_decode_kernel<T, kTiles, kRowWarps>>(cfg, attr);
   GEMMT_RETURN_IF_ERROR(cudaLaunchKernelEx(&cfg, gemm_decode_kernel<T, kTiles, kRowWarps>, p));
   GEMMT_RETURN_LAUNCH_ERROR();
 }

@@ -260,15 +260,15 @@ cudaError_t launch_pass(int64_t rows, int64_t cols, int sm_count, const T* grad,
   // Both kernels are programmatic launches (gemmt/launch.cuh): each one's blocks are placed
   // as the previous kernel's leave, and wait for its results before reading.
   const dim3 block(kColThreads, kRowThreads);
-  GEMMT_RETURN_IF_ERROR(launch_programmatic(kKernel, dim3(static_cast<unsigned>(plan.blocks)),
-                                            block, 0, stream, grad, preact, rows, cols, plan,
-                                            grad_preact, partial, bias_grad));
+  GEMMT_RETURN_IF_ERROR(launch_programmatic<kKernel>(dim3(static_cast<unsigned>(plan.blocks)),
+                                                     block, 0, stream, grad, preact, rows, cols,
+                                                     plan, grad_preact, partial, bias_grad));
   GEMMT_RETURN_IF_ERROR(cudaGetLastError());
   if constexpr (kSumBias) {
     if (any_strip_shared(plan)) {
-      GEMMT_RETURN_IF_ERROR(
-          launch_programmatic(sum_partials_kernel<T>, dim3(grid_1d(cols, 256)), dim3(256), 0,
-                              stream, static_cast<const float*>(partial), plan, cols, bias_grad));
+      GEMMT_RETURN_IF_ERROR(launch_programmatic<sum_partials_kernel<T>>(
+          dim3(grid_1d(cols, 256)), dim3(256), 0, stream, static_cast<const float*>(partial), plan,
+          cols, bias_grad));
     }
   }
   GEMMT_RETURN_LAUNCH_ERROR();

@@ -135,10 +135,31 @@ inline bool programmatic_launch_enabled() {
   return major >= 9;
 }
 
+// Whether kKernel's code on the current device has its grid_dependency_wait(): code built for
+// compute capability 9.0 or later does; code JIT-compiled from older PTX (a build for 8.0+PTX
+// run on a Hopper GPU) was compiled without it and must not be launched programmatically.
+template <auto kKernel>
+bool kernel_waits_for_grid_dependency() {
+  static std::atomic<int> cache[kMaxCachedDevices] = {};
+  int ptx_version = 0;
+  const cudaError_t err = cached_per_device(cache, &ptx_version, [](int, int* value) {
+    cudaFuncAttributes attr{};
+    const cudaError_t e = cudaFuncGetAttributes(&attr, kKernel);
+    *value = attr.ptxVersion;
+    return e;
+  });
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return ptx_version >= 90;
+}
+
 // Appends the programmatic-serialization attribute to cfg (whose attrs point at `attrs`, an
-// array with room for one more) when programmatic_launch_enabled().
-inline void add_programmatic_launch(cudaLaunchConfig_t& cfg, cudaLaunchAttribute* attrs) {
-  if (!programmatic_launch_enabled()) return;
+// array with room for one more) when programmatic_launch_enabled() and kKernel waits for it.
+template <auto kKernel>
+void add_programmatic_launch(cudaLaunchConfig_t& cfg, cudaLaunchAttribute* attrs) {
+  if (!programmatic_launch_enabled() || !kernel_waits_for_grid_dependency<kKernel>()) return;
   cudaLaunchAttribute& a = attrs[cfg.numAttrs];
   a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   a.val.programmaticStreamSerializationAllowed = 1;
@@ -146,19 +167,19 @@ inline void add_programmatic_launch(cudaLaunchConfig_t& cfg, cudaLaunchAttribute
   cfg.numAttrs += 1;
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic launch where enabled: the
+// kKernel<<<grid, block, smem, stream>>>(args...), as a programmatic launch where enabled: the
 // kernel must call grid_dependency_wait() before it touches global memory.
-template <typename... Params, typename... Args>
-cudaError_t launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem,
-                                cudaStream_t stream, Args&&... args) {
+template <auto kKernel, typename... Args>
+cudaError_t launch_programmatic(dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
+                                Args&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
-  add_programmatic_launch(cfg, attr);
-  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  add_programmatic_launch<kKernel>(cfg, attr);
+  return cudaLaunchKernelEx(&cfg, kKernel, std::forward<Args>(args)...);
 }
 
 }  // namespace gemmt

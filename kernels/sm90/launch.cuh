@@ -133,7 +133,7 @@ cudaError_t launch(const Maps& maps, Params p, int sm_count, SkSpread sk, cudaSt
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = kCluster > 1 ? 1 : 0;
-  add_programmatic_launch(cfg, attr);
+  add_programmatic_launch<kernel>(cfg, attr);
   GEMMT_RETURN_IF_ERROR(cudaLaunchKernelEx(&cfg, kernel, maps.a, maps.b, maps.c, p));
   GEMMT_RETURN_LAUNCH_ERROR();
 }
