@@ -33,8 +33,10 @@ beside it (``gpu_busy_ratio``).
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import statistics
+import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -109,9 +111,6 @@ def gpu_busy_ms(fn: Callable[[], object]) -> tuple[float, float, list[dict[str, 
     reported durations overlap. The span runs from the first kernel's start to the last one's
     end; span minus busy is the time the GPU sat idle, waiting for the host.
     """
-    import json
-    import tempfile
-
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
@@ -529,10 +528,10 @@ def run(out_dir: Path, quick: bool = False, sections: str = ",".join(SECTIONS),
                   f"{r['out_features']:>7}  fwd vs "
                   f"eager {r['fwd_vs_eager']:.3f}{comp}  bwd vs eager {r['bwd_vs_eager']:.3f}")
         else:
-            wall = (f"  (GPU busy {r['gpu_busy_ms']['ours']:.2f} / {r['gpu_busy_ms']['ref']:.2f}"
+            busy = (f"  (GPU busy {r['gpu_busy_ms']['ours']:.2f} / {r['gpu_busy_ms']['ref']:.2f}"
                     f" ms, ratio {r['gpu_busy_ratio']:.3f})" if "gpu_busy_ratio" in r else "")
             print(f"model   {r['phase']:11s} gemmt {r['ours_ms']:8.2f} ms  torch "
-                  f"{r['ref_ms']:8.2f} ms  ratio {r['ratio']:.3f}{wall}")
+                  f"{r['ref_ms']:8.2f} ms  ratio {r['ratio']:.3f}{busy}")
     for sec, s in summary.items():
         print(f"summary {sec}: {s}")
     print(f"wrote {path}")
