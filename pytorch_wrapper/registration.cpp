@@ -81,7 +81,18 @@ at::Tensor call_scale(const at::Tensor& x, double factor) {
   return op.call(x, factor);
 }
 
-// d(a@b) = g @ b^T and a^T @ g: transposed views, no copies; gemm reads the strides.
+// A matrix stored column by column (a transposed view of a row-major one), with more than
+// one row and column so that the layout is not ambiguous.
+bool is_column_major(const at::Tensor& t) {
+  return t.dim() == 2 && t.size(0) > 1 && t.size(1) > 1 && t.stride(0) == 1 &&
+         t.stride(1) >= t.size(0);
+}
+
+// d(a@b) = g @ b^T and a^T @ g: transposed views, no copies; gemm reads the strides. Each
+// gradient comes out in its operand's layout: autograd copies a gradient whose strides differ
+// from its leaf's into the leaf's layout (AccumulateGrad), so the gradient of a transposed
+// weight (x @ W.t(), the usual way to call mm for a Linear) is computed as the transpose of
+// a row-major product, (g^T @ a)^T, rather than written row-major and copied afterwards.
 class MmFunction : public torch::autograd::Function<MmFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b) {
@@ -91,10 +102,15 @@ class MmFunction : public torch::autograd::Function<MmFunction> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
+    const at::Tensor &a = saved[0], &b = saved[1];
     const at::Tensor& g = grads[0];
     at::Tensor ga, gb;
-    if (ctx->needs_input_grad(0)) ga = call_mm(g, saved[1].t());
-    if (ctx->needs_input_grad(1)) gb = call_mm(saved[0].t(), g);
+    if (ctx->needs_input_grad(0)) {
+      ga = is_column_major(a) ? call_mm(b, g.t()).t() : call_mm(g, b.t());
+    }
+    if (ctx->needs_input_grad(1)) {
+      gb = is_column_major(b) ? call_mm(g.t(), a).t() : call_mm(a.t(), g);
+    }
     return {ga, gb};
   }
 };

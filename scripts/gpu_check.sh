@@ -2,11 +2,12 @@
 # On a CUDA machine, in one go: build gemmt (pip and plain CMake), run the standalone kernel
 # self-tests, the whole pytest suite (CUDA cases included), the demo, and the benchmarks.
 # Logs and JSON go under $OUT (default ./gpu-out); a summary is printed last.
-#   STAGES="build selftest test slow demo linear bench profile sanitize" (default: all but
-#   profile and sanitize)
+#   STAGES="build selftest test slow demo linear bench mm tune profile sanitize" (default: all
+#   but profile and sanitize); "buildtime" alone times the pip build (cold, then after touching
+#   one kernel file) and records each translation unit's compile time and the module's size.
 #   BENCH_ARGS="--quick"   passed to python -m gemmt bench
 cd "$(dirname "$0")/.."
-STAGES=${STAGES:-"build selftest test slow demo linear bench"}
+STAGES=${STAGES:-"build selftest test slow demo linear bench mm tune"}
 source scripts/stages.sh
 # PYTEST_TARGETS narrows the test stage (default: the whole suite).
 PYTEST_TARGETS=${PYTEST_TARGETS:-tests}
@@ -20,6 +21,21 @@ export MAX_JOBS=${MAX_JOBS:-$(nproc)}
   cmake --version | head -1
 } >"$LOGS/environment.txt" 2>&1
 note "device: $($PY -c 'import torch; print(torch.cuda.get_device_name())' 2>/dev/null)"
+
+if has buildtime; then
+  # The pip build alone on every core, cold, then after touching one kernel file; then what
+  # each translation unit took (.ninja_log) and what the module's size is made of.
+  rm -rf build/cp*
+  stage "pip install, cold" "$LOGS/pip_cold.log" \
+    $PY -m pip install --no-build-isolation --no-deps -v .
+  touch kernels/elementwise.cu
+  stage "pip install, one kernel touched" "$LOGS/pip_touch.log" \
+    $PY -m pip install --no-build-isolation --no-deps -v .
+  bdir=$(ls -d build/cp* | head -n1)
+  $PY scripts/build_report.py "$bdir" --json "$OUT/build_report.json" | tee -a "$SUMMARY"
+  $PY -X importtime -c "import gemmt" 2>"$LOGS/importtime.log"
+  $PY -c "import time; t=time.perf_counter(); import torch; t1=time.perf_counter(); import gemmt; t2=time.perf_counter(); print(f'import torch {t1-t:.3f} s, then import gemmt {t2-t1:.3f} s (ops registered: {hasattr(torch.ops.gemmt, \"mm\")})')" | tee -a "$SUMMARY"
+fi
 
 if has build; then
   # The plain CMake build runs beside the pip build; both use every core.
@@ -64,6 +80,16 @@ if has test; then
     $PY -m pytest $PYTEST_TARGETS -q -m "not slow" -rfE -p no:cacheprovider --timeout 600
   tail -n 3 "$LOGS/pytest.log" | tee -a "$SUMMARY"
   cp docs/bad_input_matrix_*.md "$LOGS/" 2>/dev/null
+fi
+
+if has mm; then
+  stage "bench mm" "$LOGS/bench_mm.log" $PY -m gemmt bench mm --out "$OUT"
+  grep -v "it/s\|s/it" "$LOGS/bench_mm.log" | tail -n 60 >>"$SUMMARY"
+fi
+
+if has tune && $PY -m gemmt bench --help 2>/dev/null | grep -q tune; then
+  stage "bench tune" "$LOGS/bench_tune.log" $PY -m gemmt bench tune --out "$OUT"
+  grep -v "it/s\|s/it" "$LOGS/bench_tune.log" | tail -n 60 >>"$SUMMARY"
 fi
 
 if has demo; then

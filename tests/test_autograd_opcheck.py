@@ -36,6 +36,30 @@ def test_gradcheck_mm(device: str) -> None:
     check_grad(lambda x, y: gemmt.mm(x.t(), y.t()), (a, b))  # transposed views
 
 
+@pytest.mark.parametrize("a_t", [False, True])
+@pytest.mark.parametrize("b_t", [False, True])
+def test_mm_gradients_keep_operand_layout(device: str, a_t: bool, b_t: bool) -> None:
+    # mm's backward writes each gradient in its operand's layout, so autograd has no copy
+    # to make before accumulating it (the gradient of W in x @ W.t() is W's own layout).
+    torch.manual_seed(0)
+    dtype = torch.float32
+    x = torch.randn(24, 40, device=device, dtype=dtype)
+    w = torch.randn(40, 56, device=device, dtype=dtype)
+    x_leaf = (x.t().contiguous() if a_t else x).requires_grad_()
+    w_leaf = (w.t().contiguous() if b_t else w).requires_grad_()
+    a = x_leaf.t() if a_t else x_leaf
+    b = w_leaf.t() if b_t else w_leaf
+    g = torch.randn(24, 56, device=device, dtype=dtype)
+    ga, gb = torch.autograd.grad(gemmt.mm(a, b), (x_leaf, w_leaf), g)
+    assert ga.stride() == x_leaf.stride() and gb.stride() == w_leaf.stride()
+    ref_a = (g.double() @ w.double().t())
+    ref_b = (x.double().t() @ g.double())
+    got_a = ga.t() if a_t else ga
+    got_b = gb.t() if b_t else gb
+    assert torch.allclose(got_a.double(), ref_a, rtol=1e-5, atol=1e-4)
+    assert torch.allclose(got_b.double(), ref_b, rtol=1e-5, atol=1e-4)
+
+
 def test_gradcheck_add(device: str) -> None:
     check_grad(gemmt.add, grad_inputs(device, (4, 6), (4, 6)))
 

@@ -64,6 +64,53 @@ def test_load_library_of_installed_extension() -> None:
     assert "SMOKE-OK" in out
 
 
+def test_import_registers_ops() -> None:
+    # torch.ops.gemmt.* exists right after `import gemmt`, before any gemmt.* call, and a
+    # compiled function whose first gemmt call is traced finds it too.
+    out = run_python(
+        "import torch, gemmt\n"
+        "y = torch.ops.gemmt.linear(torch.randn(2, 3), torch.randn(4, 3), None, 'none')\n"
+        "assert y.shape == (2, 4)\n"
+        "print('IMPORT-OK')\n"
+    )
+    assert "IMPORT-OK" in out
+    out = run_python(
+        "import torch, gemmt\n"
+        "f = torch.compile(lambda x, w: torch.ops.gemmt.linear(x, w, None, 'relu'), backend='eager')\n"
+        "x, w = torch.randn(5, 8), torch.randn(3, 8)\n"
+        "assert torch.allclose(f(x, w), torch.relu(x @ w.t()), atol=1e-5)\n"
+        "print('COMPILE-OK')\n"
+    )
+    assert "COMPILE-OK" in out
+
+
+def test_load_library_then_import_keeps_one_copy() -> None:
+    # A bare load_library first, then the package: the package adopts that very file (a
+    # second file would register the namespace twice, which the dispatcher refuses).
+    path = gemmt.library_path()
+    out = run_python(
+        f"import torch; torch.ops.load_library({path!r})\n"
+        "import gemmt, os\n"
+        f"assert os.path.samefile(gemmt.library_path(), {path!r})\n"
+        "assert torch.allclose(gemmt.mm(torch.eye(3), torch.ones(3, 2)), torch.ones(3, 2))\n"
+        "print('ONE-COPY-OK')\n"
+    )
+    assert "ONE-COPY-OK" in out
+
+
+def test_autoload_can_be_deferred() -> None:
+    out = run_python(
+        "import torch, gemmt\n"
+        "from gemmt import _native\n"
+        "assert not _native.is_loaded() and not hasattr(torch.ops.gemmt, 'mm')\n"
+        "assert gemmt.mm(torch.eye(2), torch.eye(2)).shape == (2, 2)\n"
+        "assert _native.is_loaded()\n"
+        "print('DEFER-OK')\n",
+        env={"GEMMT_AUTOLOAD": "0"},
+    )
+    assert "DEFER-OK" in out
+
+
 def test_installed_package_reports_its_build() -> None:
     info = gemmt.build_info()
     assert info["torch_version"].split("+")[0] == torch.__version__.split("+")[0]
@@ -92,7 +139,9 @@ def test_jit_load_and_load_inline(tmp_path: Path) -> None:
         "print('JIT-OK')\n"
     )
     os.makedirs(tmp_path, exist_ok=True)
-    assert "JIT-OK" in run_python(code)
+    # gemmt is installed here, and importing it loads that build: the JIT way asks for no
+    # load at import, as its docs say.
+    assert "JIT-OK" in run_python(code, env={"GEMMT_AUTOLOAD": "0"})
 
 
 @pytest.mark.slow

@@ -218,6 +218,12 @@ __device__ __forceinline__ float post_activation(Activation act, float z) {
 // holding the bias too (that spilled). `interior`: the round can take
 // post_round_interior (the bias, if any, is per column, 16-byte aligned and covers the
 // round's columns).
+// 16-bit outputs have the bias added by the fill (bias_in_fill), so their post pass has none.
+template <typename T>
+__host__ __device__ constexpr bool bias_in_fill() {
+  return sizeof(T) == 2;
+}
+
 template <typename T, int kBoxes = 2>
 struct PostBias {
   static constexpr int kPer = 16 / static_cast<int>(sizeof(T));
@@ -225,7 +231,7 @@ struct PostBias {
   bool interior;
 
   __device__ __forceinline__ PostBias(const EpilogueParams& e, int cbase, int cols) {
-    const T* bias = static_cast<const T*>(e.bias);
+    const T* bias = bias_in_fill<T>() ? nullptr : static_cast<const T*>(e.bias);
     interior =
         bias == nullptr || (!e.bias_per_row && (reinterpret_cast<uintptr_t>(bias) & 15u) == 0 &&
                             cbase + kBoxes * kBoxCols <= cols);
@@ -302,10 +308,10 @@ __device__ __forceinline__ void post_round_interior(const EpilogueView<T>& v, ui
 // The epilogue (bias, pre-activation output, activation) over one staged round: kBoxes (two,
 // or one on the 128x192 tile) 128B-swizzled boxes of 64 lines, whose line r holds C row rbase + r
 // and 16-byte chunk c of box b holds the C columns from cbase + b * (128 / sizeof(T)) + c * (16 /
-// sizeof(T)). The fill has applied alpha and beta and rounded to T. Interior rounds take
-// post_round_interior; the others (edges, a per-row or unaligned bias or pre-activation)
-// one rolled loop over 16-byte chunks that checks each, so that general code exists once
-// per kernel and activation.
+// sizeof(T)). The fill has applied alpha and beta (and, for 16-bit T, the bias) and rounded to T.
+// Interior rounds take post_round_interior; the others (edges, a per-row or unaligned bias or
+// pre-activation) one rolled loop over 16-byte chunks that checks each, so that general code exists
+// once per kernel and activation.
 template <typename T, int kBoxes, int kAct>
 __device__ __forceinline__ void epilogue_post_round_with(const EpilogueParams& e,
                                                          const PostBias<T, kBoxes>& pb,
@@ -313,7 +319,8 @@ __device__ __forceinline__ void epilogue_post_round_with(const EpilogueParams& e
                                                          int rows, int cols) {
   constexpr int kPer = 16 / static_cast<int>(sizeof(T));
   constexpr int kBoxCols = 128 / static_cast<int>(sizeof(T));
-  const EpilogueView<T> v = e.view<T>();
+  EpilogueView<T> v = e.view<T>();
+  if constexpr (bias_in_fill<T>()) v.bias = nullptr;
   const bool bias_vec =
       v.bias != nullptr && !v.bias_per_row && (reinterpret_cast<uintptr_t>(v.bias) & 15u) == 0;
   const bool pre_vec = v.preact != nullptr && (reinterpret_cast<uintptr_t>(v.preact) & 15u) == 0 &&
@@ -444,6 +451,19 @@ __device__ __forceinline__ void prefetch_tile_bias(const Params& p, int n0) {
   }
 }
 
+// The per-column bias of an accumulator pair's columns gc and gc + 1 (gc even), zero past
+// the edge: one 4-byte load where the pair is aligned (`pairs`: n even, bias 4-byte aligned).
+template <typename T>
+__device__ __forceinline__ void fill_bias_cols(const T* bias, int n, bool pairs, int gc,
+                                               float (&b)[2]) {
+  if (pairs && gc < n) {
+    unpack_pair<T>(__ldg(reinterpret_cast<const unsigned int*>(bias + gc)), b[0], b[1]);
+  } else {
+    b[0] = gc < n ? to_float(bias[gc]) : 0.f;
+    b[1] = gc + 1 < n ? to_float(bias[gc + 1]) : 0.f;
+  }
+}
+
 // A wide, three-quarter or medium tile's block (2 * kAcc columns) through shared memory:
 // each round fills kBoxes 128B-swizzled 64-row boxes of the warpgroup's staging buffer
 // (TileCfg::kCBoxes), which TMA writes out, clipping the edges.
@@ -481,10 +501,20 @@ __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorM
   // kAct (an Activation, or kFillPlain): the bias and the activation applied right here, on
   // the accumulators, where 32-64 independent values a thread keep the arithmetic at its issue
   // rate and no barrier or second pass over shared memory is needed (see fill_epilogue).
+  //
+  // kBias (16-bit T, outside the in-fill epilogue): the bias added here too, on the float
+  // values, before their one rounding to T; the post pass then applies the activation and
+  // writes the pre-activation from what is in the buffer. (Added in the post pass, the bias
+  // met values already rounded to T: a second rounding that moved pre-activations near zero
+  // across it, and with them ReLU's mask. float16 ReLU gradients came out 6x less accurate
+  // than torch's.)
   const T* const bias = static_cast<const T*>(p.epi.bias);
-  auto fill_round = [&](int rd, auto beta_tag, auto act_tag) {
+  const bool bias_pairs =
+      p.n % 2 == 0 && (reinterpret_cast<uintptr_t>(bias) & 3u) == 0 && !p.epi.bias_per_row;
+  auto fill_round = [&](int rd, auto beta_tag, auto act_tag, auto bias_tag) {
     constexpr bool kBeta = decltype(beta_tag)::value;
     constexpr int kAct = decltype(act_tag)::value;
+    constexpr bool kBias = decltype(bias_tag)::value;
 #pragma unroll
     for (int jj = 0; jj < kGroupsPerRound; ++jj) {
       const int j = rd * kGroupsPerRound + jj;
@@ -497,6 +527,9 @@ __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorM
           raw = __ldg(reinterpret_cast<const unsigned int*>(bias + n0 + 8 * j + 2 * t));
         }
         if constexpr (kElt == 2) unpack_pair<T>(raw, bias_pair[0], bias_pair[1]);
+      } else if constexpr (kBias) {
+        if (!p.epi.bias_per_row)
+          fill_bias_cols<T>(bias, p.n, bias_pairs, n0 + 8 * j + 2 * t, bias_pair);
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -514,6 +547,16 @@ __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorM
         if constexpr (kAct != kFillPlain) {
           v0 = post_activation<kAct>(Activation::kNone, v0 + bias_pair[0]);
           v1 = post_activation<kAct>(Activation::kNone, v1 + bias_pair[1]);
+        } else if constexpr (kBias) {
+          if (p.epi.bias_per_row) {
+            const int gr = row0 + warp_in_wg * 16 + g + 8 * h;
+            const float rb = gr < p.m ? to_float(bias[gr]) : 0.f;
+            v0 += rb;
+            v1 += rb;
+          } else {
+            v0 += bias_pair[0];
+            v1 += bias_pair[1];
+          }
         }
         const uint32_t addr = row_base[h] + off;
         if constexpr (kElt == 4) {
@@ -526,6 +569,7 @@ __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorM
   };
   const bool epi_in_fill = fill_epilogue<T, kAcc>(p);
   using Plain = std::integral_constant<int, kFillPlain>;
+  const bool plain_bias = bias_in_fill<T>() && bias != nullptr;
 #pragma unroll
   for (int rd = 0; rd < kRounds; ++rd) {
     // Rounds whose columns all lie in C; an edge round leaves its epilogue to the post pass,
@@ -537,15 +581,23 @@ __device__ __forceinline__ void store_block_tma(const Params& p, const CUtensorM
           with_activation(p.epi.act, [&](auto a) {
             constexpr Activation kA = decltype(a)::value;
             if constexpr (fill_takes<T>(kA)) {
-              fill_round(rd, std::false_type{},
-                         std::integral_constant<int, static_cast<int>(kA)>{});
+              fill_round(rd, std::false_type{}, std::integral_constant<int, static_cast<int>(kA)>{},
+                         std::false_type{});
             }
           });
         }
+      } else if (plain_bias) {
+        if constexpr (bias_in_fill<T>()) {
+          if (p.beta != 0.f) {
+            fill_round(rd, std::true_type{}, Plain{}, std::true_type{});
+          } else {
+            fill_round(rd, std::false_type{}, Plain{}, std::true_type{});
+          }
+        }
       } else if (p.beta != 0.f) {
-        fill_round(rd, std::true_type{}, Plain{});
+        fill_round(rd, std::true_type{}, Plain{}, std::false_type{});
       } else {
-        fill_round(rd, std::false_type{}, Plain{});
+        fill_round(rd, std::false_type{}, Plain{}, std::false_type{});
       }
     };
     auto issue = [&] {

@@ -3,7 +3,8 @@
 Ops: :func:`gemm`, :func:`mm`, :func:`linear`, :func:`add`, :func:`square`, :func:`scale`,
 :func:`swiglu`, :func:`rgb_to_gray`, :func:`normalize_volume` (every name in
 ``gemmt.ops.__all__``), also reachable as ``torch.ops.gemmt.<op>``.
-The native library loads on first use (see :mod:`gemmt._native`).
+Importing the package loads the native library, which registers ``torch.ops.gemmt`` (see
+:mod:`gemmt._native`; ``GEMMT_AUTOLOAD=0`` defers it for a JIT build of one's own).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from gemmt import _native, distributed, nn, ops
 from gemmt.ops import *  # noqa: F401,F403
 
 __version__ = "0.1.0"
+
+_native.autoload()
 
 __all__ = ["GEMM_VARIANTS", "build_info", "distributed", "library_path", "nn", *ops.__all__]
 
@@ -30,7 +33,7 @@ def library_path() -> str:
 
 
 def __getattr__(name: str) -> object:
-    # GEMM_VARIANTS comes from the native library, loaded on first use rather than on import.
+    # GEMM_VARIANTS comes from the native library (a source checkout imports without one).
     if name == "GEMM_VARIANTS":
         return ops.gemm_variants()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,6 +6,8 @@
     python -m gemmt bench memory    memory-bound ops against the copy bandwidth
     python -m gemmt bench linear    Linear layers (training products, decode, fused
                                     epilogues, a whole model) against PyTorch
+    python -m gemmt bench mm        mm / gemm under autograd (every operand layout) and
+                                    single held-out products against PyTorch
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("demo", help="run every op and compare with PyTorch (the default)")
     sub.add_parser("info", help="print build_info() as JSON")
     bench = sub.add_parser("bench", help="benchmarks: JSON, table and PNG plot")
-    bench.add_argument("suite", choices=["gemm", "memory", "linear", "all"])
+    bench.add_argument("suite", choices=["gemm", "memory", "linear", "mm", "all"])
     bench.add_argument("--out", default="benchmarks/results", help="output directory")
     bench.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
     bench.add_argument("--sections", default="prefill,fp32,decode,fused,model",
@@ -123,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "info":
         print(json.dumps(gemmt.build_info(), indent=2))
         return 0
+    if args.cmd == "bench" and args.suite == "mm":
+        from gemmt import bench_mm
+
+        return bench_mm.run(args.out, quick=args.quick)
     if args.cmd == "bench":
         from gemmt import bench as bench_mod
 

@@ -2,8 +2,14 @@
 
 Only one copy of the library may be loaded per process (it registers the ``gemmt``
 namespace). It comes from, in order: ``$GEMMT_LIBRARY`` (path to a built ``_gemmt*.so``),
-the extension installed with the package (``pip install``), or a module handed over by
+a gemmt library that a bare ``torch.ops.load_library(path)`` loaded already (the same file
+is then imported as the module, so its ops are not registered twice), the extension
+installed with the package (``pip install``), or a module handed over by
 :func:`gemmt.jit.load`.
+
+``import gemmt`` loads it (:func:`autoload`), so ``torch.ops.gemmt.*`` exists as soon as
+the package is imported, as with PyTorch's own kernel packages. ``GEMMT_AUTOLOAD=0`` skips
+that, for a process that will build and load its own copy with :func:`gemmt.jit.load`.
 """
 
 from __future__ import annotations
@@ -36,6 +42,30 @@ def _load_from_path(path: str) -> ModuleType:
     return module
 
 
+def _library_loaded_by_torch() -> str | None:
+    """Path of a gemmt library that ``torch.ops.load_library`` loaded into this process.
+
+    Such a library has registered ``torch.ops.gemmt`` already; importing any other file
+    would register the namespace a second time, which the dispatcher refuses.
+    """
+    for path in getattr(torch.ops, "loaded_libraries", ()):
+        name = os.path.basename(str(path))
+        if name.startswith("_gemmt") or name.startswith("gemmt"):
+            if hasattr(torch.ops.gemmt, "gemm"):
+                return str(path)
+    return None
+
+
+def _find_and_load() -> ModuleType:
+    path = os.environ.get("GEMMT_LIBRARY") or _library_loaded_by_torch()
+    if path:
+        return _load_from_path(path)
+    try:
+        return importlib.import_module("gemmt._gemmt")
+    except ImportError as exc:
+        raise ImportError(_NOT_BUILT) from exc
+
+
 def load() -> ModuleType:
     """Return the native module, loading it on first use."""
     global _module
@@ -43,19 +73,28 @@ def load() -> ModuleType:
         return _module
     with _lock:
         if _module is None:
-            path = os.environ.get("GEMMT_LIBRARY")
-            if path:
-                _module = _load_from_path(path)
-            else:
-                try:
-                    _module = importlib.import_module("gemmt._gemmt")
-                except ImportError as exc:
-                    raise ImportError(_NOT_BUILT) from exc
+            _module = _find_and_load()
         # DTensor in use already: give it gemmt's sharding rules now that the ops exist.
         from gemmt import distributed
 
         distributed.maybe_register()
     return _module
+
+
+def autoload() -> None:
+    """Load the library at ``import gemmt`` where one is there to load.
+
+    A source checkout with no built extension (the JIT way in) imports without one: its ops
+    appear when :func:`gemmt.jit.load` hands its build over. ``GEMMT_AUTOLOAD=0`` skips the
+    load. Any other failure (a library built for another torch, say) is raised here, at the
+    import, rather than at some later first call.
+    """
+    if os.environ.get("GEMMT_AUTOLOAD", "1").strip().lower() in ("0", "false", "no", "off"):
+        return
+    explicit = os.environ.get("GEMMT_LIBRARY") or _library_loaded_by_torch()
+    if not explicit and importlib.util.find_spec("gemmt._gemmt") is None:
+        return
+    load()
 
 
 def is_loaded() -> bool:

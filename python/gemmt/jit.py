@@ -97,8 +97,9 @@ def load(
     """
     if _native.is_loaded():
         raise RuntimeError(
-            "gemmt.jit.load: a gemmt library is already loaded in this process; "
-            "call gemmt.jit.load() before any other gemmt op, in a fresh process"
+            "gemmt.jit.load: a gemmt library is already loaded in this process (importing "
+            "gemmt loads the installed one); set GEMMT_AUTOLOAD=0 before the import, or call "
+            "gemmt.jit.load() in a process without an installed gemmt"
         )
     if with_cuda is None:
         with_cuda = cuda_available_for_build()

@@ -34,8 +34,8 @@ def gemm_variants() -> tuple[str, ...]:
 
 
 def __getattr__(name: str) -> object:
-    # GEMM_VARIANTS is looked up lazily: importing gemmt must not load the library (gemmt.jit
-    # loads its own build first).
+    # GEMM_VARIANTS is looked up lazily: a source checkout imports gemmt with no library
+    # (gemmt.jit loads its own build later).
     if name == "GEMM_VARIANTS":
         return gemm_variants()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
