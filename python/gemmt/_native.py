@@ -13,11 +13,15 @@ import importlib.util
 import os
 import threading
 from types import ModuleType
+from typing import Callable
 
 import torch  # noqa: F401  (the extension links against torch's libraries)
 
 _lock = threading.Lock()
 _module: ModuleType | None = None
+# Run once the library is loaded (gemmt.distributed adds its DTensor registration). Modules
+# that need to act on load register here, so this loader imports none of them.
+_on_load: list[Callable[[], None]] = []
 
 _NOT_BUILT = (
     "gemmt's compiled extension was not found. Build it with "
@@ -51,11 +55,16 @@ def load() -> ModuleType:
                     _module = importlib.import_module("gemmt._gemmt")
                 except ImportError as exc:
                     raise ImportError(_NOT_BUILT) from exc
-        # DTensor in use already: give it gemmt's sharding rules now that the ops exist.
-        from gemmt import distributed
-
-        distributed.maybe_register()
+        for callback in list(_on_load):
+            callback()
     return _module
+
+
+def on_load(callback: Callable[[], None]) -> None:
+    """Call ``callback`` after the library's first load, or now if it is loaded already."""
+    _on_load.append(callback)
+    if _module is not None:
+        callback()
 
 
 def is_loaded() -> bool:
