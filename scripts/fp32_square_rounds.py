@@ -22,7 +22,7 @@ import torch
 
 import gemmt
 from gemmt._timing import median_ms
-from gemmt.bench import _write, environment
+from gemmt._report import environment, write as _write
 
 
 def _rounds(m: int, rounds: int) -> dict[str, Any]:

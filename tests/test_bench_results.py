@@ -1,21 +1,29 @@
-"""The committed benchmark results carry the fields the reports promise, and the plots can be
-redrawn from them (no GPU needed)."""
+"""The committed benchmark results carry the fields the reports promise, their summaries agree
+with their records, the plots can be redrawn from them (no GPU needed), and the results tree
+stays what it promises: one folder per GPU and benchmark, each with JSON, PNG and a README,
+3 MB in all."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import statistics
 from pathlib import Path
 
 import pytest
 
-from gemmt import bench
+from gemmt import bench, bench_linear
 
-RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+# The folders the docs quote: one per GPU (count) and benchmark.
+FOLDERS = {"h100_gemm": "gemm", "h100_memory": "memory", "h100_linear": "linear",
+           "h100x2_mlp_tp": "mlp_tp_scaling", "h100x4_mlp_tp": "mlp_tp_scaling"}
 COMMON = {"op", "dtype", "ours_ms", "ref_ms", "device_name", "torch_version", "date"}
 
 
 def _load(suite: str) -> list[dict]:
-    files = sorted(RESULTS.glob(f"{suite}_*.json"))
+    files = sorted(RESULTS.glob(f"*/{suite}_*.json")) + sorted(RESULTS.glob(f"*/{suite}.json"))
     if not files:
         pytest.skip(f"no committed {suite} results")
     return [json.loads(f.read_text()) for f in files]
@@ -51,3 +59,74 @@ def test_plots_redraw_from_committed_results(tmp_path: Path) -> None:
     bench._plot_memory(mem["records"], mem["copy_gbps"], tmp_path / "memory.png")
     assert (tmp_path / "gemm.png").stat().st_size > 10_000
     assert (tmp_path / "memory.png").stat().st_size > 10_000
+
+
+def test_linear_results_have_the_promised_fields_and_summary() -> None:
+    for doc in _load("linear"):
+        records = doc["records"]
+        sections = {r["section"] for r in records}
+        assert {"prefill", "fp32", "decode", "fused", "model"} <= sections, sections
+        for r in records:
+            if r["section"] in ("prefill", "fp32"):
+                assert r["ours_ms"] > 0 and r["ref_ms"] > 0
+                assert r["ratio"] == pytest.approx(r["ref_ms"] / r["ours_ms"], rel=1e-6)
+                assert r["rel_err_vs_torch"] <= (1e-2 if r["dtype"] != "float32" else 1e-4), r
+            elif r["section"] == "decode":
+                assert r["ratio"] == pytest.approx(r["ref_us"] / r["ours_us"], rel=1e-6)
+                assert r["bw_fraction"] > 0, r
+            elif r["section"] == "model":
+                assert r["ratio"] == pytest.approx(r["ref_ms"] / r["ours_ms"], rel=1e-6)
+        # The summary the README quotes is the one its records give.
+        assert doc["summary"] == bench_linear._summary(records)
+        prefill = [r["ratio"] for r in records if r["section"] == "prefill"]
+        assert doc["summary"]["prefill"]["median_ratio"] == statistics.median(prefill)
+
+
+def test_scaling_results_have_the_promised_fields() -> None:
+    docs = _load("mlp_tp_scaling")
+    assert {len(d["runs"]) for d in docs} >= {2, 3}, "the 2- and 4-GPU results"
+    for doc in docs:
+        assert doc["shape"] == {"dim": 4096, "hidden": 11008, "tokens": 8192, "dtype": "bfloat16"}
+        runs = doc["runs"]
+        assert runs[0]["gpus"] == 1
+        for r in runs:
+            assert r["torch"]["step_ms"] > 0 and r["gemmt"]["step_ms"] > 0
+            assert r["gemmt_vs_torch"] == pytest.approx(
+                r["torch"]["step_ms"] / r["gemmt"]["step_ms"], rel=1e-6)
+            for impl in ("torch", "gemmt"):
+                assert r[impl]["speedup"] == pytest.approx(
+                    runs[0][impl]["step_ms"] / r[impl]["step_ms"], rel=1e-6)
+                assert r[impl]["step_ms"] == pytest.approx(statistics.median(r[impl]["rounds_ms"]))
+            assert r["max_rel_err"] < 1e-3, r
+
+
+def test_linear_plot_redraws_from_committed_results(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    doc = _load("linear")[0]
+    bench_linear._plot(doc["records"], tmp_path / "linear.png")
+    assert (tmp_path / "linear.png").stat().st_size > 10_000
+
+
+def test_scaling_plot_redraws_from_committed_results(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    spec = importlib.util.spec_from_file_location("mlp_tp_scaling",
+                                                  ROOT / "benchmarks" / "mlp_tp_scaling.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for doc in _load("mlp_tp_scaling"):
+        assert module._plot(doc, tmp_path / "scaling.png")
+        assert (tmp_path / "scaling.png").stat().st_size > 10_000
+
+
+def test_results_tree_is_one_folder_per_gpu_and_benchmark() -> None:
+    folders = {p.name for p in RESULTS.iterdir() if p.is_dir() and p.name.startswith("h100")}
+    assert folders == set(FOLDERS), sorted(folders ^ set(FOLDERS))
+    for name, suite in FOLDERS.items():
+        folder = RESULTS / name
+        assert (folder / "README.md").is_file(), name
+        assert list(folder.glob(f"{suite}*.json")) and list(folder.glob(f"{suite}*.png")), name
+        for f in folder.iterdir():
+            assert f.suffix in (".json", ".png", ".md"), f"{name}: {f.name} (logs live in git history)"
+    total = sum(f.stat().st_size for f in RESULTS.rglob("*") if f.is_file())
+    assert total <= 3 * 2**20, f"benchmarks/results holds {total / 2**20:.1f} MB"

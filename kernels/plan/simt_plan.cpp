@@ -357,7 +357,7 @@ int gemv_warps_per_row(int64_t len) {
   // Warps per row grow with the dot length so each lane still streams several vectors.
   // A rule giving every lane at least eight vectors instead (fewer warps per row at k = 2048
   // to 8192) ran more than 0.3% slower against torch on 19 of 32 bf16 / fp16 weights, by up
-  // to 7%, and faster on 5 (m = 1, weights from DRAM; benchmarks/results/
+  // to 7%, and faster on 5 (m = 1, weights from DRAM; 400f132:benchmarks/results/
   // h100_2026-11-27_gemv_rows/, 1_before against 2_rows_rule).
   return len >= 8192 ? 8 : len >= 4096 ? 4 : len >= 2048 ? 2 : 1;
 }

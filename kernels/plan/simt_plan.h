@@ -152,7 +152,7 @@ constexpr int64_t kStreamKMinIters = 4;
 // Launch order groups this many tile rows for L2 reuse (swizzle_tile).
 constexpr int kRasterGroup = 8;
 // A K-major B is copied N-major first when that pass costs less than reading B in place.
-// 16-bit: from m = 2048. float32 (H100, benchmarks/results/h100_2026-11-27_k_major_b/): the
+// 16-bit: from m = 2048. float32 (H100, 43ace54:benchmarks/results/h100_2026-11-27_k_major_b/): the
 // copy costs kStageCopyCost / m of the product (8 bytes per element of B at ~2.2 TB/s against
 // 2m FLOPs at ~50 TFLOP/s; fitted 82 where that estimate gives 91). Reading B in place costs
 // 6-8% of the rate on an N-major copy where k is a power of two and 9-14% elsewhere (k = 3584
@@ -272,7 +272,7 @@ int gemv_warps_per_row(int64_t len);
 // 8 x sm_count ahead (cp.async.bulk.prefetch, no registers), so that later blocks load from
 // L2. The lead, 8 x 132 blocks of 16 KB (17 MB), stays well inside an H100's 50 MB of L2.
 // Only for matrices larger than kL2Bytes. Measured on H100 (bf16 m = 1, weights rotated
-// past L2, prefetch against none in rotating rounds; benchmarks/results/
+// past L2, prefetch against none in rotating rounds; 400f132:benchmarks/results/
 // h100_2026-11-27_gemv_rows/4_prefetch/): 1.0-3.8% faster on the 4096 x 14336 / 32000 /
 // 128256 and 8192 x 8192 / 28672 weights, level (+0.2%) on 4096 x 11008, and 1.1-4.3% slower
 // on 32 MB weights (4096 x 4096, 2048 x 8192, 8192 x 2048), whose calls are mostly start-up

@@ -219,7 +219,7 @@ double stream_k_cost_us(const GemmArgs& args) {
 
 // Where stream-k runs (stream_k_cost_us), which waves it spreads: the last two, or under
 // kStreamKTailWaves waves the partial last one alone, the whole waves before it running as
-// tiles. Measured on H100 (gemm_tc_selftest --sk-ab, 82 products; benchmarks/results/
+// tiles. Measured on H100 (gemm_tc_selftest --sk-ab, 82 products; 8c4dd9f:benchmarks/results/
 // h100_2026-11-27_stream_k_tail/): of the 16 products between two and five waves where the
 // planner takes stream-k, the last wave alone ran faster on 14, by up to 15% (2048 tokens
 // through a 5120 -> 13824 layer and its backward, 2.42 waves: 8-9%; 1536 x 7168 x 18432,
@@ -240,7 +240,7 @@ namespace {
 // model says (it prices stream-k on the last two waves, and then mostly keeps whole tiles).
 // There the whole tiles' last wave idles (1 - fill) of a long unit, while the spread one cuts
 // each of its tiles in two at most. Measured on H100 (gemm_tc_selftest --sk-ab 4
-// --sk-ab-many-waves, 87 Linear products of 2048 to 8192 tokens, 6 to 61 waves; benchmarks/
+// --sk-ab-many-waves, 87 Linear products of 2048 to 8192 tokens, 6 to 61 waves; 148efb3:benchmarks/
 // results/h100_2026-11-27_last_wave_long_k/): on the 19 products in the window the last wave
 // alone took 0.985 of the planner's choice (median; 0.93-1.003, 17 faster), on the 12 of an
 // earlier run (h100_2026-11-27_stream_k_tail/1_first_build_ab/) 0.989 (0.92-1.03, 8 faster);
@@ -275,7 +275,7 @@ TileChoice best_splits(const GemmArgs& args, int bn) {
   // H100 (gemm_tc_selftest --sk-ab), the stream-k part took 1.1-1.5 times its k-blocks'
   // whole-tile time, and 2048 x 8192 x 28672 (3.9 waves, modelled at 0.974) ran 16-21% slower
   // as stream-k. (Counting that rate instead of the margin hands long-k products to the
-  // medium tile, whose model is optimistic there: benchmarks/results/
+  // medium tile, whose model is optimistic there: 00ebbda:benchmarks/results/
   // h100_2026-11-27_stream_k_schedules/.)
   if (bn == kBNWide && long_k_last_wave(args)) {
     best.us = spread_cost_us(args, tiles / sms);
@@ -328,7 +328,7 @@ bool narrow_weight_stream(const GemmArgs& args) {
 // stores C while its tensor cores wait, the medium one runs ping-pong and stores one tile
 // while the other warpgroup computes the next. The model prices both with the same fixed
 // cost a unit, which never took the medium tile there. Measured on H100 (gemm_tc_selftest
-// --sk-ab-short-k, three runs; benchmarks/results/h100_2026-11-27_short_k_medium/), the
+// --sk-ab-short-k, three runs; f05de3e:benchmarks/results/h100_2026-11-27_short_k_medium/), the
 // medium tiles' time over the whole wide tiles': grad_weight products g^T @ x (both operands
 // MN-major) for 15 weights of hidden sizes 3584 to 8192, 4 to 54 waves of wide tiles, 0.92
 // (320 tokens) to 0.98 (512) on average, faster on 112 of 120 timings; the forward and

@@ -188,7 +188,7 @@ bool swap_for_small_m(const GemmArgs& args);
 // than the gemv kernel of the SIMT family: a weight from DRAM (over kL2Bytes) of at least
 // kSingleRowMinRows rows, read unsplit in 128-row tiles that fill their last wave of SMs to at
 // least kSingleRowMinWaveFill. Measured on H100 (bf16 and fp16, weights rotated past L2,
-// benchmarks/results/h100_2026-11-27_gemv_rows/): the narrow tile ran 1-5% faster than gemv
+// 400f132:benchmarks/results/h100_2026-11-27_gemv_rows/): the narrow tile ran 1-5% faster than gemv
 // on the 8 of 22 weights this admits (4096 x 14336, 5120 x 13824, 6144 x 16384, 4096 x
 // 32000, 8192 x 28672, ...), in every run but one (8192 x 28672: 0.8% slower once); it ran
 // 6-9% slower on 3584 x 18944 and 7168 x 18432, whose 148 and 144 tiles leave a second wave

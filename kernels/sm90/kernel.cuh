@@ -142,10 +142,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Broadcast so that the compiler knows the warpgroup index is warp-uniform: the role
   // branches below and the consumers' wgmma descriptors then stay in uniform registers
   // (prefill products at 512 tokens ran ~2% faster, H100:
-  // benchmarks/results/h100_2026-11-26_uniform_consumer/). Only there: the epilogue takes
+  // cd87fa0:benchmarks/results/h100_2026-11-26_uniform_consumer/). Only there: the epilogue takes
   // its indices per thread (cw_t, warp_in_wg), because made uniform they changed the
   // consumers' register allocation and the wide tile's fill epilogue spilled 30-50 bytes
-  // (benchmarks/results/h100_2026-11-26_uniform_producer/).
+  // (e814cf3:benchmarks/results/h100_2026-11-26_uniform_producer/).
   // Not with A through registers (tf32, M-major A), whose consumers need every register:
   // there the warp-uniform forms (this one and the producer's below) made the instances
   // with CTA pairs spill (up to 112 bytes of spill loads), so the indices stay per thread

@@ -19,11 +19,15 @@ import importlib.util
 import os
 import threading
 from types import ModuleType
+from typing import Callable
 
 import torch  # noqa: F401  (the extension links against torch's libraries)
 
 _lock = threading.Lock()
 _module: ModuleType | None = None
+# Run once the library is loaded (gemmt.distributed adds its DTensor registration). Modules
+# that need to act on load register here, so this loader imports none of them.
+_on_load: list[Callable[[], None]] = []
 
 _NOT_BUILT = (
     "gemmt's compiled extension was not found. Build it with "
@@ -74,11 +78,16 @@ def load() -> ModuleType:
     with _lock:
         if _module is None:
             _module = _find_and_load()
-        # DTensor in use already: give it gemmt's sharding rules now that the ops exist.
-        from gemmt import distributed
-
-        distributed.maybe_register()
+        for callback in list(_on_load):
+            callback()
     return _module
+
+
+def on_load(callback: Callable[[], None]) -> None:
+    """Call ``callback`` after the library's first load, or now if it is loaded already."""
+    _on_load.append(callback)
+    if _module is not None:
+        callback()
 
 
 def autoload() -> None:
@@ -108,7 +117,11 @@ def adopt(module: ModuleType) -> None:
     with _lock:
         if _module is not None and _module is not module:
             raise RuntimeError("gemmt: a native library is already loaded in this process")
+        first = _module is None
         _module = module
+        if first:
+            for callback in list(_on_load):
+                callback()
 
 
 def library_path() -> str:

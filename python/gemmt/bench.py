@@ -7,54 +7,18 @@ Every time is the median of CUDA-event timings after warm-up, on random data. Re
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
-import platform
-import re
 import statistics
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 
 import gemmt
 from gemmt import _native
+from gemmt._report import environment, write as _write
+from gemmt._report import progress as _progress
 from gemmt._timing import median_ms, per_call_us_many
-
-try:
-    from tqdm import tqdm as _tqdm
-except ImportError:  # pragma: no cover - optional
-    _tqdm = None
-
-
-def _progress(items: list[Any], desc: str) -> Iterable[Any]:
-    if _tqdm is not None:
-        return _tqdm(items, desc=desc, ncols=100)
-    total = len(items)
-
-    def gen() -> Iterable[Any]:
-        for i, item in enumerate(items):
-            print(f"\r{desc}: {i + 1}/{total}", end="", flush=True)
-            yield item
-        print()
-
-    return gen()
-
-
-def environment() -> dict[str, Any]:
-    """What produced the numbers: GPU, versions, date, and how gemmt was built."""
-    props = torch.cuda.get_device_properties(0)
-    return {
-        "device_name": props.name,
-        "sm_count": props.multi_processor_count,
-        "compute_capability": f"{props.major}.{props.minor}",
-        "torch_version": torch.__version__,
-        "cuda_version": torch.version.cuda,
-        "python": platform.python_version(),
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "gemmt": gemmt.build_info(),
-    }
 
 
 def _paired_ms(ours: Callable[[], object], ref: Callable[[], object],
@@ -245,23 +209,6 @@ def _small_call_overhead() -> dict[str, Any]:
 
 
 # ---- driver -------------------------------------------------------------------------------
-def _slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_").lower()
-
-
-def _write(out_dir: Path, suite: str, env: dict[str, Any], records: list[dict[str, Any]],
-           extra: dict[str, Any] | None = None) -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stamp = env["date"][:10]
-    path = out_dir / f"{suite}_{_slug(env['device_name'])}_{stamp}.json"
-    for r in records:
-        for key in ("device_name", "torch_version", "date"):
-            r.setdefault(key, env[key])
-    payload = {"suite": suite, "environment": env, "records": records, **(extra or {})}
-    path.write_text(json.dumps(payload, indent=1))
-    return path
-
-
 def _plot_gemm(records: list[dict[str, Any]], path: Path) -> None:
     """TFLOP/s against size for every variant and cuBLAS (one panel per dtype), and the
     ratio to cuBLAS of ``auto`` on the awkward shapes."""

@@ -44,7 +44,8 @@ import torch
 import torch.nn.functional as F
 
 import gemmt
-from gemmt.bench import _progress, _write, environment
+from gemmt._report import environment, write as _write
+from gemmt._report import progress as _progress
 
 LAYERS = [(4096, 11008), (11008, 4096), (4096, 14336), (14336, 4096), (8192, 28672),
           (28672, 8192), (4096, 32000), (4096, 128256)]

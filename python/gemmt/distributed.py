@@ -54,6 +54,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
+from gemmt import _native
+
 if TYPE_CHECKING:
     from torch.distributed.tensor import DeviceMesh
     from torch.distributed.tensor.placement_types import Placement
@@ -145,8 +147,6 @@ def register() -> bool:
         return True
     if not torch.distributed.is_available():
         return False
-    from gemmt import _native
-
     # Outside the lock: the library's first load registers the rules itself (through
     # maybe_register) when DTensor is imported, and would wait on this lock otherwise.
     _native.load()
@@ -450,3 +450,7 @@ def _sharding_propagator() -> Any:
     from torch.distributed.tensor import DTensor
 
     return DTensor._op_dispatcher.sharding_propagator
+
+
+# DTensor in use already when the library loads: give it gemmt's rules once the ops exist.
+_native.on_load(maybe_register)

@@ -17,7 +17,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 STEPS=${*:-build tc suite}
-. benchmarks/experiments/cuda_run.sh
+. benchmarks/experiments/programmatic_launch/cuda_run.sh
 experiment_start programmatic_launch
 experiment_build _gemmt gemm_tc_selftest || exit 1
 has tc && step tc_selftest 240 build/g/bin/gemm_tc_selftest --no-perf

@@ -2,7 +2,7 @@
 and inside an autograd backward (the engine's thread), with the kernels' full names, grids
 and reported durations from the profiler's trace. (In the backward its reported duration
 includes the time its first blocks, placed early by the programmatic launch, waited for the
-grad_input product before it: results/h100_2026-11-27_programmatic_launch/README.md.)"""
+grad_input product before it: `git show 463def5:benchmarks/results/h100_2026-11-27_programmatic_launch/README.md`.)"""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@
 // on a grid for half the SMs (does the store slow down with every SM storing at once?).
 // Each shape also prints a hash of C from one launch over NaN-poisoned memory, so that an
 // experiment form of the kernel can be checked against the committed one bit for bit
-// (benchmarks/experiments/epilogue_variants/).
+// (8c7b8d2:benchmarks/experiments/epilogue_variants/).
 // With --stream-k each shape runs as the launcher spreads it (SkSpread::kAuto: the last
 // waves' k-blocks in one range per cluster) beside whole tiles, with a breakdown by unit
 // index (a stream-k piece's epilogue holds the taker's wait for its givers).
