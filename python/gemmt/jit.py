@@ -61,6 +61,20 @@ def _arch_flags() -> tuple[list[str], bool]:
     return flags, has90a
 
 
+def _size_flags() -> list[str]:
+    """nvcc flags for the device code's size: compressed cubins where nvcc (12.8 and later)
+    supports it, and line tables only with ``GEMMT_LINEINFO=1`` (for profilers)."""
+    flags = ["-lineinfo"] if os.environ.get("GEMMT_LINEINFO", "0") == "1" else []
+    cuda = torch.version.cuda or ""
+    try:
+        major, minor = (int(v) for v in cuda.split(".")[:2])
+    except ValueError:
+        return flags
+    if (major, minor) >= (12, 8):
+        flags.append("--compress-mode=size")
+    return flags
+
+
 @contextlib.contextmanager
 def _matching_compilers() -> Iterator[None]:
     """$CC / $CXX / $CUDAHOSTCXX set, for the build only, to compilers that link the
@@ -113,7 +127,8 @@ def load(
             defines.append("-DGEMMT_HAS_SM90A")
         arch_names = ",".join(f.split("arch=compute_")[1].split(",")[0] for f in arch_flags)
         defines.append(f'-DGEMMT_CUDA_ARCHITECTURES=\\"{arch_names}\\"')
-        cuda_flags = ["-O3", "-lineinfo", "--expt-relaxed-constexpr", *arch_flags, *defines]
+        # As the CMake build: compressed cubins (nvcc 12.8+), line info only when asked.
+        cuda_flags = ["-O3", "--expt-relaxed-constexpr", *_size_flags(), *arch_flags, *defines]
     with _matching_compilers():
         module = cpp_extension.load(
             name=name,

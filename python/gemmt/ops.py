@@ -28,7 +28,7 @@ def gemm_variants() -> tuple[str, ...]:
     """The names ``gemm(..., variant=...)`` accepts, "auto" first.
 
     Read from the native library (``include/gemmt/gemm_variant.h`` is the one list), so this
-    loads it on first call. ``gemmt.GEMM_VARIANTS`` is the same tuple.
+    loads it if the import did not. ``gemmt.GEMM_VARIANTS`` is the same tuple.
     """
     return tuple(_native.load().gemm_variants())
 
