@@ -61,6 +61,36 @@ const void* fake_ptr(int64_t offset) {
   return reinterpret_cast<const void*>(static_cast<std::uintptr_t>((1 << 20) + offset));
 }
 
+// A device description from Python: any of l2_bytes, memory_clock_khz, memory_bus_bits and
+// sm_clock_khz (gemmt/device_info.h); a field left out is unknown, which the planners read
+// as the reference device's (kReferenceDevice).
+DeviceInfo parse_device_info(const char* fn, const std::map<std::string, int64_t>& d) {
+  DeviceInfo info;
+  for (const auto& [key, value] : d) {
+    if (value < 0 || value > (int64_t{1} << 40)) {
+      throw std::invalid_argument(std::string(fn) + ": device_info['" + key +
+                                  "'] must be between 0 and 2^40, got " + std::to_string(value));
+    }
+    if (key == "l2_bytes") {
+      info.l2_bytes = value;
+    } else if (key == "memory_clock_khz" || key == "memory_bus_bits" || key == "sm_clock_khz") {
+      if (value > INT32_MAX) {
+        throw std::invalid_argument(std::string(fn) + ": device_info['" + key +
+                                    "'] must fit in 32 bits, got " + std::to_string(value));
+      }
+      int& field = key == "memory_clock_khz" ? info.memory_clock_khz
+                   : key == "memory_bus_bits" ? info.memory_bus_bits
+                                              : info.sm_clock_khz;
+      field = static_cast<int>(value);
+    } else {
+      throw std::invalid_argument(std::string(fn) + ": device_info has an unknown key '" + key +
+                                  "' (expected l2_bytes, memory_clock_khz, memory_bus_bits, "
+                                  "sm_clock_khz)");
+    }
+  }
+  return info;
+}
+
 // The problem the planners see: shapes, strides and pointer alignments (fake addresses at
 // the given byte offsets, never dereferenced).
 GemmArgs problem_args(const std::string& dtype, int64_t m, int64_t n, int64_t k,
@@ -87,13 +117,14 @@ py::dict plan_simt(const std::string& variant, const std::string& dtype, int64_t
                    int64_t k, std::array<int64_t, 2> a_strides, std::array<int64_t, 2> b_strides,
                    int64_t ldc, std::array<int64_t, 3> offsets, int sm_count,
                    const std::map<std::string, int>& blocks_per_sm, const std::string& refuse,
-                   int device, int cc_major) {
+                   int device, int cc_major, const std::map<std::string, int64_t>& device_info) {
   GemmVariant v;
   if (!gemm_variant_from_name(variant, &v)) {
     throw std::invalid_argument("plan_simt: unknown variant '" + variant + "'");
   }
   GemmArgs a = problem_args(dtype, m, n, k, a_strides, b_strides, ldc, offsets, sm_count);
   a.cc_major = cc_major;
+  a.device = parse_device_info("plan_simt", device_info);
   FakeDevice dev;
   for (int i = 0; i < simt::kNumPipeTiles; ++i) {
     const char* name = simt::pipe_tile_name(static_cast<simt::PipeTile>(i));
@@ -162,9 +193,11 @@ py::dict plan_simt(const std::string& variant, const std::string& dtype, int64_t
 
 py::dict plan_decode(const std::string& dtype, int64_t m, int64_t n, int64_t k,
                      std::array<int64_t, 2> a_strides, std::array<int64_t, 2> b_strides,
-                     int64_t ldc, std::array<int64_t, 3> offsets, int sm_count, int cc_major) {
+                     int64_t ldc, std::array<int64_t, 3> offsets, int sm_count, int cc_major,
+                     const std::map<std::string, int64_t>& device_info) {
   GemmArgs a = problem_args(dtype, m, n, k, a_strides, b_strides, ldc, offsets, sm_count);
   a.cc_major = cc_major;
+  a.device = parse_device_info("plan_decode", device_info);
   py::dict d;
   d["supported"] = decode::decode_supports(a);
   if (!d["supported"].cast<bool>()) return d;
@@ -181,8 +214,10 @@ py::dict plan_decode(const std::string& dtype, int64_t m, int64_t n, int64_t k,
 py::dict plan_sm90(const std::string& dtype, int64_t m, int64_t n, int64_t k,
                    std::array<int64_t, 2> a_strides, std::array<int64_t, 2> b_strides, int64_t ldc,
                    std::array<int64_t, 3> offsets, int sm_count, bool allow_tf32, float beta,
-                   int cc_major, bool kernels_built, bool bias, int tile_n) {
+                   int cc_major, bool kernels_built, bool bias, int tile_n,
+                   const std::map<std::string, int64_t>& device_info) {
   GemmArgs a = problem_args(dtype, m, n, k, a_strides, b_strides, ldc, offsets, sm_count);
+  a.device = parse_device_info("plan_sm90", device_info);
   if (bias) a.epilogue.bias = fake_ptr(0);
   a.beta = beta;
   a.allow_tf32 = allow_tf32;
@@ -239,17 +274,20 @@ void bind_plans(py::module_& m) {
         "The Hopper GEMM's plan (kernels/plan/sm90_plan.cpp) for one problem on a device of "
         "compute capability cc_major.0 with sm_count SMs; offsets in bytes from a 1 MiB "
         "address; kernels_built: whether the build holds the sm_90a kernels; bias: the "
-        "product carries an epilogue (a bias); tile_n: a tile width to force (0: the model's).",
+        "product carries an epilogue (a bias); tile_n: a tile width to force (0: the model's); "
+        "device_info: the device's l2_bytes, memory_clock_khz, memory_bus_bits and sm_clock_khz "
+        "(any left out: the reference H100's).",
         py::arg("dtype"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("a_strides"),
         py::arg("b_strides"), py::arg("ldc"), py::arg("offsets"), py::arg("sm_count"),
         py::arg("allow_tf32") = false, py::arg("beta") = 0.0f, py::arg("cc_major") = 9,
-        py::arg("kernels_built") = true, py::arg("bias") = false, py::arg("tile_n") = 0);
+        py::arg("kernels_built") = true, py::arg("bias") = false, py::arg("tile_n") = 0,
+        py::arg("device_info") = std::map<std::string, int64_t>{});
   m.def("plan_decode", &plan_decode,
         "The decode GEMM's plan (kernels/plan/decode_plan.cpp) for one problem; offsets in "
         "bytes from a 1 MiB address.",
         py::arg("dtype"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("a_strides"),
         py::arg("b_strides"), py::arg("ldc"), py::arg("offsets"), py::arg("sm_count"),
-        py::arg("cc_major"));
+        py::arg("cc_major"), py::arg("device_info") = std::map<std::string, int64_t>{});
   m.def("plan_simt", &plan_simt,
         "The SIMT planner's plan for one problem on a device with the given occupancy per tile "
         "shape (blocks_per_sm: {'large': .., 'medium': .., 'small': .., 'fat': .., 'narrow': "
@@ -259,7 +297,8 @@ void bind_plans(py::module_& m) {
         py::arg("variant"), py::arg("dtype"), py::arg("m"), py::arg("n"), py::arg("k"),
         py::arg("a_strides"), py::arg("b_strides"), py::arg("ldc"), py::arg("offsets"),
         py::arg("sm_count"), py::arg("blocks_per_sm"), py::arg("refuse") = "",
-        py::arg("device") = -1, py::arg("cc_major") = 0);
+        py::arg("device") = -1, py::arg("cc_major") = 0,
+        py::arg("device_info") = std::map<std::string, int64_t>{});
 }
 
 }  // namespace gemmt

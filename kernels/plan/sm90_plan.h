@@ -119,8 +119,22 @@ int64_t k_blocks(const GemmArgs& args);
 // the plan's maps, K-major boxes trimmed to the operand's rows (map_operand).
 uint32_t stage_tx_bytes(const Plan& plan);
 
-// L2 of the GPUs the cost model was fitted on (H100: 50 MB), less room for everything else.
-constexpr double kL2Bytes = 40e6;
+// The share of L2 an operand streamed by the kernel can count on: 40 MB of the H100's 50 MiB
+// (kReferenceDevice), the rest left for everything else; on another GPU the same share of
+// its L2 (GemmArgs::device). A weight larger than this comes from DRAM; one smaller is read
+// from DRAM once and then from L2.
+constexpr double kL2BudgetOnReference = 40e6;
+double l2_budget_bytes(const GemmArgs& args);
+
+// The cost model's DRAM rate, bytes per microsecond: 2.6e6 on the H100 (78% of its 3.35 TB/s
+// peak, the rate its tiles streamed weights at), the same share of another GPU's peak.
+double dram_bytes_per_us(const GemmArgs& args);
+
+// The share of the SMs that must stream for DRAM to run at dram_bytes_per_us: 0.48 on the
+// H100. Each busy SM keeps about the same bytes in flight (its ring's stages), and by
+// Little's law the bytes in flight a DRAM needs grow with its bandwidth at the same
+// latency; so the share grows with the bandwidth over the H100's (H200: 0.69), at most 1.
+double streaming_sm_share(const GemmArgs& args);
 
 int64_t tile_count(const GemmArgs& args, int bn);
 
@@ -185,7 +199,7 @@ bool swap_for_tf32(const GemmArgs& args);
 bool swap_for_small_m(const GemmArgs& args);
 
 // One-token products (m == 1, 16-bit, x @ W^T) that the swapped narrow tile streams faster
-// than the gemv kernel of the SIMT family: a weight from DRAM (over kL2Bytes) of at least
+// than the gemv kernel of the SIMT family: a weight from DRAM (over l2_budget_bytes) of at least
 // kSingleRowMinRows rows, read unsplit in 128-row tiles that fill their last wave of SMs to at
 // least kSingleRowMinWaveFill. Measured on H100 (bf16 and fp16, weights rotated past L2,
 // benchmarks/results/h100_2026-11-27_gemv_rows/): the narrow tile ran 1-5% faster than gemv
