@@ -289,6 +289,20 @@ bool long_k_last_wave(const GemmArgs& args) {
 
 }  // namespace
 
+double ridge_tokens(const GemmArgs& args) {
+  constexpr double kWideKbFlops = 2.0 * kBM * kBNWide * 64;  // 64 16-bit elements of K
+  const double flops_per_us =
+      static_cast<double>(sm_count_of(args)) * kWideKbFlops / kb_us(args, kKbUsWide);
+  return flops_per_us / dram_bytes_per_us(args);
+}
+
+bool batched_decode_roofline(const GemmArgs& args) {
+  if (tc_kind_of(args) == kTF32 || args.m <= kBNNarrow || args.m > 2 * kBM) return false;
+  const double b_bytes =
+      static_cast<double>(args.n) * args.k * static_cast<double>(element_size(args.dtype));
+  return b_bytes > l2_budget_bytes(args) && static_cast<double>(args.m) < ridge_tokens(args);
+}
+
 TileChoice best_splits(const GemmArgs& args, int bn) {
   const int64_t tiles = tile_count(args, bn);
   const int64_t sms = sm_count_of(args);
@@ -318,7 +332,7 @@ TileChoice best_splits(const GemmArgs& args, int bn) {
   // Not even for a product that streams one operand: measured on H100 (gemm_tc_selftest
   // --decode-sweep), 86 narrow tiles of a 11008-row weight streamed it at 2.2 TB/s unsplit and
   // at 2.0 TB/s in 3 slices, 112 tiles of a 14336-row one at 2.3-2.4 against 1.9-2.2 in 7.
-  if (tiles * 2 > sms) return best;
+  if (tiles * 2 > sms && !batched_decode_roofline(args)) return best;
   int64_t max_splits = std::min<int64_t>(kMaxSplits, k_blocks(args) / kMinKbPerSplit);
   for (int64_t s = 2; s <= max_splits; ++s) {
     const SplitPlan sp = split_plan(args, s);

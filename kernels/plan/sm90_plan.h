@@ -152,6 +152,19 @@ SplitPlan split_plan(const GemmArgs& args, int64_t splits);
 // 11% faster; 1024x64x65536 likewise runs fastest at 64 units.
 double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp);
 
+// The roofline's ridge in tokens: m tokens against a 16-bit weight do 2m FLOPs per weight
+// element of 2 bytes, m FLOPs a byte, so the product is DRAM-bound below the device's
+// tensor-core rate (the wide tile's k-block rate on every SM) over its DRAM rate: 380
+// tokens on the H100 by the model's rates, 266 on the H200.
+double ridge_tokens(const GemmArgs& args);
+
+// Batched decode (the rule table's batched_decode_roofline; to be measured): 65 to 256
+// tokens (one or two rows of 128-row tiles, past swap_for_small_m's 64), 16-bit, a weight
+// from DRAM, and fewer tokens than ridge_tokens. There the product's floor is streaming
+// the weight once, so the k-split search is open to it even where its tiles already fill
+// half of the SMs: a split that puts more CTAs on the weight is priced by the model.
+bool batched_decode_roofline(const GemmArgs& args);
+
 // Estimated time of the wide tiles under stream-k (SplitPlan::stream_k); infinite where it
 // is not used (tiles for fewer than two waves, or whole waves).
 double stream_k_cost_us(const GemmArgs& args);
