@@ -15,6 +15,7 @@
 #include "gemmt/gemm_args.h"
 #include "gemmt/gemm_variant.h"
 #include "plan/decode_plan.h"
+#include "plan/plan_rules.h"
 #include "plan/simt_plan.h"
 #include "plan/sm90_plan.h"
 
@@ -267,9 +268,59 @@ py::dict plan_sm90(const std::string& dtype, int64_t m, int64_t n, int64_t k,
   return d;
 }
 
+py::list plan_rule_table() {
+  std::size_t count = 0;
+  const PlanRule* rules = gemmt::plan_rules(&count);
+  py::list out;
+  for (std::size_t i = 0; i < count; ++i) {
+    const PlanRule& r = rules[i];
+    py::dict d;
+    d["name"] = r.name;
+    d["planner"] = r.planner;
+    d["applied_in"] = r.applied_in;
+    d["shape_class"] = r.shape_class;
+    d["decision"] = r.decision;
+    d["reason"] = r.reason;
+    d["gain"] = r.gain;
+    d["results"] = r.results;
+    d["device"] = r.device;
+    d["measured"] = r.measured;
+    out.append(d);
+  }
+  return out;
+}
+
+bool plan_rule_applies(const std::string& name, const std::string& dtype, int64_t m, int64_t n,
+                       int64_t k, std::array<int64_t, 2> a_strides,
+                       std::array<int64_t, 2> b_strides, int64_t ldc,
+                       std::array<int64_t, 3> offsets, int sm_count, bool allow_tf32, bool bias,
+                       int cc_major, const std::map<std::string, int64_t>& device_info) {
+  const PlanRule* rule = find_plan_rule(name.c_str());
+  if (rule == nullptr) {
+    throw std::invalid_argument("plan_rule_applies: no planner rule named '" + name + "'");
+  }
+  GemmArgs a = problem_args(dtype, m, n, k, a_strides, b_strides, ldc, offsets, sm_count);
+  if (bias) a.epilogue.bias = fake_ptr(0);
+  a.allow_tf32 = allow_tf32;
+  a.cc_major = cc_major;
+  a.device = parse_device_info("plan_rule_applies", device_info);
+  py::gil_scoped_release release;
+  return rule->in_class(a);
+}
+
 }  // namespace
 
 void bind_plans(py::module_& m) {
+  m.def("plan_rules", &plan_rule_table,
+        "The planners' rule table (kernels/plan/plan_rules.cpp): name, planner, applied_in, "
+        "shape_class, decision, reason, gain, results, device, measured.");
+  m.def("plan_rule_applies", &plan_rule_applies,
+        "Whether the product is in the class of the named planner rule; arguments as "
+        "plan_sm90's.",
+        py::arg("name"), py::arg("dtype"), py::arg("m"), py::arg("n"), py::arg("k"),
+        py::arg("a_strides"), py::arg("b_strides"), py::arg("ldc"), py::arg("offsets"),
+        py::arg("sm_count"), py::arg("allow_tf32") = false, py::arg("bias") = false,
+        py::arg("cc_major") = 9, py::arg("device_info") = std::map<std::string, int64_t>{});
   m.def("plan_sm90", &plan_sm90,
         "The Hopper GEMM's plan (kernels/plan/sm90_plan.cpp) for one problem on a device of "
         "compute capability cc_major.0 with sm_count SMs; offsets in bytes from a 1 MiB "

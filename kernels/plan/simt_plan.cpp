@@ -575,12 +575,16 @@ SimtFamilyPlan plan_k_major_b(const GemmArgs& a, KMajorB how, const PipeCatalog&
   return fp;
 }
 
+bool simt_split_k_class(const GemmArgs& args) {
+  const int64_t tiles = ceil_div(args.m, 128) * ceil_div(args.n, 128);
+  return tiles * 2 <= args.sm_count && args.k >= 4096;
+}
+
 bool simt_wants_split_k(const GemmArgs& args, const PipeCatalog& cat) {
   // Split-k pays when the output has too few 128x128 tiles to occupy every SM while k is
   // long enough that each slice still streams a deep panel; elsewhere the pipelined kernel
   // (with stream-k for its last wave) is faster (H100: 1024^3 fp32, docs/performance.md).
-  const int64_t tiles = ceil_div(args.m, 128) * ceil_div(args.n, 128);
-  if (tiles * 2 > args.sm_count || args.k < 4096) return false;
+  if (!simt_split_k_class(args)) return false;
   const SimtFamilyPlan fp = plan_simt(args, GemmVariant::kSplitK, cat);
   return fp.error == kPlanOk && fp.pipe.splits > 1;
 }

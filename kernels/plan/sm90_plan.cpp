@@ -259,8 +259,6 @@ bool stream_k_tail_only(const GemmArgs& args) {
   return tile_count(args, kBNWide) < kStreamKTailWaves * sms;
 }
 
-namespace {
-
 // Five to 32 waves of wide tiles, 16-bit, a long k (kLastWaveMinKb to kLastWaveMaxKb
 // k-blocks) and a last wave 40% to 90% full: stream-k on the last wave alone, whatever the
 // model says (it prices stream-k on the last two waves, and then mostly keeps whole tiles).
@@ -287,8 +285,6 @@ bool long_k_last_wave(const GemmArgs& args) {
          fill >= kLastWaveMinFill && fill <= kLastWaveMaxFill;
 }
 
-}  // namespace
-
 double ridge_tokens(const GemmArgs& args) {
   constexpr double kWideKbFlops = 2.0 * kBM * kBNWide * 64;  // 64 16-bit elements of K
   const double flops_per_us =
@@ -301,6 +297,18 @@ bool batched_decode_roofline(const GemmArgs& args) {
   const double b_bytes =
       static_cast<double>(args.n) * args.k * static_cast<double>(element_size(args.dtype));
   return b_bytes > l2_budget_bytes(args) && static_cast<double>(args.m) < ridge_tokens(args);
+}
+
+bool split_search_open(const GemmArgs& args, int bn) {
+  return tile_count(args, bn) * 2 <= sm_count_of(args) || batched_decode_roofline(args);
+}
+
+bool no_split_past_half_the_sms(const GemmArgs& args) {
+  return !split_search_open(args, choose_tile(args).bn);
+}
+
+bool stream_k_from_two_waves(const GemmArgs& args) {
+  return std::isfinite(stream_k_cost_us(args));
 }
 
 TileChoice best_splits(const GemmArgs& args, int bn) {
@@ -332,7 +340,7 @@ TileChoice best_splits(const GemmArgs& args, int bn) {
   // Not even for a product that streams one operand: measured on H100 (gemm_tc_selftest
   // --decode-sweep), 86 narrow tiles of a 11008-row weight streamed it at 2.2 TB/s unsplit and
   // at 2.0 TB/s in 3 slices, 112 tiles of a 14336-row one at 2.3-2.4 against 1.9-2.2 in 7.
-  if (tiles * 2 > sms && !batched_decode_roofline(args)) return best;
+  if (!split_search_open(args, bn)) return best;
   int64_t max_splits = std::min<int64_t>(kMaxSplits, k_blocks(args) / kMinKbPerSplit);
   for (int64_t s = 2; s <= max_splits; ++s) {
     const SplitPlan sp = split_plan(args, s);
@@ -354,7 +362,6 @@ TileChoice best_splits(const GemmArgs& args, int bn) {
 // 128 tokens, W^T K-major): against 4096 x 11008 and 4096 x 14336, two slices of narrow
 // tiles took 49.5 and 58.3 us, unsplit ones 53.4-54.1 and 61.8-62.5 us, the best medium
 // split 55.3 and 62.3 us; the fastest of the 17 configurations timed at both shapes.
-namespace {
 bool narrow_weight_stream(const GemmArgs& args) {
   const int64_t sms = sm_count_of(args);
   const double b_bytes =
@@ -383,8 +390,6 @@ bool short_k_ping_pong(const GemmArgs& args) {
   return tc_kind_of(args) != kTF32 && kb >= kPingPongMinKb && kb <= kPingPongMaxKb &&
          tile_count(args, kBNMedium) >= 2 * sms;
 }
-
-}  // namespace
 
 TileChoice choose_tile(const GemmArgs& args) {
   struct Key {
@@ -517,13 +522,14 @@ Problem problem_for(const GemmArgs& args, Orientation orient) {
   if (orient == Orientation::kSwapped) return swapped(args);
   if (swap_for_tf32(args) || swap_for_small_m(args)) return swapped(args);
   Problem pr = as_given(args);
-  // An epilogue is applied by the staged store of the wider tiles (or a split's reduction):
-  // an unsplit narrow plan would hand the product to a slower family. The medium tile, the
-  // closest to it in tile count, takes it instead.
-  if (!args.epilogue.empty() && pr.bn == kBNNarrow && !problem_supported(pr, true)) {
-    pr.bn = kBNMedium;
-  }
+  if (epilogue_takes_medium(args)) pr.bn = kBNMedium;
   return pr;
+}
+
+bool epilogue_takes_medium(const GemmArgs& args) {
+  if (args.epilogue.empty()) return false;
+  const Problem pr = as_given(args);
+  return pr.bn == kBNNarrow && !problem_supported(pr, true);
 }
 
 bool make_plan(const Problem& pr, Plan* plan, bool kernels_built) {

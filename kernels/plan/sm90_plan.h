@@ -165,6 +165,26 @@ double ridge_tokens(const GemmArgs& args);
 // half of the SMs: a split that puts more CTAs on the weight is priced by the model.
 bool batched_decode_roofline(const GemmArgs& args);
 
+// The shape rules of the planner (each an entry of the rule table, kernels/plan/plan_rules.h,
+// which says what it covers, what it gained and where the results are; the comment at each
+// definition has the measurements):
+// five to 32 waves of long-k wide tiles with a last wave 40-90% full: stream-k on that wave.
+bool long_k_last_wave(const GemmArgs& args);
+// one row of tiles against a weight from DRAM: the narrow tile in two k-slices.
+bool narrow_weight_stream(const GemmArgs& args);
+// 5 to 8 k-blocks over two waves of medium tiles or more: the ping-pong medium tile.
+bool short_k_ping_pong(const GemmArgs& args);
+// Whether best_splits looks for a k-split at tile width bn: tiles for at most half of the
+// SMs, or batched_decode_roofline.
+bool split_search_open(const GemmArgs& args, int bn);
+// The product's own tile width closes the split search (the rule table's entry).
+bool no_split_past_half_the_sms(const GemmArgs& args);
+// Wide tiles of at least two waves with a partial last one: where stream-k is weighed.
+bool stream_k_from_two_waves(const GemmArgs& args);
+// An epilogue product the model would give unsplit narrow tiles, whose store does not apply
+// it: the medium tile instead, the closest in tile count (problem_for).
+bool epilogue_takes_medium(const GemmArgs& args);
+
 // Estimated time of the wide tiles under stream-k (SplitPlan::stream_k); infinite where it
 // is not used (tiles for fewer than two waves, or whole waves).
 double stream_k_cost_us(const GemmArgs& args);
