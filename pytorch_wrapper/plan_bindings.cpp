@@ -19,6 +19,10 @@
 #include "plan/simt_plan.h"
 #include "plan/sm90_plan.h"
 
+#ifdef GEMMT_WITH_CUDA
+#include "common.h"
+#endif
+
 namespace py = pybind11;
 
 namespace gemmt {
@@ -308,9 +312,38 @@ bool plan_rule_applies(const std::string& name, const std::string& dtype, int64_
   return rule->in_class(a);
 }
 
+py::dict device_info_dict(const DeviceInfo& info) {
+  py::dict d;
+  d["l2_bytes"] = info.l2_bytes;
+  d["memory_clock_khz"] = info.memory_clock_khz;
+  d["memory_bus_bits"] = info.memory_bus_bits;
+  d["sm_clock_khz"] = info.sm_clock_khz;
+  return d;
+}
+
 }  // namespace
 
 void bind_plans(py::module_& m) {
+  m.def(
+      "reference_device_info", [] { return device_info_dict(kReferenceDevice); },
+      "The description of the device the planners' constants were measured on (an H100 SXM), "
+      "which they read for any field a device leaves unknown.");
+#ifdef GEMMT_WITH_CUDA
+  m.def(
+      "device_info",
+      [](int device) {
+        int count = 0;
+        if (cudaGetDeviceCount(&count) != cudaSuccess || device < 0 || device >= count) {
+          throw std::invalid_argument("device_info: argument 'device' must be a CUDA device "
+                                      "index in [0, " +
+                                      std::to_string(count) + "), got " + std::to_string(device));
+        }
+        return device_info_dict(wrapper::device_info(device));
+      },
+      "The properties the planners read for CUDA device `device`, as the wrapper fills "
+      "GemmArgs::device (0: not reported by the runtime).",
+      py::arg("device"));
+#endif
   m.def("plan_rules", &plan_rule_table,
         "The planners' rule table (kernels/plan/plan_rules.cpp): name, planner, applied_in, "
         "shape_class, decision, reason, gain, results, device, measured.");

@@ -896,3 +896,41 @@ def test_every_rule_has_a_test() -> None:
     assert names == set(RULE_CASES) | simt_tested
     with pytest.raises(ValueError, match="no planner rule named 'fast_path'"):
         applies("fast_path", 8, 8, 8)
+
+
+def test_the_reference_device_is_the_h100_described_here() -> None:
+    assert _native.load().reference_device_info() == H100
+
+
+@pytest.mark.cuda
+def test_device_info_reads_the_gpu_once_per_device() -> None:
+    """On a GPU: what the wrapper fills GemmArgs::device with is plausible for a data-center
+    GPU of this decade, the same from every thread and call, and plannable. (On the H100 the
+    planners' constants were fitted on it equals the reference description; printed so that a
+    run on another GPU records its description.)"""
+    import torch
+
+    lib = _native.load()
+    for dev in range(torch.cuda.device_count()):
+        info = lib.device_info(dev)
+        print(f"device {dev} ({torch.cuda.get_device_name(dev)}): {info}")
+        assert (1 << 20) <= info["l2_bytes"] <= (1 << 30), info
+        bandwidth = 2e3 * info["memory_clock_khz"] * info["memory_bus_bits"] / 8
+        assert 1e11 <= bandwidth <= 2e13, info
+        assert 5e5 <= info["sm_clock_khz"] <= 5e6, info
+        if "H100 80GB HBM3" in torch.cuda.get_device_name(dev):
+            assert info == H100, info
+        results: list[dict[str, int]] = []
+        threads = [threading.Thread(target=lambda: results.append(lib.device_info(dev)))
+                   for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert results == [info] * 8
+        sms = torch.cuda.get_device_properties(dev).multi_processor_count
+        p = lib.plan_sm90("bfloat16", 16, 4096, 4096, (4096, 1), (1, 4096), 4096, (0, 0, 0), sms,
+                          device_info=info)
+        assert p["supported"] and p["c_trans"]
+    with pytest.raises(ValueError, match="must be a CUDA device index"):
+        lib.device_info(torch.cuda.device_count())

@@ -43,8 +43,7 @@ constexpr PlanRule kRules[] = {
      "consumer warpgroup computes rows that do not exist",
      "decode of 4096 x 11008 weights: 0.47-0.74 of cuBLAS before; 0.96-1.2 of the copy "
      "bandwidth after",
-     "h100_2026-11-25_decode_swap (47295f1); rule f2b0c05", "-", true,
-     &sm90::swap_for_small_m},
+     "h100_2026-11-25_decode_swap (47295f1); rule f2b0c05", "-", true, &sm90::swap_for_small_m},
     {"swap_for_tf32", "sm90", "problem_for",
      "tf32, n > 64, B not K-major (a row-major b), A not M-major",
      "run C^T = B^T A^T: B becomes an M-major A read through registers, A a K-major B",
@@ -130,8 +129,8 @@ constexpr PlanRule kRules[] = {
      "the medium tile instead",
      "only the staged store of the wider tiles (or a split's reduction) applies an epilogue; "
      "the narrow plan would hand the product to a slower family",
-     "keeps fused-epilogue products on the Hopper kernel (no separate timing)",
-     "rule 8783a0c", "-", true, &sm90::epilogue_takes_medium},
+     "keeps fused-epilogue products on the Hopper kernel (no separate timing)", "rule 8783a0c", "-",
+     true, &sm90::epilogue_takes_medium},
     {"stage_k_major_b_16_bit", "simt", "stages_b",
      "16-bit pipelined products (tensor cores unavailable) with a K-major B and m >= 2048",
      "copy B N-major into the workspace first",
@@ -144,8 +143,7 @@ constexpr PlanRule kRules[] = {
      "copy B N-major into the workspace first",
      "the copy's share falls as 1/m; reading B in place costs a fixed share of the rate",
      "held out (11 weights and token counts) the faster way within 1% in two runs",
-     "h100_2026-11-27_k_major_b (d5c871f)", "DRAM bandwidth, SM clock", true,
-     &stages_b_float32},
+     "h100_2026-11-27_k_major_b (d5c871f)", "DRAM bandwidth, SM clock", true, &stages_b_float32},
     {"swap_k_major_b", "simt", "plan_simt (swaps_operands)",
      "float32 pipelined with a K-major B whose A is M-major, or K-major with m < n and the "
      "transposed copy paying",

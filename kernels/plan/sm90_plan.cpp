@@ -293,7 +293,8 @@ double ridge_tokens(const GemmArgs& args) {
 }
 
 bool batched_decode_roofline(const GemmArgs& args) {
-  if (tc_kind_of(args) == kTF32 || args.m <= kBNNarrow || args.m > 2 * kBM) return false;
+  const int kind = tc_kind_of(args);
+  if ((kind != kBF16 && kind != kF16) || args.m <= kBNNarrow || args.m > 2 * kBM) return false;
   const double b_bytes =
       static_cast<double>(args.n) * args.k * static_cast<double>(element_size(args.dtype));
   return b_bytes > l2_budget_bytes(args) && static_cast<double>(args.m) < ridge_tokens(args);
