@@ -1,6 +1,8 @@
 #include "common.h"
 
 #include <algorithm>
+#include <array>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -148,6 +150,39 @@ int usable_sm_count(const char* op) {
               "least one of the device's ",
               sms, " SMs, got ", *carveout);
   return sms - *carveout;
+}
+
+namespace {
+// Attributes, not cudaDeviceProp: CUDA 13 dropped the clock fields from the struct (and
+// torch's cached properties with them), while cudaDeviceGetAttribute still reports them.
+// A query that fails (an attribute a platform does not report) leaves the field unknown.
+DeviceInfo query_device_info(int device) {
+  const auto attribute = [device](cudaDeviceAttr attr) -> int64_t {
+    int value = 0;
+    return cudaDeviceGetAttribute(&value, attr, device) == cudaSuccess && value > 0 ? value : 0;
+  };
+  DeviceInfo info;
+  info.l2_bytes = attribute(cudaDevAttrL2CacheSize);
+  info.memory_clock_khz = static_cast<int>(attribute(cudaDevAttrMemoryClockRate));
+  info.memory_bus_bits = static_cast<int>(attribute(cudaDevAttrGlobalMemoryBusWidth));
+  info.sm_clock_khz = static_cast<int>(attribute(cudaDevAttrClockRate));
+  return info;
+}
+}  // namespace
+
+const DeviceInfo& device_info(int device) {
+  // One slot per device index, filled under its own once_flag: the first caller queries,
+  // the others wait for it, and later calls read without a lock.
+  constexpr int kMaxCachedDevices = 64;
+  static std::array<std::once_flag, kMaxCachedDevices> once;
+  static std::array<DeviceInfo, kMaxCachedDevices> cached;
+  if (device < 0 || device >= kMaxCachedDevices) {
+    thread_local DeviceInfo uncached;
+    uncached = query_device_info(device);
+    return uncached;
+  }
+  std::call_once(once[device], [device] { cached[device] = query_device_info(device); });
+  return cached[device];
 }
 #endif
 

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "gemmt/device_info.h"
 #include "gemmt/gemm_variant.h"
 #include "gemmt/types.h"
 
@@ -84,6 +85,12 @@ inline cudaStream_t stream_for(const at::Tensor& t) {
 // of one CTA per SM cannot start on SMs those hold, and its statically dealt tiles would
 // then wait for them.
 int usable_sm_count(const char* op);
+
+// L2 size, DRAM bandwidth (memory clock and bus width) and SM clock of a device, as the
+// planners read them (GemmArgs::device): queried once per device and process, then served
+// from a cache that any thread may read. A property the runtime does not report stays 0,
+// which the planners read as the reference device's.
+const DeviceInfo& device_info(int device);
 
 // Turns a launcher's status into an error that names the op.
 inline void check_launch(const char* op, cudaError_t status) {

@@ -200,6 +200,7 @@ void launch_gemm(const char* op, GemmArgs args, const at::Tensor& c, GemmVariant
   args.sm_count = usable_sm_count(op);
   args.cc_major = prop->major;
   args.cc_minor = prop->minor;
+  args.device = device_info(c.get_device());
   if (variant == GemmVariant::kAuto) variant = gemm_pick(args);
   TORCH_CHECK(gemm_supports(args, variant), op, ": argument 'variant' = '",
               gemm_variant_name(variant), "' cannot run this problem (", args.m, "x", args.n, "x",

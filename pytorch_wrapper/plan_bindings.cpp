@@ -15,8 +15,13 @@
 #include "gemmt/gemm_args.h"
 #include "gemmt/gemm_variant.h"
 #include "plan/decode_plan.h"
+#include "plan/plan_rules.h"
 #include "plan/simt_plan.h"
 #include "plan/sm90_plan.h"
+
+#ifdef GEMMT_WITH_CUDA
+#include "common.h"
+#endif
 
 namespace py = pybind11;
 
@@ -61,6 +66,36 @@ const void* fake_ptr(int64_t offset) {
   return reinterpret_cast<const void*>(static_cast<std::uintptr_t>((1 << 20) + offset));
 }
 
+// A device description from Python: any of l2_bytes, memory_clock_khz, memory_bus_bits and
+// sm_clock_khz (gemmt/device_info.h); a field left out is unknown, which the planners read
+// as the reference device's (kReferenceDevice).
+DeviceInfo parse_device_info(const char* fn, const std::map<std::string, int64_t>& d) {
+  DeviceInfo info;
+  for (const auto& [key, value] : d) {
+    if (value < 0 || value > (int64_t{1} << 40)) {
+      throw std::invalid_argument(std::string(fn) + ": device_info['" + key +
+                                  "'] must be between 0 and 2^40, got " + std::to_string(value));
+    }
+    if (key == "l2_bytes") {
+      info.l2_bytes = value;
+    } else if (key == "memory_clock_khz" || key == "memory_bus_bits" || key == "sm_clock_khz") {
+      if (value > INT32_MAX) {
+        throw std::invalid_argument(std::string(fn) + ": device_info['" + key +
+                                    "'] must fit in 32 bits, got " + std::to_string(value));
+      }
+      int& field = key == "memory_clock_khz" ? info.memory_clock_khz
+                   : key == "memory_bus_bits" ? info.memory_bus_bits
+                                              : info.sm_clock_khz;
+      field = static_cast<int>(value);
+    } else {
+      throw std::invalid_argument(std::string(fn) + ": device_info has an unknown key '" + key +
+                                  "' (expected l2_bytes, memory_clock_khz, memory_bus_bits, "
+                                  "sm_clock_khz)");
+    }
+  }
+  return info;
+}
+
 // The problem the planners see: shapes, strides and pointer alignments (fake addresses at
 // the given byte offsets, never dereferenced).
 GemmArgs problem_args(const std::string& dtype, int64_t m, int64_t n, int64_t k,
@@ -87,13 +122,14 @@ py::dict plan_simt(const std::string& variant, const std::string& dtype, int64_t
                    int64_t k, std::array<int64_t, 2> a_strides, std::array<int64_t, 2> b_strides,
                    int64_t ldc, std::array<int64_t, 3> offsets, int sm_count,
                    const std::map<std::string, int>& blocks_per_sm, const std::string& refuse,
-                   int device, int cc_major) {
+                   int device, int cc_major, const std::map<std::string, int64_t>& device_info) {
   GemmVariant v;
   if (!gemm_variant_from_name(variant, &v)) {
     throw std::invalid_argument("plan_simt: unknown variant '" + variant + "'");
   }
   GemmArgs a = problem_args(dtype, m, n, k, a_strides, b_strides, ldc, offsets, sm_count);
   a.cc_major = cc_major;
+  a.device = parse_device_info("plan_simt", device_info);
   FakeDevice dev;
   for (int i = 0; i < simt::kNumPipeTiles; ++i) {
     const char* name = simt::pipe_tile_name(static_cast<simt::PipeTile>(i));
@@ -162,9 +198,11 @@ py::dict plan_simt(const std::string& variant, const std::string& dtype, int64_t
 
 py::dict plan_decode(const std::string& dtype, int64_t m, int64_t n, int64_t k,
                      std::array<int64_t, 2> a_strides, std::array<int64_t, 2> b_strides,
-                     int64_t ldc, std::array<int64_t, 3> offsets, int sm_count, int cc_major) {
+                     int64_t ldc, std::array<int64_t, 3> offsets, int sm_count, int cc_major,
+                     const std::map<std::string, int64_t>& device_info) {
   GemmArgs a = problem_args(dtype, m, n, k, a_strides, b_strides, ldc, offsets, sm_count);
   a.cc_major = cc_major;
+  a.device = parse_device_info("plan_decode", device_info);
   py::dict d;
   d["supported"] = decode::decode_supports(a);
   if (!d["supported"].cast<bool>()) return d;
@@ -181,8 +219,10 @@ py::dict plan_decode(const std::string& dtype, int64_t m, int64_t n, int64_t k,
 py::dict plan_sm90(const std::string& dtype, int64_t m, int64_t n, int64_t k,
                    std::array<int64_t, 2> a_strides, std::array<int64_t, 2> b_strides, int64_t ldc,
                    std::array<int64_t, 3> offsets, int sm_count, bool allow_tf32, float beta,
-                   int cc_major, bool kernels_built, bool bias, int tile_n) {
+                   int cc_major, bool kernels_built, bool bias, int tile_n,
+                   const std::map<std::string, int64_t>& device_info) {
   GemmArgs a = problem_args(dtype, m, n, k, a_strides, b_strides, ldc, offsets, sm_count);
+  a.device = parse_device_info("plan_sm90", device_info);
   if (bias) a.epilogue.bias = fake_ptr(0);
   a.beta = beta;
   a.allow_tf32 = allow_tf32;
@@ -232,24 +272,106 @@ py::dict plan_sm90(const std::string& dtype, int64_t m, int64_t n, int64_t k,
   return d;
 }
 
+py::list plan_rule_table() {
+  std::size_t count = 0;
+  const PlanRule* rules = gemmt::plan_rules(&count);
+  py::list out;
+  for (std::size_t i = 0; i < count; ++i) {
+    const PlanRule& r = rules[i];
+    py::dict d;
+    d["name"] = r.name;
+    d["planner"] = r.planner;
+    d["applied_in"] = r.applied_in;
+    d["shape_class"] = r.shape_class;
+    d["decision"] = r.decision;
+    d["reason"] = r.reason;
+    d["gain"] = r.gain;
+    d["results"] = r.results;
+    d["device"] = r.device;
+    d["measured"] = r.measured;
+    out.append(d);
+  }
+  return out;
+}
+
+bool plan_rule_applies(const std::string& name, const std::string& dtype, int64_t m, int64_t n,
+                       int64_t k, std::array<int64_t, 2> a_strides,
+                       std::array<int64_t, 2> b_strides, int64_t ldc,
+                       std::array<int64_t, 3> offsets, int sm_count, bool allow_tf32, bool bias,
+                       int cc_major, const std::map<std::string, int64_t>& device_info) {
+  const PlanRule* rule = find_plan_rule(name.c_str());
+  if (rule == nullptr) {
+    throw std::invalid_argument("plan_rule_applies: no planner rule named '" + name + "'");
+  }
+  GemmArgs a = problem_args(dtype, m, n, k, a_strides, b_strides, ldc, offsets, sm_count);
+  if (bias) a.epilogue.bias = fake_ptr(0);
+  a.allow_tf32 = allow_tf32;
+  a.cc_major = cc_major;
+  a.device = parse_device_info("plan_rule_applies", device_info);
+  py::gil_scoped_release release;
+  return rule->in_class(a);
+}
+
+py::dict device_info_dict(const DeviceInfo& info) {
+  py::dict d;
+  d["l2_bytes"] = info.l2_bytes;
+  d["memory_clock_khz"] = info.memory_clock_khz;
+  d["memory_bus_bits"] = info.memory_bus_bits;
+  d["sm_clock_khz"] = info.sm_clock_khz;
+  return d;
+}
+
 }  // namespace
 
 void bind_plans(py::module_& m) {
+  m.def(
+      "reference_device_info", [] { return device_info_dict(kReferenceDevice); },
+      "The description of the device the planners' constants were measured on (an H100 SXM), "
+      "which they read for any field a device leaves unknown.");
+#ifdef GEMMT_WITH_CUDA
+  m.def(
+      "device_info",
+      [](int device) {
+        int count = 0;
+        if (cudaGetDeviceCount(&count) != cudaSuccess || device < 0 || device >= count) {
+          throw std::invalid_argument("device_info: argument 'device' must be a CUDA device "
+                                      "index in [0, " +
+                                      std::to_string(count) + "), got " + std::to_string(device));
+        }
+        return device_info_dict(wrapper::device_info(device));
+      },
+      "The properties the planners read for CUDA device `device`, as the wrapper fills "
+      "GemmArgs::device (0: not reported by the runtime).",
+      py::arg("device"));
+#endif
+  m.def("plan_rules", &plan_rule_table,
+        "The planners' rule table (kernels/plan/plan_rules.cpp): name, planner, applied_in, "
+        "shape_class, decision, reason, gain, results, device, measured.");
+  m.def("plan_rule_applies", &plan_rule_applies,
+        "Whether the product is in the class of the named planner rule; arguments as "
+        "plan_sm90's.",
+        py::arg("name"), py::arg("dtype"), py::arg("m"), py::arg("n"), py::arg("k"),
+        py::arg("a_strides"), py::arg("b_strides"), py::arg("ldc"), py::arg("offsets"),
+        py::arg("sm_count"), py::arg("allow_tf32") = false, py::arg("bias") = false,
+        py::arg("cc_major") = 9, py::arg("device_info") = std::map<std::string, int64_t>{});
   m.def("plan_sm90", &plan_sm90,
         "The Hopper GEMM's plan (kernels/plan/sm90_plan.cpp) for one problem on a device of "
         "compute capability cc_major.0 with sm_count SMs; offsets in bytes from a 1 MiB "
         "address; kernels_built: whether the build holds the sm_90a kernels; bias: the "
-        "product carries an epilogue (a bias); tile_n: a tile width to force (0: the model's).",
+        "product carries an epilogue (a bias); tile_n: a tile width to force (0: the model's); "
+        "device_info: the device's l2_bytes, memory_clock_khz, memory_bus_bits and sm_clock_khz "
+        "(any left out: the reference H100's).",
         py::arg("dtype"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("a_strides"),
         py::arg("b_strides"), py::arg("ldc"), py::arg("offsets"), py::arg("sm_count"),
         py::arg("allow_tf32") = false, py::arg("beta") = 0.0f, py::arg("cc_major") = 9,
-        py::arg("kernels_built") = true, py::arg("bias") = false, py::arg("tile_n") = 0);
+        py::arg("kernels_built") = true, py::arg("bias") = false, py::arg("tile_n") = 0,
+        py::arg("device_info") = std::map<std::string, int64_t>{});
   m.def("plan_decode", &plan_decode,
         "The decode GEMM's plan (kernels/plan/decode_plan.cpp) for one problem; offsets in "
         "bytes from a 1 MiB address.",
         py::arg("dtype"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("a_strides"),
         py::arg("b_strides"), py::arg("ldc"), py::arg("offsets"), py::arg("sm_count"),
-        py::arg("cc_major"));
+        py::arg("cc_major"), py::arg("device_info") = std::map<std::string, int64_t>{});
   m.def("plan_simt", &plan_simt,
         "The SIMT planner's plan for one problem on a device with the given occupancy per tile "
         "shape (blocks_per_sm: {'large': .., 'medium': .., 'small': .., 'fat': .., 'narrow': "
@@ -259,7 +381,8 @@ void bind_plans(py::module_& m) {
         py::arg("variant"), py::arg("dtype"), py::arg("m"), py::arg("n"), py::arg("k"),
         py::arg("a_strides"), py::arg("b_strides"), py::arg("ldc"), py::arg("offsets"),
         py::arg("sm_count"), py::arg("blocks_per_sm"), py::arg("refuse") = "",
-        py::arg("device") = -1, py::arg("cc_major") = 0);
+        py::arg("device") = -1, py::arg("cc_major") = 0,
+        py::arg("device_info") = std::map<std::string, int64_t>{});
 }
 
 }  // namespace gemmt

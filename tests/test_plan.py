@@ -10,12 +10,17 @@ occupancy each tile shape is compiled for (its __launch_bounds__ minimum), on a 
 from __future__ import annotations
 
 import itertools
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gemmt import _native
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import plan_sweep  # noqa: E402  (tests/plan_sweep.py: the sweep and the snapshot's reader)
 
 SMS = 132
 OCCUPANCY = {"large": 2, "medium": 3, "small": 4, "fat": 1, "narrow": 3}
@@ -29,10 +34,11 @@ TILE_SHAPES = {"large": (128, 128), "medium": (64, 128), "small": (64, 64), "fat
 
 def plan(variant: str, dtype: str, m: int, n: int, k: int, *, a_layout: str = "row",
          b_layout: str = "row", offsets: tuple[int, int, int] = (0, 0, 0), device: int = -1,
-         occupancy: dict[str, int] | None = None, refuse: str = "", cc_major: int = 0
-         ) -> dict[str, Any]:
+         occupancy: dict[str, int] | None = None, refuse: str = "", cc_major: int = 0,
+         device_info: dict[str, int] | None = None) -> dict[str, Any]:
     """The plan for an m x k by k x n product; layouts 'row' (unit stride along the second
-    dimension), 'col' (transposed view) or 'strided' (no unit stride); offsets in elements."""
+    dimension), 'col' (transposed view) or 'strided' (no unit stride); offsets in elements;
+    device_info: the device's description (None: unknown, read as the H100's)."""
 
     def strides(layout: str, rows: int, cols: int) -> tuple[int, int]:
         if layout == "row":
@@ -44,7 +50,8 @@ def plan(variant: str, dtype: str, m: int, n: int, k: int, *, a_layout: str = "r
     es = ELEM_BYTES.get(dtype, 1)
     return _native.load().plan_simt(
         variant, dtype, m, n, k, strides(a_layout, m, k), strides(b_layout, k, n), n,
-        tuple(o * es for o in offsets), SMS, occupancy or OCCUPANCY, refuse, device, cc_major)
+        tuple(o * es for o in offsets), SMS, occupancy or OCCUPANCY, refuse, device, cc_major,
+        device_info or {})
 
 
 SHAPES = [(1, 1, 1), (1, 300, 70), (300, 1, 70), (7, 9, 3), (64, 64, 64), (127, 255, 511),
@@ -622,3 +629,308 @@ def test_sm90_narrow_slices_stream_a_weight_for_one_row_of_tiles() -> None:
     assert sm90(128, 11008, 4096, b_layout="col")["tile_n"] == 128
     tf32 = sm90(128, 4096, 11008, dtype="float32", allow_tf32=True, b_layout="col")
     assert not (tf32["tile_n"] == 64 and tf32["splits"] == 2)
+
+
+# ---- Plans from device properties ------------------------------------------------------------
+# Devices as the CUDA runtime describes them (gemmt/device_info.h): the H100 SXM the planners'
+# constants were measured on, and an H200 SXM from its data sheet (4.8 TB/s of HBM3e on a
+# 6144-bit bus, the H100's 50 MiB of L2 and clocks).
+H100 = {"l2_bytes": 52428800, "memory_clock_khz": 2619000, "memory_bus_bits": 5120,
+        "sm_clock_khz": 1980000}
+H200 = {"l2_bytes": 52428800, "memory_clock_khz": 3125000, "memory_bus_bits": 6144,
+        "sm_clock_khz": 1980000}
+SNAPSHOT = Path(__file__).resolve().parent / "data" / "plan_snapshot_h100.json.xz"
+
+
+@pytest.mark.parametrize("description", [H100, None], ids=["h100", "unknown"])
+def test_h100_plans_match_the_snapshot(description: dict[str, int] | None) -> None:
+    """Every decision of the three planners over the Linear-shaped sweep (tests/plan_sweep.py:
+    28 layers of 2048-8192 hidden, 5632-28672 intermediate and 32000-152064 vocabulary sizes,
+    26 token counts from 1 to 8192, forward / grad_input / grad_weight, bf16, fp16, fp32 and
+    tf32, and an odd-layout grid) is the one the planners made before they read device
+    properties, for an H100's description and for a device that reports none."""
+    expected = plan_sweep.read(SNAPSHOT)
+    got = plan_sweep.sweep(description)
+    assert len(expected) > 10000 and got.keys() == expected.keys()
+    moved = [f"{key}: {expected[key]} -> {got[key]}" for key in expected
+             if got[key] != expected[key]]
+    assert not moved, f"{len(moved)} plans moved, e.g. " + "; ".join(moved[:3])
+
+
+def test_h200_description_moves_the_bandwidth_bound_plans() -> None:
+    """With 1.43x the H100's bandwidth: the DRAM model's rate and streaming share rise (0.48
+    to 0.69 of the SMs must stream), so decode products of 1-64 tokens split the weight over
+    more CTAs, and batched decode of 65-256 tokens, under the roofline's ridge, opens the
+    split search (batched_decode_roofline). L2 size and clocks are the H100's: what depends
+    on them alone does not move."""
+    for m in (1, 16, 64):
+        h100 = sm90(m, 4096, 4096, b_layout="col", device_info=H100)
+        h200 = sm90(m, 4096, 4096, b_layout="col", device_info=H200)
+        assert (h100["c_trans"], h100["tile_n"], h100["splits"]) == (True, 64, 2), m
+        assert (h200["c_trans"], h200["tile_n"], h200["splits"]) == (True, 64, 3), m
+        assert h200["workspace_bytes"] > h100["workspace_bytes"]
+    # 8192 x 8192 weights: one slice on the H100, two on the H200.
+    assert sm90(16, 8192, 8192, b_layout="col", device_info=H100)["splits"] == 1
+    assert sm90(16, 8192, 8192, b_layout="col", device_info=H200)["splits"] == 2
+    # Batched decode: 200 tokens against a 7168 -> 18432 weight (192 tiles of 128x192, more
+    # than half of the SMs): the H100 keeps whole tiles, the H200 splits k in two; 129
+    # tokens through a 5120 x 5120 weight take 128x256 tiles in 3 slices (H100: unsplit
+    # medium tiles).
+    assert (sm90(200, 18432, 7168, b_layout="col", device_info=H100)["splits"]) == 1
+    p = sm90(200, 18432, 7168, b_layout="col", device_info=H200)
+    assert (p["tile_n"], p["splits"]) == (192, 2)
+    assert (sm90(129, 5120, 5120, b_layout="col", device_info=H100)["tile_n"],
+            sm90(129, 5120, 5120, b_layout="col", device_info=H100)["splits"]) == (128, 1)
+    q = sm90(129, 5120, 5120, b_layout="col", device_info=H200)
+    assert (q["tile_n"], q["splits"]) == (256, 3)
+    # The SIMT planner's copy of a K-major float32 B pays from fewer rows (82 / m at the
+    # H100's ratio of FFMA to DRAM rate, 57 / m at the H200's).
+    assert not plan("pipelined", "float32", 1280, 1280, 4096, b_layout="col",
+                    device_info=H100)["staged_b"]
+    assert plan("pipelined", "float32", 1280, 1280, 4096, b_layout="col",
+                device_info=H200)["staged_b"]
+    # Same L2: the one-token rule and gemv's prefetch are unchanged.
+    for n, k in [(14336, 4096), (18944, 3584), (8192, 2048)]:
+        assert (sm90(1, n, k, b_layout="col", device_info=H200)["streams_single_row"]
+                == sm90(1, n, k, b_layout="col", device_info=H100)["streams_single_row"])
+    assert plan("gemv", "bfloat16", 1, 8192, 8192, b_layout="col", cc_major=9,
+                device_info=H200)["prefetch_blocks"] == 8 * SMS
+
+
+def test_l2_size_sets_what_comes_from_dram() -> None:
+    """A weight counts as streamed from DRAM above the same share of any GPU's L2 (40 MB of
+    the H100's 50 MiB): with 256 MiB of L2 a 117 MB weight is L2's, with 25 MiB a 34 MB one
+    is DRAM's. gemv's prefetch lead stays within a third of L2."""
+    big_l2 = {**H100, "l2_bytes": 256 << 20}
+    small_l2 = {**H100, "l2_bytes": 25 << 20}
+    assert sm90(1, 14336, 4096, b_layout="col", device_info=H100)["streams_single_row"]
+    assert not sm90(1, 14336, 4096, b_layout="col", device_info=big_l2)["streams_single_row"]
+    # 128 tokens against a 4096 x 4096 weight (34 MB): L2's on an H100, DRAM's with 25 MiB,
+    # where narrow_weight_stream takes it.
+    assert sm90(128, 4096, 4096, b_layout="col", device_info=H100)["splits"] == 1
+    p = sm90(128, 4096, 4096, b_layout="col", device_info=small_l2)
+    assert (p["tile_n"], p["splits"]) == (64, 2)
+    # gemv: 8 x 132 blocks of 16 KB (17 MB) ahead with 50 MiB; with 20 MiB a third of it holds
+    # 3 blocks a SM; a 32 MB matrix is prefetched once L2 is too small to hold it.
+    def lead(n: int, k: int, info: dict[str, int]) -> int:
+        return plan("gemv", "bfloat16", 1, n, k, b_layout="col", cc_major=9,
+                    device_info=info)["prefetch_blocks"]
+    assert lead(8192, 8192, {**H100, "l2_bytes": 20 << 20}) == 3 * SMS
+    assert lead(8192, 2048, H100) == 0
+    assert lead(8192, 2048, {**H100, "l2_bytes": 20 << 20}) == 3 * SMS
+    assert lead(8192, 8192, {**H100, "l2_bytes": 2 << 20}) == 0
+
+
+def test_sm_clock_and_bandwidth_set_the_ridge() -> None:
+    """batched_decode_roofline's class ends at the ridge, tokens = tensor-core FLOP rate over
+    DRAM byte rate: 380 tokens on the H100 by the model's rates; with three times the
+    bandwidth it falls to 127, below 200 tokens, and with half the SM clock too to 63."""
+    def applies(m: int, info: dict[str, int]) -> bool:
+        return _native.load().plan_rule_applies(
+            "batched_decode_roofline", "bfloat16", m, 18432, 7168, (7168, 1), (1, 7168), 18432,
+            (0, 0, 0), SMS, device_info=info)
+    fast_dram = {**H100, "memory_clock_khz": 3 * H100["memory_clock_khz"]}
+    assert applies(200, H100) and applies(256, H200)
+    assert applies(120, fast_dram) and not applies(200, fast_dram)
+    assert not applies(100, {**fast_dram, "sm_clock_khz": H100["sm_clock_khz"] // 2})
+
+
+def test_device_info_is_checked() -> None:
+    with pytest.raises(ValueError, match="unknown key 'l2'"):
+        sm90(64, 4096, 4096, device_info={"l2": 1})
+    with pytest.raises(ValueError, match="memory_bus_bits'\\] must be between 0 and 2\\^40"):
+        plan("pipelined", "float32", 64, 64, 64, device_info={"memory_bus_bits": -1})
+    with pytest.raises(ValueError, match="must fit in 32 bits"):
+        _native.load().plan_decode("bfloat16", 8, 64, 64, (64, 1), (1, 64), 64, (0, 0, 0), SMS, 9,
+                                   device_info={"sm_clock_khz": 1 << 33})
+    # A clock without its bus width says nothing about bandwidth: the H100's is used.
+    half = {"memory_clock_khz": H200["memory_clock_khz"]}
+    assert sm90(16, 4096, 4096, b_layout="col", device_info=half) == sm90(
+        16, 4096, 4096, b_layout="col", device_info=H100)
+
+
+def test_plan_caches_tell_devices_apart() -> None:
+    """The per-thread plan caches key on the device description: the same product asked for
+    an H100, then an H200, then an H100 again gets each device's plan."""
+    for _ in range(2):
+        assert sm90(16, 4096, 4096, b_layout="col", device_info=H100)["splits"] == 2
+        assert sm90(16, 4096, 4096, b_layout="col", device_info=H200)["splits"] == 3
+    for _ in range(2):
+        assert not plan("pipelined", "float32", 1280, 1280, 4096, b_layout="col", device=0,
+                        device_info=H100)["staged_b"]
+        assert plan("pipelined", "float32", 1280, 1280, 4096, b_layout="col", device=0,
+                    device_info=H200)["staged_b"]
+
+
+# ---- The rule table --------------------------------------------------------------------------
+ARCHITECTURE = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
+
+
+def test_rule_table_is_listed_in_the_architecture_doc() -> None:
+    """docs/architecture.md's "Planner rules" list is the table in kernels/plan/plan_rules.cpp
+    (regenerate it with `python tests/plan_sweep.py --rules`)."""
+    rules = _native.load().plan_rules()
+    text = ARCHITECTURE.read_text()
+    begin, end = text.find(plan_sweep.RULES_BEGIN), text.find(plan_sweep.RULES_END)
+    assert 0 <= begin < end, "docs/architecture.md lacks the planner-rules markers"
+    listed = text[begin:end + len(plan_sweep.RULES_END)]
+    assert listed == plan_sweep.rules_markdown(rules), (
+        "docs/architecture.md's planner rules differ from kernels/plan/plan_rules.cpp; "
+        "regenerate them with `python tests/plan_sweep.py --rules`")
+    names = [r["name"] for r in rules]
+    assert len(names) == len(set(names)) and all(r["shape_class"] and r["decision"] and
+                                                 r["gain"] and r["results"] for r in rules)
+    assert [r["name"] for r in rules if not r["measured"]] == ["batched_decode_roofline"]
+
+
+def applies(name: str, m: int, n: int, k: int, *, dtype: str = "bfloat16", a_layout: str = "row",
+            b_layout: str = "row", **kw: Any) -> bool:
+    """Whether the product is in the named rule's class (plan_rule_applies)."""
+    def strides(layout: str, rows: int, cols: int) -> tuple[int, int]:
+        return {"row": (cols, 1), "col": (1, rows)}[layout]
+    return _native.load().plan_rule_applies(name, dtype, m, n, k, strides(a_layout, m, k),
+                                            strides(b_layout, k, n), n, (0, 0, 0), SMS, **kw)
+
+
+def _sm90_rule(name: str, case: dict[str, Any], inside: bool) -> dict[str, Any]:
+    """The Hopper plan of a rule test's case, checking that the rule's predicate says
+    `inside` for it."""
+    kw = {key: case[key] for key in case if key not in ("m", "n", "k")}
+    assert applies(name, case["m"], case["n"], case["k"], **kw) == inside, (name, case)
+    return sm90(case["m"], case["n"], case["k"], **kw)
+
+
+# Each rule of the table: a product inside its class and one just outside, and the test of
+# the plan's decision: (inside, outside, decided(plan) -> bool).
+W_T = dict(b_layout="col")
+RULE_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], Any]] = {
+    "swap_for_small_m": (dict(m=64, n=11008, k=4096, **W_T), dict(m=65, n=11008, k=4096, **W_T),
+                         lambda p: p["c_trans"]),
+    "swap_for_tf32": (dict(m=4096, n=4096, k=4096, dtype="float32", allow_tf32=True),
+                      dict(m=4096, n=64, k=4096, dtype="float32", allow_tf32=True),
+                      lambda p: p["c_trans"]),
+    "streams_single_row": (dict(m=1, n=14336, k=4096, **W_T), dict(m=1, n=8192, k=2048, **W_T),
+                           lambda p: p["streams_single_row"]),
+    "narrow_weight_stream": (dict(m=128, n=4096, k=11008, **W_T),
+                             dict(m=129, n=4096, k=11008, **W_T),
+                             lambda p: (p["tile_n"], p["splits"]) == (64, 2)),
+    "batched_decode_roofline": (
+        dict(m=200, n=18432, k=7168, device_info=H200, **W_T),
+        dict(m=257, n=18432, k=7168, device_info=H200, **W_T),
+        lambda p: p["splits"] > 1 and -(-p["m"] // 128) * -(-p["n"] // p["tile_n"]) * 2 > SMS),
+    "no_split_past_half_the_sms": (dict(m=2048, n=11008, k=4096, **W_T),
+                                   dict(m=256, n=256, k=65536),
+                                   lambda p: p["splits"] == 1),
+    "stream_k_from_two_waves": (dict(m=2048, n=11008, k=4096, **W_T),
+                                dict(m=8448, n=1024, k=4096),  # 264 tiles: whole waves
+                                lambda p: p["stream_k"]),
+    "stream_k_tail_only": (dict(m=1024, n=11008, k=4096, **W_T),
+                           dict(m=2048, n=11008, k=4096, **W_T),  # 5.2 waves
+                           lambda p: p["stream_k_tail"]),
+    "long_k_last_wave": (dict(m=8192, n=4096, k=11008, **W_T),
+                         dict(m=8192, n=11008, k=4096, **W_T),  # 64 k-blocks
+                         lambda p: p["stream_k_tail"]),
+    "short_k_ping_pong": (dict(m=11008, n=4096, k=512, a_layout="col"),
+                          dict(m=11008, n=4096, k=576, a_layout="col"),  # 9 k-blocks
+                          lambda p: p["tile_n"] == 128),
+    "epilogue_takes_medium": (dict(m=128, n=4096, k=4096, bias=True),
+                              dict(m=128, n=4096, k=4096),  # no epilogue: the narrow tile
+                              lambda p: p["tile_n"] == 128),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RULE_CASES))
+def test_sm90_rule_decides_inside_its_class_only(name: str) -> None:
+    inside, outside, decided = RULE_CASES[name]
+    for case, expect in ((inside, True), (outside, False)):
+        p = _sm90_rule(name, case, expect)
+        assert p["supported"], (name, case)
+        p = {**p, "m": case["m"], "n": case["n"]}
+        assert decided(p) == expect, (name, case, p)
+
+
+def test_simt_rules_decide_inside_their_class_only() -> None:
+    """The SIMT planner's rules: staging a K-major B (16-bit from 2048 rows; float32 where the
+    copy's share is under the in-place penalty), the transposed float32 x @ W^T, split-k for
+    few tiles and a long k, gemv's L2 prefetch and its warps per row."""
+    def both(name: str, variant: str, dtype: str, m: int, n: int, k: int, **kw: Any
+             ) -> tuple[bool, dict[str, Any]]:
+        lay = {key: kw[key] for key in ("a_layout", "b_layout") if key in kw}
+        return (applies(name, m, n, k, dtype=dtype, **lay),
+                plan(variant, dtype, m, n, k, cc_major=9, **kw))
+
+    inside, p = both("stage_k_major_b_16_bit", "pipelined", "bfloat16", 2048, 4096, 11008,
+                     b_layout="col")
+    assert inside and p["staged_b"]
+    inside, p = both("stage_k_major_b_16_bit", "pipelined", "bfloat16", 2047, 4096, 11008,
+                     b_layout="col")
+    assert not inside and not p["staged_b"]
+    inside, p = both("stage_k_major_b_float32", "pipelined", "float32", 1367, 1367, 4096,
+                     b_layout="col")
+    assert inside and p["staged_b"] and not p["swapped"]
+    inside, p = both("stage_k_major_b_float32", "pipelined", "float32", 1366, 1366, 4096,
+                     b_layout="col")
+    assert not inside and not p["staged_b"]
+    inside, p = both("swap_k_major_b", "pipelined", "float32", 512, 11008, 4096, b_layout="col")
+    assert inside and p["swapped"]
+    inside, p = both("swap_k_major_b", "pipelined", "float32", 512, 11008, 4096)
+    assert not inside and not p["swapped"]
+    inside, p = both("simt_split_k", "split_k", "float32", 256, 256, 4096)
+    assert inside and p["wants_split_k"]
+    inside, p = both("simt_split_k", "split_k", "float32", 256, 256, 4088)
+    assert not inside and not p["wants_split_k"]
+    inside, p = both("gemv_l2_prefetch", "gemv", "bfloat16", 1, 8192, 8192, b_layout="col")
+    assert inside and p["prefetch_blocks"] == 8 * SMS
+    inside, p = both("gemv_l2_prefetch", "gemv", "bfloat16", 1, 8192, 2048, b_layout="col")
+    assert not inside and p["prefetch_blocks"] == 0  # 32 MB: L2's
+    inside, p = both("gemv_warps_per_row", "gemv", "bfloat16", 1, 4096, 2048, b_layout="col")
+    assert inside and p["rows_per_block"] == 4
+    inside, p = both("gemv_warps_per_row", "gemv", "bfloat16", 1, 4096, 2040, b_layout="col")
+    assert not inside and p["rows_per_block"] == 8
+
+
+def test_every_rule_has_a_test() -> None:
+    simt_tested = {"stage_k_major_b_16_bit", "stage_k_major_b_float32", "swap_k_major_b",
+                   "simt_split_k", "gemv_l2_prefetch", "gemv_warps_per_row"}
+    names = {r["name"] for r in _native.load().plan_rules()}
+    assert names == set(RULE_CASES) | simt_tested
+    with pytest.raises(ValueError, match="no planner rule named 'fast_path'"):
+        applies("fast_path", 8, 8, 8)
+
+
+def test_the_reference_device_is_the_h100_described_here() -> None:
+    assert _native.load().reference_device_info() == H100
+
+
+@pytest.mark.cuda
+def test_device_info_reads_the_gpu_once_per_device() -> None:
+    """On a GPU: what the wrapper fills GemmArgs::device with is plausible for a data-center
+    GPU of this decade, the same from every thread and call, and plannable. (On the H100 the
+    planners' constants were fitted on it equals the reference description; printed so that a
+    run on another GPU records its description.)"""
+    import torch
+
+    lib = _native.load()
+    for dev in range(torch.cuda.device_count()):
+        info = lib.device_info(dev)
+        print(f"device {dev} ({torch.cuda.get_device_name(dev)}): {info}")
+        assert (1 << 20) <= info["l2_bytes"] <= (1 << 30), info
+        bandwidth = 2e3 * info["memory_clock_khz"] * info["memory_bus_bits"] / 8
+        assert 1e11 <= bandwidth <= 2e13, info
+        assert 5e5 <= info["sm_clock_khz"] <= 5e6, info
+        if "H100 80GB HBM3" in torch.cuda.get_device_name(dev):
+            assert info == H100, info
+        results: list[dict[str, int]] = []
+        threads = [threading.Thread(target=lambda: results.append(lib.device_info(dev)))
+                   for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert results == [info] * 8
+        sms = torch.cuda.get_device_properties(dev).multi_processor_count
+        p = lib.plan_sm90("bfloat16", 16, 4096, 4096, (4096, 1), (1, 4096), 4096, (0, 0, 0), sms,
+                          device_info=info)
+        assert p["supported"] and p["c_trans"]
+    with pytest.raises(ValueError, match="must be a CUDA device index"):
+        lib.device_info(torch.cuda.device_count())

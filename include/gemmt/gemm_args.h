@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "gemmt/activation.h"
+#include "gemmt/device_info.h"
 #include "gemmt/types.h"
 
 namespace gemmt {
@@ -43,6 +44,9 @@ struct GemmArgs {
   // Properties of the device the pointers live on (the wrapper fills these from a cache).
   int sm_count = 1;
   int cc_major = 0, cc_minor = 0;
+  // L2 size, DRAM bandwidth and SM clock (gemmt/device_info.h); unknown fields plan as on
+  // the reference device.
+  DeviceInfo device;
 };
 
 }  // namespace gemmt

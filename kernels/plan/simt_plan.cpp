@@ -10,6 +10,22 @@
 namespace gemmt {
 namespace simt {
 
+double l2_budget_bytes(const GemmArgs& a) {
+  return kL2BudgetOnReference * l2_ratio(a.device);
+}
+
+double split_bytes_per_clk(const GemmArgs& a) {
+  return kSplitBytesPerClk * dram_ratio(a.device) / sm_clock_ratio(a.device);
+}
+
+double stream_k_dram_bytes_per_clk(const GemmArgs& a) {
+  return kStreamKDramBytesPerClk * dram_ratio(a.device) / sm_clock_ratio(a.device);
+}
+
+double stage_copy_cost(const GemmArgs& a) {
+  return kStageCopyCost * sm_clock_ratio(a.device) / dram_ratio(a.device);
+}
+
 WarpTiledLoad warp_tiled_load(ScalarType t, const void* base, int64_t c_stride, int64_t k_stride) {
   if (!is_aligned(base, static_cast<std::size_t>(4 * elem_bytes(t)))) {
     return WarpTiledLoad::kScalar;
@@ -108,8 +124,9 @@ double wave_cost(const PipeChoice& e, const PipeInstance& inst, double blocks, d
 // a block publishes one slot and the finishing block reads the others through L2, plus a fixed
 // cost; runs start at different k, so when the operands exceed L2 a run that needs more DRAM
 // bandwidth than kStreamKDramBytesPerClk is slowed in proportion.
-void consider_stream_k(const PipeChoice& e, int64_t tiles, int64_t k_tiles, double sms,
-                       double operand_bytes, bool force, double& cost, PipePlan& plan) {
+void consider_stream_k(const GemmArgs& a, const PipeChoice& e, int64_t tiles, int64_t k_tiles,
+                       double sms, double operand_bytes, bool force, double& cost,
+                       PipePlan& plan) {
   if (!e.streamk_inst.built || e.streamk_inst.error != 0) return;
   const int64_t wave = static_cast<int64_t>(sms) * std::max(1, e.streamk_inst.blocks_per_sm);
   const int64_t rem = tiles % wave;
@@ -117,9 +134,9 @@ void consider_stream_k(const PipeChoice& e, int64_t tiles, int64_t k_tiles, doub
       static_cast<double>(e.bm) * e.bn * e.bk * k_tiles / (128.0 * e.efficiency);
   const double slot_cycles = 4.0 * e.bm * e.bn / kStreamKBytesPerClk;
   const double dram_need = (e.bm + e.bn) * 4.0 * 128.0 * e.efficiency / (e.bm * e.bn);
-  const double slowdown = operand_bytes > kL2Bytes && dram_need > kStreamKDramBytesPerClk
-                              ? dram_need / kStreamKDramBytesPerClk
-                              : 1.0;
+  const double dram_rate = stream_k_dram_bytes_per_clk(a);
+  const double slowdown =
+      operand_bytes > l2_budget_bytes(a) && dram_need > dram_rate ? dram_need / dram_rate : 1.0;
   bool found = false;
   for (const int64_t streamk_tiles : {rem, rem + wave}) {
     if (rem == 0 || streamk_tiles > tiles) continue;
@@ -194,11 +211,13 @@ PipePlan plan_pipelined_uncached(const GemmArgs& a, const PipeOptions& opt,
       PipePlan cand;
       if (splits > 1) {
         const double mn = static_cast<double>(a.m) * static_cast<double>(a.n);
-        cost += (splits * mn * 8.0 + mn * es * 2.0) / (kSplitBytesPerClk * sms) + kSplitFixedCost;
+        cost += (splits * mn * 8.0 + mn * es * 2.0) / (split_bytes_per_clk(a) * sms) +
+                kSplitFixedCost;
       } else if (opt.stream_k != 0 && a.k > 0) {
         const double operand_bytes =
             es * (static_cast<double>(a.m) * a.k + static_cast<double>(a.k) * a.n);
-        consider_stream_k(e, tm * tn, k_tiles, sms, operand_bytes, opt.stream_k > 0, cost, cand);
+        consider_stream_k(a, e, tm * tn, k_tiles, sms, operand_bytes, opt.stream_k > 0, cost,
+                          cand);
       }
       if (best.error != kPlanOk || cost < best_cost) {
         best_cost = cost;
@@ -228,11 +247,15 @@ PipePlan plan_pipelined(const GemmArgs& a, const PipeOptions& opt, const PipeCat
     ScalarType dtype = ScalarType::kUInt8;
     bool allow_split = false, allow_interior = false;
     decltype(PipeCatalog::query) query = nullptr;
+    DeviceInfo dev;
     bool operator==(const Key& o) const {
       return m == o.m && n == o.n && k == o.k && a_mode == o.a_mode && b_mode == o.b_mode &&
              sms == o.sms && device == o.device && only_tile == o.only_tile &&
              stream_k == o.stream_k && dtype == o.dtype && allow_split == o.allow_split &&
-             allow_interior == o.allow_interior && query == o.query;
+             allow_interior == o.allow_interior && query == o.query &&
+             dev.l2_bytes == o.dev.l2_bytes && dev.memory_clock_khz == o.dev.memory_clock_khz &&
+             dev.memory_bus_bits == o.dev.memory_bus_bits &&
+             dev.sm_clock_khz == o.dev.sm_clock_khz;
     }
   };
   // The last few plans of this thread: per thread, so no lock and no thread ever sees another's
@@ -257,6 +280,7 @@ PipePlan plan_pipelined(const GemmArgs& a, const PipeOptions& opt, const PipeCat
   key.allow_interior = opt.allow_interior;
   key.stream_k = opt.stream_k;
   key.query = cat.query;
+  key.dev = a.device;
   if (cat.device < 0) return plan_pipelined_uncached(a, opt, cat);
   for (int i = 0; i < kCacheEntries; ++i) {
     if (keys[i] == key) return plans[i];
@@ -297,7 +321,7 @@ bool stages_b(const GemmArgs& a) {
   if (!can_stage_b(a)) return false;
   if (a.dtype != ScalarType::kFloat32) return a.m >= kStageBMinM;
   const bool pow2_k = (a.k & (a.k - 1)) == 0;
-  return kStageCopyCost / static_cast<double>(a.m) <
+  return stage_copy_cost(a) / static_cast<double>(a.m) <
          (pow2_k ? kInPlacePenaltyPow2K : kInPlacePenalty);
 }
 
@@ -362,15 +386,20 @@ int gemv_warps_per_row(int64_t len) {
   return len >= 8192 ? 8 : len >= 4096 ? 4 : len >= 2048 ? 2 : 1;
 }
 
-int64_t gemv_prefetch_blocks(const GemvPlan& g, int64_t elem_bytes, int cc_major, int sm_count) {
-  if (cc_major < 9 || elem_bytes != 2 || g.colsweep || !g.vec16 || g.splits != 1 ||
+int64_t gemv_prefetch_blocks(const GemvPlan& g, int64_t elem_bytes, const GemmArgs& a) {
+  if (a.cc_major < 9 || elem_bytes != 2 || g.colsweep || !g.vec16 || g.splits != 1 ||
       g.rows_per_block < 1) {
     return 0;
   }
   const int64_t block_bytes = g.rows_per_block * g.len * elem_bytes;
   const double matrix_bytes = static_cast<double>(g.rows) * g.len * elem_bytes;
-  if (block_bytes > kGemvPrefetchBlockBytes || matrix_bytes <= kL2Bytes) return 0;
-  return 8 * static_cast<int64_t>(std::max(1, sm_count));
+  if (block_bytes > kGemvPrefetchBlockBytes || matrix_bytes <= l2_budget_bytes(a)) return 0;
+  const int64_t sms = std::max(1, a.sm_count);
+  // Blocks a SM that a third of the L2 holds at the largest block (8.08 on an H100's 132 SMs).
+  const double l2_bytes = static_cast<double>(known_or_reference(a.device).l2_bytes);
+  const int64_t fit = static_cast<int64_t>(kGemvPrefetchMaxL2Share * l2_bytes /
+                                           (static_cast<double>(kGemvPrefetchBlockBytes) * sms));
+  return std::min(kGemvPrefetchLeadPerSm, fit) * sms;
 }
 
 GemvPlan plan_gemv(const GemmArgs& a, int warps_per_row) {
@@ -428,7 +457,7 @@ GemvPlan plan_gemv(const GemmArgs& a, int warps_per_row) {
   }
   g.p_per_split = pps;
   g.splits = static_cast<int>(splits);
-  g.prefetch_blocks = gemv_prefetch_blocks(g, es, a.cc_major, a.sm_count);
+  g.prefetch_blocks = gemv_prefetch_blocks(g, es, a);
   return g;
 }
 
@@ -546,12 +575,16 @@ SimtFamilyPlan plan_k_major_b(const GemmArgs& a, KMajorB how, const PipeCatalog&
   return fp;
 }
 
+bool simt_split_k_class(const GemmArgs& args) {
+  const int64_t tiles = ceil_div(args.m, 128) * ceil_div(args.n, 128);
+  return tiles * 2 <= args.sm_count && args.k >= 4096;
+}
+
 bool simt_wants_split_k(const GemmArgs& args, const PipeCatalog& cat) {
   // Split-k pays when the output has too few 128x128 tiles to occupy every SM while k is
   // long enough that each slice still streams a deep panel; elsewhere the pipelined kernel
   // (with stream-k for its last wave) is faster (H100: 1024^3 fp32, docs/performance.md).
-  const int64_t tiles = ceil_div(args.m, 128) * ceil_div(args.n, 128);
-  if (tiles * 2 > args.sm_count || args.k < 4096) return false;
+  if (!simt_split_k_class(args)) return false;
   const SimtFamilyPlan fp = plan_simt(args, GemmVariant::kSplitK, cat);
   return fp.error == kPlanOk && fp.pipe.splits > 1;
 }

@@ -137,18 +137,30 @@ inline constexpr double kPipeLoneBlockRate[kNumPipeTiles] = {0.5, 0.67, 0.5, 0.5
 constexpr int64_t kMinKTilesPerSplit = 16;
 constexpr int kMaxSplits = 64;
 constexpr std::size_t kMaxSplitWorkspace = std::size_t(256) << 20;
-// Split-k workspace traffic (written by the GEMM, read by the reduction), bytes per SM clock.
+// Split-k workspace traffic (written by the GEMM, read by the reduction), bytes per SM clock
+// per SM on the H100; DRAM traffic, so on another GPU this over its SM clock and bandwidth
+// (split_bytes_per_clk).
 constexpr double kSplitBytesPerClk = 12.0;
 // The reduction's launch and tail, in SM clocks.
 constexpr double kSplitFixedCost = 4000.0;
 // Stream-k: fixed cost per use (counter reset, second launch, pipeline fills), fitted so the
-// model's gain matches the H100 sweep; slot traffic through L2; the DRAM rate a stream-k run
-// may count on when the operands exceed L2; L2 size; the shortest run worth a pipeline fill.
+// model's gain matches the H100 sweep; slot traffic through L2 (which runs at the SM clock,
+// so the same in clocks on any GPU); the DRAM rate a stream-k run may count on when the
+// operands exceed L2, on the H100 (stream_k_dram_bytes_per_clk: scaled like split-k's);
+// the shortest run worth a pipeline fill.
 constexpr double kStreamKFixedCost = 24000.0;
 constexpr double kStreamKBytesPerClk = 32.0;
 constexpr double kStreamKDramBytesPerClk = 8.0;
-constexpr double kL2Bytes = 40.0 * (1 << 20);
 constexpr int64_t kStreamKMinIters = 4;
+// The share of L2 the operands may fill and still count as read from L2: 40 MiB of the
+// H100's 50 MiB (kReferenceDevice), the same share of another GPU's L2 (l2_budget_bytes).
+constexpr double kL2BudgetOnReference = 40.0 * (1 << 20);
+
+// The constants above that are device properties, for the device of `a` (GemmArgs::device;
+// exactly the constants on the H100).
+double l2_budget_bytes(const GemmArgs& a);
+double split_bytes_per_clk(const GemmArgs& a);
+double stream_k_dram_bytes_per_clk(const GemmArgs& a);
 // Launch order groups this many tile rows for L2 reuse (swizzle_tile).
 constexpr int kRasterGroup = 8;
 // A K-major B is copied N-major first when that pass costs less than reading B in place.
@@ -159,8 +171,11 @@ constexpr int kRasterGroup = 8;
 // to 28672): the 4-byte transposing copies of a K-major tile cost more when its lines lie a
 // non-power-of-two stride apart, the cause unknown. Held out (11 other weights and token
 // counts) the rule picked the faster way within 1% in two runs.
+// The copy's share is a ratio of FFMA rate to DRAM rate, so another GPU's is kStageCopyCost
+// times its SM clock over the H100's, over its bandwidth over the H100's (stage_copy_cost).
 constexpr int64_t kStageBMinM = 2048;
 constexpr double kStageCopyCost = 82.0;
+double stage_copy_cost(const GemmArgs& a);
 constexpr double kInPlacePenaltyPow2K = 0.06;
 constexpr double kInPlacePenalty = 0.10;
 
@@ -271,8 +286,10 @@ int gemv_warps_per_row(int64_t len);
 // end and start; on sm_90 each block therefore asks L2 for the rows of the block
 // 8 x sm_count ahead (cp.async.bulk.prefetch, no registers), so that later blocks load from
 // L2. The lead, 8 x 132 blocks of 16 KB (17 MB), stays well inside an H100's 50 MB of L2.
-// Only for matrices larger than kL2Bytes. Measured on H100 (bf16 m = 1, weights rotated
-// past L2, prefetch against none in rotating rounds; 400f132:benchmarks/results/
+// Only for matrices larger than l2_budget_bytes, and with a lead of at most a third of the
+// L2 (kGemvPrefetchMaxL2Share: the H100's 17 MB of 50 MiB; fewer blocks ahead on a GPU with
+// less L2 per SM, none where not even one block a SM fits). Measured on H100 (bf16 m = 1,
+// weights rotated past L2, prefetch against none in rotating rounds; 400f132:benchmarks/results/
 // h100_2026-11-27_gemv_rows/4_prefetch/): 1.0-3.8% faster on the 4096 x 14336 / 32000 /
 // 128256 and 8192 x 8192 / 28672 weights, level (+0.2%) on 4096 x 11008, and 1.1-4.3% slower
 // on 32 MB weights (4096 x 4096, 2048 x 8192, 8192 x 2048), whose calls are mostly start-up
@@ -280,7 +297,9 @@ int gemv_warps_per_row(int64_t len);
 // prefetched rows were evicted before use. Longer blocks, split rows, float32 and other
 // GPUs prefetch nothing.
 constexpr int64_t kGemvPrefetchBlockBytes = 16 << 10;
-int64_t gemv_prefetch_blocks(const GemvPlan& g, int64_t elem_bytes, int cc_major, int sm_count);
+constexpr int64_t kGemvPrefetchLeadPerSm = 8;
+constexpr double kGemvPrefetchMaxL2Share = 1.0 / 3.0;
+int64_t gemv_prefetch_blocks(const GemvPlan& g, int64_t elem_bytes, const GemmArgs& a);
 
 // warps_per_row > 0 forces the row-dot kernel's warps per row (a benchmark hook).
 GemvPlan plan_gemv(const GemmArgs& a, int warps_per_row = 0);
@@ -314,6 +333,8 @@ SimtFamilyPlan plan_k_major_b(const GemmArgs& args, KMajorB how, const PipeCatal
 // faster than the pipelined kernel with a stream-k last wave), and the planner, allowed to
 // split, gives more than one slice. gemm_pick runs kSplitK exactly when this says so.
 bool simt_wants_split_k(const GemmArgs& args, const PipeCatalog& cat);
+// The shape half of that policy: at most half as many 128x128 tiles as SMs, k >= 4096.
+bool simt_split_k_class(const GemmArgs& args);
 
 }  // namespace simt
 }  // namespace gemmt

@@ -19,6 +19,10 @@ int64_t sm_count_of(const GemmArgs& args) {
 }
 }  // namespace
 
+double l2_budget_bytes(const GemmArgs& args) {
+  return kL2BudgetOnReference * l2_ratio(args.device);
+}
+
 uint32_t b_box_rows(int bn) {
   return bn == kBNNarrow ? kBNNarrow : static_cast<uint32_t>(bn / 2);
 }
@@ -105,7 +109,10 @@ SplitPlan split_plan(const GemmArgs& args, int64_t splits) {
 
 namespace {
 
-// Per-SM times of one k-block on H100 (gemm_tc_selftest --sweep), and the memory model.
+// Per-SM times of one k-block on H100 (gemm_tc_selftest --sweep), and the memory model. The
+// k-block times are tensor-core bound, so another GPU's are these at its SM clock
+// (kb_us); kKbUsWide is the H100's dense 16-bit peak (4.2 MFLOP in 0.56 us on each of 132
+// SMs: 989 TFLOP/s).
 constexpr double kKbUsWide = 0.56;  // 128x256x(128 B of K): tensor-core bound
 // A medium k-block took 0.53-0.60 of a wide one in 16-bit and 0.63 in tf32 on H100
 // (--sweep: 512 x 11008 x 4096, 512 x 28672 x 8192, 2048 x 11008 x 4096, per wave).
@@ -119,8 +126,8 @@ constexpr double kKbUsMediumTf32 = 0.35;    // the same in tf32
 constexpr double kKbUsNarrow = 0.20;        // 128x64x(128 B of K), 16-bit
 constexpr double kKbUsNarrowTf32 = 0.35;    // the same in tf32 (A often through registers)
 constexpr double kUnitFixedKb = 3.0;        // ring fill and epilogue, in k-blocks
-constexpr double kBytesPerUs = 2.6e6;       // DRAM, bytes per microsecond
-constexpr double kStreamingSmShare = 0.48;  // busy SMs that reach kBytesPerUs
+constexpr double kBytesPerUs = 2.6e6;       // DRAM, bytes per microsecond (H100)
+constexpr double kStreamingSmShare = 0.48;  // busy SMs that reach kBytesPerUs (H100)
 constexpr double kReduceFixedUs = 3.0;      // the extra launch and its tail
 // Stream-k: the flags' memset, and per CTA one 128 KB partial written and one read back.
 constexpr double kStreamKFixedUs = 1.5 + 3.0;
@@ -139,6 +146,23 @@ constexpr int64_t kLastWaveMaxWaves = 32;
 constexpr int64_t kPingPongMinKb = 5;
 constexpr int64_t kPingPongMaxKb = 8;
 
+// A k-block time measured on the H100 (ref_us), at the device's SM clock.
+double kb_us(const GemmArgs& args, double ref_us) {
+  return ref_us / sm_clock_ratio(args.device);
+}
+
+}  // namespace
+
+double dram_bytes_per_us(const GemmArgs& args) {
+  return kBytesPerUs * dram_ratio(args.device);
+}
+
+double streaming_sm_share(const GemmArgs& args) {
+  return std::min(1.0, kStreamingSmShare * dram_ratio(args.device));
+}
+
+namespace {
+
 // The time to read A and B from memory with `units` units of work in flight. Narrow tiles
 // run as single CTAs: every 128-row M tile streams its B columns for itself, and a B too
 // large for L2 then comes from DRAM once per M tile. (Measured on H100: 256x8192x28672 as
@@ -151,10 +175,11 @@ double memory_floor_us(const GemmArgs& args, int bn, double units) {
   const double elt = static_cast<double>(element_size(args.dtype));
   const double b_bytes = static_cast<double>(args.n) * args.k * elt;
   const double b_reads =
-      bn == kBNNarrow && b_bytes > kL2Bytes ? std::ceil(args.m / double(kBM)) : 1.0;
+      bn == kBNNarrow && b_bytes > l2_budget_bytes(args) ? std::ceil(args.m / double(kBM)) : 1.0;
   const double operand_bytes = static_cast<double>(args.m) * args.k * elt + b_bytes * b_reads;
-  const double stream_share = std::min(1.0, std::min(units, sms) / (kStreamingSmShare * sms));
-  return operand_bytes / (kBytesPerUs * stream_share);
+  const double stream_share =
+      std::min(1.0, std::min(units, sms) / (streaming_sm_share(args) * sms));
+  return operand_bytes / (dram_bytes_per_us(args) * stream_share);
 }
 
 // The wide tiles' time with `whole_waves` waves run as tiles and the rest spread by k-blocks,
@@ -166,7 +191,8 @@ double spread_cost_us(const GemmArgs& args, int64_t whole_waves) {
   const double nk = static_cast<double>(k_blocks(args));
   const double sk_kb = static_cast<double>(tiles - whole_waves * sms) * nk / sms;
   const double compute =
-      (whole_waves * (nk + kUnitFixedKb) + sk_kb + 2 * kUnitFixedKb) * kKbUsWide + kStreamKFixedUs;
+      (whole_waves * (nk + kUnitFixedKb) + sk_kb + 2 * kUnitFixedKb) * kb_us(args, kKbUsWide) +
+      kStreamKFixedUs;
   return std::max(compute, memory_floor_us(args, kBNWide, static_cast<double>(tiles)));
 }
 
@@ -177,12 +203,12 @@ double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp) {
   const double units = static_cast<double>(tile_count(args, bn)) * sp.splits;
   const double waves = std::ceil(units / sms);
   const bool tf32 = tc_kind_of(args) == kTF32;
-  const double kb_us = bn == kBNWide           ? kKbUsWide
+  const double kb_ref_us = bn == kBNWide       ? kKbUsWide
                        : bn == kBNThreeQuarter ? kKbUsThreeQuarter
                        : bn == kBNMedium       ? (tf32 ? kKbUsMediumTf32 : kKbUsMedium)
                                                : (tf32 ? kKbUsNarrowTf32 : kKbUsNarrow);
   const double elt = static_cast<double>(element_size(args.dtype));
-  const double compute = waves * (sp.kb_per_split + kUnitFixedKb) * kb_us;
+  const double compute = waves * (sp.kb_per_split + kUnitFixedKb) * kb_us(args, kb_ref_us);
   // (An earlier rule rated products of one M tile by the busy share of their last wave, after
   // 4096x11008 weights with m <= 64 ran at 0.47-0.74 of cuBLAS on 64-wide tiles in 1.3 waves.
   // Those tiles then loaded 128-row A boxes of mostly zero fill; with boxes trimmed to the
@@ -193,7 +219,7 @@ double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp) {
     const double mn = static_cast<double>(args.m) * args.n;
     const double c_bytes = mn * elt * (args.beta != 0.f ? 2.0 : 1.0);
     // Each slice's float32 partial is written by the kernel and read back by the reduction.
-    t += (mn * 8.0 * sp.splits + c_bytes) / kBytesPerUs + kReduceFixedUs;
+    t += (mn * 8.0 * sp.splits + c_bytes) / dram_bytes_per_us(args) + kReduceFixedUs;
   }
   return t;
 }
@@ -233,8 +259,6 @@ bool stream_k_tail_only(const GemmArgs& args) {
   return tile_count(args, kBNWide) < kStreamKTailWaves * sms;
 }
 
-namespace {
-
 // Five to 32 waves of wide tiles, 16-bit, a long k (kLastWaveMinKb to kLastWaveMaxKb
 // k-blocks) and a last wave 40% to 90% full: stream-k on the last wave alone, whatever the
 // model says (it prices stream-k on the last two waves, and then mostly keeps whole tiles).
@@ -261,7 +285,32 @@ bool long_k_last_wave(const GemmArgs& args) {
          fill >= kLastWaveMinFill && fill <= kLastWaveMaxFill;
 }
 
-}  // namespace
+double ridge_tokens(const GemmArgs& args) {
+  constexpr double kWideKbFlops = 2.0 * kBM * kBNWide * 64;  // 64 16-bit elements of K
+  const double flops_per_us =
+      static_cast<double>(sm_count_of(args)) * kWideKbFlops / kb_us(args, kKbUsWide);
+  return flops_per_us / dram_bytes_per_us(args);
+}
+
+bool batched_decode_roofline(const GemmArgs& args) {
+  const int kind = tc_kind_of(args);
+  if ((kind != kBF16 && kind != kF16) || args.m <= kBNNarrow || args.m > 2 * kBM) return false;
+  const double b_bytes =
+      static_cast<double>(args.n) * args.k * static_cast<double>(element_size(args.dtype));
+  return b_bytes > l2_budget_bytes(args) && static_cast<double>(args.m) < ridge_tokens(args);
+}
+
+bool split_search_open(const GemmArgs& args, int bn) {
+  return tile_count(args, bn) * 2 <= sm_count_of(args) || batched_decode_roofline(args);
+}
+
+bool no_split_past_half_the_sms(const GemmArgs& args) {
+  return !split_search_open(args, choose_tile(args).bn);
+}
+
+bool stream_k_from_two_waves(const GemmArgs& args) {
+  return std::isfinite(stream_k_cost_us(args));
+}
 
 TileChoice best_splits(const GemmArgs& args, int bn) {
   const int64_t tiles = tile_count(args, bn);
@@ -292,7 +341,7 @@ TileChoice best_splits(const GemmArgs& args, int bn) {
   // Not even for a product that streams one operand: measured on H100 (gemm_tc_selftest
   // --decode-sweep), 86 narrow tiles of a 11008-row weight streamed it at 2.2 TB/s unsplit and
   // at 2.0 TB/s in 3 slices, 112 tiles of a 14336-row one at 2.3-2.4 against 1.9-2.2 in 7.
-  if (tiles * 2 > sms) return best;
+  if (!split_search_open(args, bn)) return best;
   int64_t max_splits = std::min<int64_t>(kMaxSplits, k_blocks(args) / kMinKbPerSplit);
   for (int64_t s = 2; s <= max_splits; ++s) {
     const SplitPlan sp = split_plan(args, s);
@@ -314,12 +363,11 @@ TileChoice best_splits(const GemmArgs& args, int bn) {
 // 128 tokens, W^T K-major): against 4096 x 11008 and 4096 x 14336, two slices of narrow
 // tiles took 49.5 and 58.3 us, unsplit ones 53.4-54.1 and 61.8-62.5 us, the best medium
 // split 55.3 and 62.3 us; the fastest of the 17 configurations timed at both shapes.
-namespace {
 bool narrow_weight_stream(const GemmArgs& args) {
   const int64_t sms = sm_count_of(args);
   const double b_bytes =
       static_cast<double>(args.n) * args.k * static_cast<double>(element_size(args.dtype));
-  return tc_kind_of(args) != kTF32 && args.m <= kBM && b_bytes > kL2Bytes &&
+  return tc_kind_of(args) != kTF32 && args.m <= kBM && b_bytes > l2_budget_bytes(args) &&
          tile_count(args, kBNNarrow) * 2 <= sms && k_blocks(args) >= 2 * kMinKbPerSplit;
 }
 
@@ -344,15 +392,18 @@ bool short_k_ping_pong(const GemmArgs& args) {
          tile_count(args, kBNMedium) >= 2 * sms;
 }
 
-}  // namespace
-
 TileChoice choose_tile(const GemmArgs& args) {
   struct Key {
     int64_t m = -1, n = -1, k = -1;
     int dtype = -1, sms = -1;
     bool beta = false;
+    DeviceInfo dev;
     bool operator==(const Key& o) const {
-      return m == o.m && n == o.n && k == o.k && dtype == o.dtype && sms == o.sms && beta == o.beta;
+      return m == o.m && n == o.n && k == o.k && dtype == o.dtype && sms == o.sms &&
+             beta == o.beta && dev.l2_bytes == o.dev.l2_bytes &&
+             dev.memory_clock_khz == o.dev.memory_clock_khz &&
+             dev.memory_bus_bits == o.dev.memory_bus_bits &&
+             dev.sm_clock_khz == o.dev.sm_clock_khz;
     }
   };
   // Two entries: a decode-sized product is planned both as given and swapped
@@ -360,8 +411,8 @@ TileChoice choose_tile(const GemmArgs& args) {
   thread_local Key keys[2];
   thread_local TileChoice answers[2];
   thread_local int next = 0;
-  const Key key{args.m,        args.n,          args.k, static_cast<int>(args.dtype),
-                args.sm_count, args.beta != 0.f};
+  const Key key{args.m,        args.n,           args.k,     static_cast<int>(args.dtype),
+                args.sm_count, args.beta != 0.f, args.device};
   for (int i = 0; i < 2; ++i) {
     if (key == keys[i]) return answers[i];
   }
@@ -458,7 +509,7 @@ bool streams_single_row(const GemmArgs& args) {
   if (args.m != 1 || args.n < kSingleRowMinRows || !args.epilogue.empty()) return false;
   const double b_bytes =
       static_cast<double>(args.n) * args.k * static_cast<double>(element_size(args.dtype));
-  if (b_bytes <= kL2Bytes || !swap_for_small_m(args)) return false;
+  if (b_bytes <= l2_budget_bytes(args) || !swap_for_small_m(args)) return false;
   const Problem pr = swapped(args);
   if (split_plan_or_auto(pr, 0).splits != 1) return false;
   const int64_t sms = sm_count_of(args);
@@ -472,13 +523,14 @@ Problem problem_for(const GemmArgs& args, Orientation orient) {
   if (orient == Orientation::kSwapped) return swapped(args);
   if (swap_for_tf32(args) || swap_for_small_m(args)) return swapped(args);
   Problem pr = as_given(args);
-  // An epilogue is applied by the staged store of the wider tiles (or a split's reduction):
-  // an unsplit narrow plan would hand the product to a slower family. The medium tile, the
-  // closest to it in tile count, takes it instead.
-  if (!args.epilogue.empty() && pr.bn == kBNNarrow && !problem_supported(pr, true)) {
-    pr.bn = kBNMedium;
-  }
+  if (epilogue_takes_medium(args)) pr.bn = kBNMedium;
   return pr;
+}
+
+bool epilogue_takes_medium(const GemmArgs& args) {
+  if (args.epilogue.empty()) return false;
+  const Problem pr = as_given(args);
+  return pr.bn == kBNNarrow && !problem_supported(pr, true);
 }
 
 bool make_plan(const Problem& pr, Plan* plan, bool kernels_built) {

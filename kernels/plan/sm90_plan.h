@@ -119,8 +119,22 @@ int64_t k_blocks(const GemmArgs& args);
 // the plan's maps, K-major boxes trimmed to the operand's rows (map_operand).
 uint32_t stage_tx_bytes(const Plan& plan);
 
-// L2 of the GPUs the cost model was fitted on (H100: 50 MB), less room for everything else.
-constexpr double kL2Bytes = 40e6;
+// The share of L2 an operand streamed by the kernel can count on: 40 MB of the H100's 50 MiB
+// (kReferenceDevice), the rest left for everything else; on another GPU the same share of
+// its L2 (GemmArgs::device). A weight larger than this comes from DRAM; one smaller is read
+// from DRAM once and then from L2.
+constexpr double kL2BudgetOnReference = 40e6;
+double l2_budget_bytes(const GemmArgs& args);
+
+// The cost model's DRAM rate, bytes per microsecond: 2.6e6 on the H100 (78% of its 3.35 TB/s
+// peak, the rate its tiles streamed weights at), the same share of another GPU's peak.
+double dram_bytes_per_us(const GemmArgs& args);
+
+// The share of the SMs that must stream for DRAM to run at dram_bytes_per_us: 0.48 on the
+// H100. Each busy SM keeps about the same bytes in flight (its ring's stages), and by
+// Little's law the bytes in flight a DRAM needs grow with its bandwidth at the same
+// latency; so the share grows with the bandwidth over the H100's (H200: 0.69), at most 1.
+double streaming_sm_share(const GemmArgs& args);
 
 int64_t tile_count(const GemmArgs& args, int bn);
 
@@ -137,6 +151,39 @@ SplitPlan split_plan(const GemmArgs& args, int64_t splits);
 // model stops at 48 units for 256x256x65536 (24 slices), where 64 units (32 slices) measured
 // 11% faster; 1024x64x65536 likewise runs fastest at 64 units.
 double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp);
+
+// The roofline's ridge in tokens: m tokens against a 16-bit weight do 2m FLOPs per weight
+// element of 2 bytes, m FLOPs a byte, so the product is DRAM-bound below the device's
+// tensor-core rate (the wide tile's k-block rate on every SM) over its DRAM rate: 380
+// tokens on the H100 by the model's rates, 266 on the H200.
+double ridge_tokens(const GemmArgs& args);
+
+// Batched decode (the rule table's batched_decode_roofline; to be measured): 65 to 256
+// tokens (one or two rows of 128-row tiles, past swap_for_small_m's 64), 16-bit, a weight
+// from DRAM, and fewer tokens than ridge_tokens. There the product's floor is streaming
+// the weight once, so the k-split search is open to it even where its tiles already fill
+// half of the SMs: a split that puts more CTAs on the weight is priced by the model.
+bool batched_decode_roofline(const GemmArgs& args);
+
+// The shape rules of the planner (each an entry of the rule table, kernels/plan/plan_rules.h,
+// which says what it covers, what it gained and where the results are; the comment at each
+// definition has the measurements):
+// five to 32 waves of long-k wide tiles with a last wave 40-90% full: stream-k on that wave.
+bool long_k_last_wave(const GemmArgs& args);
+// one row of tiles against a weight from DRAM: the narrow tile in two k-slices.
+bool narrow_weight_stream(const GemmArgs& args);
+// 5 to 8 k-blocks over two waves of medium tiles or more: the ping-pong medium tile.
+bool short_k_ping_pong(const GemmArgs& args);
+// Whether best_splits looks for a k-split at tile width bn: tiles for at most half of the
+// SMs, or batched_decode_roofline.
+bool split_search_open(const GemmArgs& args, int bn);
+// The product's own tile width closes the split search (the rule table's entry).
+bool no_split_past_half_the_sms(const GemmArgs& args);
+// Wide tiles of at least two waves with a partial last one: where stream-k is weighed.
+bool stream_k_from_two_waves(const GemmArgs& args);
+// An epilogue product the model would give unsplit narrow tiles, whose store does not apply
+// it: the medium tile instead, the closest in tile count (problem_for).
+bool epilogue_takes_medium(const GemmArgs& args);
 
 // Estimated time of the wide tiles under stream-k (SplitPlan::stream_k); infinite where it
 // is not used (tiles for fewer than two waves, or whole waves).
@@ -185,7 +232,7 @@ bool swap_for_tf32(const GemmArgs& args);
 bool swap_for_small_m(const GemmArgs& args);
 
 // One-token products (m == 1, 16-bit, x @ W^T) that the swapped narrow tile streams faster
-// than the gemv kernel of the SIMT family: a weight from DRAM (over kL2Bytes) of at least
+// than the gemv kernel of the SIMT family: a weight from DRAM (over l2_budget_bytes) of at least
 // kSingleRowMinRows rows, read unsplit in 128-row tiles that fill their last wave of SMs to at
 // least kSingleRowMinWaveFill. Measured on H100 (bf16 and fp16, weights rotated past L2,
 // 400f132:benchmarks/results/h100_2026-11-27_gemv_rows/): the narrow tile ran 1-5% faster than gemv
