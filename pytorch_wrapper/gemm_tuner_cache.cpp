@@ -170,11 +170,15 @@ class FileLock {
  public:
   explicit FileLock(const std::string& path) {
     fd_ = ::open((path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) return;
+    if (fd_ < 0) {
+      why_ = std::string("cannot open it: ") + std::strerror(errno);
+      return;
+    }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       if ((errno != EWOULDBLOCK && errno != EINTR) ||
           std::chrono::steady_clock::now() > deadline) {
+        why_ = "another writer held it for 10 s";
         ::close(fd_);
         fd_ = -1;
         return;
@@ -190,8 +194,10 @@ class FileLock {
     }
   }
   bool locked() const { return locked_; }
+  const std::string& why() const { return why_; }
 
  private:
+  std::string why_;
   int fd_ = -1;
   bool locked_ = false;
 };
@@ -419,8 +425,8 @@ bool save(const std::string& path) {
   std::lock_guard<std::mutex> file_lock(s.file_mu);
   FileLock lock(path);
   if (!lock.locked()) {
-    TORCH_WARN("gemmt: could not lock '", path,
-               ".lock' within 10 s; writing the tuning cache without it");
+    TORCH_WARN("gemmt: could not lock '", path, ".lock' (", lock.why(),
+               "); writing the tuning cache without it");
   }
   bool ok = false, exists = false;
   std::string why;
