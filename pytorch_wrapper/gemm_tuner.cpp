@@ -3,6 +3,7 @@
 #ifdef GEMMT_WITH_CUDA
 
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
 
@@ -104,6 +105,9 @@ std::vector<Plan> candidates(const GemmArgs& args, const Plan& def) {
   if (!tc || !gemm_supports(args, GemmVariant::kWgmma)) return out;
 
   const int planner_orient = detail::gemm_sm90_auto_swaps(args) ? 2 : 1;
+  // The forced form of the default Hopper plan would time the same schedule twice.
+  const int planner_bn = detail::gemm_sm90_auto_tile_n(args);
+  const bool def_is_wgmma = def.variant == GemmVariant::kWgmma && !def.forced();
   const int orients[2] = {planner_orient, 3 - planner_orient};
   const bool sixteen_bit = args.dtype != ScalarType::kFloat32;
   std::vector<int> widths = {256, 128, 64};
@@ -113,8 +117,9 @@ std::vector<Plan> candidates(const GemmArgs& args, const Plan& def) {
   std::vector<Plan> extra;
   for (int orient : orients) {
     for (int bn : widths) {
-      const Plan base{GemmVariant::kWgmma, bn, 0, orient};
-      add(base);
+      if (!(def_is_wgmma && bn == planner_bn && orient == planner_orient)) {
+        add(Plan{GemmVariant::kWgmma, bn, 0, orient});
+      }
       const int64_t rows = orient == 2 ? args.n : args.m, cols = orient == 2 ? args.m : args.n;
       const int64_t tiles = ((rows + 127) / 128) * ((cols + bn - 1) / bn);
       if (tiles * 2 <= sms) {
@@ -361,6 +366,11 @@ class Bench {
 Plan tune_problem(const GemmArgs& args, const at::Tensor& c, cudaStream_t stream,
                   const std::string& device, const std::string& problem, const Plan& def) {
   const auto t0 = std::chrono::steady_clock::now();
+  // The verification's ATen ops compute in float32 on plain tensors, whatever autocast or
+  // Python dispatch mode the caller runs under.
+  const c10::impl::ExcludeDispatchKeyGuard plain(
+      c10::autocast_dispatch_keyset |
+      c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
   ProblemStats ps;
   ps.device = device;
   ps.problem = problem;
