@@ -12,6 +12,7 @@
 #include "ops.h"
 
 #ifdef GEMMT_WITH_CUDA
+#include "gemm_tuner.h"
 #include "gemmt/gemm.h"
 #endif
 
@@ -201,6 +202,11 @@ void launch_gemm(const char* op, GemmArgs args, const at::Tensor& c, GemmVariant
   args.cc_major = prop->major;
   args.cc_minor = prop->minor;
   args.device = device_info(c.get_device());
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(c.get_device()).stream();
+  if (variant == GemmVariant::kAuto && tuning::mode() != tuning::Mode::kOff) {
+    check_launch(op, tuning::run_auto(op, args, c, stream));
+    return;
+  }
   if (variant == GemmVariant::kAuto) variant = gemm_pick(args);
   TORCH_CHECK(gemm_supports(args, variant), op, ": argument 'variant' = '",
               gemm_variant_name(variant), "' cannot run this problem (", args.m, "x", args.n, "x",
@@ -213,8 +219,8 @@ void launch_gemm(const char* op, GemmArgs args, const at::Tensor& c, GemmVariant
   if (ws_bytes > 0) {
     workspace = at::empty({static_cast<int64_t>(ws_bytes)}, c.options().dtype(at::kByte));
   }
-  const cudaError_t status = gemm_run(args, variant, ws_bytes ? workspace.data_ptr() : nullptr,
-                                      at::cuda::getCurrentCUDAStream(c.get_device()).stream());
+  const cudaError_t status =
+      gemm_run(args, variant, ws_bytes ? workspace.data_ptr() : nullptr, stream);
   check_launch(op, status);
 }
 #endif

@@ -9,6 +9,7 @@
 #include "gemmt/gemm_variant.h"
 #include "ops.h"
 #include "plan_bindings.h"
+#include "tuning_bindings.h"
 
 #ifndef TORCH_EXTENSION_NAME
 #define TORCH_EXTENSION_NAME _gemmt
@@ -41,6 +42,7 @@ using Release = py::call_guard<py::gil_scoped_release>;
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "gemmt: hand-written CUDA kernels registered as torch.ops.gemmt";
   gemmt::bind_plans(m);
+  gemmt::bind_tuning(m);
   m.def(
       "gemm",
       [](const Tensor& c, const Tensor& a, const Tensor& b, double alpha, double beta,

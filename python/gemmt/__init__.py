@@ -2,7 +2,8 @@
 
 Ops: :func:`gemm`, :func:`mm`, :func:`linear`, :func:`add`, :func:`square`, :func:`scale`,
 :func:`swiglu`, :func:`rgb_to_gray`, :func:`normalize_volume` (every name in
-``gemmt.ops.__all__``), also reachable as ``torch.ops.gemmt.<op>``.
+``gemmt.ops.__all__``), also reachable as ``torch.ops.gemmt.<op>``. The opt-in GEMM tuner:
+:func:`tune` and the other names of :mod:`gemmt.tuning`.
 Importing the package loads the native library, which registers ``torch.ops.gemmt`` (see
 :mod:`gemmt._native`; ``GEMMT_AUTOLOAD=0`` defers it for a JIT build of one's own).
 """
@@ -11,15 +12,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from gemmt import _native, distributed, nn, ops
+from gemmt import _native, distributed, nn, ops, tuning
 # Every public name of gemmt.ops is a name of the package: a new op is added in ops.py only.
 from gemmt.ops import *  # noqa: F401,F403
+from gemmt.tuning import *  # noqa: F401,F403
 
 __version__ = "0.1.0"
 
 _native.autoload()
 
-__all__ = ["GEMM_VARIANTS", "build_info", "distributed", "library_path", "nn", *ops.__all__]
+__all__ = ["GEMM_VARIANTS", "build_info", "distributed", "library_path", "nn", "tuning",
+           *ops.__all__, *tuning.__all__]
 
 
 def build_info() -> dict[str, Any]:

@@ -8,6 +8,8 @@
                                     epilogues, a whole model) against PyTorch
     python -m gemmt bench mm        mm / gemm under autograd (every operand layout) and
                                     single held-out products against PyTorch
+    python -m gemmt bench tune      the GEMM tuner: tuned vs untuned vs cuBLAS on decode
+                                    and prefill Linear products, and what tuning costs
 """
 
 from __future__ import annotations
@@ -114,11 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("demo", help="run every op and compare with PyTorch (the default)")
     sub.add_parser("info", help="print build_info() as JSON")
     bench = sub.add_parser("bench", help="benchmarks: JSON, table and PNG plot")
-    bench.add_argument("suite", choices=["gemm", "memory", "linear", "mm", "all"])
+    bench.add_argument("suite", choices=["gemm", "memory", "linear", "mm", "tune", "all"])
     bench.add_argument("--out", default="benchmarks/results", help="output directory")
     bench.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
-    bench.add_argument("--sections", default="prefill,fp32,decode,fused,model",
-                       help="linear suite: which sections to run (comma separated)")
+    bench.add_argument("--sections", default=None,
+                       help="linear suite: which sections to run (comma separated; default "
+                            "prefill,fp32,decode,fused,model); tune suite: decode,prefill")
     bench.add_argument("--tokens", default="512,2048,8192",
                        help="linear suite: token counts of the prefill section (comma separated)")
     args = parser.parse_args(argv)
@@ -132,7 +135,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "bench":
         from gemmt import bench as bench_mod
 
-        return bench_mod.run(args.suite, args.out, quick=args.quick, sections=args.sections,
+        if args.suite == "tune":
+            if not torch.cuda.is_available():
+                print("the benchmarks need a CUDA device")
+                return 1
+            from pathlib import Path
+
+            from gemmt import bench_tune
+
+            return bench_tune.run(Path(args.out), quick=args.quick,
+                                  sections=args.sections or ",".join(bench_tune.SECTIONS))
+        return bench_mod.run(args.suite, args.out, quick=args.quick,
+                             sections=args.sections or "prefill,fp32,decode,fused,model",
                              tokens=args.tokens)
     return demo()
 
