@@ -1,8 +1,11 @@
 // Multi-threaded CPU loops for the memory-bound ops. Outputs are contiguous; an input is
-// read through its StridedLayout, with a plain pointer loop when it is contiguous.
+// read through its StridedLayout, with a plain pointer loop when it is contiguous. These are
+// the reference loops (ops.h); float_chunks serves the registered CPU kernels.
 #pragma once
 
 #include <ATen/Parallel.h>
+
+#include <algorithm>
 
 #include "common.h"
 
@@ -76,6 +79,21 @@ void cpu_binary(const char* op, const at::Tensor& a, const at::Tensor& b, const 
     StridedCursor ca(la, begin), cb(lb, begin);
     for (int64_t i = begin; i < end; ++i, ca.next(), cb.next())
       dst[i] = f(pa[ca.offset()], pb[cb.offset()]);
+  });
+}
+
+// Splits [0, n) into chunks small enough for the cache and calls body(begin, length) on each,
+// across threads. A CPU kernel that chains several ATen ops for a float16 or bfloat16 result
+// runs the chain on float copies of one chunk at a time: the intermediates keep the op-math
+// type (one rounding at the end, as in a fused loop) and never leave the cache.
+template <typename Body>
+void float_chunks(int64_t n, Body body) {
+  constexpr int64_t kChunk = 1 << 15;
+  at::parallel_for(0, (n + kChunk - 1) / kChunk, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      const int64_t lo = c * kChunk;
+      body(lo, std::min(kChunk, n - lo));
+    }
   });
 }
 

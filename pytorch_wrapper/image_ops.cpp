@@ -36,7 +36,25 @@ at::Tensor rgb_to_gray_meta(const at::Tensor& img, bool /*bgr*/) {
 }
 
 at::Tensor rgb_to_gray_cpu(const at::Tensor& img, bool bgr) {
+  if (!img.is_contiguous()) return rgb_to_gray_cpu_reference(img, bgr);
   at::Tensor out = rgb_to_gray_meta(img, bgr);
+  // Packed pixels: a plain loop over 3-byte groups (the strided walk of the reference costs
+  // a cursor step per pixel).
+  const uint8_t* src = img.const_data_ptr<uint8_t>();
+  uint8_t* dst = out.mutable_data_ptr<uint8_t>();
+  const int64_t r = bgr ? 2 : 0, b = bgr ? 0 : 2;
+  at::parallel_for(0, out.numel(), kCpuGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const uint8_t* px = src + 3 * i;
+      dst[i] = luma(px[r], px[1], px[b]);
+    }
+  });
+  return out;
+}
+
+at::Tensor rgb_to_gray_cpu_reference(const at::Tensor& img, bool bgr) {
+  at::Tensor out = rgb_to_gray_meta(img, bgr);
+  check_cpu_reference(kRgbToGray, img);
   // Iterate over pixels through the view of channel 0; the channel stride steps to G and B.
   const at::Tensor pixels = img.select(-1, 0);
   const int64_t cs = img.stride(-1);
@@ -55,8 +73,15 @@ at::Tensor normalize_volume_meta(const at::Tensor& vol, double max_val) {
   return new_output(vol.sym_sizes(), vol.options().dtype(at::kFloat));
 }
 
+// The reference loop is already the fast one: a flat loop of conversions and divisions that
+// the compiler vectorises, one pass where torch's vol.float() / max_val makes two.
 at::Tensor normalize_volume_cpu(const at::Tensor& vol, double max_val) {
+  return normalize_volume_cpu_reference(vol, max_val);
+}
+
+at::Tensor normalize_volume_cpu_reference(const at::Tensor& vol, double max_val) {
   at::Tensor out = normalize_volume_meta(vol, max_val);
+  check_cpu_reference(kNormalizeVolume, vol);
   const float m = static_cast<float>(max_val);
   if (vol.scalar_type() == at::kByte) {
     cpu_unary<uint8_t, float>(kNormalizeVolume, vol, out,
