@@ -6,6 +6,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <array>
 
 #include "common.h"
 
@@ -82,17 +83,22 @@ void cpu_binary(const char* op, const at::Tensor& a, const at::Tensor& b, const 
   });
 }
 
-// Splits [0, n) into chunks small enough for the cache and calls body(begin, length) on each,
-// across threads. A CPU kernel that chains several ATen ops for a float16 or bfloat16 result
-// runs the chain on float copies of one chunk at a time: the intermediates keep the op-math
-// type (one rounding at the end, as in a fused loop) and never leave the cache.
-template <typename Body>
+// Splits [0, n) into chunks small enough for the cache and calls body(begin, length, bufs)
+// on each, across threads; bufs holds `buffers` float tensors of `length` elements, reused
+// from chunk to chunk. A CPU kernel that chains several ATen ops for a float16 or bfloat16
+// result runs the chain on float copies of one chunk at a time: the intermediates keep the
+// op-math type (one rounding at the end, as a fused loop) and never leave the cache.
+template <int buffers, typename Body>
 void float_chunks(int64_t n, Body body) {
-  constexpr int64_t kChunk = 1 << 15;
+  constexpr int64_t kChunk = 1 << 16;
   at::parallel_for(0, (n + kChunk - 1) / kChunk, 1, [&](int64_t begin, int64_t end) {
+    const int64_t cap = std::min(kChunk, n - begin * kChunk);
+    std::array<at::Tensor, buffers> scratch, bufs;
+    for (auto& t : scratch) t = at::empty({cap}, at::TensorOptions().dtype(at::kFloat));
     for (int64_t c = begin; c < end; ++c) {
-      const int64_t lo = c * kChunk;
-      body(lo, std::min(kChunk, n - lo));
+      const int64_t lo = c * kChunk, len = std::min(kChunk, n - lo);
+      for (int i = 0; i < buffers; ++i) bufs[i] = len == cap ? scratch[i] : scratch[i].narrow(0, 0, len);
+      body(lo, len, bufs);
     }
   });
 }

@@ -4,6 +4,7 @@
 // kernels run ATen's vectorised loops (the very kernels of torch.add, torch.square and
 // x * factor); gemmt's own loops stay as the *_cpu_reference functions.
 #include <ATen/OpMathType.h>
+#include <ATen/ScalarOps.h>
 
 #include "common.h"
 #include "cpu_loops.h"
@@ -106,7 +107,7 @@ at::Tensor square_backward_cpu(const at::Tensor& grad, const at::Tensor& x) {
   // (grad * x) * 2 rounds as grad * (2x) does: doubling is exact in every float format
   // (outside the subnormal range), so it commutes with the product's one rounding.
   at::mul_out(out, grad, x);
-  out.mul_(2);
+  out.mul_(at::native::wrapped_scalar_tensor(at::Scalar(2.0)));
   return out;
 }
 
@@ -131,8 +132,10 @@ at::Tensor scale_meta(const at::Tensor& x, double /*factor*/) {
 at::Tensor scale_cpu(const at::Tensor& x, double factor) {
   at::Tensor out = scale_meta(x, factor);
   at::AutoDispatchBelowADInplaceOrView guard;
-  // A CPU scalar enters ATen's loop in the op-math type, as float(factor) does below.
-  at::mul_out(out, x, at::Scalar(factor));
+  // A wrapped number, as torch's `x * factor` passes it: it enters ATen's loop in the
+  // op-math type, as float(factor) does below. (mul_out with a Scalar would compute into a
+  // temporary and copy it.)
+  at::mul_out(out, x, at::native::wrapped_scalar_tensor(at::Scalar(factor)));
   return out;
 }
 

@@ -78,12 +78,12 @@ at::Tensor swiglu_cpu(const at::Tensor& gate, const at::Tensor& up) {
     return out;
   }
   const at::Tensor x = flat(gate), u = flat(up), o = out.view({-1});
-  float_chunks(x.numel(), [&](int64_t lo, int64_t len) {
-    const at::Tensor xf = x.narrow(0, lo, len).to(at::kFloat);
-    const at::Tensor uf = u.narrow(0, lo, len).to(at::kFloat);
-    at::Tensor of = at::empty_like(xf);
-    swiglu_chain(xf, uf, of);
-    o.narrow(0, lo, len).copy_(of);
+  float_chunks<2>(x.numel(), [&](int64_t lo, int64_t len, std::array<at::Tensor, 2>& f) {
+    f[0].copy_(x.narrow(0, lo, len));
+    f[1].copy_(u.narrow(0, lo, len));
+    at::silu_(f[0]);
+    f[0].mul_(f[1]);
+    o.narrow(0, lo, len).copy_(f[0]);
   });
   return out;
 }
@@ -122,14 +122,14 @@ std::tuple<at::Tensor, at::Tensor> swiglu_backward_cpu(const at::Tensor& grad,
   }
   const at::Tensor g = flat(grad), x = flat(gate), u = flat(up);
   const at::Tensor dg = d_gate.view({-1}), du = d_up.view({-1});
-  float_chunks(x.numel(), [&](int64_t lo, int64_t len) {
-    const at::Tensor gf = g.narrow(0, lo, len).to(at::kFloat);
-    const at::Tensor xf = x.narrow(0, lo, len).to(at::kFloat);
-    const at::Tensor uf = u.narrow(0, lo, len).to(at::kFloat);
-    at::Tensor dgf = at::empty_like(xf), duf = at::empty_like(xf);
-    swiglu_backward_chain(gf, xf, uf, dgf, duf);
-    dg.narrow(0, lo, len).copy_(dgf);
-    du.narrow(0, lo, len).copy_(duf);
+  float_chunks<4>(x.numel(), [&](int64_t lo, int64_t len, std::array<at::Tensor, 4>& f) {
+    at::Tensor &gf = f[0], &xf = f[1], &uf = f[2], &tf = f[3];
+    gf.copy_(g.narrow(0, lo, len));
+    xf.copy_(x.narrow(0, lo, len));
+    uf.copy_(u.narrow(0, lo, len));
+    swiglu_backward_chain(gf, xf, uf, uf, tf);  // d_gate into uf (read before written)
+    dg.narrow(0, lo, len).copy_(uf);
+    du.narrow(0, lo, len).copy_(tf);
   });
   return {d_gate, d_up};
 }
