@@ -35,21 +35,10 @@ at::Tensor rgb_to_gray_meta(const at::Tensor& img, bool /*bgr*/) {
   return new_output(sizes.slice(0, sizes.size() - 1), img.options());
 }
 
+// The reference loop is also the fast one: a plain integer loop over pixels (ATen has no
+// kernel for this formula; torch's equivalent makes several float passes).
 at::Tensor rgb_to_gray_cpu(const at::Tensor& img, bool bgr) {
-  if (!img.is_contiguous()) return rgb_to_gray_cpu_reference(img, bgr);
-  at::Tensor out = rgb_to_gray_meta(img, bgr);
-  // Packed pixels: a plain loop over 3-byte groups (the strided walk of the reference costs
-  // a cursor step per pixel).
-  const uint8_t* src = img.const_data_ptr<uint8_t>();
-  uint8_t* dst = out.mutable_data_ptr<uint8_t>();
-  const int64_t r = bgr ? 2 : 0, b = bgr ? 0 : 2;
-  at::parallel_for(0, out.numel(), kCpuGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const uint8_t* px = src + 3 * i;
-      dst[i] = luma(px[r], px[1], px[b]);
-    }
-  });
-  return out;
+  return rgb_to_gray_cpu_reference(img, bgr);
 }
 
 at::Tensor rgb_to_gray_cpu_reference(const at::Tensor& img, bool bgr) {
