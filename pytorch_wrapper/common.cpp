@@ -67,6 +67,13 @@ void check_same_device(const char* op, const char* arg_a, const at::Tensor& a, c
               "' expected tensors on the same device, got ", describe(a), " and ", describe(b));
 }
 
+void check_cpu_reference(const char* op, const at::Tensor& t) {
+  check_defined(op, "input", t);
+  TORCH_CHECK(t.device().is_cpu(), op,
+              " (reference loops): expected CPU tensors (the reference runs on the CPU only), got ",
+              describe(t));
+}
+
 std::initializer_list<at::ScalarType> float_dtypes_for(const at::Tensor& t) {
   static const std::initializer_list<at::ScalarType> kCuda = {at::kFloat, at::kHalf, at::kBFloat16};
   static const std::initializer_list<at::ScalarType> kCpu = {at::kFloat, at::kHalf, at::kBFloat16,

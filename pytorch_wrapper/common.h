@@ -41,6 +41,9 @@ void check_same_dtype(const char* op, const char* arg_a, const at::Tensor& a, co
 void check_same_device(const char* op, const char* arg_a, const at::Tensor& a, const char* arg_b,
                        const at::Tensor& b);
 
+// The reference CPU loops (ops.h, "Reference CPU loops") take CPU tensors only.
+void check_cpu_reference(const char* op, const at::Tensor& t);
+
 // Floating dtypes each backend computes in: CUDA kernels take float32/16/bf16; the CPU
 // kernels also take float64 (for gradcheck).
 std::initializer_list<at::ScalarType> float_dtypes_for(const at::Tensor& t);

@@ -1,8 +1,12 @@
 // Multi-threaded CPU loops for the memory-bound ops. Outputs are contiguous; an input is
-// read through its StridedLayout, with a plain pointer loop when it is contiguous.
+// read through its StridedLayout, with a plain pointer loop when it is contiguous. These are
+// the reference loops (ops.h); float_chunks serves the registered CPU kernels.
 #pragma once
 
 #include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <array>
 
 #include "common.h"
 
@@ -76,6 +80,26 @@ void cpu_binary(const char* op, const at::Tensor& a, const at::Tensor& b, const 
     StridedCursor ca(la, begin), cb(lb, begin);
     for (int64_t i = begin; i < end; ++i, ca.next(), cb.next())
       dst[i] = f(pa[ca.offset()], pb[cb.offset()]);
+  });
+}
+
+// Splits [0, n) into chunks small enough for the cache and calls body(begin, length, bufs)
+// on each, across threads; bufs holds `buffers` float tensors of `length` elements, reused
+// from chunk to chunk. A CPU kernel that chains several ATen ops for a float16 or bfloat16
+// result runs the chain on float copies of one chunk at a time: the intermediates keep the
+// op-math type (one rounding at the end, as a fused loop) and never leave the cache.
+template <int buffers, typename Body>
+void float_chunks(int64_t n, Body body) {
+  constexpr int64_t kChunk = 1 << 16;
+  at::parallel_for(0, (n + kChunk - 1) / kChunk, 1, [&](int64_t begin, int64_t end) {
+    const int64_t cap = std::min(kChunk, n - begin * kChunk);
+    std::array<at::Tensor, buffers> scratch, bufs;
+    for (auto& t : scratch) t = at::empty({cap}, at::TensorOptions().dtype(at::kFloat));
+    for (int64_t c = begin; c < end; ++c) {
+      const int64_t lo = c * kChunk, len = std::min(kChunk, n - lo);
+      for (int i = 0; i < buffers; ++i) bufs[i] = len == cap ? scratch[i] : scratch[i].narrow(0, 0, len);
+      body(lo, len, bufs);
+    }
   });
 }
 

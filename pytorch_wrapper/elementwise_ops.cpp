@@ -1,7 +1,10 @@
-// add, square, scale and square's backward: validation, CPU loops, CUDA dispatch.
+// add, square, scale and square's backward: validation, CPU kernels, CUDA dispatch.
 // Arithmetic happens in the dtype's op-math type (float for float16/bfloat16) and is
-// rounded once, as PyTorch does, so float32 results are bit-identical to torch.
+// rounded once, as PyTorch does, so float32 results are bit-identical to torch. The CPU
+// kernels run ATen's vectorised loops (the very kernels of torch.add, torch.square and
+// x * factor); gemmt's own loops stay as the *_cpu_reference functions.
 #include <ATen/OpMathType.h>
+#include <ATen/ScalarOps.h>
 
 #include "common.h"
 #include "cpu_loops.h"
@@ -49,6 +52,14 @@ at::Tensor add_meta(const at::Tensor& a, const at::Tensor& b) {
 
 at::Tensor add_cpu(const at::Tensor& a, const at::Tensor& b) {
   at::Tensor out = add_meta(a, b);
+  at::AutoDispatchBelowADInplaceOrView guard;
+  at::add_out(out, a, b);
+  return out;
+}
+
+at::Tensor add_cpu_reference(const at::Tensor& a, const at::Tensor& b) {
+  at::Tensor out = add_meta(a, b);
+  check_cpu_reference(kAdd, a);
   GEMMT_DISPATCH_FLOATS(a.scalar_type(), "gemmt_add_cpu", [&] {
     using opmath = at::opmath_type<scalar_t>;
     cpu_binary<scalar_t, scalar_t>(kAdd, a, b, out, [](scalar_t x, scalar_t y) {
@@ -66,6 +77,14 @@ at::Tensor square_meta(const at::Tensor& x) {
 
 at::Tensor square_cpu(const at::Tensor& x) {
   at::Tensor out = square_meta(x);
+  at::AutoDispatchBelowADInplaceOrView guard;
+  at::square_out(out, x);
+  return out;
+}
+
+at::Tensor square_cpu_reference(const at::Tensor& x) {
+  at::Tensor out = square_meta(x);
+  check_cpu_reference(kSquare, x);
   GEMMT_DISPATCH_FLOATS(x.scalar_type(), "gemmt_square_cpu", [&] {
     using opmath = at::opmath_type<scalar_t>;
     cpu_unary<scalar_t, scalar_t>(kSquare, x, out, [](scalar_t v) {
@@ -84,6 +103,17 @@ at::Tensor square_backward_meta(const at::Tensor& grad, const at::Tensor& x) {
 
 at::Tensor square_backward_cpu(const at::Tensor& grad, const at::Tensor& x) {
   at::Tensor out = square_backward_meta(grad, x);
+  at::AutoDispatchBelowADInplaceOrView guard;
+  // (grad * x) * 2 rounds as grad * (2x) does: doubling is exact in every float format
+  // (outside the subnormal range), so it commutes with the product's one rounding.
+  at::mul_out(out, grad, x);
+  out.mul_(at::native::wrapped_scalar_tensor(at::Scalar(2.0)));
+  return out;
+}
+
+at::Tensor square_backward_cpu_reference(const at::Tensor& grad, const at::Tensor& x) {
+  at::Tensor out = square_backward_meta(grad, x);
+  check_cpu_reference(kSquareBackward, x);
   GEMMT_DISPATCH_FLOATS(x.scalar_type(), "gemmt_square_backward_cpu", [&] {
     using opmath = at::opmath_type<scalar_t>;
     cpu_binary<scalar_t, scalar_t>(kSquareBackward, grad, x, out, [](scalar_t g, scalar_t v) {
@@ -101,6 +131,17 @@ at::Tensor scale_meta(const at::Tensor& x, double /*factor*/) {
 
 at::Tensor scale_cpu(const at::Tensor& x, double factor) {
   at::Tensor out = scale_meta(x, factor);
+  at::AutoDispatchBelowADInplaceOrView guard;
+  // A wrapped number, as torch's `x * factor` passes it: it enters ATen's loop in the
+  // op-math type, as float(factor) does below. (mul_out with a Scalar would compute into a
+  // temporary and copy it.)
+  at::mul_out(out, x, at::native::wrapped_scalar_tensor(at::Scalar(factor)));
+  return out;
+}
+
+at::Tensor scale_cpu_reference(const at::Tensor& x, double factor) {
+  at::Tensor out = scale_meta(x, factor);
+  check_cpu_reference(kScale, x);
   GEMMT_DISPATCH_FLOATS(x.scalar_type(), "gemmt_scale_cpu", [&] {
     using opmath = at::opmath_type<scalar_t>;
     const opmath f = static_cast<opmath>(factor);

@@ -20,10 +20,16 @@ struct EpilogueTensors {
   }
 };
 
-// c = act(alpha * a @ b + beta * c + bias) on CPU tensors whose shapes, dtypes and devices
-// the caller has checked (2-D a, b, c; c does not overlap a or b).
+// c = alpha * a @ b + beta * c on CPU tensors whose shapes, dtypes and devices the caller
+// has checked (2-D a, b, c; c does not overlap a or b), through ATen's CPU GEMM. beta == 0
+// never reads c.
 void gemm_cpu_run(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double alpha,
-                  double beta, const EpilogueTensors& epilogue);
+                  double beta);
+
+// c = act(alpha * a @ b + beta * c + bias) with gemmt's own cache-blocked loops: the
+// reference the CPU kernels are tested against (same preconditions as gemm_cpu_run).
+void gemm_cpu_reference_run(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b,
+                            double alpha, double beta, const EpilogueTensors& epilogue);
 
 #ifdef GEMMT_WITH_CUDA
 // The same on CUDA with the kernel `variant` (kAuto: the planner's choice). `op` names the

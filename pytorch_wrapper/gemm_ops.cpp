@@ -84,7 +84,8 @@ GemmVariant parse_variant(std::string_view name) {
               std::string(name), "'");
 }
 
-// Cache-blocked CPU product: each task owns one kMB x kNB tile of C, packs the A and B
+// The reference CPU product (the loops the tests hold ATen's kernels to, and the CUDA
+// epilogue's semantics: the activation reads the unrounded sum). Cache-blocked: each task owns one kMB x kNB tile of C, packs the A and B
 // panels it needs into contiguous buffers (any input strides become unit-stride), and runs
 // an i-p-j loop whose inner j loop the compiler vectorises.
 template <typename scalar_t>
@@ -227,12 +228,27 @@ void launch_gemm(const char* op, GemmArgs args, const at::Tensor& c, GemmVariant
 
 }  // namespace
 
-void gemm_cpu_run(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double alpha,
-                  double beta, const EpilogueTensors& epilogue) {
+void gemm_cpu_reference_run(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b,
+                            double alpha, double beta, const EpilogueTensors& epilogue) {
   if (c.numel() == 0) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, c.scalar_type(), "gemmt_gemm_cpu", [&] {
     gemm_cpu_kernel<scalar_t>(c, a, b, alpha, beta, epilogue);
   });
+}
+
+void gemm_cpu_run(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double alpha,
+                  double beta) {
+  if (c.numel() == 0) return;
+  // ATen's own CPU GEMM (oneDNN or BLAS) writes straight into c, whatever its strides. The
+  // product must not be recorded: the calling op is the one autograd sees.
+  at::AutoDispatchBelowADInplaceOrView guard;
+  if (beta == 0.0 && alpha == 1.0) {
+    at::mm_out(const_cast<at::Tensor&>(c), a, b);
+  } else {
+    // addmm ignores its input when beta == 0 (NaN in c does not propagate), and at
+    // K == 0 it zeroes or scales c without a product.
+    at::addmm_out(const_cast<at::Tensor&>(c), c, a, b, beta, alpha);
+  }
 }
 
 void gemm_meta(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double /*alpha*/,
@@ -249,7 +265,7 @@ void gemm_cpu(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, dou
               "kernels), got '",
               std::string(variant), "'");
   check_no_overlap(c, a, b);
-  gemm_cpu_run(c, a, b, alpha, beta, EpilogueTensors{});
+  gemm_cpu_run(c, a, b, alpha, beta);
 }
 
 at::Tensor mm_meta(const at::Tensor& a, const at::Tensor& b) {
@@ -260,7 +276,23 @@ at::Tensor mm_meta(const at::Tensor& a, const at::Tensor& b) {
 at::Tensor mm_cpu(const at::Tensor& a, const at::Tensor& b) {
   check_matmul_operands(kMm, a, b);
   at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
-  gemm_cpu_run(out, a, b, 1.0, 0.0, EpilogueTensors{});
+  gemm_cpu_run(out, a, b, 1.0, 0.0);
+  return out;
+}
+
+void gemm_cpu_reference(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b,
+                        double alpha, double beta) {
+  check_gemm_operands(c, a, b);
+  check_cpu_reference(kGemm, c);
+  check_no_overlap(c, a, b);
+  gemm_cpu_reference_run(c, a, b, alpha, beta, EpilogueTensors{});
+}
+
+at::Tensor mm_cpu_reference(const at::Tensor& a, const at::Tensor& b) {
+  check_matmul_operands(kMm, a, b);
+  check_cpu_reference(kMm, a);
+  at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
+  gemm_cpu_reference_run(out, a, b, 1.0, 0.0, EpilogueTensors{});
   return out;
 }
 

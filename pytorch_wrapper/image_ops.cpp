@@ -35,8 +35,15 @@ at::Tensor rgb_to_gray_meta(const at::Tensor& img, bool /*bgr*/) {
   return new_output(sizes.slice(0, sizes.size() - 1), img.options());
 }
 
+// The reference loop is also the fast one: a plain integer loop over pixels (ATen has no
+// kernel for this formula; torch's equivalent makes several float passes).
 at::Tensor rgb_to_gray_cpu(const at::Tensor& img, bool bgr) {
+  return rgb_to_gray_cpu_reference(img, bgr);
+}
+
+at::Tensor rgb_to_gray_cpu_reference(const at::Tensor& img, bool bgr) {
   at::Tensor out = rgb_to_gray_meta(img, bgr);
+  check_cpu_reference(kRgbToGray, img);
   // Iterate over pixels through the view of channel 0; the channel stride steps to G and B.
   const at::Tensor pixels = img.select(-1, 0);
   const int64_t cs = img.stride(-1);
@@ -55,8 +62,15 @@ at::Tensor normalize_volume_meta(const at::Tensor& vol, double max_val) {
   return new_output(vol.sym_sizes(), vol.options().dtype(at::kFloat));
 }
 
+// The reference loop is already the fast one: a flat loop of conversions and divisions that
+// the compiler vectorises, one pass where torch's vol.float() / max_val makes two.
 at::Tensor normalize_volume_cpu(const at::Tensor& vol, double max_val) {
+  return normalize_volume_cpu_reference(vol, max_val);
+}
+
+at::Tensor normalize_volume_cpu_reference(const at::Tensor& vol, double max_val) {
   at::Tensor out = normalize_volume_meta(vol, max_val);
+  check_cpu_reference(kNormalizeVolume, vol);
   const float m = static_cast<float>(max_val);
   if (vol.scalar_type() == at::kByte) {
     cpu_unary<uint8_t, float>(kNormalizeVolume, vol, out,

@@ -98,12 +98,54 @@ void fill_without_product(const at::Tensor& out2d, const at::Tensor& bias, Activ
   }
 }
 
+// out = act(z) from an already rounded z, through ATen's vectorised activation kernels
+// (the op-math type inside, one rounding to the dtype): what torch's activation functions
+// do with F.linear's output. out may be z itself.
+void activation_cpu(Activation act, const at::Tensor& z, at::Tensor& out) {
+  switch (act) {
+    case Activation::kReLU:
+      at::clamp_min_out(out, z, 0);  // torch.relu: clamp_min, NaN kept
+      break;
+    case Activation::kGelu:
+      at::gelu_out(out, z, "none");
+      break;
+    case Activation::kGeluTanh:
+      at::gelu_out(out, z, "tanh");
+      break;
+    case Activation::kSilu:
+      at::silu_out(out, z);
+      break;
+    default:
+      if (!out.is_same(z)) out.copy_(z);
+      break;
+  }
+}
+
+// The CPU forward: z = x @ w.T + b rounded once in the output dtype by ATen's addmm (as
+// F.linear rounds it), then act(z) computed in the op-math type from that rounded z. The
+// pre-activation, when wanted, is that same z, so a backward reads the value the output
+// came from.
+void linear_cpu_run(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tensor& wt,
+                    const at::Tensor& bias, Activation act, const at::Tensor& pre2d) {
+  at::AutoDispatchBelowADInplaceOrView guard;
+  at::Tensor out = out2d;
+  at::Tensor z = pre2d.defined() ? pre2d : out2d;
+  if (bias.defined()) {
+    at::addmm_out(z, bias, x2d, wt);
+  } else {
+    at::mm_out(z, x2d, wt);
+  }
+  activation_cpu(act, z, out);
+}
+
 // out = act(x @ weight.T + bias) (and preact = x @ weight.T + bias when requested), on the
-// device of x. Outputs are fresh contiguous tensors.
+// device of x. Outputs are fresh contiguous tensors. `reference`: on CPU, gemmt's own loops
+// (the activation read from the unrounded sum, as the CUDA epilogue does).
 std::tuple<at::Tensor, at::Tensor> linear_impl(const char* op, const at::Tensor& x,
                                                const at::Tensor& weight,
                                                const std::optional<at::Tensor>& bias_opt,
-                                               Activation act, bool with_preact) {
+                                               Activation act, bool with_preact,
+                                               bool reference = false) {
   const int64_t in = weight.size(1), out_features = weight.size(0);
   const int64_t rows = leading_rows(x);
   const at::Tensor x2d = x.reshape({rows, in});
@@ -133,7 +175,11 @@ std::tuple<at::Tensor, at::Tensor> linear_impl(const char* op, const at::Tensor&
   }
 #endif
   (void)op;
-  gemm_cpu_run(out2d, x2d, wt, 1.0, 0.0, epi);
+  if (reference) {
+    gemm_cpu_reference_run(out2d, x2d, wt, 1.0, 0.0, epi);
+  } else {
+    linear_cpu_run(out2d, x2d, wt, epi.bias, act, pre2d);
+  }
   return {out, preact};
 }
 
@@ -224,6 +270,16 @@ at::Tensor linear_cpu(const at::Tensor& x, const at::Tensor& weight,
       linear_impl(kLinear, x, weight, bias, parse_activation(kLinear, activation), false));
 }
 
+std::tuple<at::Tensor, at::Tensor> linear_cpu_reference(const at::Tensor& x,
+                                                        const at::Tensor& weight,
+                                                        const std::optional<at::Tensor>& bias,
+                                                        std::string_view activation) {
+  check_linear_operands(kLinearWithPreact, x, weight, bias);
+  check_cpu_reference(kLinearWithPreact, x);
+  return linear_impl(kLinearWithPreact, x, weight, bias,
+                     parse_activation(kLinearWithPreact, activation), true, true);
+}
+
 std::tuple<at::Tensor, at::Tensor> linear_with_preact_meta(const at::Tensor& x,
                                                            const at::Tensor& weight,
                                                            const std::optional<at::Tensor>& bias,
@@ -264,6 +320,40 @@ std::tuple<at::Tensor, at::Tensor> linear_activation_backward_cpu(const at::Tens
     if (bias_grad) bias.zero_();
     return {out, bias};
   }
+  // ATen's activation backwards: act'(z) in the op-math type, times grad, rounded once.
+  at::AutoDispatchBelowADInplaceOrView guard;
+  switch (act) {
+    case Activation::kReLU:
+      at::threshold_backward_out(out, grad, preact, 0);
+      break;
+    case Activation::kGelu:
+      at::gelu_backward_out(out, grad, preact, "none");
+      break;
+    case Activation::kGeluTanh:
+      at::gelu_backward_out(out, grad, preact, "tanh");
+      break;
+    default:
+      at::silu_backward_out(out, grad, preact);
+      break;
+  }
+  if (bias_grad) {
+    at::sum_out(bias, out.view({leading_rows(grad), grad.size(-1)}), at::IntArrayRef{0});
+  }
+  return {out, bias};
+}
+
+std::tuple<at::Tensor, at::Tensor> linear_activation_backward_cpu_reference(
+    const at::Tensor& grad, const at::Tensor& preact, std::string_view activation,
+    bool bias_grad) {
+  const Activation act = parse_activation(kActBackward, activation);
+  check_act_backward(grad, preact, act);
+  check_cpu_reference(kActBackward, grad);
+  at::Tensor out = new_output(grad.sym_sizes(), grad.options());
+  at::Tensor bias = empty_bias_grad(grad, bias_grad);
+  if (grad.numel() == 0) {
+    if (bias_grad) bias.zero_();
+    return {out, bias};
+  }
   const at::Tensor out2d = out.view({leading_rows(grad), grad.size(-1)});
   GEMMT_DISPATCH_LINEAR_FLOATS(grad.scalar_type(), "gemmt_linear_act_backward_cpu", [&] {
     act_backward_cpu_kernel<scalar_t>(flat_2d(grad), flat_2d(preact), act, out2d);
@@ -280,6 +370,17 @@ at::Tensor linear_bias_backward_meta(const at::Tensor& grad) {
 
 at::Tensor linear_bias_backward_cpu(const at::Tensor& grad) {
   check_bias_backward(grad);
+  at::Tensor bias = empty_bias_grad(grad, true);
+  if (grad.numel() == 0) return bias.zero_();
+  at::AutoDispatchBelowADInplaceOrView guard;
+  // ATen's column sums accumulate in the op-math type, as the reference loop does.
+  at::sum_out(bias, grad.reshape({leading_rows(grad), grad.size(-1)}), at::IntArrayRef{0});
+  return bias;
+}
+
+at::Tensor linear_bias_backward_cpu_reference(const at::Tensor& grad) {
+  check_bias_backward(grad);
+  check_cpu_reference(kBiasBackward, grad);
   at::Tensor bias = empty_bias_grad(grad, true);
   if (grad.numel() == 0) return bias.zero_();
   GEMMT_DISPATCH_LINEAR_FLOATS(grad.scalar_type(), "gemmt_linear_bias_backward_cpu",

@@ -111,6 +111,40 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         return names;
       },
       "The names gemm(..., variant=...) accepts, in GemmVariant order ('auto' first)");
+  // gemmt's own CPU loops, which the tests hold the registered CPU kernels (ATen's
+  // vectorised kernels) to. Direct calls, no dispatcher: CPU tensors only, no autograd.
+  namespace w = gemmt::wrapper;
+  py::module_ ref = m.def_submodule(
+      "reference", "gemmt's plain CPU loops: the reference the CPU kernels are tested against");
+  ref.def("gemm", &w::gemm_cpu_reference, py::arg("c"), py::arg("a"), py::arg("b"),
+          py::arg("alpha") = 1.0, py::arg("beta") = 0.0, Release());
+  ref.def("mm", &w::mm_cpu_reference, py::arg("a"), py::arg("b"), Release());
+  ref.def(
+      "linear",
+      [](const Tensor& x, const Tensor& w, const std::optional<Tensor>& b,
+         const std::string& act) { return w::linear_cpu_reference(x, w, b, act); },
+      "(act(x @ w.T + b), x @ w.T + b)", py::arg("x"), py::arg("weight"),
+      py::arg("bias") = py::none(), py::arg("activation") = "none", Release());
+  ref.def(
+      "linear_activation_backward",
+      [](const Tensor& g, const Tensor& z, const std::string& act, bool bias_grad) {
+        return w::linear_activation_backward_cpu_reference(g, z, act, bias_grad);
+      },
+      py::arg("grad"), py::arg("preact"), py::arg("activation"), py::arg("bias_grad"), Release());
+  ref.def("linear_bias_backward", &w::linear_bias_backward_cpu_reference, py::arg("grad"),
+          Release());
+  ref.def("add", &w::add_cpu_reference, py::arg("a"), py::arg("b"), Release());
+  ref.def("square", &w::square_cpu_reference, py::arg("x"), Release());
+  ref.def("square_backward", &w::square_backward_cpu_reference, py::arg("grad"), py::arg("x"),
+          Release());
+  ref.def("scale", &w::scale_cpu_reference, py::arg("x"), py::arg("factor") = 2.0, Release());
+  ref.def("swiglu", &w::swiglu_cpu_reference, py::arg("gate"), py::arg("up"), Release());
+  ref.def("swiglu_backward", &w::swiglu_backward_cpu_reference, py::arg("grad"),
+          py::arg("gate"), py::arg("up"), Release());
+  ref.def("rgb_to_gray", &w::rgb_to_gray_cpu_reference, py::arg("img"), py::arg("bgr") = false,
+          Release());
+  ref.def("normalize_volume", &w::normalize_volume_cpu_reference, py::arg("vol"),
+          py::arg("max_val"), Release());
   m.def("build_info_json", &gemmt::wrapper::build_info_json,
         "JSON string: versions, architectures and compiler this module was built with");
   m.def(

@@ -1,6 +1,8 @@
-// swiglu(gate, up) = silu(gate) * up and its backward: argument checks, CPU loops, CUDA
+// swiglu(gate, up) = silu(gate) * up and its backward: argument checks, CPU kernels, CUDA
 // launches. float32, float16 and bfloat16 (float64 too on CPU, for gradcheck); any shape,
-// gate and up of one shape. Arithmetic in the dtype's op-math type, rounded once.
+// gate and up of one shape. Arithmetic in the dtype's op-math type, rounded once. The CPU
+// kernels chain ATen's vectorised ops (on float chunks for float16 and bfloat16); the
+// plain loops stay as the *_cpu_reference functions.
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 
@@ -36,6 +38,30 @@ T sigmoid(T x) {
   return T(1) / (T(1) + std::exp(-x));
 }
 
+bool reduced_float(const at::Tensor& t) {
+  return t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
+}
+
+at::Tensor flat(const at::Tensor& t) {
+  return t.contiguous().view({-1});
+}
+
+// out = silu(x) * u, each intermediate in x's own type (float32, float64, or float inside
+// float_chunks). out may not alias x or u.
+void swiglu_chain(const at::Tensor& x, const at::Tensor& u, at::Tensor& out) {
+  at::silu_out(out, x);
+  out.mul_(u);
+}
+
+// d_gate = silu'(x) * (g * u) and d_up = g * silu(x), as swiglu_chain.
+void swiglu_backward_chain(const at::Tensor& g, const at::Tensor& x, const at::Tensor& u,
+                           at::Tensor& d_gate, at::Tensor& d_up) {
+  at::mul_out(d_gate, g, u);
+  at::silu_backward_out(d_gate, d_gate, x);
+  at::silu_out(d_up, x);
+  d_up.mul_(g);
+}
+
 }  // namespace
 
 at::Tensor swiglu_meta(const at::Tensor& gate, const at::Tensor& up) {
@@ -45,6 +71,26 @@ at::Tensor swiglu_meta(const at::Tensor& gate, const at::Tensor& up) {
 
 at::Tensor swiglu_cpu(const at::Tensor& gate, const at::Tensor& up) {
   at::Tensor out = swiglu_meta(gate, up);
+  if (out.numel() == 0) return out;
+  at::AutoDispatchBelowADInplaceOrView guard;
+  if (!reduced_float(gate)) {
+    swiglu_chain(gate, up, out);
+    return out;
+  }
+  const at::Tensor x = flat(gate), u = flat(up), o = out.view({-1});
+  float_chunks<2>(x.numel(), [&](int64_t lo, int64_t len, std::array<at::Tensor, 2>& f) {
+    f[0].copy_(x.narrow(0, lo, len));
+    f[1].copy_(u.narrow(0, lo, len));
+    at::silu_(f[0]);
+    f[0].mul_(f[1]);
+    o.narrow(0, lo, len).copy_(f[0]);
+  });
+  return out;
+}
+
+at::Tensor swiglu_cpu_reference(const at::Tensor& gate, const at::Tensor& up) {
+  at::Tensor out = swiglu_meta(gate, up);
+  check_cpu_reference(kSwiglu, gate);
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, gate.scalar_type(), "gemmt_swiglu", [&] {
         using opmath = at::opmath_type<scalar_t>;
@@ -68,6 +114,31 @@ std::tuple<at::Tensor, at::Tensor> swiglu_backward_cpu(const at::Tensor& grad,
                                                        const at::Tensor& gate,
                                                        const at::Tensor& up) {
   auto [d_gate, d_up] = swiglu_backward_meta(grad, gate, up);
+  if (gate.numel() == 0) return {d_gate, d_up};
+  at::AutoDispatchBelowADInplaceOrView guard;
+  if (!reduced_float(gate)) {
+    swiglu_backward_chain(grad, gate, up, d_gate, d_up);
+    return {d_gate, d_up};
+  }
+  const at::Tensor g = flat(grad), x = flat(gate), u = flat(up);
+  const at::Tensor dg = d_gate.view({-1}), du = d_up.view({-1});
+  float_chunks<4>(x.numel(), [&](int64_t lo, int64_t len, std::array<at::Tensor, 4>& f) {
+    at::Tensor &gf = f[0], &xf = f[1], &uf = f[2], &tf = f[3];
+    gf.copy_(g.narrow(0, lo, len));
+    xf.copy_(x.narrow(0, lo, len));
+    uf.copy_(u.narrow(0, lo, len));
+    swiglu_backward_chain(gf, xf, uf, uf, tf);  // d_gate into uf (read before written)
+    dg.narrow(0, lo, len).copy_(uf);
+    du.narrow(0, lo, len).copy_(tf);
+  });
+  return {d_gate, d_up};
+}
+
+std::tuple<at::Tensor, at::Tensor> swiglu_backward_cpu_reference(const at::Tensor& grad,
+                                                                 const at::Tensor& gate,
+                                                                 const at::Tensor& up) {
+  auto [d_gate, d_up] = swiglu_backward_meta(grad, gate, up);
+  check_cpu_reference(kSwigluBackward, gate);
   const at::Tensor g = grad.contiguous(), x = gate.contiguous(), u = up.contiguous();
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, x.scalar_type(), "gemmt_swiglu_bwd", [&] {

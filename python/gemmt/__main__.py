@@ -17,22 +17,43 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Callable
+from typing import Callable, Union
 
 import torch
 import torch.nn.functional as F
 
 import gemmt
-from gemmt._timing import median_ms
+from gemmt._timing import paired_median_ms
+
+# An op's result: one tensor, or several (a backward's gradients).
+Result = Union[torch.Tensor, tuple[torch.Tensor, ...]]
 
 
-def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    out64, ref64 = out.double(), ref.double()
-    denom = ref64.norm().item()
-    return (out64 - ref64).norm().item() / (denom if denom > 0 else 1.0)
+def _parts(t: Result) -> tuple[torch.Tensor, ...]:
+    return t if isinstance(t, tuple) else (t,)
 
 
-def _cases(dev: str) -> list[tuple[str, Callable[[], torch.Tensor], Callable[[], torch.Tensor], torch.Tensor, float]]:
+def _rel_err(out: Result, ref: Result) -> float:
+    """The largest relative Frobenius error over the result's tensors."""
+    worst = 0.0
+    for o, r in zip(_parts(out), _parts(ref)):
+        out64, ref64 = o.double(), r.double()
+        denom = ref64.norm().item()
+        worst = max(worst, (out64 - ref64).norm().item() / (denom if denom > 0 else 1.0))
+    return worst
+
+
+def _max_abs(out: Result, ref: Result) -> float:
+    return max(((o.double() - r.double()).abs().max().item() if o.numel() else 0.0)
+               for o, r in zip(_parts(out), _parts(ref)))
+
+
+def _same_shapes(out: Result, ref: Result) -> bool:
+    return len(_parts(out)) == len(_parts(ref)) and all(
+        o.shape == r.shape for o, r in zip(_parts(out), _parts(ref)))
+
+
+def _cases(dev: str) -> list[tuple[str, Callable[[], Result], Callable[[], Result], Result, float]]:
     """(name, ours, torch equivalent, float64 reference, error bound) for every op."""
     big = dev == "cuda"
     n = 4096 if big else 384
@@ -63,6 +84,37 @@ def _cases(dev: str) -> list[tuple[str, Callable[[], torch.Tensor], Callable[[],
         gemmt.gemm(c, a, b)
         return c
 
+    # The backward pieces, on their own: a bf16 MLP activation's gradient (with the bias's
+    # column sums) and swiglu's, against the ATen calls torch's autograd makes for them. On
+    # the CPU, over 512 tokens: at 64, a call from Python through torch.ops costs more than
+    # the column sums themselves.
+    ops = torch.ops.gemmt
+    zl = F.linear(xl if big else torch.randn(512, d_in).to(torch.bfloat16), wl, bl)
+    gl = torch.randn_like(zl)
+    xb, yb = x.to(torch.bfloat16), y.to(torch.bfloat16)
+    gb = torch.randn_like(xb)
+
+    def silu64(t: torch.Tensor) -> torch.Tensor:
+        return F.silu(t.double())
+
+    def act_backward_ref() -> tuple[torch.Tensor, torch.Tensor]:
+        z = zl.double().requires_grad_()
+        gz, = torch.autograd.grad(F.gelu(z, approximate="tanh"), z, gl.double())
+        return gz, gz.sum(0)
+
+    def act_backward_torch() -> tuple[torch.Tensor, torch.Tensor]:
+        gz = torch.ops.aten.gelu_backward(gl, zl, approximate="tanh")
+        return gz, gz.sum(0)
+
+    def swiglu_backward_ref() -> tuple[torch.Tensor, torch.Tensor]:
+        g, u = gb.double(), yb.double()
+        z = xb.double()
+        s = torch.sigmoid(z)
+        return g * u * s * (1 + z * (1 - s)), g * z * s
+
+    def swiglu_backward_torch() -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.ops.aten.silu_backward(gb * yb, xb), gb * F.silu(xb)
+
     torch.backends.cuda.matmul.allow_tf32 = False
     return [
         ("gemm fp32", ours_gemm, lambda: torch.matmul(a, b), a.double() @ b.double(), 1e-5),
@@ -81,6 +133,18 @@ def _cases(dev: str) -> list[tuple[str, Callable[[], torch.Tensor], Callable[[],
              torch.uint8), gray_ref, 1e-2),
         ("normalize_volume u16", lambda: gemmt.normalize_volume(vol, 4095.0),
          lambda: vol.float() / 4095.0, vol.double() / 4095.0, 1e-7),
+        ("square_backward fp32", lambda: ops.square_backward(y, x), lambda: y * (2 * x),
+         y.double() * 2 * x.double(), 1e-7),
+        ("swiglu fp32", lambda: gemmt.swiglu(x, y), lambda: F.silu(x) * y,
+         silu64(x) * y.double(), 1e-6),
+        ("swiglu bf16", lambda: gemmt.swiglu(xb, yb), lambda: F.silu(xb) * yb,
+         silu64(xb) * yb.double(), 1e-2),
+        ("swiglu_backward bf16", lambda: ops.swiglu_backward(gb, xb, yb), swiglu_backward_torch,
+         swiglu_backward_ref(), 1e-2),
+        ("linear_act_bwd bf16", lambda: ops.linear_activation_backward(gl, zl, "gelu_tanh", True),
+         act_backward_torch, act_backward_ref(), 1e-2),
+        ("linear_bias_bwd bf16", lambda: ops.linear_bias_backward(gl), lambda: gl.sum(0),
+         gl.double().sum(0), 1e-2),
     ]
 
 
@@ -90,7 +154,9 @@ def demo() -> int:
     dev = "cuda" if torch.cuda.is_available() and info.get("cuda") else "cpu"
     print("gemmt build:", json.dumps(info))
     name = torch.cuda.get_device_name() if dev == "cuda" else "CPU"
-    print(f"device: {dev} ({name}), torch {torch.__version__}\n")
+    threads = "" if dev == "cuda" else f", {torch.get_num_threads()} threads for both"
+    print(f"device: {dev} ({name}), torch {torch.__version__}{threads}")
+    print("times: medians of calls alternating between gemmt and torch, after a warm-up\n")
     header = f"{'op':<22}{'device':<8}{'max abs err':>12}{'rel err':>11}{'bound':>9}{'gemmt ms':>11}{'torch ms':>11}{'speedup':>9}  ok"
     print(header)
     print("-" * len(header))
@@ -98,11 +164,10 @@ def demo() -> int:
     for label, ours, theirs, ref, bound in _cases(dev):
         out = ours()
         err = _rel_err(out, ref)
-        max_abs = (out.double() - ref.double()).abs().max().item() if out.numel() else 0.0
-        ok = err <= bound and out.shape == ref.shape
+        max_abs = _max_abs(out, ref)
+        ok = err <= bound and _same_shapes(out, ref)
         failures += not ok
-        t_ours = median_ms(ours, dev, reps=10, budget_s=1.0)
-        t_ref = median_ms(theirs, dev, reps=10, budget_s=1.0)
+        t_ours, t_ref = paired_median_ms([ours, theirs], dev, reps=21, budget_s=2.0)
         print(f"{label:<22}{dev:<8}{max_abs:>12.2e}{err:>11.2e}{bound:>9.0e}{t_ours:>11.3f}{t_ref:>11.3f}"
               f"{t_ref / t_ours:>8.2f}x  {'yes' if ok else 'NO'}")
     print(f"\n{'all ops match PyTorch' if not failures else f'{failures} op(s) FAILED'}")

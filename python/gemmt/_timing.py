@@ -57,6 +57,50 @@ def median_ms(
     return statistics.median(times)
 
 
+def paired_median_ms(
+    fns: list[Callable[[], object]],
+    device: torch.device | str,
+    *,
+    warmup: int = 3,
+    reps: int = 21,
+    budget_s: float = 2.0,
+) -> list[float]:
+    """Median time of one call of each of ``fns`` in milliseconds, timed in alternation.
+
+    Each round times one call of every function, the order rotating from round to round,
+    so that a slow phase of a shared host lands on all of them alike. All run in this
+    process, so on the CPU they share one intra-op thread count. Stops early once
+    ``budget_s`` of timed work has passed (never before 5 rounds).
+    """
+    dev = torch.device(device)
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    sync(dev)
+    times: list[list[float]] = [[] for _ in fns]
+    spent = 0.0
+    for r in range(reps):
+        for j in range(len(fns)):
+            i = (r + j) % len(fns)
+            if dev.type == "cuda":
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                fns[i]()
+                end.record()
+                end.synchronize()
+                ms = start.elapsed_time(end)
+            else:
+                t0 = time.perf_counter()
+                fns[i]()
+                ms = (time.perf_counter() - t0) * 1e3
+            times[i].append(ms)
+            spent += ms / 1e3
+        if spent > budget_s and r + 1 >= 5:
+            break
+    return [statistics.median(t) for t in times]
+
+
 def _calls_us(fn: Callable[[], object], dev: torch.device, calls: int) -> float:
     t0 = time.perf_counter()
     for _ in range(calls):
