@@ -1,7 +1,7 @@
 // Float elementwise ops (add, square, scale, square_backward) as functors on the shared
-// engine (elementwise_engine.cuh): inputs are widened to float32, the functor runs in
-// float32 and the result is rounded once, to nearest even, to the tensor's dtype. That is
-// PyTorch's "opmath" scheme, so results match it bit for bit.
+// engine (elementwise_engine.cuh): inputs are widened to float32 (float64 stays double), the
+// functor runs in that type and the result is rounded once, to nearest even, to the tensor's
+// dtype. That is PyTorch's "opmath" scheme, so results match it bit for bit.
 //
 // Pack width is 16 bytes (4 floats or 8 halfs). Unary ops move one pack per thread and
 // binary ops two packs of each input: on an H100 a 1 GiB float32 square ran at 3011 GB/s
@@ -23,16 +23,23 @@ namespace {
 // add_rn / mul_rn pin IEEE round-to-nearest single operations: the compiler may not fuse
 // them into an FMA, which would change the rounding, nor flush subnormals.
 struct AddOp {
-  __device__ __forceinline__ float operator()(float a, float b) const { return add_rn(a, b); }
+  template <typename F>
+  __device__ __forceinline__ F operator()(F a, F b) const {
+    return add_rn(a, b);
+  }
 };
 
 struct SquareOp {
-  __device__ __forceinline__ float operator()(float x) const { return mul_rn(x, x); }
+  template <typename F>
+  __device__ __forceinline__ F operator()(F x) const {
+    return mul_rn(x, x);
+  }
 };
 
+template <typename F>
 struct ScaleOp {
-  float factor;
-  __device__ __forceinline__ float operator()(float x) const { return mul_rn(x, factor); }
+  F factor;
+  __device__ __forceinline__ F operator()(F x) const { return mul_rn(x, factor); }
 };
 
 // grad * (2 * x) in the order autograd evaluates pow(x, 2)'s backward: 2 * x is a tensor
@@ -41,8 +48,9 @@ struct ScaleOp {
 // subnormal range.
 template <typename T>
 struct SquareBackwardOp {
-  __device__ __forceinline__ float operator()(float grad, float x) const {
-    const float twice_x = to_float(from_float<T>(mul_rn(2.0f, x)));
+  using F = opmath_t<T>;
+  __device__ __forceinline__ F operator()(F grad, F x) const {
+    const F twice_x = to_opmath(from_opmath<T>(mul_rn(F(2), x)));
     return mul_rn(grad, twice_x);
   }
 };
@@ -53,7 +61,7 @@ cudaError_t run_float_op(ScalarType dtype, std::int64_t numel, const MakeOp& mak
                          const void* const (&inputs)[kArity],
                          const StridedLayout* const (&layouts)[kArity], void* out,
                          cudaStream_t stream) {
-  return dispatch_float_dtype(dtype, [&](auto tag) -> cudaError_t {
+  return dispatch_float_or_double_dtype(dtype, [&](auto tag) -> cudaError_t {
     using T = typename decltype(tag)::type;
     constexpr int kUnroll = kArity == 1 ? 1 : 2;
     return engine::launch<kPackElems<T>, kUnroll, T, T>(make_op(tag), numel, inputs, layouts, out,
@@ -76,9 +84,14 @@ cudaError_t square_run(ScalarType dtype, int64_t numel, const void* x,
 }
 
 cudaError_t scale_run(ScalarType dtype, int64_t numel, const void* x, const StridedLayout* x_layout,
-                      float factor, void* out, cudaStream_t stream) {
+                      double factor, void* out, cudaStream_t stream) {
   return run_float_op<1>(
-      dtype, numel, [factor](auto) { return ScaleOp{factor}; }, {x}, {x_layout}, out, stream);
+      dtype, numel,
+      [factor](auto tag) {
+        using F = opmath_t<typename decltype(tag)::type>;
+        return ScaleOp<F>{static_cast<F>(factor)};
+      },
+      {x}, {x_layout}, out, stream);
 }
 
 cudaError_t square_backward_run(ScalarType dtype, int64_t numel, const void* grad,

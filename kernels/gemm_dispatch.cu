@@ -1,5 +1,6 @@
 // Chooses and launches a GEMM kernel: the `auto` policy lives here, the kernels in
-// kernels/simt/ (exact FP32 ladder, split-k, gemv), gemm_sm80_mma.cu and kernels/sm90/.
+// kernels/simt/ (exact FP32 ladder, split-k, gemv), gemm_sm80_mma.cu, kernels/sm90/ and
+// kernels/fp64/ (float64).
 #include "gemmt/gemm.h"
 
 namespace gemmt {
@@ -30,6 +31,10 @@ bool gemm_supports(const GemmArgs& args, GemmVariant v) {
       return gemm_sm90_supports(args);
     case GemmVariant::kDecode:
       return gemm_decode_supports(args);
+    case GemmVariant::kDmma:
+      return gemm_fp64_dmma_supports(args);
+    case GemmVariant::kSimtFp64:
+      return gemm_fp64_simt_supports(args);
     case GemmVariant::kCount:
       return false;
     default:
@@ -38,6 +43,11 @@ bool gemm_supports(const GemmArgs& args, GemmVariant v) {
 }
 
 GemmVariant gemm_pick(const GemmArgs& args) {
+  // float64 has one family: the FP64 tensor cores where the GPU has them (sm_80+), double
+  // FMAs elsewhere. Both take every shape and stride.
+  if (args.dtype == ScalarType::kFloat64) {
+    return gemm_supports(args, GemmVariant::kDmma) ? GemmVariant::kDmma : GemmVariant::kSimtFp64;
+  }
   // Decode-sized products (small m) stream B. The decode kernel is not picked: measured on
   // H100 (docs/performance.md) it reaches 0.6-0.8 of cuBLAS for m <= 16 and about 0.3 for
   // m = 32-64 (its token loads go through L1 per warp), while the wgmma kernel with its
@@ -64,6 +74,8 @@ std::size_t gemm_workspace_bytes(const GemmArgs& args, GemmVariant v) {
       return gemm_sm90_workspace_bytes(args);
     case GemmVariant::kMmaSync:
     case GemmVariant::kDecode:
+    case GemmVariant::kDmma:
+    case GemmVariant::kSimtFp64:
     case GemmVariant::kCount:
       return 0;
     default:
@@ -75,6 +87,13 @@ cudaError_t gemm_run(const GemmArgs& args, GemmVariant v, void* workspace, cudaS
   if (args.m <= 0 || args.n <= 0) return cudaSuccess;
   if (v == GemmVariant::kAuto) v = gemm_pick(args);
   if (!gemm_supports(args, v)) return cudaErrorNotSupported;
+  switch (v) {
+    case GemmVariant::kDmma:
+    case GemmVariant::kSimtFp64:
+      return gemm_fp64_run(args, v == GemmVariant::kDmma, stream);  // k == 0 included
+    default:
+      break;
+  }
   if (args.k == 0) return gemm_scale_c(args, stream);
   switch (v) {
     case GemmVariant::kMmaSync:

@@ -28,6 +28,7 @@
 #include "common/gemm_epilogue.cuh"
 #include "common/gemm_tc_kind.h"
 #include "common/shared_memory.cuh"
+#include "common/tc_operand_tiles.cuh"
 #include "gemmt/cuda_check.h"
 #include "gemmt/gemm.h"
 #include "gemmt/launch.cuh"
@@ -47,13 +48,8 @@ constexpr int kSmemBytes = kStages * kStageBytes;
 // panels of A and B in L2.
 constexpr int kGroupM = 8;
 
-struct Operand {
-  const uint8_t* ptr;
-  // The tile row direction ("outer") and the contiguous direction ("inner").
-  int64_t outer_size, outer_stride;
-  int64_t inner_size, inner_stride;
-  bool vec;  // 16-byte cp.async allowed: inner_stride == 1 and everything 16-byte aligned
-};
+using tc::Operand;
+using tc::swz;
 
 struct Params {
   int64_t m, n, k;
@@ -119,68 +115,6 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const
   }
 }
 
-// Byte offset of 16-byte chunk `chunk` of tile row `row` (rows of kRowBytes bytes).
-template <int kRowBytes>
-__device__ __forceinline__ uint32_t swz(int row, int chunk) {
-  return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
-}
-
-// Fills one operand tile of kRows rows x kRowBytes bytes. Tile row r is the operand's
-// outer index outer0 + r; bytes along a row follow the contiguous inner index from inner0.
-template <int kElt, int kRows, int kRowBytes>
-__device__ __forceinline__ void load_tile(uint32_t tile, const Operand& op, int64_t outer0,
-                                          int64_t inner0, int tid) {
-  constexpr int kVec = 16 / kElt;
-  constexpr int kChunksPerRow = kRowBytes / 16;
-  constexpr int kChunks = kRows * kChunksPerRow;
-  static_assert(kChunks % kThreads == 0, "tile must split evenly over the CTA");
-  if (op.vec) {
-#pragma unroll
-    for (int it = 0; it < kChunks / kThreads; ++it) {
-      const int c = tid + it * kThreads;
-      const int row = c / kChunksPerRow;
-      const int ch = c % kChunksPerRow;
-      const int64_t o = outer0 + row;
-      const int64_t in = inner0 + static_cast<int64_t>(ch) * kVec;
-      const int64_t rem = op.inner_size - in;
-      int bytes = 0;
-      const uint8_t* src = op.ptr;  // never read when bytes == 0
-      if (o < op.outer_size && rem > 0) {
-        bytes = static_cast<int>(rem < kVec ? rem : kVec) * kElt;
-        src = op.ptr + (o * op.outer_stride + in) * kElt;
-      }
-      // Edge chunks (bytes < 16, a 16-bit row may end mid-word) copy only in-range bytes.
-      cp_async_16_zfill(tile + swz<kRowBytes>(row, ch), src, bytes);
-    }
-  } else {
-#pragma unroll 1
-    for (int it = 0; it < kChunks / kThreads; ++it) {
-      const int c = tid + it * kThreads;
-      const int row = c / kChunksPerRow;
-      const int ch = c % kChunksPerRow;
-      const int64_t o = outer0 + row;
-      const int64_t in = inner0 + static_cast<int64_t>(ch) * kVec;
-      uint32_t w[4] = {0u, 0u, 0u, 0u};
-      if (o < op.outer_size) {
-        const int64_t row_off = o * op.outer_stride;
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) {
-          if (in + e < op.inner_size) {
-            const int64_t idx = row_off + (in + e) * op.inner_stride;
-            if constexpr (kElt == 2) {
-              const uint32_t v = reinterpret_cast<const uint16_t*>(op.ptr)[idx];
-              w[e >> 1] |= v << ((e & 1) * 16);
-            } else {
-              w[e] = reinterpret_cast<const uint32_t*>(op.ptr)[idx];
-            }
-          }
-        }
-      }
-      st_shared_v4(tile + swz<kRowBytes>(row, ch), w[0], w[1], w[2], w[3]);
-    }
-  }
-}
-
 template <int kKind, bool kAMn, bool kBMn>
 struct TileShape {
   static constexpr int kElt = KindTraits<kKind>::kElt;
@@ -197,14 +131,14 @@ __device__ __forceinline__ void load_stage(uint32_t stage, const Params& p, int6
                                            int64_t k0, int tid) {
   using S = TileShape<kKind, kAMn, kBMn>;
   if constexpr (kAMn) {
-    load_tile<S::kElt, S::kARows, S::kARowBytes>(stage, p.a, k0, m0, tid);
+    tc::load_tile<S::kElt, S::kARows, S::kARowBytes, kThreads>(stage, p.a, k0, m0, tid);
   } else {
-    load_tile<S::kElt, S::kARows, S::kARowBytes>(stage, p.a, m0, k0, tid);
+    tc::load_tile<S::kElt, S::kARows, S::kARowBytes, kThreads>(stage, p.a, m0, k0, tid);
   }
   if constexpr (kBMn) {
-    load_tile<S::kElt, S::kBRows, S::kBRowBytes>(stage + kTileBytes, p.b, k0, n0, tid);
+    tc::load_tile<S::kElt, S::kBRows, S::kBRowBytes, kThreads>(stage + kTileBytes, p.b, k0, n0, tid);
   } else {
-    load_tile<S::kElt, S::kBRows, S::kBRowBytes>(stage + kTileBytes, p.b, n0, k0, tid);
+    tc::load_tile<S::kElt, S::kBRows, S::kBRowBytes, kThreads>(stage + kTileBytes, p.b, n0, k0, tid);
   }
 }
 
@@ -367,47 +301,6 @@ __global__ void __launch_bounds__(kThreads, 1) sm80_gemm_kernel(const Params p) 
 
 // ---- Host side ---------------------------------------------------------------------
 
-// Picks the shared-memory arrangement of one operand whose element (x, p) — x along M or
-// N, p along K — lives at ptr[x * stride_x + p * stride_k]. *mn_major says whether the
-// tile is stored contiguous along M/N.
-Operand describe(const void* ptr, int64_t size_x, int64_t stride_x, int64_t size_k,
-                 int64_t stride_k, int elt, bool* mn_major) {
-  const int64_t vec = 16 / elt;
-  const bool base_ok = is_aligned(ptr, 16);
-  const bool k_vec = base_ok && stride_k == 1 && (size_x == 1 || stride_x % vec == 0);
-  const bool x_vec = base_ok && stride_x == 1 && (size_k == 1 || stride_k % vec == 0);
-  bool mn;
-  bool vec_ok;
-  if (k_vec) {
-    mn = false;
-    vec_ok = true;
-  } else if (x_vec) {
-    mn = true;
-    vec_ok = true;
-  } else {
-    // Element-wise fill: put the unit-stride direction (if any) along tile rows so that
-    // neighbouring threads still read neighbouring addresses.
-    mn = stride_x == 1 && stride_k != 1;
-    vec_ok = false;
-  }
-  Operand op;
-  op.ptr = static_cast<const uint8_t*>(ptr);
-  op.vec = vec_ok;
-  if (mn) {
-    op.outer_size = size_k;
-    op.outer_stride = stride_k;
-    op.inner_size = size_x;
-    op.inner_stride = stride_x;
-  } else {
-    op.outer_size = size_x;
-    op.outer_stride = stride_x;
-    op.inner_size = size_k;
-    op.inner_stride = stride_k;
-  }
-  *mn_major = mn;
-  return op;
-}
-
 template <int kKind, bool kAMn, bool kBMn>
 cudaError_t launch(const Params& p, cudaStream_t stream) {
   constexpr auto kernel = sm80_gemm_kernel<kKind, kAMn, kBMn>;
@@ -449,8 +342,8 @@ cudaError_t gemm_sm80_run(const GemmArgs& args, cudaStream_t stream) {
   p.n = args.n;
   p.k = args.k;
   bool a_mn, b_mn;
-  p.a = describe(args.a, args.m, args.a_stride_m, args.k, args.a_stride_k, elt, &a_mn);
-  p.b = describe(args.b, args.n, args.b_stride_n, args.k, args.b_stride_k, elt, &b_mn);
+  p.a = tc::describe_operand(args.a, args.m, args.a_stride_m, args.k, args.a_stride_k, elt, &a_mn);
+  p.b = tc::describe_operand(args.b, args.n, args.b_stride_n, args.k, args.b_stride_k, elt, &b_mn);
   p.c = args.c;
   p.ldc = args.ldc;
   p.alpha = args.alpha;

@@ -84,6 +84,7 @@ Plan plan_for(int64_t rows, int64_t cols, int pack, int64_t resident_blocks) {
   return p;
 }
 
+// Partial sums (opmath values: float, double for float64) the workspace holds.
 int64_t workspace_floats(const Plan& p) {
   return (p.blocks + p.strips) * p.strip_cols;
 }
@@ -131,7 +132,8 @@ template <typename T, int kPack, int kAct, bool kSumBias>
 __device__ __forceinline__ void walk_rows(const T* __restrict__ grad, const T* __restrict__ preact,
                                           int64_t cols, int64_t col0, int64_t row_begin,
                                           int64_t row_end, T* __restrict__ grad_preact,
-                                          float (&sum)[kPack]) {
+                                          opmath_t<T> (&sum)[kPack]) {
+  using F = opmath_t<T>;
   constexpr bool kHasPreact = kAct != static_cast<int>(Activation::kNone);
   const bool full_pack = col0 + kPack <= cols;
 #pragma unroll 4
@@ -145,20 +147,20 @@ __device__ __forceinline__ void walk_rows(const T* __restrict__ grad, const T* _
 #pragma unroll
       for (int e = 0; e < kPack; ++e) {
         const bool in = col0 + e < cols;
-        g[e] = in ? grad[off + e] : from_float<T>(0.f);
-        if constexpr (kHasPreact) z[e] = in ? preact[off + e] : from_float<T>(0.f);
+        g[e] = in ? grad[off + e] : from_opmath<T>(F(0));
+        if constexpr (kHasPreact) z[e] = in ? preact[off + e] : from_opmath<T>(F(0));
       }
     }
     T out[kPack];
 #pragma unroll
     for (int e = 0; e < kPack; ++e) {
-      float v = to_float(g[e]);
+      F v = to_opmath(g[e]);
       if constexpr (kHasPreact) {
-        v *= activation_derivative(static_cast<Activation>(kAct), to_float(z[e]));
+        v *= activation_derivative(static_cast<Activation>(kAct), to_opmath(z[e]));
       }
-      out[e] = from_float<T>(v);
+      out[e] = from_opmath<T>(v);
       // The bias gradient adds the rounded values, the ones the GEMMs see.
-      if constexpr (kSumBias) sum[e] += to_float(out[e]);
+      if constexpr (kSumBias) sum[e] += to_opmath(out[e]);
     }
     if constexpr (kHasPreact) {
       if (full_pack) {
@@ -180,9 +182,10 @@ template <typename T, int kPack, int kAct, bool kSumBias>
 __global__ void __launch_bounds__(kBlockThreads, kMinBlocksPerSm)
     linear_backward_kernel(const T* __restrict__ grad, const T* __restrict__ preact, int64_t rows,
                            int64_t cols, Plan plan, T* __restrict__ grad_preact,
-                           float* __restrict__ partial, T* __restrict__ bias_grad) {
+                           opmath_t<T>* __restrict__ partial, T* __restrict__ bias_grad) {
+  using F = opmath_t<T>;
   constexpr int kStripCols = kColThreads * kPack;
-  __shared__ float lanes[kSumBias ? kRowThreads : 1][kStripCols];
+  __shared__ F lanes[kSumBias ? kRowThreads : 1][kStripCols];
   grid_dependency_wait();  // launched programmatically: launch_pass
   allow_dependent_launch();
   const int64_t block = blockIdx.x;
@@ -194,9 +197,9 @@ __global__ void __launch_bounds__(kBlockThreads, kMinBlocksPerSm)
     const int64_t step1 = min(plan.steps, step0 + (end - unit));
     unit += step1 - step0;
     const int64_t col0 = (s * kColThreads + threadIdx.x) * kPack;
-    float sum[kPack];
+    F sum[kPack];
 #pragma unroll
-    for (int e = 0; e < kPack; ++e) sum[e] = 0.f;
+    for (int e = 0; e < kPack; ++e) sum[e] = F(0);
     if (col0 < cols) {
       walk_rows<T, kPack, kAct, kSumBias>(grad, preact, cols, col0,
                                           step0 * kRowThreads + threadIdx.y,
@@ -209,15 +212,15 @@ __global__ void __launch_bounds__(kBlockThreads, kMinBlocksPerSm)
       __syncthreads();
       if (threadIdx.y == 0 && col0 < cols) {
         const bool whole_strip = step0 == 0 && step1 == plan.steps;
-        float* slot = partial + (block + s) * kStripCols + threadIdx.x * kPack;
+        F* slot = partial + (block + s) * kStripCols + threadIdx.x * kPack;
 #pragma unroll
         for (int e = 0; e < kPack; ++e) {
-          float t = lanes[0][threadIdx.x * kPack + e];
+          F t = lanes[0][threadIdx.x * kPack + e];
 #pragma unroll
           for (int y = 1; y < kRowThreads; ++y) t += lanes[y][threadIdx.x * kPack + e];
           if (col0 + e < cols) {
             if (whole_strip) {
-              bias_grad[col0 + e] = from_float<T>(t);
+              bias_grad[col0 + e] = from_opmath<T>(t);
             } else {
               slot[e] = t;
             }
@@ -233,7 +236,7 @@ __global__ void __launch_bounds__(kBlockThreads, kMinBlocksPerSm)
 // block order. Columns of strips walked by one block were written by it.
 template <typename T>
 __global__ void __launch_bounds__(256)
-    sum_partials_kernel(const float* __restrict__ partial, Plan plan, int64_t cols,
+    sum_partials_kernel(const opmath_t<T>* __restrict__ partial, Plan plan, int64_t cols,
                         T* __restrict__ bias_grad) {
   grid_dependency_wait();  // the partials of the pass launched just before
   allow_dependent_launch();
@@ -244,14 +247,14 @@ __global__ void __launch_bounds__(256)
   const int64_t first = block_of(plan, s * plan.steps);
   const int64_t last = block_of(plan, (s + 1) * plan.steps - 1);
   const int64_t lane = j - s * plan.strip_cols;
-  float t = 0.f;
+  opmath_t<T> t = 0;
   for (int64_t b = first; b <= last; ++b) t += partial[(b + s) * plan.strip_cols + lane];
-  bias_grad[j] = from_float<T>(t);
+  bias_grad[j] = from_opmath<T>(t);
 }
 
 template <typename T, int kPack, int kAct, bool kSumBias>
 cudaError_t launch_pass(int64_t rows, int64_t cols, int sm_count, const T* grad, const T* preact,
-                        T* grad_preact, float* partial, T* bias_grad, cudaStream_t stream) {
+                        T* grad_preact, opmath_t<T>* partial, T* bias_grad, cudaStream_t stream) {
   constexpr auto kKernel = linear_backward_kernel<T, kPack, kAct, kSumBias>;
   int resident = 0;
   GEMMT_RETURN_IF_ERROR(resident_blocks_per_sm<kKernel>(kBlockThreads, &resident));
@@ -267,7 +270,7 @@ cudaError_t launch_pass(int64_t rows, int64_t cols, int sm_count, const T* grad,
   if constexpr (kSumBias) {
     if (any_strip_shared(plan)) {
       GEMMT_RETURN_IF_ERROR(launch_programmatic<sum_partials_kernel<T>>(
-          dim3(grid_1d(cols, 256)), dim3(256), 0, stream, static_cast<const float*>(partial), plan,
+          dim3(grid_1d(cols, 256)), dim3(256), 0, stream, static_cast<const opmath_t<T>*>(partial), plan,
           cols, bias_grad));
     }
   }
@@ -277,7 +280,7 @@ cudaError_t launch_pass(int64_t rows, int64_t cols, int sm_count, const T* grad,
 // grad_preact for activation kAct, with the bias sums when bias_grad is given.
 template <typename T, int kPack, int kAct>
 cudaError_t run_activation(int64_t rows, int64_t cols, int sm_count, const T* grad, const T* preact,
-                           T* grad_preact, float* partial, T* bias_grad, cudaStream_t stream) {
+                           T* grad_preact, opmath_t<T>* partial, T* bias_grad, cudaStream_t stream) {
   if (bias_grad == nullptr) {
     return launch_pass<T, kPack, kAct, false>(rows, cols, sm_count, grad, preact, grad_preact,
                                               partial, nullptr, stream);
@@ -291,7 +294,7 @@ cudaError_t run_activation(int64_t rows, int64_t cols, int sm_count, const T* gr
 // is grad itself).
 template <typename T, int kPack>
 cudaError_t run_typed(int64_t rows, int64_t cols, int sm_count, const T* grad, const T* preact,
-                      Activation act, T* grad_preact, float* partial, T* bias_grad,
+                      Activation act, T* grad_preact, opmath_t<T>* partial, T* bias_grad,
                       cudaStream_t stream) {
   if (act == Activation::kNone || grad_preact == nullptr) {
     if (bias_grad == nullptr) return cudaSuccess;
@@ -326,7 +329,8 @@ std::size_t linear_backward_workspace_bytes(ScalarType dtype, int64_t rows, int6
   // real occupancy, or the scalar form's narrower strips) never needs more.
   const int pack = kVectorBytes / static_cast<int>(element_size(dtype));
   const Plan p = plan_for(rows, cols, pack, int64_t{kMaxBlocksPerSm} * std::max(sm_count, 1));
-  return static_cast<std::size_t>(workspace_floats(p)) * sizeof(float);
+  const std::size_t acc_bytes = dtype == ScalarType::kFloat64 ? sizeof(double) : sizeof(float);
+  return static_cast<std::size_t>(workspace_floats(p)) * acc_bytes;
 }
 
 cudaError_t linear_backward_run(ScalarType dtype, int64_t rows, int64_t cols, const void* grad,
@@ -338,14 +342,14 @@ cudaError_t linear_backward_run(ScalarType dtype, int64_t rows, int64_t cols, co
     return cudaErrorInvalidValue;
   }
   if (bias_grad != nullptr && workspace == nullptr) return cudaErrorInvalidValue;
-  return dispatch_float_dtype(dtype, [&](auto tag) -> cudaError_t {
+  return dispatch_float_or_double_dtype(dtype, [&](auto tag) -> cudaError_t {
     using T = typename decltype(tag)::type;
     constexpr int kFull = kPackElems<T>;
     const T* gp = static_cast<const T*>(grad);
     const T* zp = static_cast<const T*>(preact);
     T* out = static_cast<T*>(grad_preact);
     T* bg = static_cast<T*>(bias_grad);
-    float* partial = static_cast<float*>(workspace);
+    opmath_t<T>* partial = static_cast<opmath_t<T>*>(workspace);
     if (pack_for<T>(cols, grad, preact, grad_preact) == kFull) {
       return run_typed<T, kFull>(rows, cols, sm_count, gp, zp, activation, out, partial, bg,
                                  stream);

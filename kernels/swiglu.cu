@@ -2,7 +2,8 @@
 // backward. The forward is a binary functor on the elementwise engine (elementwise_engine.cuh:
 // vector and strided paths, 64-bit indexing); the backward reads three tensors and writes
 // two, which is outside the engine's shape, so it is a short kernel of its own.
-// Arithmetic is float32 for every dtype, rounded once to the tensor's dtype.
+// Arithmetic is float32 for the float32 and 16-bit dtypes (double for float64), rounded once to
+// the tensor's dtype.
 #include <cstdint>
 
 #include <cuda_runtime.h>
@@ -21,9 +22,13 @@ namespace {
 __device__ __forceinline__ float sigmoid(float x) {
   return 1.0f / (1.0f + expf(-x));
 }
+__device__ __forceinline__ double sigmoid(double x) {
+  return 1.0 / (1.0 + exp(-x));
+}
 
 struct SwigluOp {
-  __device__ __forceinline__ float operator()(float gate, float up) const {
+  template <typename F>
+  __device__ __forceinline__ F operator()(F gate, F up) const {
     return gate * sigmoid(gate) * up;
   }
 };
@@ -38,10 +43,11 @@ __global__ void __launch_bounds__(256)
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < numel;
        i += stride) {
-    const float g = to_float(grad[i]), x = to_float(gate[i]), u = to_float(up[i]);
-    const float s = sigmoid(x);
-    d_gate[i] = from_float<T>(g * u * s * (1.0f + x * (1.0f - s)));
-    d_up[i] = from_float<T>(g * x * s);
+    using F = opmath_t<T>;
+    const F g = to_opmath(grad[i]), x = to_opmath(gate[i]), u = to_opmath(up[i]);
+    const F s = sigmoid(x);
+    d_gate[i] = from_opmath<T>(g * u * s * (F(1) + x * (F(1) - s)));
+    d_up[i] = from_opmath<T>(g * x * s);
   }
 }
 
@@ -50,7 +56,7 @@ __global__ void __launch_bounds__(256)
 cudaError_t swiglu_run(ScalarType dtype, int64_t numel, const void* gate,
                        const StridedLayout* gate_layout, const void* up,
                        const StridedLayout* up_layout, void* out, cudaStream_t stream) {
-  return dispatch_float_dtype(dtype, [&](auto tag) -> cudaError_t {
+  return dispatch_float_or_double_dtype(dtype, [&](auto tag) -> cudaError_t {
     using T = typename decltype(tag)::type;
     // Two packs of each input per thread, as for the other binary ops (elementwise.cu).
     return engine::launch<kPackElems<T>, 2, T, T>(SwigluOp{}, numel, {gate, up},
@@ -61,7 +67,7 @@ cudaError_t swiglu_run(ScalarType dtype, int64_t numel, const void* gate,
 cudaError_t swiglu_backward_run(ScalarType dtype, int64_t numel, const void* grad, const void* gate,
                                 const void* up, void* d_gate, void* d_up, cudaStream_t stream) {
   if (numel == 0) return cudaSuccess;
-  return dispatch_float_dtype(dtype, [&](auto tag) -> cudaError_t {
+  return dispatch_float_or_double_dtype(dtype, [&](auto tag) -> cudaError_t {
     using T = typename decltype(tag)::type;
     constexpr int kBlock = 256;
     swiglu_backward_kernel<T><<<grid_1d(numel, kBlock), kBlock, 0, stream>>>(

@@ -74,11 +74,10 @@ void check_cpu_reference(const char* op, const at::Tensor& t) {
               describe(t));
 }
 
-std::initializer_list<at::ScalarType> float_dtypes_for(const at::Tensor& t) {
-  static const std::initializer_list<at::ScalarType> kCuda = {at::kFloat, at::kHalf, at::kBFloat16};
-  static const std::initializer_list<at::ScalarType> kCpu = {at::kFloat, at::kHalf, at::kBFloat16,
+std::initializer_list<at::ScalarType> float_dtypes_for(const at::Tensor& /*t*/) {
+  static const std::initializer_list<at::ScalarType> kAll = {at::kFloat, at::kHalf, at::kBFloat16,
                                                              at::kDouble};
-  return t.is_cuda() ? kCuda : kCpu;
+  return kAll;
 }
 
 at::Tensor new_output(c10::SymIntArrayRef sizes, const at::TensorOptions& options) {
@@ -104,6 +103,8 @@ ScalarType to_kernel_dtype(at::ScalarType t) {
       return ScalarType::kUInt8;
     case at::kUInt16:
       return ScalarType::kUInt16;
+    case at::kDouble:
+      return ScalarType::kFloat64;
     default:
       TORCH_CHECK(false, "gemmt: no kernel dtype for ", t);
   }

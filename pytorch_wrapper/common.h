@@ -44,8 +44,8 @@ void check_same_device(const char* op, const char* arg_a, const at::Tensor& a, c
 // The reference CPU loops (ops.h, "Reference CPU loops") take CPU tensors only.
 void check_cpu_reference(const char* op, const at::Tensor& t);
 
-// Floating dtypes each backend computes in: CUDA kernels take float32/16/bf16; the CPU
-// kernels also take float64 (for gradcheck).
+// Floating dtypes the ops compute in, on CPU and CUDA alike: float32, float16, bfloat16 and
+// float64 (what torch.autograd.gradcheck needs).
 std::initializer_list<at::ScalarType> float_dtypes_for(const at::Tensor& t);
 
 // A new contiguous tensor. CUDA outputs come straight from the caching allocator: at::empty

@@ -193,7 +193,7 @@ at::Tensor scale_cuda(const at::Tensor& x, double factor) {
   CudaInput ix(kScale, "x", x);
   check_launch(kScale,
                scale_run(to_kernel_dtype(x.scalar_type()), out.numel(), ix.ptr, ix.layout_or_null(),
-                         static_cast<float>(factor), out.data_ptr(), stream_for(x)));
+                         factor, out.data_ptr(), stream_for(x)));
   return out;
 }
 #endif

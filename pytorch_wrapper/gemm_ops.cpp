@@ -310,8 +310,8 @@ void gemm_cuda_run(const char* op, const at::Tensor& c, const at::Tensor& a, con
     GemmArgs args =
         make_args(M, N, K, a.const_data_ptr(), a.stride(0), a.stride(1), b.const_data_ptr(),
                   b.stride(0), b.stride(1), c.data_ptr(), M == 1 ? N : c.stride(0));
-    args.alpha = static_cast<float>(alpha);
-    args.beta = static_cast<float>(beta);
+    args.alpha = alpha;
+    args.beta = beta;
     args.epilogue = kernel_epilogue(epilogue, false, M);
     launch_gemm(op, args, c, variant);
   } else if (c_col_major) {
@@ -319,8 +319,8 @@ void gemm_cuda_run(const char* op, const at::Tensor& c, const at::Tensor& a, con
     GemmArgs args =
         make_args(N, M, K, b.const_data_ptr(), b.stride(1), b.stride(0), a.const_data_ptr(),
                   a.stride(1), a.stride(0), c.data_ptr(), N == 1 ? M : c.stride(1));
-    args.alpha = static_cast<float>(alpha);
-    args.beta = static_cast<float>(beta);
+    args.alpha = alpha;
+    args.beta = beta;
     args.epilogue = kernel_epilogue(epilogue, true, N);
     launch_gemm(op, args, c, variant);
   } else {

@@ -114,6 +114,8 @@ VARIANT_TESTS = {
     "mma_sync": "test_cuda_tensor_core_variants",
     "wgmma": "test_cuda_tensor_core_variants",
     "decode": "test_cuda_decode_variant",
+    "dmma": "test_cuda_float64",
+    "simt_fp64": "test_cuda_float64",
 }
 
 
@@ -405,3 +407,119 @@ def test_cuda_decode_variant(dtype: torch.dtype) -> None:
     # auto picks it for decode-sized products; the result is the same function.
     a, b = operand((12, 4096), dtype, "cuda", "n"), torch.randn(4096, 4096, device="cuda").to(dtype).t()
     assert rel_err(gemmt.mm(a, b), a.double() @ b.double()) <= tol_for(dtype)
+
+
+# ---- float64 on CUDA: the dmma (FP64 tensor cores) and simt_fp64 kernels -----------------------
+FP64_SHAPES = [(1, 1, 1), (7, 9, 5), (33, 17, 65), (127, 129, 131), (128, 128, 16), (1, 300, 77),
+               (300, 1, 77), (257, 129, 1000), (64, 48, 4099), (513, 1000, 257)]
+
+
+def fp64_operand(shape: tuple[int, int], layout: str) -> torch.Tensor:
+    """A float64 CUDA matrix: "n", "t", "s" as operand(); "m" misaligned (a storage offset of
+    one element: 8-byte but not 16-byte aligned); "o" rows of odd length (a view of a wider
+    matrix whose row stride is odd)."""
+    rows, cols = shape
+    if layout == "m":
+        return torch.randn(rows * cols + 1, dtype=torch.float64, device="cuda")[1:].view(rows, cols)
+    if layout == "o":
+        return torch.randn(rows, cols + 1 + cols % 2, dtype=torch.float64, device="cuda")[:, :cols]
+    return operand(shape, torch.float64, "cuda", layout)
+
+
+def fp64_variants() -> list[str]:
+    out = ["auto", "simt_fp64"]
+    if HAS_CUDA and torch.cuda.get_device_capability()[0] >= 8:
+        out.append("dmma")
+    return out
+
+
+def cpu_reference64(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: float,
+                    beta: float) -> torch.Tensor:
+    """alpha * a @ b + beta * c computed on the CPU in float64 (c read only when beta != 0)."""
+    out = alpha * (a.cpu() @ b.cpu())
+    if beta != 0:
+        out += beta * c.cpu()
+    return out
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("variant", fp64_variants())
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt", "ss", "mn", "nm", "oo", "to"])
+def test_cuda_float64(variant: str, layout: str) -> None:
+    for m, n, k in FP64_SHAPES:
+        a = fp64_operand((m, k), layout[0])
+        b = fp64_operand((k, n), layout[1])
+        for alpha, beta in ((1.0, 0.0), (0.3, -1.7), (-2.5, 1.0)):
+            c = torch.randn(m, n, dtype=torch.float64, device="cuda")
+            if beta == 0.0:
+                c.fill_(float("nan"))  # beta == 0 never reads C
+            expected = cpu_reference64(c, a, b, alpha, beta)
+            gemmt.gemm(c, a, b, alpha, beta, variant=variant)
+            err = rel_err(c, expected)
+            assert err <= 1e-12, (variant, m, n, k, layout, alpha, beta, err)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("variant", fp64_variants())
+def test_cuda_float64_output_layouts_and_edges(variant: str) -> None:
+    a = torch.randn(70, 45, dtype=torch.float64, device="cuda")
+    b = torch.randn(45, 33, dtype=torch.float64, device="cuda")
+    # C transposed, strided (no unit stride) and misaligned; beta != 0 reads each in place.
+    c_views = {
+        "t": torch.randn(33, 70, dtype=torch.float64, device="cuda").t(),
+        "s": torch.randn(70, 66, dtype=torch.float64, device="cuda")[:, ::2],
+        "m": torch.randn(70 * 33 + 1, dtype=torch.float64, device="cuda")[1:].view(70, 33),
+    }
+    for name, c in c_views.items():
+        expected = cpu_reference64(c, a, b, 1.25, 0.5)
+        gemmt.gemm(c, a, b, 1.25, 0.5, variant=variant)
+        assert rel_err(c, expected) <= 1e-12, (variant, name)
+    # k == 0: C = beta * C (and a NaN-poisoned C with beta == 0 becomes zero).
+    c = torch.randn(6, 5, dtype=torch.float64, device="cuda")
+    expected = 3.0 * c.cpu()
+    gemmt.gemm(c, a[:6, :0], b[:0, :5], 2.0, 3.0, variant=variant)
+    assert torch.equal(c.cpu(), expected)
+    c.fill_(float("nan"))
+    gemmt.gemm(c, a[:6, :0], b[:0, :5], 2.0, 0.0, variant=variant)
+    assert torch.equal(c.cpu(), torch.zeros(6, 5, dtype=torch.float64))
+    # Empty outputs launch nothing and return.
+    empty = torch.empty(0, 5, dtype=torch.float64, device="cuda")
+    gemmt.gemm(empty, a[:0], b[:, :5], variant=variant)
+    assert gemmt.mm(a[:0], b).shape == (0, 33)
+    # NaN in A reaches exactly its row of C; the rest stays finite.
+    a_nan = a.clone()
+    a_nan[3, 4] = float("nan")
+    c = torch.empty(70, 33, dtype=torch.float64, device="cuda")
+    gemmt.gemm(c, a_nan, b, variant=variant)
+    assert c[3].isnan().all() and not c[:3].isnan().any() and not c[4:].isnan().any()
+
+
+@pytest.mark.cuda
+def test_cuda_float64_auto_uses_the_float64_kernels() -> None:
+    a = torch.randn(300, 200, dtype=torch.float64, device="cuda")
+    b = torch.randn(200, 100, dtype=torch.float64, device="cuda")
+    # mm and gemm(auto) agree with the named float64 kernels to rounding, and with the CPU.
+    expected = a.cpu() @ b.cpu()
+    assert rel_err(gemmt.mm(a, b), expected) <= 1e-12
+    for variant in fp64_variants():
+        c = torch.empty(300, 100, dtype=torch.float64, device="cuda")
+        gemmt.gemm(c, a, b, variant=variant)
+        assert rel_err(c, expected) <= 1e-12, variant
+
+
+@pytest.mark.cuda
+def test_cuda_float64_variant_refusals() -> None:
+    a64 = torch.randn(16, 16, dtype=torch.float64, device="cuda")
+    c64 = torch.empty(16, 16, dtype=torch.float64, device="cuda")
+    # Kernels of float32 accumulation refuse float64, naming the variant and the dtype.
+    for variant in ("pipelined", "mma_sync", "gemv"):
+        with pytest.raises(RuntimeError, match=f"'{variant}' cannot run this problem.*float64"):
+            gemmt.gemm(c64, a64, a64, variant=variant)
+    # The float64 kernels refuse the other dtypes.
+    a32 = a64.float()
+    for variant in ("dmma", "simt_fp64"):
+        with pytest.raises(RuntimeError, match=f"'{variant}' cannot run this problem.*float32"):
+            gemmt.gemm(a32.clone(), a32, a32, variant=variant)
+    # Mixed dtypes stay an error.
+    with pytest.raises(RuntimeError, match="expected the same dtype"):
+        gemmt.mm(a64, a32)

@@ -53,7 +53,7 @@ def make(shape_x: tuple[int, ...], out_f: int, dtype: torch.dtype, device: str,
 def dtypes_for(device: str) -> list[torch.dtype]:
     if device == "cpu":
         return [torch.float64, torch.float32, torch.bfloat16]
-    return [torch.float32, torch.float16, torch.bfloat16]
+    return [torch.float64, torch.float32, torch.float16, torch.bfloat16]
 
 
 @pytest.mark.parametrize("activation", ACTS)

@@ -16,7 +16,8 @@ namespace gemmt {
 
 // StridedLayout (types.h) describes a non-contiguous input.
 
-// out = a + b (same dtype: float32, float16, bfloat16; computed in float32, rounded once).
+// out = a + b (same dtype: float32, float16, bfloat16, computed in float32 and rounded once;
+// float64, computed in double).
 cudaError_t add_run(ScalarType dtype, int64_t numel, const void* a, const StridedLayout* a_layout,
                     const void* b, const StridedLayout* b_layout, void* out, cudaStream_t stream);
 
@@ -24,16 +25,18 @@ cudaError_t add_run(ScalarType dtype, int64_t numel, const void* a, const Stride
 cudaError_t square_run(ScalarType dtype, int64_t numel, const void* x,
                        const StridedLayout* x_layout, void* out, cudaStream_t stream);
 
-// out = x * factor (factor rounded to float32 first, as PyTorch does for a float32 tensor)
+// out = x * factor (factor rounded to float32 first, as PyTorch does for a float32 tensor;
+// kept in double for float64)
 cudaError_t scale_run(ScalarType dtype, int64_t numel, const void* x, const StridedLayout* x_layout,
-                      float factor, void* out, cudaStream_t stream);
+                      double factor, void* out, cudaStream_t stream);
 
 // out = 2 * x * grad: the backward of square.
 cudaError_t square_backward_run(ScalarType dtype, int64_t numel, const void* grad,
                                 const StridedLayout* grad_layout, const void* x,
                                 const StridedLayout* x_layout, void* out, cudaStream_t stream);
 
-// out = silu(gate) * up = gate * sigmoid(gate) * up (kernels/swiglu.cu; float dtypes).
+// out = silu(gate) * up = gate * sigmoid(gate) * up (kernels/swiglu.cu; float dtypes and
+// float64).
 cudaError_t swiglu_run(ScalarType dtype, int64_t numel, const void* gate,
                        const StridedLayout* gate_layout, const void* up,
                        const StridedLayout* up_layout, void* out, cudaStream_t stream);

@@ -6,7 +6,8 @@
 //   * B is k x n with element (p, j) at b[p * b_stride_k + j * b_stride_n];
 //   * C is m x n, row-major with unit stride along n: c[i * ldc + j], ldc >= n.
 //     The wrapper guarantees this (it solves C^T = B^T A^T for a column-major C).
-//   * A, B and C share one dtype; accumulation is float32 for every dtype.
+//   * A, B and C share one dtype; accumulation is float32 for every dtype but float64,
+//     which accumulates in double (and only the float64 family, below, takes it).
 //   * m, n >= 1 when a kernel is launched; k may be 0 (then C = beta * C).
 //   * Pointers do not alias C (the wrapper refuses overlap).
 #pragma once
@@ -53,6 +54,13 @@ cudaError_t gemm_reduce_k_slices(const GemmArgs& args, const float* slices, int 
 // mma.sync family (kernels/gemm_sm80_mma.cu): bf16, fp16, tf32 (float32 with allow_tf32).
 bool gemm_sm80_supports(const GemmArgs& args);
 cudaError_t gemm_sm80_run(const GemmArgs& args, cudaStream_t stream);
+
+// float64 family (kernels/fp64/gemm_fp64.cu): double accumulation, any strides, applies the
+// epilogue, k == 0 included; no workspace. dmma: the FP64 tensor cores (sm_80+); simt: double
+// FMAs (any GPU).
+bool gemm_fp64_dmma_supports(const GemmArgs& args);
+bool gemm_fp64_simt_supports(const GemmArgs& args);
+cudaError_t gemm_fp64_run(const GemmArgs& args, bool tensor_cores, cudaStream_t stream);
 
 // Decode family (kernels/gemm_decode.cu): bf16 / fp16, m <= 64, A and B K-major with
 // 16-byte aligned rows, k % 8 == 0; applies the epilogue. No workspace.

@@ -13,8 +13,8 @@ namespace gemmt {
 
 // What the epilogue applies to v = alpha * A @ B + beta * C, element by element, before C is
 // written: z = v + bias, C = act(z), and optionally z itself to `preact` (what a Linear
-// layer's backward needs for GELU and SiLU). All in float32 from the float32 accumulator,
-// rounded once to the dtype. An empty epilogue is the plain product.
+// layer's backward needs for GELU and SiLU). All in float32 from the float32 accumulator
+// (float64 from the float64 accumulator for float64 tensors), rounded once to the dtype. An empty epilogue is the plain product.
 struct GemmEpilogue {
   const void* bias = nullptr;  // dtype of C; n values (one per column), or m with bias_per_row
   bool bias_per_row = false;   // set when the caller transposed the problem (C^T = B^T A^T)
@@ -34,7 +34,8 @@ struct GemmArgs {
   int64_t b_stride_k = 0, b_stride_n = 0;
   void* c = nullptr;
   int64_t ldc = 0;
-  float alpha = 1.f, beta = 0.f;
+  // Double so that float64 products scale exactly; the other kernels round them to float.
+  double alpha = 1.0, beta = 0.0;
   GemmEpilogue epilogue;
   ScalarType dtype = ScalarType::kFloat32;
   // float32 only: the caller allows inputs rounded to TF32 on the tensor cores.

@@ -19,6 +19,8 @@ enum class GemmVariant : int {
   kMmaSync,          // tensor cores through mma.sync (sm_80+): bf16, fp16, tf32
   kWgmma,            // Hopper: TMA + wgmma, warp-specialised, persistent (sm_90a)
   kDecode,           // m <= 64 (decode steps): streams B through mma.sync, split-k in a cluster
+  kDmma,             // float64 on the FP64 tensor cores through mma.sync (sm_80+)
+  kSimtFp64,         // float64 with double FMAs on any GPU: the same tiles and pipeline as kDmma
   kCount,
 };
 
@@ -26,7 +28,8 @@ enum class GemmVariant : int {
 inline constexpr const char* kGemmVariantNames[] = {
     "auto",       "naive",     "smem_tiled", "register_blocked",
     "warp_tiled", "pipelined", "split_k",    "gemv",
-    "mma_sync",   "wgmma",     "decode"};
+    "mma_sync",   "wgmma",     "decode",           "dmma",
+    "simt_fp64"};
 static_assert(sizeof(kGemmVariantNames) / sizeof(kGemmVariantNames[0]) ==
               static_cast<int>(GemmVariant::kCount));
 

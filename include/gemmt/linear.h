@@ -17,10 +17,10 @@ namespace gemmt {
 //   grad_preact = grad * act'(z), rounded to the dtype   (skipped when grad_preact == nullptr;
 //                                                          activation kNone reads no preact)
 //   bias_grad[j] = sum over rows of grad_preact[:, j]     (skipped when bias_grad == nullptr)
-// The column sums are float32, in a fixed order (deterministic), over the rounded
-// grad_preact values that the weight and input gradients also use. All tensors contiguous,
-// one dtype (float32, float16, bfloat16). `workspace` holds
-// linear_backward_workspace_bytes(...) bytes (float partial sums), 16-byte aligned.
+// The column sums are float32 (double for float64), in a fixed order (deterministic), over
+// the rounded grad_preact values that the weight and input gradients also use. All tensors
+// contiguous, one dtype (float32, float16, bfloat16, float64). `workspace` holds
+// linear_backward_workspace_bytes(...) bytes (partial sums), 16-byte aligned.
 std::size_t linear_backward_workspace_bytes(ScalarType dtype, int64_t rows, int64_t cols,
                                             int sm_count);
 cudaError_t linear_backward_run(ScalarType dtype, int64_t rows, int64_t cols, const void* grad,

@@ -1,12 +1,15 @@
-// Element types on the device: ScalarType -> C++ type, and float32 "opmath" conversions.
+// Element types on the device: ScalarType -> C++ type, and "opmath" conversions.
 //
 // Reduced-precision values are widened to float32 for arithmetic and rounded back once,
-// to nearest even, matching PyTorch's CUDA kernels bit for bit.
+// to nearest even, matching PyTorch's CUDA kernels bit for bit. float64 computes in double
+// (opmath_t<double> is double), as PyTorch does.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include <type_traits>
 
 #include "gemmt/types.h"
 
@@ -65,6 +68,59 @@ __device__ __forceinline__ float div_rn(float a, float b) {
   return r;
 }
 
+// Double counterparts of the pinned operations above, for the float64 paths.
+__device__ __forceinline__ double add_rn(double a, double b) {
+  double r;
+  asm("add.rn.f64 %0, %1, %2;" : "=d"(r) : "d"(a), "d"(b));
+  return r;
+}
+__device__ __forceinline__ double mul_rn(double a, double b) {
+  double r;
+  asm("mul.rn.f64 %0, %1, %2;" : "=d"(r) : "d"(a), "d"(b));
+  return r;
+}
+__device__ __forceinline__ double fma_rn(double a, double b, double c) {
+  double r;
+  asm("fma.rn.f64 %0, %1, %2, %3;" : "=d"(r) : "d"(a), "d"(b), "d"(c));
+  return r;
+}
+__device__ __forceinline__ double div_rn(double a, double b) {
+  double r;
+  asm("div.rn.f64 %0, %1, %2;" : "=d"(r) : "d"(a), "d"(b));
+  return r;
+}
+
+// The arithmetic type of storage type T: float for float32 and the 16-bit types, double for
+// float64. to_opmath / from_opmath widen and round once; for float64 they are the identity.
+template <typename T>
+struct OpMathOf {
+  using type = float;
+};
+template <>
+struct OpMathOf<double> {
+  using type = double;
+};
+template <typename T>
+using opmath_t = typename OpMathOf<T>::type;
+
+template <typename T>
+__device__ __forceinline__ opmath_t<T> to_opmath(T v) {
+  if constexpr (std::is_same_v<T, double>) {
+    return v;
+  } else {
+    return to_float(v);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ T from_opmath(opmath_t<T> v) {
+  if constexpr (std::is_same_v<T, double>) {
+    return v;
+  } else {
+    return from_float<T>(v);
+  }
+}
+
 template <typename T>
 struct TypeTag {
   using type = T;
@@ -84,6 +140,14 @@ cudaError_t dispatch_float_dtype(ScalarType dtype, Fn&& fn) {
     default:
       return cudaErrorInvalidValue;
   }
+}
+
+// dispatch_float_dtype with float64 as well (as double), for the kernels that compute in
+// opmath_t<T> and so have a float64 form.
+template <typename Fn>
+cudaError_t dispatch_float_or_double_dtype(ScalarType dtype, Fn&& fn) {
+  if (dtype == ScalarType::kFloat64) return fn(TypeTag<double>{});
+  return dispatch_float_dtype(dtype, fn);
 }
 
 }  // namespace gemmt

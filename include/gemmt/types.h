@@ -14,6 +14,7 @@ enum class ScalarType : int {
   kBFloat16 = 2,
   kUInt8 = 3,
   kUInt16 = 4,
+  kFloat64 = 5,
 };
 
 constexpr int kMaxDims = 8;
@@ -28,6 +29,8 @@ struct StridedLayout {
 
 inline std::size_t element_size(ScalarType t) {
   switch (t) {
+    case ScalarType::kFloat64:
+      return 8;
     case ScalarType::kFloat32:
       return 4;
     case ScalarType::kFloat16:
@@ -52,6 +55,8 @@ inline const char* scalar_type_name(ScalarType t) {
       return "uint8";
     case ScalarType::kUInt16:
       return "uint16";
+    case ScalarType::kFloat64:
+      return "float64";
   }
   return "unknown";
 }

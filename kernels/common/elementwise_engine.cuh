@@ -1,7 +1,7 @@
 // The elementwise engine behind kernels/elementwise.cu and kernels/image.cu.
 //
-// out[i] = round_to<TOut>(op(float(in_0[i]), ..., float(in_{k-1}[i]))) for i < numel, with a
-// functor `op` on float32 values. Two kernels:
+// out[i] = round_to<TOut>(op(opmath(in_0[i]), ..., opmath(in_{k-1}[i]))) for i < numel, with a
+// functor `op` on opmath values (float32, or double for float64 inputs). Two kernels:
 //   * vector: every pointer 16-byte aligned and every input contiguous. Each thread moves
 //     packs of kElems elements (one load per input, one store per pack), kUnroll packs in
 //     flight, and the last numel % kElems elements go through a scalar step in the same
@@ -59,9 +59,9 @@ template <typename TOut, class Op, typename TIn, int kArity>
 __device__ __forceinline__ TOut apply_op(const Op& op, const TIn (&x)[kArity]) {
   static_assert(kArity == 1 || kArity == 2, "unary or binary ops only");
   if constexpr (kArity == 1) {
-    return from_float<TOut>(op(to_float(x[0])));
+    return from_opmath<TOut>(op(to_opmath(x[0])));
   } else {
-    return from_float<TOut>(op(to_float(x[0]), to_float(x[1])));
+    return from_opmath<TOut>(op(to_opmath(x[0]), to_opmath(x[1])));
   }
 }
 

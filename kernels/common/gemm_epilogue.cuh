@@ -1,5 +1,6 @@
 // Epilogue shared by the tensor-core GEMM kernels: an mma accumulator fragment holds two
-// horizontally adjacent outputs, written as one 4- or 8-byte store when the pair is aligned.
+// horizontally adjacent outputs, written as one 4-, 8- or 16-byte store when the pair is
+// aligned. Arithmetic is in opmath_t<T>: float, or double for float64 outputs.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -15,6 +16,9 @@ namespace gemmt {
 // every instantiation, erf, tanh and exp multiplied the kernels' code (and ptxas's time) many
 // times over, for a path that runs once per output element.
 static __device__ __noinline__ float activation_out_of_line(Activation act, float z) {
+  return apply_activation(act, z);
+}
+static __device__ __noinline__ double activation_out_of_line(Activation act, double z) {
   return apply_activation(act, z);
 }
 
@@ -64,9 +68,9 @@ struct EpilogueView {
   // kInline: the tensor-core kernels' hot store paths, where a call per element would cost
   // throughput; elsewhere the activation is one out-of-line call.
   template <bool kInline = false>
-  __device__ __forceinline__ float apply(int64_t row, int64_t col, float z) const {
-    if (bias != nullptr) z += to_float(bias[bias_per_row ? row : col]);
-    if (preact != nullptr) preact[row * ld_preact + col] = from_float<T>(z);
+  __device__ __forceinline__ opmath_t<T> apply(int64_t row, int64_t col, opmath_t<T> z) const {
+    if (bias != nullptr) z += to_opmath(bias[bias_per_row ? row : col]);
+    if (preact != nullptr) preact[row * ld_preact + col] = from_opmath<T>(z);
     if (act == Activation::kNone) return z;
     if constexpr (kInline && sizeof(T) == 2) return activation_16bit_inline(act, z);
     return activation_out_of_line(act, z);
@@ -117,32 +121,35 @@ inline EpilogueView<T> make_epilogue_view(const GemmEpilogue& e) {
 // With an active epilogue, (row, col) is dst[0]'s position in GemmArgs coordinates and the
 // second element is (row, col + 1).
 template <typename T>
-__device__ __forceinline__ void store_c_pair(T* dst, bool has_second, bool pair_aligned, float v0,
-                                             float v1, float alpha, float beta,
+__device__ __forceinline__ void store_c_pair(T* dst, bool has_second, bool pair_aligned,
+                                             opmath_t<T> v0, opmath_t<T> v1, opmath_t<T> alpha,
+                                             opmath_t<T> beta,
                                              const EpilogueView<T>& epi = EpilogueView<T>{},
                                              int64_t row = 0, int64_t col = 0) {
   v0 *= alpha;
   v1 *= alpha;
-  if (beta != 0.f) {
-    v0 += beta * to_float(dst[0]);
-    if (has_second) v1 += beta * to_float(dst[1]);
+  if (beta != opmath_t<T>(0)) {
+    v0 += beta * to_opmath(dst[0]);
+    if (has_second) v1 += beta * to_opmath(dst[1]);
   }
   if (epi.active) {
     v0 = epi.apply(row, col, v0);
     if (has_second) v1 = epi.apply(row, col + 1, v1);
   }
   if (has_second && pair_aligned) {
-    if constexpr (sizeof(T) == 4) {
+    if constexpr (sizeof(T) == 8) {
+      *reinterpret_cast<double2*>(dst) = make_double2(v0, v1);
+    } else if constexpr (sizeof(T) == 4) {
       *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
     } else {
       struct alignas(4) Pair {
         T x, y;
       };
-      *reinterpret_cast<Pair*>(dst) = Pair{from_float<T>(v0), from_float<T>(v1)};
+      *reinterpret_cast<Pair*>(dst) = Pair{from_opmath<T>(v0), from_opmath<T>(v1)};
     }
   } else {
-    dst[0] = from_float<T>(v0);
-    if (has_second) dst[1] = from_float<T>(v1);
+    dst[0] = from_opmath<T>(v0);
+    if (has_second) dst[1] = from_opmath<T>(v1);
   }
 }
 

@@ -3,6 +3,7 @@
     python -m gemmt                 run every op on the best device, compare with PyTorch
     python -m gemmt info            print build_info() as JSON
     python -m gemmt bench gemm      GEMM ladder and tensor-core benchmark (JSON + PNG)
+    python -m gemmt bench gemm_fp64 float64 cases of the GEMM benchmark only (vs cuBLAS DGEMM)
     python -m gemmt bench memory    memory-bound ops against the copy bandwidth
     python -m gemmt bench linear    Linear layers (training products, decode, fused
                                     epilogues, a whole model) against PyTorch
@@ -181,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("demo", help="run every op and compare with PyTorch (the default)")
     sub.add_parser("info", help="print build_info() as JSON")
     bench = sub.add_parser("bench", help="benchmarks: JSON, table and PNG plot")
-    bench.add_argument("suite", choices=["gemm", "memory", "linear", "mm", "tune", "all"])
+    bench.add_argument("suite", choices=["gemm", "gemm_fp64", "memory", "linear", "mm", "tune",
+                                         "all"])
     bench.add_argument("--out", default="benchmarks/results", help="output directory")
     bench.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
     bench.add_argument("--sections", default=None,

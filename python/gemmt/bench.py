@@ -40,13 +40,17 @@ def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 # ---- GEMM ---------------------------------------------------------------------------------
 FP32_LADDER = ["naive", "smem_tiled", "register_blocked", "warp_tiled", "pipelined", "auto"]
 TC_VARIANTS = ["mma_sync", "wgmma", "auto"]
+FP64_VARIANTS = ["dmma", "auto"]
 
 
 def _operands(m: int, n: int, k: int, dtype: torch.dtype, layout: str):
+    # float32 draws rounded to the dtype (float64 drawn in float64: full-precision operands).
+    draw = torch.float64 if dtype == torch.float64 else torch.float32
+
     def mat(rows: int, cols: int, t: str) -> torch.Tensor:
         if t == "t":
-            return torch.randn(cols, rows, device="cuda").to(dtype).t()
-        return torch.randn(rows, cols, device="cuda").to(dtype)
+            return torch.randn(cols, rows, device="cuda", dtype=draw).to(dtype).t()
+        return torch.randn(rows, cols, device="cuda", dtype=draw).to(dtype)
 
     return mat(m, k, layout[0]), mat(k, n, layout[1])
 
@@ -78,6 +82,20 @@ def _gemm_cases(quick: bool) -> list[dict[str, Any]]:
                 cases.append(dict(dtype=dt, m=s, n=s, k=s, layout="nn", variant=v))
         for m, n, k, lay in awkward:
             cases.append(dict(dtype=dt, m=m, n=n, k=k, layout=lay, variant="auto"))
+    return cases + _fp64_cases(quick)
+
+
+def _fp64_cases(quick: bool) -> list[dict[str, Any]]:
+    """float64 against cuBLAS DGEMM: the squares (4096^3 is the reference point), the
+    transposed layouts at 4096, an awkward shape, and the SIMT double kernel once."""
+    cases: list[dict[str, Any]] = []
+    for s in ([4096] if quick else [2048, 4096, 8192]):
+        for v in FP64_VARIANTS:
+            cases.append(dict(dtype="float64", m=s, n=s, k=s, layout="nn", variant=v))
+    for lay in ("tn", "nt", "tt"):
+        cases.append(dict(dtype="float64", m=4096, n=4096, k=4096, layout=lay, variant="auto"))
+    cases.append(dict(dtype="float64", m=4097, n=4097, k=4097, layout="nn", variant="auto"))
+    cases.append(dict(dtype="float64", m=2048, n=2048, k=2048, layout="nn", variant="simt_fp64"))
     return cases
 
 
@@ -85,7 +103,7 @@ def _run_gemm_case(case: dict[str, Any]) -> dict[str, Any]:
     dt = case["dtype"]
     tf32 = dt == "tf32"
     dtype = {"float32": torch.float32, "tf32": torch.float32, "bfloat16": torch.bfloat16,
-             "float16": torch.float16}[dt]
+             "float16": torch.float16, "float64": torch.float64}[dt]
     torch.backends.cuda.matmul.allow_tf32 = tf32
     m, n, k = case["m"], case["n"], case["k"]
     a, b = _operands(m, n, k, dtype, case["layout"])
@@ -282,14 +300,18 @@ def _plot_memory(records: list[dict[str, Any]], copy_gbps: float, path: Path) ->
     fig.savefig(path, dpi=110)
 
 
-def run_gemm(out_dir: Path, quick: bool) -> list[dict[str, Any]]:
+def run_gemm(out_dir: Path, quick: bool, fp64_only: bool = False) -> list[dict[str, Any]]:
+    """The GEMM suite (``fp64_only``: just its float64 cases, suite name ``gemm_fp64``)."""
     env = environment()
-    records = [_run_gemm_case(c) for c in _progress(_gemm_cases(quick), "gemm")]
-    path = _write(out_dir, "gemm", env, records)
-    try:
-        _plot_gemm(records, path.with_suffix(".png"))
-    except ImportError:
-        print("matplotlib missing: no plot")
+    suite = "gemm_fp64" if fp64_only else "gemm"
+    cases = _fp64_cases(quick) if fp64_only else _gemm_cases(quick)
+    records = [_run_gemm_case(c) for c in _progress(cases, suite)]
+    path = _write(out_dir, suite, env, records)
+    if not fp64_only:
+        try:
+            _plot_gemm(records, path.with_suffix(".png"))
+        except ImportError:
+            print("matplotlib missing: no plot")
     print(f"\n{'dtype':<9}{'m':>6}{'n':>6}{'k':>7}{'lay':>4} {'variant':<17}{'gemmt TF/s':>11}"
           f"{'cuBLAS TF/s':>12}{'ratio':>7}{'rel err':>10}")
     for r in records:
@@ -298,6 +320,11 @@ def run_gemm(out_dir: Path, quick: bool) -> list[dict[str, Any]]:
         err = f"{r['rel_err']:.1e}" if r.get("rel_err") is not None else "-"
         print(f"{r['dtype']:<9}{r['m']:>6}{r['n']:>6}{r['k']:>7}{r['layout']:>4} "
               f"{r['variant']:<17}{tf:>11}{r['ref_tflops']:>12.1f}{ratio:>7}{err:>10}")
+    for r in records:
+        if (r["dtype"], r["m"], r["n"], r["k"], r["layout"], r["variant"]) == (
+                "float64", 4096, 4096, 4096, "nn", "auto"):
+            ratio = f"{r['ratio']:.3f}" if r.get("ratio") else r.get("error", "-")
+            print(f"float64 4096^3: gemmt / cuBLAS DGEMM (torch.matmul) = {ratio}")
     print(f"wrote {path}")
     return records
 
@@ -331,6 +358,11 @@ def run_memory(out_dir: Path, quick: bool) -> list[dict[str, Any]]:
           f"{small['ref_us']:.2f} us/call, ratio {small['ratio']:.2f}")
     for name, us in small["breakdown_us"].items():
         print(f"  {name:<30}{us:8.2f} us/call")
+    for r in records:
+        if (r["dtype"], r["m"], r["n"], r["k"], r["layout"], r["variant"]) == (
+                "float64", 4096, 4096, 4096, "nn", "auto"):
+            ratio = f"{r['ratio']:.3f}" if r.get("ratio") else r.get("error", "-")
+            print(f"float64 4096^3: gemmt / cuBLAS DGEMM (torch.matmul) = {ratio}")
     print(f"wrote {path}")
     return records
 
@@ -345,6 +377,8 @@ def run(suite: str, out: str, quick: bool = False,
     out_dir = Path(out)
     if suite in ("gemm", "all"):
         run_gemm(out_dir, quick)
+    if suite == "gemm_fp64":
+        run_gemm(out_dir, quick, fp64_only=True)
     if suite in ("memory", "all"):
         run_memory(out_dir, quick)
     if suite in ("linear", "all"):

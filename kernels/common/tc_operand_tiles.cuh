@@ -1,0 +1,142 @@
+// Operand tiles of the mma.sync GEMMs (gemm_sm80_mma.cu, kernels/fp64/): how an operand of any
+// strides is described, and how one tile of it is copied into swizzled shared memory.
+//
+// A tile is kRows rows of kRowBytes bytes (a multiple of 128). The rows run along the
+// operand's "outer" direction and the bytes of a row along its contiguous "inner" one, so
+// global loads stay 16-byte vectors whatever the layout (K-major: rows along M or N, bytes
+// along K; MN-major: rows along K, bytes along M or N). Each 16-byte chunk of a row is
+// stored at (chunk ^ (row & 7)), which spreads the 8 rows a fragment load touches over the
+// bank groups and keeps a warp's cp.async stores conflict-free.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/cp_async.cuh"
+#include "common/shared_memory.cuh"
+#include "gemmt/arith.h"
+
+namespace gemmt {
+namespace tc {
+
+struct Operand {
+  const uint8_t* ptr;
+  // The tile row direction ("outer") and the contiguous direction ("inner").
+  int64_t outer_size, outer_stride;
+  int64_t inner_size, inner_stride;
+  bool vec;  // 16-byte cp.async allowed: inner_stride == 1 and everything 16-byte aligned
+};
+
+// Byte offset of 16-byte chunk `chunk` of tile row `row` (rows of kRowBytes bytes).
+template <int kRowBytes>
+__device__ __forceinline__ uint32_t swz(int row, int chunk) {
+  return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
+}
+
+// Fills one operand tile of kRows rows x kRowBytes bytes with the kThreads threads of the CTA.
+// Tile row r is the operand's outer index outer0 + r; bytes along a row follow the contiguous
+// inner index from inner0. Out-of-range elements are zero. Operands without 16-byte vectors
+// (op.vec false) are read element by element, synchronously, into the same layout.
+template <int kElt, int kRows, int kRowBytes, int kThreads>
+__device__ __forceinline__ void load_tile(uint32_t tile, const Operand& op, int64_t outer0,
+                                          int64_t inner0, int tid) {
+  static_assert(kElt == 2 || kElt == 4 || kElt == 8, "16-, 32- or 64-bit elements");
+  constexpr int kVec = 16 / kElt;
+  constexpr int kChunksPerRow = kRowBytes / 16;
+  constexpr int kChunks = kRows * kChunksPerRow;
+  static_assert(kChunks % kThreads == 0, "tile must split evenly over the CTA");
+  if (op.vec) {
+#pragma unroll
+    for (int it = 0; it < kChunks / kThreads; ++it) {
+      const int c = tid + it * kThreads;
+      const int row = c / kChunksPerRow;
+      const int ch = c % kChunksPerRow;
+      const int64_t o = outer0 + row;
+      const int64_t in = inner0 + static_cast<int64_t>(ch) * kVec;
+      const int64_t rem = op.inner_size - in;
+      int bytes = 0;
+      const uint8_t* src = op.ptr;  // never read when bytes == 0
+      if (o < op.outer_size && rem > 0) {
+        bytes = static_cast<int>(rem < kVec ? rem : kVec) * kElt;
+        src = op.ptr + (o * op.outer_stride + in) * kElt;
+      }
+      // Edge chunks (bytes < 16, a 16-bit row may end mid-word) copy only in-range bytes.
+      cp_async_16_zfill(tile + swz<kRowBytes>(row, ch), src, bytes);
+    }
+  } else {
+#pragma unroll 1
+    for (int it = 0; it < kChunks / kThreads; ++it) {
+      const int c = tid + it * kThreads;
+      const int row = c / kChunksPerRow;
+      const int ch = c % kChunksPerRow;
+      const int64_t o = outer0 + row;
+      const int64_t in = inner0 + static_cast<int64_t>(ch) * kVec;
+      uint32_t w[4] = {0u, 0u, 0u, 0u};
+      if (o < op.outer_size) {
+        const int64_t row_off = o * op.outer_stride;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          if (in + e < op.inner_size) {
+            const int64_t idx = row_off + (in + e) * op.inner_stride;
+            if constexpr (kElt == 2) {
+              const uint32_t v = reinterpret_cast<const uint16_t*>(op.ptr)[idx];
+              w[e >> 1] |= v << ((e & 1) * 16);
+            } else if constexpr (kElt == 4) {
+              w[e] = reinterpret_cast<const uint32_t*>(op.ptr)[idx];
+            } else {
+              const uint2 v = reinterpret_cast<const uint2*>(op.ptr)[idx];
+              w[2 * e] = v.x;
+              w[2 * e + 1] = v.y;
+            }
+          }
+        }
+      }
+      st_shared_v4(tile + swz<kRowBytes>(row, ch), w[0], w[1], w[2], w[3]);
+    }
+  }
+}
+
+// Picks the shared-memory arrangement of one operand whose element (x, p) — x along M or
+// N, p along K — lives at ptr[x * stride_x + p * stride_k], elements of `elt` bytes.
+// *mn_major says whether the tile is stored contiguous along M/N.
+inline Operand describe_operand(const void* ptr, int64_t size_x, int64_t stride_x, int64_t size_k,
+                                int64_t stride_k, int elt, bool* mn_major) {
+  const int64_t vec = 16 / elt;
+  const bool base_ok = is_aligned(ptr, 16);
+  const bool k_vec = base_ok && stride_k == 1 && (size_x == 1 || stride_x % vec == 0);
+  const bool x_vec = base_ok && stride_x == 1 && (size_k == 1 || stride_k % vec == 0);
+  bool mn;
+  bool vec_ok;
+  if (k_vec) {
+    mn = false;
+    vec_ok = true;
+  } else if (x_vec) {
+    mn = true;
+    vec_ok = true;
+  } else {
+    // Element-wise fill: put the unit-stride direction (if any) along tile rows so that
+    // neighbouring threads still read neighbouring addresses.
+    mn = stride_x == 1 && stride_k != 1;
+    vec_ok = false;
+  }
+  Operand op;
+  op.ptr = static_cast<const uint8_t*>(ptr);
+  op.vec = vec_ok;
+  if (mn) {
+    op.outer_size = size_k;
+    op.outer_stride = stride_k;
+    op.inner_size = size_x;
+    op.inner_stride = stride_x;
+  } else {
+    op.outer_size = size_x;
+    op.outer_stride = stride_x;
+    op.inner_size = size_k;
+    op.inner_stride = stride_k;
+  }
+  *mn_major = mn;
+  return op;
+}
+
+}  // namespace tc
+}  // namespace gemmt
