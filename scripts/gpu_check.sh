@@ -2,14 +2,15 @@
 # On a CUDA machine, in one go: build gemmt (pip and plain CMake), run the standalone kernel
 # self-tests, the whole pytest suite (CUDA cases included), the demo, and the benchmarks.
 # Logs and JSON go under $OUT (default ./gpu-out); a summary is printed last.
-#   STAGES="build selftest test slow demo linear bench mm tune profile sanitize" (default: all
+#   STAGES="build selftest test slow demo linear bench fp64 mm tune profile sanitize" (default: all
 #   but profile and sanitize); "buildtime" alone times the pip build (cold, then after touching
 #   one kernel file) and records each translation unit's compile time and the module's size.
 #   BENCH_ARGS="--quick"   passed to python -m gemmt bench
 cd "$(dirname "$0")/.."
-STAGES=${STAGES:-"build selftest test slow demo linear bench mm tune"}
+STAGES=${STAGES:-"build selftest test slow demo linear bench fp64 mm tune"}
 source scripts/stages.sh
-# PYTEST_TARGETS narrows the test stage (default: the whole suite).
+# PYTEST_TARGETS narrows the test stage (default: the whole suite); PYTEST_ARGS adds options
+# (-k ..., --durations=20); TEST_TIMEOUT and BENCH_TIMEOUT (seconds) bound a stage.
 PYTEST_TARGETS=${PYTEST_TARGETS:-tests}
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
@@ -76,19 +77,25 @@ if has selftest; then
 fi
 
 if has test; then
-  stage "pytest (all but slow)" "$LOGS/pytest.log" \
-    $PY -m pytest $PYTEST_TARGETS -q -m "not slow" -rfE -p no:cacheprovider --timeout 600
+  stage "pytest (all but slow)" "$LOGS/pytest.log" ${TEST_TIMEOUT:+timeout $TEST_TIMEOUT} \
+    $PY -m pytest $PYTEST_TARGETS -q -m "not slow" -rfE -p no:cacheprovider --timeout 600 \
+    ${PYTEST_ARGS:-}
   tail -n 3 "$LOGS/pytest.log" | tee -a "$SUMMARY"
   cp docs/bad_input_matrix_*.md "$LOGS/" 2>/dev/null
 fi
 
+if has fp64; then
+  stage "bench gemm_fp64" "$LOGS/bench_fp64.log" ${BENCH_TIMEOUT:+timeout $BENCH_TIMEOUT} $PY -m gemmt bench gemm_fp64 --out "$OUT" ${BENCH_ARGS:-}
+  grep -v "it/s\|s/it" "$LOGS/bench_fp64.log" | tail -n 20 >>"$SUMMARY"
+fi
+
 if has mm; then
-  stage "bench mm" "$LOGS/bench_mm.log" $PY -m gemmt bench mm --out "$OUT"
+  stage "bench mm" "$LOGS/bench_mm.log" ${BENCH_TIMEOUT:+timeout $BENCH_TIMEOUT} $PY -m gemmt bench mm --out "$OUT" ${BENCH_ARGS:-}
   grep -v "it/s\|s/it" "$LOGS/bench_mm.log" | tail -n 60 >>"$SUMMARY"
 fi
 
 if has tune && $PY -m gemmt bench --help 2>/dev/null | grep -q tune; then
-  stage "bench tune" "$LOGS/bench_tune.log" $PY -m gemmt bench tune --out "$OUT"
+  stage "bench tune" "$LOGS/bench_tune.log" ${BENCH_TIMEOUT:+timeout $BENCH_TIMEOUT} $PY -m gemmt bench tune --out "$OUT" ${TUNE_ARGS:-}
   grep -v "it/s\|s/it" "$LOGS/bench_tune.log" | tail -n 60 >>"$SUMMARY"
 fi
 

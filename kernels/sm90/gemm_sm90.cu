@@ -64,6 +64,26 @@ cudaError_t bind_current_context() {
 
 namespace {
 
+// The instances of the plan's kind and tile width (instances_<kind>_<width>.cu).
+template <int kKind>
+cudaError_t launch_kind(const Problem& pr, const Plan& plan, const Maps& maps, const Launch& l,
+                        cudaStream_t stream) {
+  switch (plan.bn) {
+    case kBNNarrow:
+      return sm90::launch_width<kKind, kBNNarrow>(pr, plan, maps, l, stream);
+    case kBNMedium:
+      return sm90::launch_width<kKind, kBNMedium>(pr, plan, maps, l, stream);
+    case kBNThreeQuarter:
+      if constexpr (kKind == kTF32) {
+        return cudaErrorNotSupported;  // 16-bit only (the planner never picks it for tf32)
+      } else {
+        return sm90::launch_width<kKind, kBNThreeQuarter>(pr, plan, maps, l, stream);
+      }
+    default:
+      return sm90::launch_width<kKind, kBNWide>(pr, plan, maps, l, stream);
+  }
+}
+
 // Launches the product for arguments make_plan accepts. cluster: 0 automatic, 1 single
 // CTAs, 2 B-multicast pairs (granted only when the 128-row tile count is even and there is
 // no split: a pair needs both of its M tiles). store: 0 automatic, 1 direct register-to-
@@ -102,13 +122,13 @@ cudaError_t run_planned(const Problem& pr, cudaStream_t stream, detail::Sm90Clus
   cudaError_t launched;
   switch (plan.kind) {
     case kBF16:
-      launched = sm90::launch_bf16(pr, plan, maps, l, stream);
+      launched = launch_kind<kBF16>(pr, plan, maps, l, stream);
       break;
     case kF16:
-      launched = sm90::launch_f16(pr, plan, maps, l, stream);
+      launched = launch_kind<kF16>(pr, plan, maps, l, stream);
       break;
     default:
-      launched = sm90::launch_tf32(pr, plan, maps, l, stream);
+      launched = launch_kind<kTF32>(pr, plan, maps, l, stream);
       break;
   }
   GEMMT_RETURN_IF_ERROR(launched);

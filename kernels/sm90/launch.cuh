@@ -1,7 +1,7 @@
-// Launches of the Hopper GEMM kernel (kernel.cuh) for one operand kind: the kernel
-// parameters from a plan, the cluster shape, and the instances for every operand layout and
-// tile width (the 128x192 tile for 16-bit kinds only). Included by instances_<kind>.cu only, so
-// each kind's instances compile in their own translation unit.
+// Launches of the Hopper GEMM kernel (kernel.cuh): the kernel parameters from a plan, the
+// cluster shape, and the instances for every operand layout of one kind and tile width (the
+// 128x192 tile for 16-bit kinds only). Included by instances_<kind>_<width>.cu only, so each
+// (kind, width) compiles in its own translation unit.
 #pragma once
 
 #include <cuda.h>
@@ -155,18 +155,16 @@ cudaError_t launch_layout(const Plan& plan, const Maps& maps, const Params& p, i
   }
 }
 
-// The product of a plan for operand kind kKind (plan.kind): kernel parameters, then the
-// instance for the plan's layouts, tile width and cluster shape.
+// The kernel parameters of a plan for operand kind kKind (plan.kind), and how its stream-k
+// (if any) spreads.
 template <int kKind>
-cudaError_t launch_kind(const Problem& pr, const Plan& plan, const Maps& maps, const Launch& l,
-                        cudaStream_t stream) {
+Params params_of(const Problem& pr, const Plan& plan, const Launch& l, SkSpread* skc) {
   const GemmArgs& args = pr.args;
   const int elt = plan.elt;
   const bool split = l.split.splits > 1;
   const SplitPlan& sp = l.split;
   float* partial = l.partial;
   const int cl = l.cluster;
-  const bool narrow = plan.bn == kBNNarrow;
   const int64_t tiles_m128 = (args.m + kBM - 1) / kBM;
   Params p;
   p.m = static_cast<int>(args.m);
@@ -179,8 +177,8 @@ cudaError_t launch_kind(const Problem& pr, const Plan& plan, const Maps& maps, c
   p.stage_tx_bytes = sm90::stage_tx_bytes(plan);
   p.c = args.c;
   p.ldc = args.ldc;
-  p.alpha = args.alpha;
-  p.beta = args.beta;
+  p.alpha = static_cast<float>(args.alpha);
+  p.beta = static_cast<float>(args.beta);
   p.c_pair =
       (reinterpret_cast<uintptr_t>(args.c) % (2 * elt)) == 0 && (args.ldc % 2 == 0 || args.m == 1);
   p.tma_store = l.tma_store ? 1 : 0;
@@ -190,29 +188,34 @@ cudaError_t launch_kind(const Problem& pr, const Plan& plan, const Maps& maps, c
   const bool sk = sp.stream_k && !split && partial != nullptr;
   p.partial = split || sk ? partial : nullptr;
   p.epi = make_epilogue_params(args.epilogue);
-  const int sm_count = args.sm_count > 0 ? args.sm_count : 1;
-  const SkSpread skc = !sk                    ? SkSpread::kOff
-                       : sp.sk_clusters == -1 ? SkSpread::kFewer
-                       : sp.sk_clusters == -2 ? SkSpread::kAll
-                       : sp.sk_clusters == 1  ? SkSpread::kTail
-                                              : SkSpread::kAuto;
-  if (narrow) return launch_layout<kKind, 1, kBNNarrow>(plan, maps, p, sm_count, skc, stream);
-  if (plan.bn == kBNMedium) {
-    return cl == 2 ? launch_layout<kKind, 2, kBNMedium>(plan, maps, p, sm_count, skc, stream)
-                   : launch_layout<kKind, 1, kBNMedium>(plan, maps, p, sm_count, skc, stream);
-  }
-  if (plan.bn == kBNThreeQuarter) {
-    if constexpr (kKind == kTF32) {
-      return cudaErrorNotSupported;  // 16-bit only (the planner never picks it for tf32)
-    } else {
-      return cl == 2
-                 ? launch_layout<kKind, 2, kBNThreeQuarter>(plan, maps, p, sm_count, skc, stream)
-                 : launch_layout<kKind, 1, kBNThreeQuarter>(plan, maps, p, sm_count, skc, stream);
-    }
-  }
-  if (cl == 2) return launch_layout<kKind, 2, kBNWide>(plan, maps, p, sm_count, skc, stream);
-  return launch_layout<kKind, 1, kBNWide>(plan, maps, p, sm_count, skc, stream);
+  *skc = !sk                    ? SkSpread::kOff
+         : sp.sk_clusters == -1 ? SkSpread::kFewer
+         : sp.sk_clusters == -2 ? SkSpread::kAll
+         : sp.sk_clusters == 1  ? SkSpread::kTail
+                                : SkSpread::kAuto;
+  return p;
 }
 
 }  // namespace
+
+namespace sm90 {
+
+// The product of a plan whose tile width is kBN: the instance for its layouts and cluster
+// shape. Defined for every (kind, width) the kernels have, each in its own translation unit
+// (instances_<kind>_<width>.cu), so that a parallel build compiles them side by side.
+template <int kKind, int kBN>
+cudaError_t launch_width(const Problem& pr, const Plan& plan, const Maps& maps, const Launch& l,
+                         cudaStream_t stream) {
+  SkSpread skc = SkSpread::kOff;
+  const Params p = params_of<kKind>(pr, plan, l, &skc);
+  const int sm_count = pr.args.sm_count > 0 ? pr.args.sm_count : 1;
+  if constexpr (kBN == kBNNarrow) {
+    return launch_layout<kKind, 1, kBN>(plan, maps, p, sm_count, skc, stream);
+  } else {
+    return l.cluster == 2 ? launch_layout<kKind, 2, kBN>(plan, maps, p, sm_count, skc, stream)
+                          : launch_layout<kKind, 1, kBN>(plan, maps, p, sm_count, skc, stream);
+  }
+}
+
+}  // namespace sm90
 }  // namespace gemmt

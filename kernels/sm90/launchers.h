@@ -1,5 +1,5 @@
-// The Hopper GEMM's launchers, one translation unit per operand kind
-// (instances_<kind>.cu), called by gemm_sm90.cu with a plan of kernels/plan/sm90_plan.h.
+// The Hopper GEMM's launchers, one translation unit per operand kind and tile width
+// (instances_<kind>_<width>.cu), called by gemm_sm90.cu with a plan of kernels/plan/sm90_plan.h.
 #pragma once
 
 #include <cuda.h>
@@ -23,12 +23,12 @@ struct Launch {
   float* partial = nullptr;
 };
 
-cudaError_t launch_bf16(const Problem& pr, const Plan& plan, const Maps& maps, const Launch& l,
-                        cudaStream_t stream);
-cudaError_t launch_f16(const Problem& pr, const Plan& plan, const Maps& maps, const Launch& l,
-                       cudaStream_t stream);
-cudaError_t launch_tf32(const Problem& pr, const Plan& plan, const Maps& maps, const Launch& l,
-                        cudaStream_t stream);
+// The instances of one operand kind (TcKind) and tile width (kBNWide ... kBNNarrow), each pair
+// in its own translation unit, instances_<kind>_<width>.cu (the 128x192 width for 16-bit kinds
+// only).
+template <int kKind, int kBN>
+cudaError_t launch_width(const Problem& pr, const Plan& plan, const Maps& maps, const Launch& l,
+                         cudaStream_t stream);
 
 }  // namespace sm90
 }  // namespace gemmt

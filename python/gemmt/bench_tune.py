@@ -26,7 +26,8 @@ import torch.nn.functional as F
 
 import gemmt
 from gemmt import tuning
-from gemmt.bench import _progress, _write, environment
+from gemmt._report import environment, write as _write
+from gemmt._report import progress as _progress
 from gemmt.bench_linear import L2_BYTES, _Replay
 
 SECTIONS = ("decode", "prefill")

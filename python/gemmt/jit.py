@@ -62,14 +62,17 @@ def _arch_flags() -> tuple[list[str], bool]:
 
 
 def _size_flags() -> list[str]:
-    """nvcc flags for the device code's size: compressed cubins where nvcc (12.8 and later)
-    supports it, and line tables only with ``GEMMT_LINEINFO=1`` (for profilers)."""
+    """nvcc flags of the CMake build: compressed cubins (nvcc 12.8 and later), split
+    compilation (12.1 and later), and line tables only with ``GEMMT_LINEINFO=1``."""
     flags = ["-lineinfo"] if os.environ.get("GEMMT_LINEINFO", "0") == "1" else []
     cuda = torch.version.cuda or ""
     try:
         major, minor = (int(v) for v in cuda.split(".")[:2])
     except ValueError:
         return flags
+    if (major, minor) >= (12, 1):
+        # One translation unit optimised in several threads: the same code, sooner.
+        flags.append(f"--split-compile={min(8, os.cpu_count() or 1)}")
     if (major, minor) >= (12, 8):
         flags.append("--compress-mode=size")
     return flags
