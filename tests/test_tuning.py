@@ -64,6 +64,8 @@ def child_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT / "python"), str(REPO_ROOT / "tests"),
                                          env.get("PYTHONPATH", "")])
+    # The source tree's package holds no built extension: the child loads this process's.
+    env["GEMMT_LIBRARY"] = gemmt.library_path()
     env.pop("GEMMT_TUNE", None)
     env.pop("GEMMT_TUNE_FILE", None)
     env.update(extra)

@@ -327,7 +327,8 @@ cudaError_t launch_layout(const Params& p, bool a_mn, bool b_mn, cudaStream_t st
 bool gemm_fp64_simt_supports(const GemmArgs& args) {
   if (args.dtype != ScalarType::kFloat64) return false;
   if (args.m < 1 || args.n < 1 || args.k < 0) return false;
-  if (args.a == nullptr || args.b == nullptr || args.c == nullptr) return false;
+  // With k == 0, A and B are empty tensors, whose data pointers may be null: C = beta * C.
+  if (args.c == nullptr || (args.k > 0 && (args.a == nullptr || args.b == nullptr))) return false;
   if (args.ldc < args.n && args.m > 1) return false;
   const int64_t tiles_m = (args.m + kBM - 1) / kBM;
   const int64_t tiles_n = (args.n + kBN - 1) / kBN;
