@@ -18,7 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 # The folders the docs quote: one per GPU (count) and benchmark.
 FOLDERS = {"h100_gemm": "gemm", "h100_memory": "memory", "h100_linear": "linear",
-           "h100x2_mlp_tp": "mlp_tp_scaling", "h100x4_mlp_tp": "mlp_tp_scaling"}
+           "h100x2_mlp_tp": "mlp_tp_scaling", "h100x4_mlp_tp": "mlp_tp_scaling",
+           "h100_mm": "mm", "h100_tune": "tune", "h100_gemm_fp64": "gemm_fp64",
+           "h200_mm": "mm", "h200_tune": "tune", "h200_gemm_fp64": "gemm_fp64"}
 COMMON = {"op", "dtype", "ours_ms", "ref_ms", "device_name", "torch_version", "date"}
 
 
@@ -120,7 +122,7 @@ def test_scaling_plot_redraws_from_committed_results(tmp_path: Path) -> None:
 
 
 def test_results_tree_is_one_folder_per_gpu_and_benchmark() -> None:
-    folders = {p.name for p in RESULTS.iterdir() if p.is_dir() and p.name.startswith("h100")}
+    folders = {p.name for p in RESULTS.iterdir() if p.is_dir() and p.name[:4] in ("h100", "h200")}
     assert folders == set(FOLDERS), sorted(folders ^ set(FOLDERS))
     for name, suite in FOLDERS.items():
         folder = RESULTS / name
@@ -130,3 +132,44 @@ def test_results_tree_is_one_folder_per_gpu_and_benchmark() -> None:
             assert f.suffix in (".json", ".png", ".md"), f"{name}: {f.name} (logs live in git history)"
     total = sum(f.stat().st_size for f in RESULTS.rglob("*") if f.is_file())
     assert total <= 3 * 2**20, f"benchmarks/results holds {total / 2**20:.1f} MB"
+
+
+def test_mm_tune_and_fp64_results_hold_what_their_readmes_quote() -> None:
+    # Every ratio recomputes from its record's times, and each summary from its records.
+    for f in sorted(RESULTS.glob("h*_mm/mm_*.json")):
+        doc = json.loads(f.read_text())
+        for r in doc["autograd"]:
+            assert abs(r["mm_vs_torch"] - r["torch_ms"] / r["mm_ms"]) < 1e-9, f
+            assert abs(r["gemm_function_vs_torch"] - r["torch_ms"] / r["gemm_function_ms"]) < 1e-9
+        assert doc["summary"]["mm_median"] == statistics.median(
+            r["mm_vs_torch"] for r in doc["autograd"])
+        for p in doc["points"]:
+            assert abs(p["gemmt_vs_torch"] - p["torch_ms"] / p["gemmt_ms"]) < 1e-9, f
+    for f in sorted(RESULTS.glob("h*_tune/tune_*.json")):
+        doc = json.loads(f.read_text())
+        for section, summ in doc["summary"].items():
+            recs = [r for r in doc["records"] if r["section"] == section]
+            assert summ["points"] == len(recs), f
+            assert summ["tuned_median"] == statistics.median(r["tuned_vs_cublas"] for r in recs)
+            for r in recs:
+                assert abs(r["tuned_vs_cublas"] - r["cublas_us"] / r["tuned_us"]) < 1e-9, f
+                assert r["tuned_untuned_rel_diff"] < 1e-2, (f, r)
+    for f in sorted(RESULTS.glob("h*_gemm_fp64/gemm_fp64_*.json")):
+        for r in json.loads(f.read_text())["records"]:
+            assert r["dtype"] == "float64" and r["rel_err"] < 1e-12, (f, r)
+            assert abs(r["ratio"] - r["ref_ms"] / r["ours_ms"]) < 1e-9, (f, r)
+
+
+def test_mm_tune_and_fp64_plots_redraw_from_committed_results(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from gemmt import bench_mm, bench_tune
+
+    for f in sorted(RESULTS.glob("h*_mm/mm_*.json")):
+        bench_mm.plot(json.loads(f.read_text()), str(tmp_path / "mm.png"))
+        assert (tmp_path / "mm.png").stat().st_size > 10_000
+    for f in sorted(RESULTS.glob("h*_tune/tune_*.json")):
+        bench_tune.plot(json.loads(f.read_text()), tmp_path / "tune.png")
+        assert (tmp_path / "tune.png").stat().st_size > 10_000
+    for f in sorted(RESULTS.glob("h*_gemm_fp64/gemm_fp64_*.json")):
+        bench.plot_fp64(json.loads(f.read_text())["records"], tmp_path / "fp64.png")
+        assert (tmp_path / "fp64.png").stat().st_size > 10_000

@@ -123,6 +123,8 @@ def test_loading_the_library_registers_the_sharding_rules_in_a_fresh_process() -
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE.parent), env.get("PYTHONPATH")]))
     # The source tree's package holds no built extension: the child loads this process's.
+    import gemmt
+
     env["GEMMT_LIBRARY"] = gemmt.library_path()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          timeout=300)

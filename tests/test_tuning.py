@@ -611,7 +611,12 @@ def test_other_gpu_file_warns_and_runs_default(tmp_path: Path) -> None:
     lib_env = {"GEMMT_LIBRARY": os.environ["GEMMT_LIBRARY"]} if "GEMMT_LIBRARY" in os.environ else {}
     proc = run_child(code, GEMMT_TUNE_FILE=str(path), **lib_env)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["True", "True", "1"], proc.stdout + proc.stderr
+    # The warning reaches Python's warnings where a Python warning handler is active on the
+    # calling thread, and the process's stderr otherwise (C++'s handler): either way it is said.
+    warned_py, rest = proc.stdout.split()[0], proc.stdout.split()[1:]
+    assert warned_py == "True" or "no entries measured on this GPU" in proc.stderr, (
+        proc.stdout + proc.stderr)
+    assert rest == ["True", "1"], proc.stdout + proc.stderr
 
 
 @cuda

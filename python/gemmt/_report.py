@@ -72,3 +72,30 @@ def write(out_dir: Path, suite: str, env: dict[str, Any], records: list[dict[str
     payload = {"suite": suite, "environment": env, "records": records, **(extra or {})}
     path.write_text(json.dumps(payload, indent=1))
     return path
+
+
+def plot_ratios(labels: list[str], series: dict[str, list[float]], title: str, path: Path,
+                ylabel: str = "torch time / gemmt time") -> None:
+    """Grouped bars of one ratio per label and series, with the parity line at 1.
+
+    Raises ImportError without matplotlib (the callers print that and go on).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.32 * len(labels) * len(series)), 5))
+    width = 0.8 / max(1, len(series))
+    for i, (name, values) in enumerate(series.items()):
+        offset = (i - (len(series) - 1) / 2) * width
+        ax.bar([x + offset for x in range(len(labels))], values, width=width, label=name)
+    ax.axhline(1.0, color="k", ls="--", lw=0.8)
+    ax.set_xticks(range(len(labels)), labels, fontsize=6, rotation=70)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 import gemmt
 from gemmt import _native
 from gemmt._report import environment, write as _write
+from gemmt._report import plot_ratios
 from gemmt._report import progress as _progress
 from gemmt._timing import median_ms, per_call_us_many
 
@@ -300,6 +301,15 @@ def _plot_memory(records: list[dict[str, Any]], copy_gbps: float, path: Path) ->
     fig.savefig(path, dpi=110)
 
 
+def plot_fp64(records: list[dict[str, Any]], path: Path) -> None:
+    """The float64 cases' ratio to cuBLAS DGEMM, one bar per shape, layout and variant."""
+    done = [r for r in records if r.get("ratio")]
+    labels = [f"{r['m']}x{r['n']}x{r['k']} {r['layout']} {r['variant']}" for r in done]
+    plot_ratios(labels, {"gemmt / cuBLAS DGEMM": [r["ratio"] for r in done]},
+                f"float64 GEMM on {done[0]['device_name'] if done else '?'}", path,
+                ylabel="cuBLAS time / gemmt time")
+
+
 def run_gemm(out_dir: Path, quick: bool, fp64_only: bool = False) -> list[dict[str, Any]]:
     """The GEMM suite (``fp64_only``: just its float64 cases, suite name ``gemm_fp64``)."""
     env = environment()
@@ -307,11 +317,13 @@ def run_gemm(out_dir: Path, quick: bool, fp64_only: bool = False) -> list[dict[s
     cases = _fp64_cases(quick) if fp64_only else _gemm_cases(quick)
     records = [_run_gemm_case(c) for c in _progress(cases, suite)]
     path = _write(out_dir, suite, env, records)
-    if not fp64_only:
-        try:
+    try:
+        if fp64_only:
+            plot_fp64(records, path.with_suffix(".png"))
+        else:
             _plot_gemm(records, path.with_suffix(".png"))
-        except ImportError:
-            print("matplotlib missing: no plot")
+    except ImportError:
+        print("matplotlib missing: no plot")
     print(f"\n{'dtype':<9}{'m':>6}{'n':>6}{'k':>7}{'lay':>4} {'variant':<17}{'gemmt TF/s':>11}"
           f"{'cuBLAS TF/s':>12}{'ratio':>7}{'rel err':>10}")
     for r in records:

@@ -24,6 +24,7 @@ from typing import Callable
 import torch
 
 import gemmt
+from gemmt._report import plot_ratios
 
 LAYOUTS = ("nn", "nt", "tn", "tt")
 AUTOGRAD_SHAPES = [(2048, 11008, 4096), (2048, 4096, 11008), (2048, 4096, 4096),
@@ -151,6 +152,18 @@ def _point_rows() -> list[dict[str, object]]:
     return rows
 
 
+def plot(doc: dict, path: str) -> None:
+    """mm and gemm-in-a-Function under autograd, and the single products, against torch."""
+    rows = doc["autograd"]
+    labels = [f"{r['m']}x{r['n']}x{r['k']} {r['layout']} {r['dtype'][:4]}" for r in rows]
+    labels += [p["label"] for p in doc["points"]]
+    mm = [r["mm_vs_torch"] for r in rows] + [p["gemmt_vs_torch"] for p in doc["points"]]
+    fn = [r["gemm_function_vs_torch"] for r in rows] + [float("nan")] * len(doc["points"])
+    plot_ratios(labels, {"mm (autograd) / gemm (single products)": mm,
+                         "gemm in a custom Function": fn},
+                f"mm forward + backward and single products on {doc['gpu']}", path)
+
+
 def run(out_dir: str, quick: bool = False) -> int:
     """Runs both sections on the current GPU and writes their JSON; returns an exit code."""
     if not torch.cuda.is_available():
@@ -179,5 +192,9 @@ def run(out_dir: str, quick: bool = False) -> int:
     path = os.path.join(out_dir, f"mm_{slug}_{date}.json")
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
+    try:
+        plot(result, path[: -len(".json")] + ".png")
+    except ImportError:
+        print("matplotlib missing: no plot")
     print("wrote", path)
     return 0

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 import gemmt
 from gemmt import tuning
 from gemmt._report import environment, write as _write
+from gemmt._report import plot_ratios
 from gemmt._report import progress as _progress
 from gemmt.bench_linear import L2_BYTES, _Replay
 
@@ -73,6 +74,17 @@ def _point(section: str, x: torch.Tensor, ws: list[torch.Tensor], rounds: int) -
                 rejected=sum(p["rejected"] for p in problems),
                 winner=problems[0]["winner"] if problems else None,
                 tuned_untuned_rel_diff=diff / scale)
+
+
+def plot(doc: dict[str, Any], path: Path) -> None:
+    """Tuned and untuned against cuBLAS at every point (weight, dtype, tokens)."""
+    recs = doc["records"]
+    labels = [f"{r['section'][:3]} {r['dtype'][:4]} {r['out_features']}x{r['in_features']} "
+              f"m={r['tokens']}" for r in recs]
+    plot_ratios(labels, {"tuned": [r["tuned_vs_cublas"] for r in recs],
+                         "untuned": [r["untuned_vs_cublas"] for r in recs]},
+                f"linear with the tuner, against cuBLAS, on {doc['environment']['device_name']}",
+                path, ylabel="cuBLAS time / gemmt time")
 
 
 def run_decode(quick: bool) -> list[dict[str, Any]]:
@@ -144,6 +156,10 @@ def run(out_dir: Path, quick: bool = False, sections: str = ",".join(SECTIONS)) 
         tuning._configure(previous["mode"], previous["cache"])
     summary = _summary(records)
     path = _write(out_dir, "tune", env, records, {"summary": summary})
+    try:
+        plot({"environment": env, "records": records}, path.with_suffix(".png"))
+    except ImportError:
+        print("matplotlib missing: no plot")
     for r in records:
         print(f"{r['section']:8s}{r['dtype']:9s}{r['in_features']:>7}{r['out_features']:>7}"
               f"{r['tokens']:>6}  tuned {r['tuned_us']:9.1f} us  untuned {r['untuned_us']:9.1f} us"
