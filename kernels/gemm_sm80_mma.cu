@@ -136,9 +136,11 @@ __device__ __forceinline__ void load_stage(uint32_t stage, const Params& p, int6
     tc::load_tile<S::kElt, S::kARows, S::kARowBytes, kThreads>(stage, p.a, m0, k0, tid);
   }
   if constexpr (kBMn) {
-    tc::load_tile<S::kElt, S::kBRows, S::kBRowBytes, kThreads>(stage + kTileBytes, p.b, k0, n0, tid);
+    tc::load_tile<S::kElt, S::kBRows, S::kBRowBytes, kThreads>(stage + kTileBytes, p.b, k0, n0,
+                                                               tid);
   } else {
-    tc::load_tile<S::kElt, S::kBRows, S::kBRowBytes, kThreads>(stage + kTileBytes, p.b, n0, k0, tid);
+    tc::load_tile<S::kElt, S::kBRows, S::kBRowBytes, kThreads>(stage + kTileBytes, p.b, n0, k0,
+                                                               tid);
   }
 }
 
@@ -240,17 +242,9 @@ __global__ void __launch_bounds__(kThreads, 1) sm80_gemm_kernel(const Params p) 
   const int warp_m = warp >> 2;  // 0..1
   const int warp_n = warp & 3;   // 0..3
 
-  // Grouped raster: consecutive CTAs walk down kGroupM tile rows before moving right.
-  const int tile = blockIdx.x;
-  const int per_group = kGroupM * p.tiles_n;
-  const int group = tile / per_group;
-  const int first_m = group * kGroupM;
-  const int rows_in_group = min(p.tiles_m - first_m, kGroupM);
-  const int in_group = tile - group * per_group;
-  const int tile_m = first_m + in_group % rows_in_group;
-  const int tile_n = in_group / rows_in_group;
-  const int64_t m0 = static_cast<int64_t>(tile_m) * kBM;
-  const int64_t n0 = static_cast<int64_t>(tile_n) * kBN;
+  const tc::TileIndex tile = tc::grouped_tile(blockIdx.x, p.tiles_m, p.tiles_n, kGroupM);
+  const int64_t m0 = static_cast<int64_t>(tile.m) * kBM;
+  const int64_t n0 = static_cast<int64_t>(tile.n) * kBN;
 
   float acc[4][4][4];
 #pragma unroll
@@ -261,42 +255,20 @@ __global__ void __launch_bounds__(kThreads, 1) sm80_gemm_kernel(const Params p) 
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
   const int64_t ktiles = (p.k + S::kBK - 1) / S::kBK;
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < ktiles)
-      load_stage<kKind, kAMn, kBMn>(smem_base + s * kStageBytes, p, m0, n0, s * S::kBK, tid);
-    cp_async_commit();
-  }
+  tc::cp_async_ring<kStages>(
+      ktiles,
+      [&](int slot, auto kt) {
+        load_stage<kKind, kAMn, kBMn>(smem_base + static_cast<uint32_t>(slot) * kStageBytes, p, m0,
+                                      n0, kt * S::kBK, tid);
+      },
+      [&](int slot) {
+        const uint32_t stage = smem_base + static_cast<uint32_t>(slot) * kStageBytes;
+        compute_stage<kKind, kAMn, kBMn>(stage, stage + kTileBytes, acc, warp_m, warp_n, lane);
+      });
 
-#pragma unroll 1
-  for (int64_t kt = 0; kt < ktiles; ++kt) {
-    cp_async_wait<kStages - 2>();
-    // Publishes tile kt to every warp and proves that all warps are done with the stage
-    // the prefetch below overwrites (it was consumed in iteration kt - 1).
-    __syncthreads();
-    const int64_t next = kt + kStages - 1;
-    if (next < ktiles) {
-      load_stage<kKind, kAMn, kBMn>(smem_base + static_cast<uint32_t>(next % kStages) * kStageBytes,
-                                    p, m0, n0, next * S::kBK, tid);
-    }
-    cp_async_commit();
-    const uint32_t stage = smem_base + static_cast<uint32_t>(kt % kStages) * kStageBytes;
-    compute_stage<kKind, kAMn, kBMn>(stage, stage + kTileBytes, acc, warp_m, warp_n, lane);
-  }
-  cp_async_wait<0>();
-
-  const int g = lane >> 2;
-  const int t = lane & 3;
-#pragma unroll
-  for (int mi = 0; mi < 4; ++mi) {
-    const int64_t row = m0 + warp_m * 64 + mi * 16 + g;
-#pragma unroll
-    for (int nj = 0; nj < 4; ++nj) {
-      const int64_t col = n0 + warp_n * 32 + nj * 8 + 2 * t;
-      store_pair<T>(p, row, col, acc[mi][nj][0], acc[mi][nj][1]);
-      store_pair<T>(p, row + 8, col, acc[mi][nj][2], acc[mi][nj][3]);
-    }
-  }
+  tc::for_each_mma_pair(
+      acc, m0 + warp_m * 64, n0 + warp_n * 32, lane,
+      [&](int64_t row, int64_t col, float v0, float v1) { store_pair<T>(p, row, col, v0, v1); });
 }
 
 // ---- Host side ---------------------------------------------------------------------

@@ -66,5 +66,18 @@ def divide_ref(vol: torch.Tensor, max_val: float) -> torch.Tensor:
     return (vol.double() / m).float()
 
 
+def torch_act(z: torch.Tensor, activation: str) -> torch.Tensor:
+    """torch's own form of each of gemmt.ACTIVATIONS."""
+    if activation == "relu":
+        return torch.relu(z)
+    if activation == "gelu":
+        return torch.nn.functional.gelu(z)
+    if activation == "gelu_tanh":
+        return torch.nn.functional.gelu(z, approximate="tanh")
+    if activation == "silu":
+        return torch.nn.functional.silu(z)
+    return z
+
+
 def randn(*shape: int, dtype: torch.dtype = torch.float32, device: str = "cpu") -> torch.Tensor:
     return torch.randn(*shape, device=device).to(dtype)

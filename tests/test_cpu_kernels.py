@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import gemmt
 from gemmt import _native
-from conftest import rel_err, tol_for
+from conftest import rel_err, tol_for, torch_act
 
 CPU_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 ACTS = list(gemmt.ACTIVATIONS)
@@ -117,18 +117,6 @@ def test_gemm_leaves_non_finite_inputs_to_the_product(ref: ModuleType) -> None:
     a[2, 3] = 0.0
     gemmt.gemm(c, a, b, 1.0, 1.0)  # beta != 0 reads c: its NaN stays
     assert c[0, 0].isnan() and c.isnan().sum() == 1
-
-
-def torch_act(z: torch.Tensor, activation: str) -> torch.Tensor:
-    if activation == "relu":
-        return torch.relu(z)
-    if activation == "gelu":
-        return F.gelu(z)
-    if activation == "gelu_tanh":
-        return F.gelu(z, approximate="tanh")
-    if activation == "silu":
-        return F.silu(z)
-    return z
 
 
 @pytest.mark.parametrize("dtype", CPU_DTYPES)

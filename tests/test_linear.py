@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import gemmt
-from conftest import HAS_CUDA, rel_err, tol_for
+from conftest import HAS_CUDA, rel_err, tol_for, torch_act
 
 ACTS = list(gemmt.ACTIVATIONS)
 
@@ -19,18 +19,6 @@ ACTS = list(gemmt.ACTIVATIONS)
 @pytest.fixture(autouse=True)
 def _library_loaded() -> None:
     gemmt.build_info()  # torch.ops.gemmt is populated once the library is loaded
-
-
-def torch_act(z: torch.Tensor, activation: str) -> torch.Tensor:
-    if activation == "relu":
-        return torch.relu(z)
-    if activation == "gelu":
-        return F.gelu(z)
-    if activation == "gelu_tanh":
-        return F.gelu(z, approximate="tanh")
-    if activation == "silu":
-        return F.silu(z)
-    return z
 
 
 def reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None,

@@ -138,5 +138,64 @@ inline Operand describe_operand(const void* ptr, int64_t size_x, int64_t stride_
   return op;
 }
 
+// The CTA's output tile under a grouped raster: consecutive CTAs walk down group_m tile rows
+// before moving right, so that the B tiles a group reads stay in L2.
+struct TileIndex {
+  int m, n;
+};
+
+__device__ __forceinline__ TileIndex grouped_tile(int tile, int tiles_m, int tiles_n, int group_m) {
+  const int per_group = group_m * tiles_n;
+  const int group = tile / per_group;
+  const int first_m = group * group_m;
+  const int rows_in_group = min(tiles_m - first_m, group_m);
+  const int in_group = tile - group * per_group;
+  return {first_m + in_group % rows_in_group, in_group / rows_in_group};
+}
+
+// The kernels' main loop: a ring of kStages shared-memory stages filled by cp.async, kStages - 1
+// k-tiles in flight ahead of the one being computed. load(slot, ktile) issues k-tile `ktile`
+// (an int in the prologue, int64_t after)
+// into ring slot `slot`; compute(slot) consumes a filled slot.
+template <int kStages, class Load, class Compute>
+__device__ __forceinline__ void cp_async_ring(int64_t ktiles, Load load, Compute compute) {
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < ktiles) load(s, s);
+    cp_async_commit();
+  }
+#pragma unroll 1
+  for (int64_t kt = 0; kt < ktiles; ++kt) {
+    cp_async_wait<kStages - 2>();
+    // Publishes k-tile kt to every warp and proves that all warps are done with the slot the
+    // prefetch below overwrites (it was consumed in iteration kt - 1).
+    __syncthreads();
+    const int64_t next = kt + kStages - 1;
+    if (next < ktiles) load(static_cast<int>(next % kStages), next);
+    cp_async_commit();
+    compute(static_cast<int>(kt % kStages));
+  }
+  cp_async_wait<0>();
+}
+
+// Hands each accumulator pair of a warp's 64 x 32 block of m16n8 fragments (4 x 4 of them, c0 c1
+// on row g and c2 c3 on row g + 8 of each) to store(row, col, v0, v1).
+template <typename Acc, class Store>
+__device__ __forceinline__ void for_each_mma_pair(const Acc (&acc)[4][4][4], int64_t row0,
+                                                  int64_t col0, int lane, Store store) {
+  const int g = lane >> 2;
+  const int t = lane & 3;
+#pragma unroll
+  for (int mi = 0; mi < 4; ++mi) {
+    const int64_t row = row0 + mi * 16 + g;
+#pragma unroll
+    for (int nj = 0; nj < 4; ++nj) {
+      const int64_t col = col0 + nj * 8 + 2 * t;
+      store(row, col, acc[mi][nj][0], acc[mi][nj][1]);
+      store(row + 8, col, acc[mi][nj][2], acc[mi][nj][3]);
+    }
+  }
+}
+
 }  // namespace tc
 }  // namespace gemmt

@@ -133,9 +133,8 @@ __device__ __forceinline__ void dmma_16x8x8(double (&d)[4], const double (&a)[4]
 
 // One stage of the dmma form: kBK / 8 steps of k8 for the warp's 4 x 4 blocks.
 template <bool kAMn, bool kBMn>
-__device__ __forceinline__ void compute_stage_dmma(uint32_t sA, uint32_t sB,
-                                                   double (&acc)[4][4][4], int warp_m, int warp_n,
-                                                   int lane) {
+__device__ __forceinline__ void compute_stage_dmma(uint32_t sA, uint32_t sB, double (&acc)[4][4][4],
+                                                   int warp_m, int warp_n, int lane) {
   const int g = lane >> 2;
   const int t = lane & 3;
 #pragma unroll
@@ -213,8 +212,8 @@ __device__ __forceinline__ void store_pair(const Params& p, int64_t row, int64_t
                                            double v1) {
   if (row >= p.m || col >= p.n) return;
   double* dst = p.c + row * p.ldc + col;
-  store_c_pair<double>(dst, col + 1 < p.n, p.c_pair, v0, v1, p.alpha, p.beta,
-                       p.epi.view<double>(), row, col);
+  store_c_pair<double>(dst, col + 1 < p.n, p.c_pair, v0, v1, p.alpha, p.beta, p.epi.view<double>(),
+                       row, col);
 }
 
 template <bool kTensorCores, bool kAMn, bool kBMn>
@@ -228,17 +227,9 @@ __global__ void __launch_bounds__(kThreads, 1) fp64_gemm_kernel(const Params p) 
   const int warp_m = warp >> 2;  // 0..1
   const int warp_n = warp & 3;   // 0..3
 
-  // Grouped raster: consecutive CTAs walk down kGroupM tile rows before moving right.
-  const int tile = blockIdx.x;
-  const int per_group = kGroupM * p.tiles_n;
-  const int group = tile / per_group;
-  const int first_m = group * kGroupM;
-  const int rows_in_group = min(p.tiles_m - first_m, kGroupM);
-  const int in_group = tile - group * per_group;
-  const int tile_m = first_m + in_group % rows_in_group;
-  const int tile_n = in_group / rows_in_group;
-  const int64_t m0 = static_cast<int64_t>(tile_m) * kBM;
-  const int64_t n0 = static_cast<int64_t>(tile_n) * kBN;
+  const tc::TileIndex tile = tc::grouped_tile(blockIdx.x, p.tiles_m, p.tiles_n, kGroupM);
+  const int64_t m0 = static_cast<int64_t>(tile.m) * kBM;
+  const int64_t n0 = static_cast<int64_t>(tile.n) * kBN;
 
   // 64 accumulators a thread in either form, arranged as the form writes them out.
   using Acc = std::conditional_t<kTensorCores, double[4][4][4], double[8][4][2]>;
@@ -248,46 +239,25 @@ __global__ void __launch_bounds__(kThreads, 1) fp64_gemm_kernel(const Params p) 
   for (int i = 0; i < 64; ++i) acc_flat[i] = 0.0;
 
   const int64_t ktiles = (p.k + kBK - 1) / kBK;
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < ktiles) load_stage<kAMn, kBMn>(smem_base + s * kStageBytes, p, m0, n0, s * kBK, tid);
-    cp_async_commit();
-  }
-
-#pragma unroll 1
-  for (int64_t kt = 0; kt < ktiles; ++kt) {
-    cp_async_wait<kStages - 2>();
-    // Publishes tile kt to every warp and proves that all warps are done with the stage the
-    // prefetch below overwrites (it was consumed in iteration kt - 1).
-    __syncthreads();
-    const int64_t next = kt + kStages - 1;
-    if (next < ktiles) {
-      load_stage<kAMn, kBMn>(smem_base + static_cast<uint32_t>(next % kStages) * kStageBytes, p,
-                             m0, n0, next * kBK, tid);
-    }
-    cp_async_commit();
-    const uint32_t stage = smem_base + static_cast<uint32_t>(kt % kStages) * kStageBytes;
-    if constexpr (kTensorCores) {
-      compute_stage_dmma<kAMn, kBMn>(stage, stage + kTileBytes, acc, warp_m, warp_n, lane);
-    } else {
-      compute_stage_simt<kAMn, kBMn>(stage, stage + kTileBytes, acc, tid);
-    }
-  }
-  cp_async_wait<0>();
+  tc::cp_async_ring<kStages>(
+      ktiles,
+      [&](int slot, auto kt) {
+        load_stage<kAMn, kBMn>(smem_base + static_cast<uint32_t>(slot) * kStageBytes, p, m0, n0,
+                               kt * kBK, tid);
+      },
+      [&](int slot) {
+        const uint32_t stage = smem_base + static_cast<uint32_t>(slot) * kStageBytes;
+        if constexpr (kTensorCores) {
+          compute_stage_dmma<kAMn, kBMn>(stage, stage + kTileBytes, acc, warp_m, warp_n, lane);
+        } else {
+          compute_stage_simt<kAMn, kBMn>(stage, stage + kTileBytes, acc, tid);
+        }
+      });
 
   if constexpr (kTensorCores) {
-    const int g = lane >> 2;
-    const int t = lane & 3;
-#pragma unroll
-    for (int mi = 0; mi < 4; ++mi) {
-      const int64_t row = m0 + warp_m * 64 + mi * 16 + g;
-#pragma unroll
-      for (int nj = 0; nj < 4; ++nj) {
-        const int64_t col = n0 + warp_n * 32 + nj * 8 + 2 * t;
-        store_pair(p, row, col, acc[mi][nj][0], acc[mi][nj][1]);
-        store_pair(p, row + 8, col, acc[mi][nj][2], acc[mi][nj][3]);
-      }
-    }
+    tc::for_each_mma_pair(
+        acc, m0 + warp_m * 64, n0 + warp_n * 32, lane,
+        [&](int64_t row, int64_t col, double v0, double v1) { store_pair(p, row, col, v0, v1); });
   } else {
     const int tm = tid >> 4;
     const int tn = tid & 15;
@@ -356,8 +326,8 @@ cudaError_t gemm_fp64_run(const GemmArgs& args, bool tensor_cores, cudaStream_t 
   p.alpha = args.alpha;
   p.beta = args.beta;
   p.epi = make_epilogue_params(args.epilogue);
-  p.c_pair = (reinterpret_cast<uintptr_t>(args.c) % (2 * kElt)) == 0 &&
-             (args.ldc % 2 == 0 || args.m == 1);
+  p.c_pair =
+      (reinterpret_cast<uintptr_t>(args.c) % (2 * kElt)) == 0 && (args.ldc % 2 == 0 || args.m == 1);
   p.tiles_m = static_cast<int>((args.m + kBM - 1) / kBM);
   p.tiles_n = static_cast<int>((args.n + kBN - 1) / kBN);
   return tensor_cores ? launch_layout<true>(p, a_mn, b_mn, stream)

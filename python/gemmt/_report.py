@@ -99,3 +99,13 @@ def plot_ratios(labels: list[str], series: dict[str, list[float]], title: str, p
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def sections_of(sections: str, known: tuple[str, ...]) -> tuple[list[str], bool]:
+    """The sections asked for (comma separated), and False after printing the choices when
+    one of them is not among ``known``."""
+    wanted = [s for s in sections.split(",") if s]
+    unknown = set(wanted) - set(known)
+    if unknown:
+        print(f"unknown sections {sorted(unknown)}; choose from {', '.join(known)}")
+    return wanted, not unknown

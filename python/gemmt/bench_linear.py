@@ -46,6 +46,7 @@ import torch.nn.functional as F
 import gemmt
 from gemmt._report import environment, write as _write
 from gemmt._report import progress as _progress
+from gemmt._report import sections_of
 
 LAYERS = [(4096, 11008), (11008, 4096), (4096, 14336), (14336, 4096), (8192, 28672),
           (28672, 8192), (4096, 32000), (4096, 128256)]
@@ -489,10 +490,8 @@ def run(out_dir: Path, quick: bool = False, sections: str = ",".join(SECTIONS),
         tokens: str = ",".join(map(str, TOKENS))) -> int:
     """Entry point of ``python -m gemmt bench linear``; ``tokens``: the prefill section's token
     counts (comma separated; the targets are stated for the default ones)."""
-    wanted = [s for s in sections.split(",") if s]
-    unknown = set(wanted) - set(SECTIONS)
-    if unknown:
-        print(f"unknown sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
+    wanted, known = sections_of(sections, SECTIONS)
+    if not known:
         return 2
     env = environment()
     bw = copy_gbps()

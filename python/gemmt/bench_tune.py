@@ -29,6 +29,7 @@ from gemmt import tuning
 from gemmt._report import environment, write as _write
 from gemmt._report import plot_ratios
 from gemmt._report import progress as _progress
+from gemmt._report import sections_of
 from gemmt.bench_linear import L2_BYTES, _Replay
 
 SECTIONS = ("decode", "prefill")
@@ -137,10 +138,8 @@ def _summary(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run(out_dir: Path, quick: bool = False, sections: str = ",".join(SECTIONS)) -> int:
     """Entry point of ``python -m gemmt bench tune``."""
-    wanted = [s for s in sections.split(",") if s]
-    unknown = set(wanted) - set(SECTIONS)
-    if unknown:
-        print(f"unknown sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
+    wanted, known = sections_of(sections, SECTIONS)
+    if not known:
         return 2
     env = environment()
     previous = gemmt.tuning_state()
