@@ -637,7 +637,8 @@ def test_sm90_narrow_slices_stream_a_weight_for_one_row_of_tiles() -> None:
 # 6144-bit bus, the H100's 50 MiB of L2 and clocks).
 H100 = {"l2_bytes": 52428800, "memory_clock_khz": 2619000, "memory_bus_bits": 5120,
         "sm_clock_khz": 1980000}
-H200 = {"l2_bytes": 52428800, "memory_clock_khz": 3125000, "memory_bus_bits": 6144,
+# As an H200 reported it (torch 2.11, driver 580): 60 MiB of L2, 3201 MHz x 6016 bits (4.8 TB/s).
+H200 = {"l2_bytes": 62914560, "memory_clock_khz": 3201000, "memory_bus_bits": 6016,
         "sm_clock_khz": 1980000}
 SNAPSHOT = Path(__file__).resolve().parent / "data" / "plan_snapshot_h100.json.xz"
 
