@@ -122,4 +122,43 @@ at::Tensor normalize_volume_cpu_reference(const at::Tensor& vol, double max_val)
 // ---- Library information (build_info.cpp) ----
 std::string build_info_json();
 
+// ---- FP8 (fp8_ops.cpp): scaled_mm and quantize_fp8. CPU: the reference; CUDA: refuses
+// until the Hopper kernels exist; Autograd: refuses inputs that require grad. ----
+at::Tensor scaled_mm_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
+                         const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
+                         at::ScalarType out_dtype, std::string_view activation,
+                         bool use_fast_accum);
+at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
+                          const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
+                          at::ScalarType out_dtype, std::string_view activation,
+                          bool use_fast_accum);
+at::Tensor scaled_mm_meta(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
+                          const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
+                          at::ScalarType out_dtype, std::string_view activation,
+                          bool use_fast_accum);
+at::Tensor scaled_mm_autograd(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
+                              const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
+                              at::ScalarType out_dtype, std::string_view activation,
+                              bool use_fast_accum);
+std::tuple<at::Tensor, at::Tensor> quantize_fp8_cpu(const at::Tensor& x,
+                                                    std::string_view granularity,
+                                                    at::ScalarType dtype);
+std::tuple<at::Tensor, at::Tensor> quantize_fp8_cuda(const at::Tensor& x,
+                                                     std::string_view granularity,
+                                                     at::ScalarType dtype);
+std::tuple<at::Tensor, at::Tensor> quantize_fp8_meta(const at::Tensor& x,
+                                                     std::string_view granularity,
+                                                     at::ScalarType dtype);
+std::tuple<at::Tensor, at::Tensor> quantize_fp8_autograd(const at::Tensor& x,
+                                                         std::string_view granularity,
+                                                         at::ScalarType dtype);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_with_transpose_cpu(
+    const at::Tensor& x, std::string_view granularity, at::ScalarType dtype);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_with_transpose_cuda(
+    const at::Tensor& x, std::string_view granularity, at::ScalarType dtype);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_with_transpose_meta(
+    const at::Tensor& x, std::string_view granularity, at::ScalarType dtype);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_with_transpose_autograd(
+    const at::Tensor& x, std::string_view granularity, at::ScalarType dtype);
+
 }  // namespace gemmt::wrapper

@@ -387,3 +387,36 @@ TORCH_LIBRARY_IMPL(gemmt, Autograd, m) {
   m.impl("linear", &gemmt::wrapper::linear_autograd);
   m.impl("swiglu", &gemmt::wrapper::swiglu_autograd);
 }
+
+// FP8 (fp8_ops.cpp). The CUDA kernels refuse, naming the op, until the Hopper kernels exist: a
+// CUDA tensor never falls through to some other implementation.
+TORCH_LIBRARY_FRAGMENT(gemmt, m) {
+  m.def(
+      "scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
+      "ScalarType out_dtype=bfloat16, str activation=\"none\", bool use_fast_accum=False) "
+      "-> Tensor");
+  m.def(
+      "quantize_fp8(Tensor x, str granularity=\"tensor\", ScalarType dtype=float8_e4m3fn) "
+      "-> (Tensor, Tensor)");
+  m.def(
+      "quantize_fp8_with_transpose(Tensor x, str granularity=\"tensor\", "
+      "ScalarType dtype=float8_e4m3fn) -> (Tensor, Tensor, Tensor, Tensor)");
+}
+
+#define GEMMT_IMPL_FP8(m, suffix)                                                       \
+  m.impl("scaled_mm", &gemmt::wrapper::scaled_mm_##suffix);                             \
+  m.impl("quantize_fp8", &gemmt::wrapper::quantize_fp8_##suffix);                       \
+  m.impl("quantize_fp8_with_transpose", &gemmt::wrapper::quantize_fp8_with_transpose_##suffix)
+
+TORCH_LIBRARY_IMPL(gemmt, CPU, m) {
+  GEMMT_IMPL_FP8(m, cpu);
+}
+TORCH_LIBRARY_IMPL(gemmt, Meta, m) {
+  GEMMT_IMPL_FP8(m, meta);
+}
+TORCH_LIBRARY_IMPL(gemmt, CUDA, m) {
+  GEMMT_IMPL_FP8(m, cuda);
+}
+TORCH_LIBRARY_IMPL(gemmt, Autograd, m) {
+  GEMMT_IMPL_FP8(m, autograd);
+}
