@@ -1,5 +1,6 @@
 """Modules: :class:`Linear`, a drop-in for :class:`torch.nn.Linear` that runs gemmt's
 kernels, and :func:`replace_linear`, which swaps the Linear layers of an existing model.
+FP8: :class:`Float8Linear` and :func:`convert_to_float8` (defined in ``gemmt._float8``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from torch import Tensor
 from gemmt.ops import ACTIVATIONS, linear
 
 __all__ = ["Linear", "replace_linear"]
+__all__ += ["Float8Linear", "convert_to_float8", "float8_eligible", "FLOAT8_RECIPES"]
 
 
 def _check_activation(activation: str) -> str:
@@ -84,3 +86,12 @@ def replace_linear(model: torch.nn.Module,
     for parent, child_name, child in targets:
         setattr(parent, child_name, Linear.from_linear(child))
     return model
+
+
+# At the end: gemmt._float8 refers back to this module's Linear.
+from gemmt._float8 import (  # noqa: E402
+    FLOAT8_RECIPES,
+    Float8Linear,
+    convert_to_float8,
+    float8_eligible,
+)

@@ -22,6 +22,7 @@ from gemmt import _native, distributed
 
 __all__ = ["gemm", "mm", "linear", "add", "square", "scale", "swiglu", "rgb_to_gray",
            "normalize_volume", "gemm_variants", "ACTIVATIONS"]
+__all__ += ["scaled_mm", "quantize_fp8", "quantize_fp8_with_transpose", "FP8_GRANULARITIES"]
 
 
 def gemm_variants() -> tuple[str, ...]:
@@ -149,3 +150,85 @@ def normalize_volume(vol: Tensor, max_val: float) -> Tensor:
     if native is not None:
         return native.normalize_volume(vol, max_val)
     return _ops().normalize_volume(vol, max_val)
+
+
+FP8_GRANULARITIES: tuple[str, ...] = ("tensor", "row", "block", "block_128x128")
+
+
+def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Tensor | None = None,
+              out_dtype: torch.dtype = torch.bfloat16, activation: str = "none",
+              use_fast_accum: bool = False) -> Tensor:
+    """``act(dequant(a) @ dequant(b) + bias)`` for float8 operands, as ``out_dtype``.
+
+    ``a`` is (M, K) and ``b`` (K, N), each ``torch.float8_e4m3fn`` or ``torch.float8_e5m2``.
+    The scales are dequantisation scales (``float(a) * scale_a`` is ``a``'s real value), float32,
+    finite and positive, in the shapes ``torch._scaled_mm`` takes, so that a call can move from
+    one to the other unchanged:
+
+    - tensorwise: one element each; K a multiple of 16;
+    - rowwise: ``scale_a`` (M, 1), ``scale_b`` (1, N); K a multiple of 16;
+    - blockwise, K a multiple of 128 and KB = K / 128, the three pairings torch 2.13 accepts:
+      1x128 blocks of ``a`` with 128x128 blocks of ``b`` (``scale_a`` (M, KB), ``scale_b``
+      (KB, ceil(N/128))), 1x128 with 128x1 (``scale_b`` (KB, N)), and 128x128 with 128x1
+      (``scale_a`` (ceil(M/128), KB)). torch's CUDA kernels want the 1x128 ``scale_a``
+      column-major (strides (1, M)) and the 128x128 ``scale_b`` as the transpose of a
+      contiguous (ceil(N/128), KB) tensor; :func:`quantize_fp8` returns them that way. Any
+      layout with a unit stride along one dimension is accepted.
+
+    torch 2.13's CPU ``torch._scaled_mm`` implements the tensorwise and rowwise modes only;
+    its blockwise modes exist on CUDA (sm_90 and later) only.
+
+    ``bias`` is (N,), float32, float16 or bfloat16; ``activation`` one of ``ACTIVATIONS``;
+    ``out_dtype`` bfloat16, float16 or float32. The product is accumulated in float32, the
+    scales, bias and activation applied in float32, and the result rounded once. Blockwise:
+    each 128-wide slice of K is summed in float32 with its scales applied, so the error does
+    not grow with K. ``use_fast_accum`` is accepted for compatibility and has no effect on
+    the CPU reference.
+
+    Implemented on CPU (the reference). A CUDA tensor raises: the Hopper kernels are not
+    built yet. Not differentiable: train through :class:`gemmt.nn.Float8Linear`.
+    """
+    return _ops().scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum)
+
+
+def quantize_fp8(x: Tensor, granularity: str = "tensor",
+                 dtype: torch.dtype = torch.float8_e4m3fn) -> tuple[Tensor, Tensor]:
+    """Quantise a 2-D float tensor to float8 with amax scaling; returns ``(q, scale)``.
+
+    ``x`` is (M, K), float32, float16, bfloat16 or float64. Per group of elements the
+    quantisation factor is ``fp8_max / max(amax, 1e-12)`` (computed in float64, rounded to
+    float32: torchao's ``amax_to_scale``), ``q = clamp(x * factor, -fp8_max, fp8_max)`` cast to
+    ``dtype`` (a saturating cast, as torchao's ``to_fp8_saturated``), and ``scale`` is the
+    dequantisation scale ``1 / factor`` (float32), ready for :func:`scaled_mm`. fp8_max is 448
+    for float8_e4m3fn and 57344 for float8_e5m2. Groups (``granularity``):
+
+    - "tensor": one group; ``scale`` has shape ();
+    - "row": one group per row; ``scale`` (M, 1);
+    - "block": 1x128 blocks along K (the last one may be partial); ``scale`` (M, ceil(K/128)),
+      column-major as torch's CUDA kernels take it;
+    - "block_128x128": 128x128 blocks; ``scale`` (ceil(M/128), ceil(K/128)), contiguous. For a
+      weight ``w`` (N, K) used as ``b = q.t()``, pass ``scale.t()`` as ``scale_b``.
+
+    An all-zero group gets the factor fp8_max / 1e-12 and quantises to zeros (torchao's
+    convention). Non-finite elements do not set the scale: the amax is taken over the finite
+    elements, +-inf saturates to +-fp8_max and NaN stays NaN. (torchao takes the amax over all
+    elements, so one inf gives its whole group a zero factor and an infinite scale.)
+    """
+    q, scale = _ops().quantize_fp8(x, granularity, dtype)
+    return q, scale
+
+
+def quantize_fp8_with_transpose(
+        x: Tensor, granularity: str = "tensor", dtype: torch.dtype = torch.float8_e4m3fn
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``quantize_fp8(x)`` and ``quantize_fp8(x.t())`` in one call: ``(q, scale, qt, scale_t)``.
+
+    ``qt`` is the (K, M) transpose, contiguous, quantised along the other dimension: per column
+    of ``x`` for "row", in 1x128 blocks along M for "block". For "tensor" and "block_128x128"
+    every element keeps its scale, so ``qt`` is ``q.t()`` bit for bit and ``scale_t`` is
+    ``scale`` (transposed for blocks). A linear layer's backward needs these transposes: the
+    input gradient multiplies by the weight along its other dimension, the weight gradient
+    contracts the activations and output gradients over the tokens.
+    """
+    q, scale, qt, scale_t = _ops().quantize_fp8_with_transpose(x, granularity, dtype)
+    return q, scale, qt, scale_t
