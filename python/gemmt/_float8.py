@@ -1,5 +1,5 @@
-"""FP8 Linear layers: :class:`Float8Linear` and :func:`convert_to_float8` (exported by
-:mod:`gemmt.nn`; see docs/fp8.md).
+"""FP8 Linear layers: :class:`Float8Linear` (exported by :mod:`gemmt.nn`, with
+``convert_to_float8``; see docs/fp8.md).
 
 Every product runs through :func:`gemmt.scaled_mm` on operands quantised by
 :func:`gemmt.quantize_fp8_with_transpose`: the forward ``x @ W.T``, and in training both
@@ -17,7 +17,7 @@ from torch import Tensor
 
 from gemmt.ops import ACTIVATIONS, quantize_fp8, quantize_fp8_with_transpose, scaled_mm
 
-__all__ = ["Float8Linear", "convert_to_float8", "float8_eligible", "FLOAT8_RECIPES"]
+__all__ = ["Float8Linear", "float8_eligible", "FLOAT8_RECIPES"]
 
 FLOAT8_RECIPES: tuple[str, ...] = ("tensorwise", "rowwise", "blockwise")
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -256,40 +256,3 @@ def float8_eligible(module: torch.nn.Linear, recipe: str = "tensorwise") -> bool
     align = _recipe(recipe).align
     return (module.in_features % align == 0 and module.out_features % align == 0
             and module.weight.dtype in _FLOAT_DTYPES)
-
-
-def convert_to_float8(model: torch.nn.Module, recipe: str = "tensorwise",
-                      inference: bool = False,
-                      include: Callable[[str, torch.nn.Linear], bool] | None = None
-                      ) -> torch.nn.Module:
-    """Swap, in place, the Linear layers of ``model`` for :class:`Float8Linear` layers that
-    share their parameters, and return ``model``.
-
-    Converted: modules whose type is exactly ``torch.nn.Linear`` or :class:`gemmt.nn.Linear`
-    (whose fused activation is kept) and that :func:`float8_eligible` accepts: both feature
-    counts multiples of 16, of 128 for "blockwise". Other layers (the usual odd-sized output
-    heads, subclasses with their own forward) are left as they are. ``include(name, module)``
-    narrows the choice further (names as in ``model.named_modules()``). ``recipe`` and
-    ``inference`` are :class:`Float8Linear`'s. When ``model`` is itself such a Linear, the new
-    layer is returned.
-    """
-    from gemmt.nn import Linear as GemmtLinear
-
-    _recipe(recipe)
-
-    def wanted(name: str, module: torch.nn.Module) -> bool:
-        return (type(module) in (torch.nn.Linear, GemmtLinear)
-                and float8_eligible(module, recipe)  # type: ignore[arg-type]
-                and (include is None or include(name, module)))  # type: ignore[arg-type]
-
-    if wanted("", model):
-        return Float8Linear.from_linear(model, recipe, inference)  # type: ignore[arg-type]
-    targets: list[tuple[torch.nn.Module, str, torch.nn.Linear]] = []
-    for parent_name, parent in model.named_modules():
-        for child_name, child in parent.named_children():
-            full = f"{parent_name}.{child_name}" if parent_name else child_name
-            if wanted(full, child):
-                targets.append((parent, child_name, child))  # type: ignore[arg-type]
-    for parent, child_name, child in targets:
-        setattr(parent, child_name, Float8Linear.from_linear(child, recipe, inference))
-    return model

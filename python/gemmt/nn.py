@@ -1,6 +1,6 @@
 """Modules: :class:`Linear`, a drop-in for :class:`torch.nn.Linear` that runs gemmt's
 kernels, and :func:`replace_linear`, which swaps the Linear layers of an existing model.
-FP8: :class:`Float8Linear` and :func:`convert_to_float8` (defined in ``gemmt._float8``).
+FP8: :class:`Float8Linear` (defined in ``gemmt._float8``) and :func:`convert_to_float8`.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from gemmt._float8 import FLOAT8_RECIPES, Float8Linear, float8_eligible
 from gemmt.ops import ACTIVATIONS, linear
 
 __all__ = ["Linear", "replace_linear"]
@@ -88,10 +89,38 @@ def replace_linear(model: torch.nn.Module,
     return model
 
 
-# At the end: gemmt._float8 refers back to this module's Linear.
-from gemmt._float8 import (  # noqa: E402
-    FLOAT8_RECIPES,
-    Float8Linear,
-    convert_to_float8,
-    float8_eligible,
-)
+def convert_to_float8(model: torch.nn.Module, recipe: str = "tensorwise",
+                      inference: bool = False,
+                      include: Callable[[str, torch.nn.Linear], bool] | None = None
+                      ) -> torch.nn.Module:
+    """Swap, in place, the Linear layers of ``model`` for :class:`Float8Linear` layers that
+    share their parameters, and return ``model``.
+
+    Converted: modules whose type is exactly ``torch.nn.Linear`` or :class:`gemmt.nn.Linear`
+    (whose fused activation is kept) and that :func:`float8_eligible` accepts: both feature
+    counts multiples of 16, of 128 for "blockwise". Other layers (the usual odd-sized output
+    heads, subclasses with their own forward) are left as they are. ``include(name, module)``
+    narrows the choice further (names as in ``model.named_modules()``). ``recipe`` and
+    ``inference`` are :class:`Float8Linear`'s. When ``model`` is itself such a Linear, the new
+    layer is returned.
+    """
+    if recipe not in FLOAT8_RECIPES:
+        raise ValueError(f"gemmt.nn.convert_to_float8: argument 'recipe' expected one of "
+                         f"{', '.join(FLOAT8_RECIPES)}, got {recipe!r}")
+
+    def wanted(name: str, module: torch.nn.Module) -> bool:
+        return (type(module) in (torch.nn.Linear, Linear)
+                and float8_eligible(module, recipe)  # type: ignore[arg-type]
+                and (include is None or include(name, module)))  # type: ignore[arg-type]
+
+    if wanted("", model):
+        return Float8Linear.from_linear(model, recipe, inference)  # type: ignore[arg-type]
+    targets: list[tuple[torch.nn.Module, str, torch.nn.Linear]] = []
+    for parent_name, parent in model.named_modules():
+        for child_name, child in parent.named_children():
+            full = f"{parent_name}.{child_name}" if parent_name else child_name
+            if wanted(full, child):
+                targets.append((parent, child_name, child))  # type: ignore[arg-type]
+    for parent, child_name, child in targets:
+        setattr(parent, child_name, Float8Linear.from_linear(child, recipe, inference))
+    return model
