@@ -403,9 +403,9 @@ TORCH_LIBRARY_FRAGMENT(gemmt, m) {
       "ScalarType dtype=float8_e4m3fn) -> (Tensor, Tensor, Tensor, Tensor)");
 }
 
-#define GEMMT_IMPL_FP8(m, suffix)                                                       \
-  m.impl("scaled_mm", &gemmt::wrapper::scaled_mm_##suffix);                             \
-  m.impl("quantize_fp8", &gemmt::wrapper::quantize_fp8_##suffix);                       \
+#define GEMMT_IMPL_FP8(m, suffix)                                 \
+  m.impl("scaled_mm", &gemmt::wrapper::scaled_mm_##suffix);       \
+  m.impl("quantize_fp8", &gemmt::wrapper::quantize_fp8_##suffix); \
   m.impl("quantize_fp8_with_transpose", &gemmt::wrapper::quantize_fp8_with_transpose_##suffix)
 
 TORCH_LIBRARY_IMPL(gemmt, CPU, m) {

@@ -669,3 +669,83 @@ def test_float8_linear_torch_compile_forward_backward(recipe: str) -> None:
     for got, want in zip(grads, eager_grads):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
     torch._dynamo.reset()
+
+
+# ---- DTensor sharding rules ----
+
+def test_fp8_sharding_rules_without_processes() -> None:
+    pytest.importorskip("torch.distributed.tensor")
+    from torch.distributed.tensor import Partial, Replicate, Shard
+    from torch.distributed.tensor._dtensor_spec import TensorMeta
+
+    class Spec:  # the two fields the rules read from DTensor's specs
+        def __init__(self, *shape: int) -> None:
+            self.placements = ()
+            self.tensor_meta = TensorMeta(torch.Size(shape), (1,) * len(shape), torch.float32)
+
+    R = Replicate()
+    a, b, bias = Spec(64, 256), Spec(256, 384), Spec(384)
+
+    def rules(sa: Spec, sb: Spec, activation: str = "none") -> dict[str, Any]:
+        found = gemmt.distributed.rules_for("scaled_mm", a, b, sa, sb, bias, torch.bfloat16,
+                                            activation, False)
+        return {r.name: r for r in found}
+
+    row = rules(Spec(64, 1), Spec(1, 384))
+    assert row["row-split a"].inputs[:5] == (Shard(0), R, Shard(0), R, R)
+    assert row["column-split b"].inputs[:5] == (R, Shard(1), R, Shard(1), Shard(0))
+    assert row["split K"].inputs[:5] == (Shard(1), Shard(0), R, R, Partial())
+    assert row["split K"].outputs == (Partial(),)
+    assert "split K" not in rules(Spec(64, 1), Spec(1, 384), "relu")
+    tensor = rules(Spec(), Spec())
+    assert set(tensor) == {"replicated", "row-split a", "column-split b", "split K"}
+    assert tensor["row-split a"].inputs[2] == R
+    # Blockwise 1x128 x 128x128: a splits by rows with its scale, b's 128x128 scale not at
+    # all, and K never (a shard boundary need not fall on a 128-block's).
+    block = rules(Spec(64, 2), Spec(2, 3))
+    assert set(block) == {"replicated", "row-split a"}
+    block = rules(Spec(64, 2), Spec(2, 384))  # 1x128 x 128x1
+    assert set(block) == {"replicated", "row-split a", "column-split b"}
+    x = Spec(64, 256)
+    for gran, split in (("tensor", False), ("row", True), ("block", True),
+                        ("block_128x128", False)):
+        names = {r.name for r in gemmt.distributed.rules_for("quantize_fp8", x, gran, E4M3)}
+        assert ("row-split x" in names) == split, gran
+        names = {r.name for r in gemmt.distributed.rules_for("quantize_fp8_with_transpose", x,
+                                                             gran, E4M3)}
+        assert names == {"replicated"}
+
+
+def test_fp8_ops_on_dtensor_one_process(tmp_path: Any) -> None:
+    # DTensor runs the ops through the registered rules (a world of one: no data moves).
+    import os
+    import subprocess
+    import sys
+
+    if not torch.distributed.is_available():
+        pytest.skip("this torch has no torch.distributed")
+    code = (
+        "import os, torch, torch.distributed as dist, gemmt\n"
+        "from torch.distributed.tensor import DTensor, DeviceMesh, Replicate, Shard\n"
+        "dist.init_process_group('gloo', store=dist.FileStore(os.environ['STORE'], 1), rank=0,"
+        " world_size=1)\n"
+        "mesh = DeviceMesh('cpu', [0])\n"
+        "d = lambda t, p: DTensor.from_local(t, mesh, [p], run_check=False)\n"
+        "x, w = torch.randn(64, 128), torch.randn(96, 128)\n"
+        "xq, xs = gemmt.quantize_fp8(x, 'row'); wq, ws = gemmt.quantize_fp8(w, 'row')\n"
+        "ref = gemmt.scaled_mm(xq, wq.t(), xs, ws.t(), out_dtype=torch.float32)\n"
+        "out = gemmt.scaled_mm(d(xq, Shard(0)), d(wq.t(), Replicate()), d(xs, Shard(0)),"
+        " d(ws.t(), Replicate()), out_dtype=torch.float32)\n"
+        "assert out.placements == (Shard(0),), out.placements\n"
+        "assert torch.equal(out.to_local(), ref)\n"
+        "q, s = gemmt.quantize_fp8(d(x, Shard(0)), 'row')\n"
+        "assert q.placements == (Shard(0),) and s.placements == (Shard(0),)\n"
+        "assert torch.equal(s.to_local(), xs)\n"
+        "dist.destroy_process_group()\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ, STORE=str(tmp_path / "store"))
+    env["GEMMT_LIBRARY"] = gemmt.library_path()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]

@@ -6,6 +6,9 @@ have and the placements of its outputs that follow. DTensor expands the rules ov
 dimension of the mesh (``torch.distributed.tensor.experimental.register_sharding``) and runs
 gemmt's kernel on the local shards.
 
+FP8 (``scaled_mm``, ``quantize_fp8``, ``quantize_fp8_with_transpose``): see ``_fp8_rules``;
+scales split with the rows or columns they belong to, never across a 128-block.
+
 The GEMM family (``x`` is ``(..., K)``, ``weight`` ``(N, K)``, ``a`` ``(M, K)``, ``b``
 ``(K, N)``):
 
@@ -309,6 +312,8 @@ def rules_for(op_name: str, *args: Any) -> list[Rule]:
     if op_name == "rgb_to_gray":
         # [..., H, W, 3] -> [..., H, W]: any dim but the channels may be sharded.
         return _elementwise_rules(nd, (False, False), (nd[0] or 1) - 1)
+    if op_name in _FP8_OPS:
+        return _fp8_rules(op_name, *args)
     raise KeyError(f"gemmt.distributed: no sharding rules for op {op_name!r}")
 
 
@@ -322,6 +327,10 @@ _OPS: tuple[str, ...] = (
     "linear_bias_backward", "add", "scale", "square", "square_backward", "normalize_volume",
     "rgb_to_gray", "swiglu", "swiglu_backward",
 )
+
+# FP8 (scaled_mm and the quantize ops; rules in _fp8_rules below).
+_FP8_OPS: tuple[str, ...] = ("scaled_mm", "quantize_fp8", "quantize_fp8_with_transpose")
+_OPS += _FP8_OPS
 
 
 def _normalize(p: Placement, ndim: int) -> Placement:
@@ -450,6 +459,57 @@ def _sharding_propagator() -> Any:
     from torch.distributed.tensor import DTensor
 
     return DTensor._op_dispatcher.sharding_propagator
+
+
+def _fp8_scale_split(shape: tuple[int, ...], rows: int) -> str:
+    """How a scaled_mm scale of this shape splits with its operand's rows (M of a; N of b,
+    with scale_b's shape reversed): "one" (a single value), "rows" (one per row: (M, 1)),
+    "row blocks" (one per row and 128-slice of K: split with the rows, not along K), or
+    "blocks" (one per 128 rows: a shard boundary need not fall on a block's, so not split)."""
+    if len(shape) != 2:
+        return "one"
+    if shape[0] == rows:
+        return "rows" if shape[1] == 1 else "row blocks"
+    return "one" if shape == (1, 1) else "blocks"
+
+
+def _fp8_rules(op_name: str, *args: Any) -> list[Rule]:
+    """scaled_mm: replicated; a split by rows (with a per-row scale_a); b split by columns
+    (with a per-column scale_b); K split into partial sums, for tensorwise and rowwise scales
+    without activation. quantize_fp8: replicated, and for "row" and "block" granularity x
+    split by rows (each group lies within a row). The amax of a tensorwise or 128x128 group,
+    and of a column for the transposed output, spans the shards: replicated only."""
+    Partial, Replicate, Shard = _placements()
+    R, P = Replicate(), Partial()
+    if op_name == "scaled_mm":
+        a, b, scale_a, scale_b, bias, _, activation, _ = args
+        m, n = a.tensor_meta.shape[0], b.tensor_meta.shape[1]
+        sa = _fp8_scale_split(tuple(scale_a.tensor_meta.shape), m)
+        # scale_b is (1, N), (KB, N) or (KB, NB): its columns go with b's.
+        sb = _fp8_scale_split(tuple(scale_b.tensor_meta.shape)[::-1], n)
+        has_bias = bias is not None
+
+        def rule(name: str, out: Placement, pa: Placement, pb: Placement, psa: Placement,
+                 psb: Placement, pbias: Placement) -> Rule:
+            return Rule(name, (out,), (pa, pb, psa, psb, pbias if has_bias else None,
+                                       None, None, None))
+
+        rules = [rule("replicated", R, R, R, R, R, R)]
+        if sa != "blocks":
+            rules.append(rule("row-split a", Shard(0), Shard(0), R,
+                              R if sa == "one" else Shard(0), R, R))
+        if sb != "blocks":
+            rules.append(rule("column-split b", Shard(1), R, Shard(1), R,
+                              R if sb == "one" else Shard(1), Shard(0)))
+        if activation == "none" and sa in ("one", "rows") and sb in ("one", "rows"):
+            rules.append(rule("split K", P, Shard(1), Shard(0), R, R, P))
+        return rules
+    x, granularity, _ = args
+    n_out = 2 if op_name == "quantize_fp8" else 4
+    rules = [Rule("replicated", (R,) * n_out, (R, None, None))]
+    if op_name == "quantize_fp8" and granularity in ("row", "block"):
+        rules.append(Rule("row-split x", (Shard(0), Shard(0)), (Shard(0), None, None)))
+    return rules
 
 
 # DTensor in use already when the library loads: give it gemmt's rules once the ops exist.
