@@ -303,8 +303,7 @@ def test_quantize_non_finite() -> None:
     qf = q.float()
     # Row 0: amax over the finite elements (4), inf saturates.
     assert torch.equal(qf[0], torch.tensor([112.0, -224.0, 448.0, 448.0]))
-    assert s[0, 0] == torch.tensor(4.0 / 448.0, dtype=torch.float64).float() or \
-        torch.isclose(s[0, 0], torch.tensor(4.0 / 448.0), rtol=1e-7)
+    assert s[0, 0].item() == pytest.approx(4.0 / 448.0, rel=1e-7)
     # Row 1: NaN stays NaN, -inf saturates, the finite ones scale by their own amax.
     assert torch.isnan(qf[1, 0]) and qf[1, 2] == -448.0 and qf[1, 1] == 448.0
     # Row 2: no finite element: the all-zero rule's scale, every element saturated.
