@@ -40,6 +40,13 @@ bool has(const OptTensor& t) {
   return t.has_value() && t->defined();
 }
 
+// t in this dtype, with no call to Tensor::to when it has it already: aten::to then returns
+// its own input, which torch.library.opcheck's schema check refuses from an op called below
+// autograd.
+at::Tensor as_dtype(const at::Tensor& t, at::ScalarType dtype) {
+  return t.scalar_type() == dtype ? t : t.to(dtype);
+}
+
 // ---- grouped_mm: checks and shapes ----
 
 // Which of torch._grouped_mm's layouts a call is, named by the ranks of a and b:
@@ -349,11 +356,13 @@ class GroupedMmFunction : public torch::autograd::Function<GroupedMmFunction> {
     if (g.scalar_type() != a.scalar_type()) g = g.to(a.scalar_type());
     at::Tensor ga, gb, gbias;
     const bool need_a = ctx->needs_input_grad(0), need_b = ctx->needs_input_grad(1);
+    // needs_input_grad counts tensor arguments only: bias is the third without offs.
+    const bool need_bias = has_bias && ctx->needs_input_grad(offs.has_value() ? 3 : 2);
     switch (layout_of(a, b)) {
       case Layout::k2d3d:
         if (need_a) ga = call_grouped_mm(g, b.transpose(1, 2), offs);
         if (need_b) gb = call_grouped_mm(a.t(), g, offs);
-        if (has_bias && ctx->needs_input_grad(3)) {
+        if (need_bias) {
           gbias = call_grouped_mm(at::ones_symint({c10::SymInt(1), g.sym_size(0)}, g.options()), g,
                                   offs)
                       .squeeze(1);
@@ -362,7 +371,7 @@ class GroupedMmFunction : public torch::autograd::Function<GroupedMmFunction> {
       case Layout::k3d3d:
         if (need_a) ga = call_grouped_mm(g, b.transpose(1, 2), std::nullopt);
         if (need_b) gb = call_grouped_mm(a.transpose(1, 2), g, std::nullopt);
-        if (has_bias && ctx->needs_input_grad(3)) gbias = g.sum(1);
+        if (need_bias) gbias = g.sum(1);
         break;
       case Layout::k2d2d:
         if (need_a) ga = call_grouped_mm(g, b.t(), offs);
@@ -439,7 +448,7 @@ void check_moe_route(const at::Tensor& logits, int64_t top_k, std::string_view s
 }
 
 at::Tensor scores_of(const at::Tensor& logits, bool softmax) {
-  const at::Tensor s = logits.to(route_dtype(logits));
+  const at::Tensor s = as_dtype(logits, route_dtype(logits));
   return softmax ? at::softmax(s, -1) : at::sigmoid(s);
 }
 
@@ -524,18 +533,19 @@ void check_moe_routing_values(const at::Tensor& expert_ids, const at::Tensor& to
               ": argument 'offsets' expected its last entry to be T * top_k = ", slots,
               " (every routed slot belongs to an expert), got ", ends.empty() ? 0 : ends.back());
   if (slots == 0) return;
-  const at::Tensor order = token_order.to(at::kLong);
+  const at::Tensor order = as_dtype(token_order, at::kLong);
   const int64_t lo = order.min().item<int64_t>(), hi = order.max().item<int64_t>();
   TORCH_CHECK(lo >= 0 && hi < slots, op, ": argument 'token_order' expected values in [0, ", slots,
               "), got values in [", lo, ", ", hi, "]");
   TORCH_CHECK(at::bincount(order, {}, slots).eq(1).all().item<bool>(), op,
               ": argument 'token_order' expected a permutation of the T * top_k = ", slots,
               " routed slots, got repeated entries");
-  const at::Tensor ids = expert_ids.reshape(-1).to(at::kLong);
+  const at::Tensor ids = as_dtype(expert_ids.reshape(-1), at::kLong);
   const int64_t ilo = ids.min().item<int64_t>(), ihi = ids.max().item<int64_t>();
   TORCH_CHECK(ilo >= 0 && ihi < num_experts, op, ": argument 'expert_ids' expected values in [0, ",
               num_experts, "), got values in [", ilo, ", ", ihi, "]");
-  const at::Tensor counts = at::diff(at::cat({at::zeros({1}, at::kLong), offsets.to(at::kLong)}));
+  const at::Tensor counts =
+      at::diff(at::cat({at::zeros({1}, at::kLong), as_dtype(offsets, at::kLong)}));
   const at::Tensor expected =
       at::repeat_interleave(at::arange(num_experts, at::kLong), counts, std::nullopt, slots);
   TORCH_CHECK(at::equal(ids.index_select(0, order), expected), op,
@@ -557,7 +567,7 @@ bool readable_on_host(const at::Tensor& t) {
 at::Tensor moe_experts_composite(const at::Tensor& x, const at::Tensor& w_gate_up,
                                  const at::Tensor& w_down, const at::Tensor& weights,
                                  const at::Tensor& token_order, const at::Tensor& offsets) {
-  const at::Tensor order = token_order.to(at::kLong);
+  const at::Tensor order = as_dtype(token_order, at::kLong);
   const at::Tensor token = at::div(order, weights.sym_size(1), "floor");
   const at::Tensor xs = x.index_select(0, token);
   // transformers' experts store each expert's weights as (out_features, in_features); the
@@ -568,8 +578,8 @@ at::Tensor moe_experts_composite(const at::Tensor& x, const at::Tensor& w_gate_u
       call_swiglu(h.narrow_symint(1, 0, inter), h.narrow_symint(1, inter, inter));
   const at::Tensor o = call_grouped_mm(act, w_down.transpose(1, 2), offsets);
   const at::ScalarType acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  const at::Tensor w = weights.reshape(-1).index_select(0, order).to(acc);
-  const at::Tensor contrib = o.to(acc) * w.unsqueeze(1);
+  const at::Tensor w = as_dtype(weights.reshape(-1).index_select(0, order), acc);
+  const at::Tensor contrib = as_dtype(o, acc) * w.unsqueeze(1);
   // Each token's top_k contributions summed in float32, rounded once.
   return at::zeros_symint(x.sym_sizes(), x.options().dtype(acc))
       .index_add(0, token, contrib)
@@ -685,7 +695,7 @@ std::tuple<at::Tensor, at::Tensor> moe_permute_cpu(const at::Tensor& expert_ids,
                                                    int64_t num_experts) {
   moe_permute_meta(expert_ids, num_experts);
   at::AutoDispatchBelowADInplaceOrView guard;
-  const at::Tensor ids = expert_ids.reshape(-1).to(at::kLong);
+  const at::Tensor ids = as_dtype(expert_ids.reshape(-1), at::kLong);
   if (ids.numel() > 0) {
     const int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
     TORCH_CHECK(lo >= 0 && hi < num_experts, kMoePermute,
