@@ -723,3 +723,40 @@ def test_transformers_unsupported_experts_are_refused() -> None:
     model.set_experts_implementation("gemmt")
     with pytest.raises(NotImplementedError, match="gemmt experts implementation: GptOssExperts"):
         model(torch.randint(0, 97, (1, 5)))
+
+
+# ---- DTensor sharding rules ----
+
+def test_grouped_mm_sharding_rules() -> None:
+    pytest.importorskip("torch.distributed.tensor")
+    from torch.distributed.tensor import Partial, Replicate, Shard
+    from torch.distributed.tensor._dtensor_spec import TensorMeta
+
+    class Spec:  # the two fields the rules read from DTensor's specs
+        def __init__(self, *shape: int) -> None:
+            self.placements = ()
+            self.tensor_meta = TensorMeta(torch.Size(shape), (1,) * len(shape), torch.float32)
+
+    R = Replicate()
+    rules_for = gemmt.distributed.rules_for
+    a, b, offs, bias = Spec(10, 8), Spec(3, 8, 6), Spec(3), Spec(3, 6)
+    rules = {r.name: r for r in rules_for("grouped_mm", a, b, offs, bias, None, "none")}
+    assert rules["column-wise"].inputs == (R, Shard(2), R, Shard(1), None, None)
+    assert rules["column-wise"].outputs == (Shard(1),)
+    assert rules["split K"].inputs == (Shard(1), Shard(1), R, Partial(), None, None)
+    assert rules["split K"].outputs == (Partial(),)
+    # The grouped (token) dimension is never split: the offsets index it whole.
+    assert all(r.inputs[0] != Shard(0) for r in rules.values())
+    with_act = rules_for("grouped_mm", a, b, offs, None, None, "silu")
+    assert all(Partial() not in r.inputs + r.outputs for r in with_act)
+    three = {r.name: r for r in rules_for("grouped_mm", Spec(3, 4, 8), b, None, None, None, "none")}
+    assert three["by group"].inputs == (Shard(0), Shard(0), None, None, None, None)
+    assert three["column-wise"].outputs == (Shard(2),)
+    assert three["split K"].inputs[:2] == (Shard(2), Shard(1))
+    two = {r.name for r in rules_for("grouped_mm", Spec(3, 4, 8), Spec(8, 9), offs, None, None,
+                                     "none")}
+    assert two == {"replicated"}
+    for op, args in (("moe_permute", (Spec(4, 2), 6)),
+                     ("moe_route", (Spec(4, 6), 2, "softmax", True, 0, 0, None))):
+        (only,) = rules_for(op, *args)
+        assert only.name == "replicated"
