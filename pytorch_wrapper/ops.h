@@ -161,4 +161,59 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_with_tra
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_with_transpose_autograd(
     const at::Tensor& x, std::string_view granularity, at::ScalarType dtype);
 
+// ---- Mixture of experts (moe_ops.cpp): grouped_mm, routing, the expert layer ----
+// The CUDA kernels are not built yet: the *_cuda functions check their arguments and refuse.
+// The *_autograd functions are the ops' Autograd kernels.
+at::Tensor grouped_mm_cpu(const at::Tensor& a, const at::Tensor& b,
+                          const std::optional<at::Tensor>& offs,
+                          const std::optional<at::Tensor>& bias,
+                          std::optional<at::ScalarType> out_dtype, std::string_view activation);
+at::Tensor grouped_mm_cuda(const at::Tensor& a, const at::Tensor& b,
+                           const std::optional<at::Tensor>& offs,
+                           const std::optional<at::Tensor>& bias,
+                           std::optional<at::ScalarType> out_dtype, std::string_view activation);
+at::Tensor grouped_mm_meta(const at::Tensor& a, const at::Tensor& b,
+                           const std::optional<at::Tensor>& offs,
+                           const std::optional<at::Tensor>& bias,
+                           std::optional<at::ScalarType> out_dtype, std::string_view activation);
+at::Tensor grouped_mm_autograd(const at::Tensor& a, const at::Tensor& b,
+                               const std::optional<at::Tensor>& offs,
+                               const std::optional<at::Tensor>& bias,
+                               std::optional<at::ScalarType> out_dtype,
+                               std::string_view activation);
+std::tuple<at::Tensor, at::Tensor> moe_permute_cpu(const at::Tensor& expert_ids,
+                                                   int64_t num_experts);
+std::tuple<at::Tensor, at::Tensor> moe_permute_cuda(const at::Tensor& expert_ids,
+                                                    int64_t num_experts);
+std::tuple<at::Tensor, at::Tensor> moe_permute_meta(const at::Tensor& expert_ids,
+                                                    int64_t num_experts);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> moe_route_cpu(
+    const at::Tensor& logits, int64_t top_k, std::string_view score, bool renormalize,
+    int64_t n_group, int64_t topk_group, const std::optional<at::Tensor>& correction_bias);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> moe_route_cuda(
+    const at::Tensor& logits, int64_t top_k, std::string_view score, bool renormalize,
+    int64_t n_group, int64_t topk_group, const std::optional<at::Tensor>& correction_bias);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> moe_route_meta(
+    const at::Tensor& logits, int64_t top_k, std::string_view score, bool renormalize,
+    int64_t n_group, int64_t topk_group, const std::optional<at::Tensor>& correction_bias);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> moe_route_autograd(
+    const at::Tensor& logits, int64_t top_k, std::string_view score, bool renormalize,
+    int64_t n_group, int64_t topk_group, const std::optional<at::Tensor>& correction_bias);
+at::Tensor moe_experts_cpu(const at::Tensor& x, const at::Tensor& w_gate_up,
+                           const at::Tensor& w_down, const at::Tensor& weights,
+                           const at::Tensor& expert_ids, const at::Tensor& token_order,
+                           const at::Tensor& offsets);
+at::Tensor moe_experts_cuda(const at::Tensor& x, const at::Tensor& w_gate_up,
+                            const at::Tensor& w_down, const at::Tensor& weights,
+                            const at::Tensor& expert_ids, const at::Tensor& token_order,
+                            const at::Tensor& offsets);
+at::Tensor moe_experts_meta(const at::Tensor& x, const at::Tensor& w_gate_up,
+                            const at::Tensor& w_down, const at::Tensor& weights,
+                            const at::Tensor& expert_ids, const at::Tensor& token_order,
+                            const at::Tensor& offsets);
+at::Tensor moe_experts_autograd(const at::Tensor& x, const at::Tensor& w_gate_up,
+                                const at::Tensor& w_down, const at::Tensor& weights,
+                                const at::Tensor& expert_ids, const at::Tensor& token_order,
+                                const at::Tensor& offsets);
+
 }  // namespace gemmt::wrapper

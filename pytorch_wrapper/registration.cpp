@@ -420,3 +420,45 @@ TORCH_LIBRARY_IMPL(gemmt, CUDA, m) {
 TORCH_LIBRARY_IMPL(gemmt, Autograd, m) {
   GEMMT_IMPL_FP8(m, autograd);
 }
+
+// ---- Mixture of experts (moe_ops.cpp) ----
+// grouped_mm follows torch._grouped_mm: offs are int32 cumulative group ends. moe_route picks
+// each token's top_k experts and the permutation that sorts the (token, k) slots by expert;
+// moe_experts runs the gate/up product, silu(gate) * up, the down product and the weighted
+// combine. The CUDA kernels are not built yet: their entries refuse with a clear error.
+TORCH_LIBRARY_FRAGMENT(gemmt, m) {
+  m.def(
+      "grouped_mm(Tensor a, Tensor b, Tensor? offs=None, Tensor? bias=None, "
+      "ScalarType? out_dtype=None, str activation=\"none\") -> Tensor");
+  m.def("moe_permute(Tensor expert_ids, int num_experts) -> (Tensor, Tensor)");
+  m.def(
+      "moe_route(Tensor logits, int top_k, str score=\"softmax\", bool renormalize=True, "
+      "int n_group=0, int topk_group=0, Tensor? correction_bias=None) "
+      "-> (Tensor, Tensor, Tensor, Tensor)");
+  m.def(
+      "moe_experts(Tensor x, Tensor w_gate_up, Tensor w_down, Tensor weights, "
+      "Tensor expert_ids, Tensor token_order, Tensor offsets) -> Tensor");
+}
+
+#define GEMMT_MOE_IMPL_ALL(m, suffix)                           \
+  m.impl("grouped_mm", &gemmt::wrapper::grouped_mm_##suffix);   \
+  m.impl("moe_permute", &gemmt::wrapper::moe_permute_##suffix); \
+  m.impl("moe_route", &gemmt::wrapper::moe_route_##suffix);     \
+  m.impl("moe_experts", &gemmt::wrapper::moe_experts_##suffix)
+
+TORCH_LIBRARY_IMPL(gemmt, CPU, m) {
+  GEMMT_MOE_IMPL_ALL(m, cpu);
+}
+TORCH_LIBRARY_IMPL(gemmt, Meta, m) {
+  GEMMT_MOE_IMPL_ALL(m, meta);
+}
+#ifdef GEMMT_WITH_CUDA
+TORCH_LIBRARY_IMPL(gemmt, CUDA, m) {
+  GEMMT_MOE_IMPL_ALL(m, cuda);
+}
+#endif
+TORCH_LIBRARY_IMPL(gemmt, Autograd, m) {
+  m.impl("grouped_mm", &gemmt::wrapper::grouped_mm_autograd);
+  m.impl("moe_route", &gemmt::wrapper::moe_route_autograd);
+  m.impl("moe_experts", &gemmt::wrapper::moe_experts_autograd);
+}

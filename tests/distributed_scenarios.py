@@ -511,6 +511,36 @@ def tp_fsdp_2d_step(ctx: Context) -> None:
 # ---------------------------------------------------------------------------------------
 
 
+@scenario
+def grouped_mm_rules(ctx: Context) -> None:
+    n = ctx.world  # every sharded dim a multiple of the world size
+    R, P = Replicate(), Partial()
+    offs = torch.tensor([3, 3, 7, 10], dtype=torch.int32, device=ctx.device)
+    a, b = ctx.randn(11, 4 * n, seed=40), ctx.randn(4, 4 * n, 2 * n, seed=41)
+    bias = ctx.randn(4, 2 * n, seed=42)
+    d_offs = _dt(ctx, offs, R)
+    cases = [  # a, b, bias -> output (the bias's placement as DTensor is given it)
+        (R, R, R, R), (R, Shard(2), Shard(1), Shard(1)), (Shard(1), Shard(1), R, P),
+    ]
+    for pa, pb, pbias, pout in cases:
+        da, db, dbias = _dt(ctx, a, pa), _dt(ctx, b, pb), _dt(ctx, bias, pbias)
+        with CommDebugMode() as mode:
+            out = gemmt.grouped_mm(da, db, d_offs, dbias)
+        what = f"grouped_mm({pa}, {pb}, bias {pbias})"
+        expect_comms(mode, {}, what)
+        if out.placements != (pout,):
+            raise AssertionError(f"{what} gave {out.placements}, expected {pout}")
+        assert_close(out, gemmt.grouped_mm(a, b, offs, bias), what)
+    # Two 3-D operands split by group.
+    a3, b3 = ctx.randn(2 * n, 3, 5, seed=43), ctx.randn(2 * n, 5, 4, seed=44)
+    da3, db3 = _dt(ctx, a3, Shard(0)), _dt(ctx, b3, Shard(0))
+    with CommDebugMode() as mode:
+        out = gemmt.grouped_mm(da3, db3)
+    expect_comms(mode, {}, "grouped_mm by group")
+    assert out.placements == (Shard(0),), out.placements
+    assert_close(out, gemmt.grouped_mm(a3, b3), "grouped_mm by group")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rank", type=int, required=True)

@@ -277,6 +277,35 @@ def _linear_bias_backward_rules(grad: Any) -> list[Rule]:
     return rules
 
 
+def _grouped_mm_rules(a: Any, b: Any, offs: Any, bias: Any, activation: str) -> list[Rule]:
+    """Rules of ``grouped_mm``. The offsets index the grouped dimension (rows of a 2-D ``a``
+    over a 3-D ``b``, the contraction of two 2-D operands, the columns of a 2-D ``b`` under
+    a 3-D ``a``), so that dimension stays whole and the offsets replicated. A 3-D ``b``'s
+    columns may be split (the output's and the bias's columns with them), two 3-D operands
+    by group, and the contraction dimension of a 3-D ``b`` into partial sums (no activation;
+    the bias then Partial, added once). Two 2-D operands: the columns of ``b``."""
+    Partial, Replicate, Shard = _placements()
+    R, P = Replicate(), Partial()
+    na, nb = _tensor_ndim(a), _tensor_ndim(b)
+    out_nd = 3 if na == nb else 2
+
+    def rule(name: str, out: Placement, pa: Placement, pb: Placement, pbias: Placement
+             ) -> Rule:
+        return Rule(name, (out,), (pa, pb, None if offs is None else R,
+                                   None if bias is None else pbias, None, None))
+
+    rules = [rule("replicated", R, R, R, R)]
+    if nb == 3:
+        rules.append(rule("column-wise", Shard(out_nd - 1), R, Shard(2), Shard(1)))
+        if na == 3:
+            rules.append(rule("by group", Shard(0), Shard(0), Shard(0), Shard(0)))
+        if activation == "none":
+            rules.append(rule("split K", P, Shard(na - 1), Shard(1), P))
+    elif na == 2:
+        rules.append(rule("column-wise", Shard(2), R, Shard(1), R))
+    return rules
+
+
 def rules_for(op_name: str, *args: Any) -> list[Rule]:
     """The rules of ``gemmt::<op_name>`` for its arguments in schema order, every argument
     given (DTensor specs, or anything with ``placements`` and ``tensor_meta``, for tensors).
@@ -314,6 +343,15 @@ def rules_for(op_name: str, *args: Any) -> list[Rule]:
         return _elementwise_rules(nd, (False, False), (nd[0] or 1) - 1)
     if op_name in _FP8_OPS:
         return _fp8_rules(op_name, *args)
+    if op_name == "grouped_mm":
+        a, b, offs, bias, _, activation = args
+        return _grouped_mm_rules(a, b, offs, bias, activation)
+    if op_name in ("moe_permute", "moe_route", "moe_experts"):
+        # A token's slots are ordered across the whole batch (token_order, offsets), so
+        # the routing data and the expert layer run on replicated tensors only.
+        R = _placements()[1]()
+        n_outputs = {"moe_permute": 2, "moe_route": 4, "moe_experts": 1}[op_name]
+        return [Rule("replicated", (R,) * n_outputs, tuple(None if n is None else R for n in nd))]
     raise KeyError(f"gemmt.distributed: no sharding rules for op {op_name!r}")
 
 
@@ -326,6 +364,7 @@ _OPS: tuple[str, ...] = (
     "mm", "gemm", "linear", "linear_with_preact", "linear_activation_backward",
     "linear_bias_backward", "add", "scale", "square", "square_backward", "normalize_volume",
     "rgb_to_gray", "swiglu", "swiglu_backward",
+    "grouped_mm", "moe_permute", "moe_route", "moe_experts",
 )
 
 # FP8 (scaled_mm and the quantize ops; rules in _fp8_rules below).

@@ -124,3 +124,86 @@ def convert_to_float8(model: torch.nn.Module, recipe: str = "tensorwise",
     for parent, child_name, child in targets:
         setattr(parent, child_name, Float8Linear.from_linear(child, recipe, inference))
     return model
+
+# ---- Mixture of experts ----
+
+import math  # noqa: E402 - kept with the section that uses it
+
+from gemmt.ops import moe_experts, moe_route  # noqa: E402
+
+__all__ += ["MoE"]
+
+
+class MoE(torch.nn.Module):
+    """A mixture-of-experts feed-forward layer: a router and SwiGLU experts.
+
+    Each token's ``top_k`` experts are chosen by :func:`gemmt.moe_route` from the logits of
+    ``gate`` (a bias-free ``torch.nn.Linear(hidden_size, num_experts)``) and run by
+    :func:`gemmt.moe_experts`. The expert weights use transformers' layout:
+    ``gate_up_proj`` ``(num_experts, 2 * intermediate_size, hidden_size)`` (gate rows first,
+    then up rows) and ``down_proj`` ``(num_experts, hidden_size, intermediate_size)``.
+
+    ``score``, ``renormalize``, ``n_group`` and ``topk_group`` are :func:`gemmt.moe_route`'s;
+    ``correction_bias=True`` adds the buffer ``e_score_correction_bias`` (DeepSeek-V3's
+    load-balancing bias, zeros until set) and ``routed_scaling_factor`` multiplies the
+    routing weights. Input ``(..., hidden_size)``, output of the same shape and dtype.
+    """
+
+    def __init__(self, hidden_size: int, intermediate_size: int, num_experts: int, top_k: int,
+                 *, score: str = "softmax", renormalize: bool = True, n_group: int = 0,
+                 topk_group: int = 0, correction_bias: bool = False,
+                 routed_scaling_factor: float = 1.0, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
+        super().__init__()
+        if not 1 <= top_k <= num_experts:
+            raise ValueError(f"gemmt.nn.MoE: argument 'top_k' expected 1 <= top_k <= "
+                             f"num_experts ({num_experts}), got {top_k}")
+        if score not in ("softmax", "sigmoid"):
+            raise ValueError(f"gemmt.nn.MoE: argument 'score' expected 'softmax' or 'sigmoid', "
+                             f"got {score!r}")
+        factory = {"device": device, "dtype": dtype}
+        self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
+        self.num_experts, self.top_k = num_experts, top_k
+        self.score, self.renormalize = score, renormalize
+        self.n_group, self.topk_group = n_group, topk_group
+        self.routed_scaling_factor = routed_scaling_factor
+        self.gate = torch.nn.Linear(hidden_size, num_experts, bias=False, **factory)
+        self.gate_up_proj = torch.nn.Parameter(
+            torch.empty(num_experts, 2 * intermediate_size, hidden_size, **factory))
+        self.down_proj = torch.nn.Parameter(
+            torch.empty(num_experts, hidden_size, intermediate_size, **factory))
+        self.e_score_correction_bias: Tensor | None
+        if correction_bias:
+            self.register_buffer("e_score_correction_bias",
+                                 torch.zeros(num_experts, device=device, dtype=torch.float32))
+        else:
+            self.e_score_correction_bias = None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Each expert's matrices drawn as ``torch.nn.Linear`` draws its weight."""
+        self.gate.reset_parameters()
+        with torch.no_grad():
+            for weight, fan_in in ((self.gate_up_proj, self.hidden_size),
+                                   (self.down_proj, self.intermediate_size)):
+                bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+                weight.uniform_(-bound, bound)
+
+    def forward(self, x: Tensor) -> Tensor:
+        flat = x.reshape(-1, self.hidden_size)
+        logits = linear(flat, self.gate.weight)
+        routing = moe_route(logits, self.top_k, self.score, self.renormalize, self.n_group,
+                            self.topk_group, self.e_score_correction_bias)
+        weights = routing.weights
+        if self.routed_scaling_factor != 1.0:
+            weights = weights * self.routed_scaling_factor
+        out = moe_experts(flat, self.gate_up_proj, self.down_proj, weights, routing.expert_ids,
+                          routing.token_order, routing.offsets)
+        return out.reshape(x.shape)
+
+    def extra_repr(self) -> str:
+        text = (f"hidden_size={self.hidden_size}, intermediate_size={self.intermediate_size}, "
+                f"num_experts={self.num_experts}, top_k={self.top_k}, score={self.score}")
+        if self.n_group:
+            text += f", n_group={self.n_group}, topk_group={self.topk_group}"
+        return text

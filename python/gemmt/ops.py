@@ -232,3 +232,94 @@ def quantize_fp8_with_transpose(
     """
     q, scale, qt, scale_t = _ops().quantize_fp8_with_transpose(x, granularity, dtype)
     return q, scale, qt, scale_t
+
+# ---- Mixture of experts ----
+# No extension bindings for these: they go through torch.ops.gemmt (the dispatcher's Python
+# entry), whose per-call cost is small beside a grouped product.
+
+from typing import NamedTuple  # noqa: E402 - kept with the section that uses it
+
+__all__ += ["grouped_mm", "moe_permute", "moe_route", "moe_experts", "MoERouting"]
+
+
+def grouped_mm(a: Tensor, b: Tensor, offs: Tensor | None = None, bias: Tensor | None = None,
+               out_dtype: torch.dtype | None = None, activation: str = "none") -> Tensor:
+    """Grouped matrix products with the layouts and offsets of ``torch._grouped_mm``.
+
+    ``offs`` holds int32 cumulative group *end* offsets: group ``i`` spans
+    ``[offs[i-1], offs[i])`` (``offs[-1]`` taken as 0) of the grouped dimension. Layouts:
+
+    - ``a (M, K)``, ``b (G, K, N)``, ``offs (G,)`` over the rows of ``a`` -> ``(M, N)``: the
+      rows of each group times their expert's matrix (tokens sorted by expert).
+    - ``a (G, M, K)``, ``b (G, K, N)``, no ``offs`` -> ``(G, M, N)``: a batched product.
+    - ``a (M, K)``, ``b (K, N)``, ``offs (G,)`` over ``K`` -> ``(G, M, N)``: one product per
+      group of the contraction dimension (the per-expert weight gradient).
+    - ``a (G, M, K)``, ``b (K, N)``, ``offs (G,)`` over the columns of ``b`` -> ``(M, N)``.
+
+    Groups may be empty. Rows (or columns) past ``offs[-1]`` belong to no group and are 0.
+    ``bias`` ``(G, N)`` (3-D ``b`` only) is added to each group's rows, then ``activation``
+    (one of ``ACTIVATIONS``) is applied. ``out_dtype`` may be float32 for float16/bfloat16
+    operands. float32, float16, bfloat16 and float64. Differentiable in ``a``, ``b`` and
+    ``bias``; each backward product is a grouped product of another layout.
+    Only a CPU implementation exists so far: CUDA tensors are refused.
+    """
+    return _ops().grouped_mm(a, b, offs, bias, out_dtype, activation)
+
+
+class MoERouting(NamedTuple):
+    """What :func:`moe_route` returns.
+
+    ``weights`` ``(T, top_k)`` float32 (float64 for float64 logits), each token's routing
+    weights, best expert first; ``expert_ids`` ``(T, top_k)`` int64; ``token_order``
+    ``(T * top_k,)`` int64, the flattened ``(token, k)`` slots sorted by expert (stable);
+    ``offsets`` ``(num_experts,)`` int32, cumulative slot counts per expert.
+    """
+
+    weights: Tensor
+    expert_ids: Tensor
+    token_order: Tensor
+    offsets: Tensor
+
+
+def moe_route(logits: Tensor, top_k: int, score: str = "softmax", renormalize: bool = True,
+              n_group: int = 0, topk_group: int = 0,
+              correction_bias: Tensor | None = None) -> MoERouting:
+    """Choose each token's ``top_k`` experts from router ``logits`` ``(T, num_experts)``.
+
+    ``score`` is "softmax" (Mixtral, Qwen-MoE) or "sigmoid" (DeepSeek-V3). With
+    ``n_group > 0`` the routing is group-limited (DeepSeek-V3): the experts form ``n_group``
+    equal groups, a group scores the sum of its two best experts, and only the experts of the
+    ``topk_group`` best groups may be chosen. ``correction_bias`` ``(num_experts,)`` is added
+    to the scores for the choice only; the weights are the unbiased scores of the chosen
+    experts, divided by their sum when ``renormalize``. Scores are computed in float32. Ties
+    go to the lowest expert id. ``weights`` is differentiable in ``logits``.
+    """
+    w, ids, order, offs = _ops().moe_route(logits, top_k, score, renormalize, n_group,
+                                           topk_group, correction_bias)
+    return MoERouting(w, ids, order, offs)
+
+
+def moe_permute(expert_ids: Tensor, num_experts: int) -> tuple[Tensor, Tensor]:
+    """``(token_order, offsets)`` for routing decisions ``expert_ids`` ``(T, top_k)``.
+
+    ``token_order`` (int64, ``T * top_k``) lists the flattened ``(token, k)`` slots sorted by
+    expert, stably; ``offsets`` (int32, ``num_experts``) are the cumulative slot counts, the
+    ``offs`` of :func:`grouped_mm`.
+    """
+    order, offs = _ops().moe_permute(expert_ids, num_experts)
+    return order, offs
+
+
+def moe_experts(x: Tensor, w_gate_up: Tensor, w_down: Tensor, weights: Tensor,
+                expert_ids: Tensor, token_order: Tensor, offsets: Tensor) -> Tensor:
+    """The routed experts of a mixture-of-experts layer, ``(T, H)`` from ``x`` ``(T, H)``.
+
+    For every token ``t`` and slot ``k``, with ``e = expert_ids[t, k]``:
+    ``out[t] += weights[t, k] * (silu(x[t] @ G_e.T) * (x[t] @ U_e.T)) @ w_down[e].T``,
+    where ``w_gate_up[e]`` is ``(2 * I, H)`` with the gate rows ``G_e`` first and the up rows
+    ``U_e`` after them, and ``w_down[e]`` is ``(H, I)``: the layout of transformers' experts
+    modules (Mixtral, Qwen3-MoE, DeepSeek-V3). ``token_order`` and ``offsets`` come from
+    :func:`moe_route` or :func:`moe_permute`. The combine sums in float32. Differentiable in
+    ``x``, both weights and ``weights``.
+    """
+    return _ops().moe_experts(x, w_gate_up, w_down, weights, expert_ids, token_order, offsets)

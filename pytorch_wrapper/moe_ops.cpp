@@ -1,0 +1,840 @@
+// Mixture-of-experts ops: grouped_mm (the layouts and offsets of torch._grouped_mm), the
+// routing (moe_route, moe_permute) and the expert layer (moe_experts). Argument checks, CPU
+// kernels, Meta kernels and the autograd kernels.
+//
+// The CPU kernels are the reference the Hopper kernels will be measured against: a loop of
+// ATen products over the groups, written into one output. The CUDA kernels are not built
+// yet; on CUDA tensors every op refuses with an error that says so (never a silent detour
+// through torch._grouped_mm).
+//
+// Offsets are data. The CPU kernels read and check them; the Meta kernels never do (their
+// output shapes follow from the operands' shapes alone), so a CUDA kernel can take them on
+// the device without a host synchronisation and stay capturable in a CUDA graph.
+#include <torch/autograd.h>
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "common.h"
+#include "gemmt/activation.h"
+#include "ops.h"
+
+namespace gemmt::wrapper {
+namespace {
+
+using OptTensor = std::optional<at::Tensor>;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+constexpr const char* kGroupedMm = "gemmt::grouped_mm";
+constexpr const char* kMoePermute = "gemmt::moe_permute";
+constexpr const char* kMoeRoute = "gemmt::moe_route";
+constexpr const char* kMoeExperts = "gemmt::moe_experts";
+
+bool has(const OptTensor& t) {
+  return t.has_value() && t->defined();
+}
+
+// t in this dtype, with no call to Tensor::to when it has it already: aten::to then returns
+// its own input, which torch.library.opcheck's schema check refuses from an op called below
+// autograd.
+at::Tensor as_dtype(const at::Tensor& t, at::ScalarType dtype) {
+  return t.scalar_type() == dtype ? t : t.to(dtype);
+}
+
+// ---- grouped_mm: checks and shapes ----
+
+// Which of torch._grouped_mm's layouts a call is, named by the ranks of a and b:
+//   k2d3d  a (M, K), b (G, K, N), offs over M   -> (M, N)     rows of a grouped by expert
+//   k3d3d  a (G, M, K), b (G, K, N), no offs    -> (G, M, N)  a batched product
+//   k2d2d  a (M, K), b (K, N), offs over K      -> (G, M, N)  per-group products over K
+//   k3d2d  a (G, M, K), b (K, N), offs over N   -> (M, N)     columns of b grouped
+// Each layout's backward is made of the others (GroupedMmFunction below).
+enum class Layout { k2d3d, k3d3d, k2d2d, k3d2d };
+
+Layout layout_of(const at::Tensor& a, const at::Tensor& b) {
+  if (a.dim() == 2) return b.dim() == 2 ? Layout::k2d2d : Layout::k2d3d;
+  return b.dim() == 2 ? Layout::k3d2d : Layout::k3d3d;
+}
+
+std::string activation_choices() {
+  std::string s;
+  for (int i = 0; i < static_cast<int>(Activation::kCount); ++i) {
+    if (i) s += ", ";
+    s += std::string("'") + kActivationNames[i] + "'";
+  }
+  return s;
+}
+
+Activation parse_activation(const char* op, std::string_view name) {
+  Activation a = Activation::kNone;
+  TORCH_CHECK(activation_from_name(name, &a), op, ": argument 'activation' expected one of ",
+              activation_choices(), ", got '", std::string(name), "'");
+  return a;
+}
+
+bool reduced_float(at::ScalarType t) {
+  return t == at::kHalf || t == at::kBFloat16;
+}
+
+struct GroupedMmShape {
+  Layout layout;
+  std::vector<c10::SymInt> out_sizes;
+  at::ScalarType out_dtype;
+  Activation activation;
+};
+
+GroupedMmShape check_grouped_mm(const at::Tensor& a, const at::Tensor& b, const OptTensor& offs,
+                                const OptTensor& bias, std::optional<at::ScalarType> out_dtype,
+                                std::string_view activation) {
+  const char* op = kGroupedMm;
+  check_dtype(op, "a", a, float_dtypes_for(a));
+  check_dtype(op, "b", b, float_dtypes_for(b));
+  check_same_device(op, "a", a, "b", b);
+  check_same_dtype(op, "a", a, "b", b);
+  TORCH_CHECK(a.dim() == 2 || a.dim() == 3, op, ": argument 'a' expected a 2-D or 3-D tensor, got ",
+              describe(a));
+  TORCH_CHECK(b.dim() == 2 || b.dim() == 3, op, ": argument 'b' expected a 2-D or 3-D tensor, got ",
+              describe(b));
+  TORCH_CHECK(a.sym_size(-1) == b.sym_size(-2), op,
+              ": arguments 'a' and 'b' expected a.shape[-1] == b.shape[-2] (the contraction "
+              "dimension), got ",
+              describe(a), " and ", describe(b));
+  const Layout layout = layout_of(a, b);
+  if (layout == Layout::k3d3d) {
+    TORCH_CHECK(!has(offs), op,
+                ": argument 'offs' expected None when a and b are both 3-D (one group per batch "
+                "entry), got ",
+                describe(*offs));
+    TORCH_CHECK(a.sym_size(0) == b.sym_size(0), op,
+                ": arguments 'a' and 'b' expected the same number of groups (a.shape[0] == "
+                "b.shape[0]), got ",
+                describe(a), " and ", describe(b));
+  } else {
+    TORCH_CHECK(has(offs), op,
+                ": argument 'offs' expected a 1-D int32 tensor of cumulative group end offsets "
+                "when a is ",
+                a.dim(), "-D and b is ", b.dim(), "-D, got None");
+    check_dtype(op, "offs", *offs, {at::kInt});
+    check_dim(op, "offs", *offs, 1);
+    check_same_device(op, "a", a, "offs", *offs);
+    if (layout == Layout::k2d3d) {
+      TORCH_CHECK(offs->sym_size(0) == b.sym_size(0), op,
+                  ": argument 'offs' expected one offset per group of b (b.shape[0] = ",
+                  b.sym_size(0), "), got ", describe(*offs));
+    } else if (layout == Layout::k3d2d) {
+      TORCH_CHECK(offs->sym_size(0) == a.sym_size(0), op,
+                  ": argument 'offs' expected one offset per group of a (a.shape[0] = ",
+                  a.sym_size(0), "), got ", describe(*offs));
+    }
+  }
+  if (has(bias)) {
+    TORCH_CHECK(b.dim() == 3, op,
+                ": argument 'bias' is supported only when b is 3-D (one bias row per group), got "
+                "b ",
+                describe(b));
+    check_same_device(op, "a", a, "bias", *bias);
+    check_same_dtype(op, "a", a, "bias", *bias);
+    TORCH_CHECK(bias->dim() == 2 && bias->sym_size(0) == b.sym_size(0) &&
+                    bias->sym_size(1) == b.sym_size(2),
+                op, ": argument 'bias' expected shape [", b.sym_size(0), ", ", b.sym_size(2),
+                "] (b.shape[0], b.shape[2]), got ", describe(*bias));
+  }
+  const at::ScalarType od = out_dtype.value_or(a.scalar_type());
+  TORCH_CHECK(od == a.scalar_type() || (od == at::kFloat && reduced_float(a.scalar_type())), op,
+              ": argument 'out_dtype' expected None, ", a.scalar_type(),
+              reduced_float(a.scalar_type()) ? " or Float" : "", " (for a ", a.scalar_type(),
+              " a), got ", od);
+  GroupedMmShape s{layout, {}, od, parse_activation(op, activation)};
+  switch (layout) {
+    case Layout::k2d3d:
+      s.out_sizes = {a.sym_size(0), b.sym_size(2)};
+      break;
+    case Layout::k3d3d:
+      s.out_sizes = {a.sym_size(0), a.sym_size(1), b.sym_size(2)};
+      break;
+    case Layout::k2d2d:
+      s.out_sizes = {offs->sym_size(0), a.sym_size(0), b.sym_size(1)};
+      break;
+    case Layout::k3d2d:
+      s.out_sizes = {a.sym_size(1), b.sym_size(1)};
+      break;
+  }
+  return s;
+}
+
+// The cumulative group ends, checked: non-negative, non-decreasing, none past `extent`.
+std::vector<int64_t> read_offsets(const char* op, const at::Tensor& offs, int64_t extent,
+                                  const char* extent_name) {
+  const at::Tensor o = offs.contiguous();
+  const int32_t* p = o.const_data_ptr<int32_t>();
+  std::vector<int64_t> ends(static_cast<size_t>(o.numel()));
+  int64_t prev = 0;
+  for (int64_t i = 0; i < o.numel(); ++i) {
+    const int64_t v = p[i];
+    if (i == 0) {
+      TORCH_CHECK(v >= 0, op,
+                  ": argument 'offs' expected non-negative cumulative group end offsets, got "
+                  "offs[0] = ",
+                  v);
+    } else {
+      TORCH_CHECK(v >= prev, op,
+                  ": argument 'offs' expected non-decreasing offsets (cumulative group ends), "
+                  "got offs[",
+                  i, "] = ", v, " after offs[", i - 1, "] = ", prev);
+    }
+    TORCH_CHECK(v <= extent, op, ": argument 'offs' expected offsets <= ", extent, " (",
+                extent_name, "), got offs[", i, "] = ", v);
+    ends[static_cast<size_t>(i)] = v;
+    prev = v;
+  }
+  return ends;
+}
+
+void apply_activation_(at::Tensor& out, Activation act) {
+  switch (act) {
+    case Activation::kReLU:
+      at::relu_(out);
+      break;
+    case Activation::kGelu:
+      at::gelu_(out, "none");
+      break;
+    case Activation::kGeluTanh:
+      at::gelu_(out, "tanh");
+      break;
+    case Activation::kSilu:
+      at::silu_(out);
+      break;
+    default:
+      break;
+  }
+}
+
+at::Tensor activation_of(const at::Tensor& z, Activation act) {
+  switch (act) {
+    case Activation::kReLU:
+      return at::relu(z);
+    case Activation::kGelu:
+      return at::gelu(z, "none");
+    case Activation::kGeluTanh:
+      return at::gelu(z, "tanh");
+    case Activation::kSilu:
+      return at::silu(z);
+    default:
+      return z;
+  }
+}
+
+// act'(z) * g from differentiable ATen pieces, so a recorded backward has derivatives too.
+at::Tensor activation_backward(const at::Tensor& g, const at::Tensor& z, Activation act) {
+  switch (act) {
+    case Activation::kReLU:
+      return at::threshold_backward(g, z, 0);
+    case Activation::kGelu:
+      return at::gelu_backward(g, z, "none");
+    case Activation::kGeluTanh:
+      return at::gelu_backward(g, z, "tanh");
+    case Activation::kSilu: {
+      const at::Tensor s = at::sigmoid(z);
+      return g * s * (1 + z * (1 - s));
+    }
+    default:
+      return g;
+  }
+}
+
+std::string cuda_not_built(const char* op) {
+  return std::string(op) +
+         ": the CUDA kernel is not built yet (this version has the CPU implementation only); "
+         "move the tensors to the CPU";
+}
+
+// ---- dispatcher handles (backward passes and the composite expert layer) ----
+
+template <typename Sig>
+c10::TypedOperatorHandle<Sig> op_handle(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
+}
+
+at::Tensor call_grouped_mm(const at::Tensor& a, const at::Tensor& b, const OptTensor& offs,
+                           const OptTensor& bias = std::nullopt,
+                           std::optional<at::ScalarType> out_dtype = std::nullopt,
+                           std::string_view activation = "none") {
+  static auto op =
+      op_handle<at::Tensor(const at::Tensor&, const at::Tensor&, const OptTensor&, const OptTensor&,
+                           std::optional<at::ScalarType>, std::string_view)>("gemmt::grouped_mm");
+  return op.call(a, b, offs, bias, out_dtype, activation);
+}
+
+at::Tensor call_swiglu(const at::Tensor& gate, const at::Tensor& up) {
+  static auto op = op_handle<at::Tensor(const at::Tensor&, const at::Tensor&)>("gemmt::swiglu");
+  return op.call(gate, up);
+}
+
+std::tuple<at::Tensor, at::Tensor> call_moe_permute(const at::Tensor& expert_ids,
+                                                    int64_t num_experts) {
+  static auto op = op_handle<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, int64_t)>(
+      "gemmt::moe_permute");
+  return op.call(expert_ids, num_experts);
+}
+
+using RouteResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+RouteResult call_moe_route(const at::Tensor& logits, int64_t top_k, std::string_view score,
+                           bool renormalize, int64_t n_group, int64_t topk_group,
+                           const OptTensor& correction_bias) {
+  static auto op = op_handle<RouteResult(const at::Tensor&, int64_t, std::string_view, bool,
+                                         int64_t, int64_t, const OptTensor&)>("gemmt::moe_route");
+  return op.call(logits, top_k, score, renormalize, n_group, topk_group, correction_bias);
+}
+
+at::Tensor call_moe_experts(const at::Tensor& x, const at::Tensor& w_gate_up,
+                            const at::Tensor& w_down, const at::Tensor& weights,
+                            const at::Tensor& expert_ids, const at::Tensor& token_order,
+                            const at::Tensor& offsets) {
+  static auto op = op_handle<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                        const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                        const at::Tensor&)>("gemmt::moe_experts");
+  return op.call(x, w_gate_up, w_down, weights, expert_ids, token_order, offsets);
+}
+
+// ---- grouped_mm autograd ----
+
+// The gradients of each layout are grouped products of the other layouts (transposed views,
+// no copies), so they run whatever kernel grouped_mm has on the tensors' device:
+//   k2d3d  da = g @ b^T per group (k2d3d);  db = a^T g per group over M (k2d2d)
+//   k3d3d  da = g @ b^T (k3d3d);            db = a^T @ g (k3d3d)
+//   k2d2d  da = g[i] @ b^T, columns by group (k3d2d);  db = a^T @ g[i], rows by group (k2d3d)
+//   k3d2d  da = g @ b^T per column group (k2d2d);      db = a[i]^T @ g, columns (k3d2d)
+// The bias gradient of k2d3d is a per-group row sum: a k2d2d product with a row of ones.
+class GroupedMmFunction : public torch::autograd::Function<GroupedMmFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b,
+                            const OptTensor& offs, const OptTensor& bias,
+                            std::optional<at::ScalarType> out_dtype, std::string_view activation) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    const Activation act = parse_activation(kGroupedMm, activation);
+    // With an activation the pre-activation is kept for the backward (the CPU kernel would
+    // compute the same z, then act(z) in place).
+    at::Tensor z = call_grouped_mm(a, b, offs, bias, out_dtype, "none");
+    at::Tensor y = act == Activation::kNone ? z : activation_of(z, act);
+    ctx->saved_data["activation"] = static_cast<int64_t>(act);
+    ctx->saved_data["has_bias"] = has(bias);
+    ctx->saved_data["out_dtype"] =
+        out_dtype.has_value() ? static_cast<int64_t>(*out_dtype) : int64_t{-1};
+    ctx->save_for_backward({a, b, has(offs) ? *offs : at::Tensor(),
+                            has(bias) ? *bias : at::Tensor(),
+                            act == Activation::kNone ? at::Tensor() : z});
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &a = saved[0], &b = saved[1], &offs_t = saved[2], &bias = saved[3],
+                     &z = saved[4];
+    const OptTensor offs = offs_t.defined() ? OptTensor(offs_t) : std::nullopt;
+    const auto act = static_cast<Activation>(ctx->saved_data["activation"].toInt());
+    const bool has_bias = ctx->saved_data["has_bias"].toBool();
+    at::Tensor g = grads[0];
+    if (act != Activation::kNone) {
+      at::Tensor pre = z;
+      if (at::GradMode::is_enabled()) {
+        // Recorded backward (create_graph): recompute z differentiably so that second
+        // derivatives reach a, b and bias through it.
+        const int64_t od = ctx->saved_data["out_dtype"].toInt();
+        pre = call_grouped_mm(
+            a, b, offs, bias.defined() ? OptTensor(bias) : std::nullopt,
+            od < 0 ? std::nullopt : std::optional<at::ScalarType>(static_cast<at::ScalarType>(od)),
+            "none");
+      }
+      g = activation_backward(g, pre, act);
+    }
+    if (g.scalar_type() != a.scalar_type()) g = g.to(a.scalar_type());
+    at::Tensor ga, gb, gbias;
+    const bool need_a = ctx->needs_input_grad(0), need_b = ctx->needs_input_grad(1);
+    // needs_input_grad counts tensor arguments only: bias is the third without offs.
+    const bool need_bias = has_bias && ctx->needs_input_grad(offs.has_value() ? 3 : 2);
+    switch (layout_of(a, b)) {
+      case Layout::k2d3d:
+        if (need_a) ga = call_grouped_mm(g, b.transpose(1, 2), offs);
+        if (need_b) gb = call_grouped_mm(a.t(), g, offs);
+        if (need_bias) {
+          gbias = call_grouped_mm(at::ones_symint({c10::SymInt(1), g.sym_size(0)}, g.options()), g,
+                                  offs)
+                      .squeeze(1);
+        }
+        break;
+      case Layout::k3d3d:
+        if (need_a) ga = call_grouped_mm(g, b.transpose(1, 2), std::nullopt);
+        if (need_b) gb = call_grouped_mm(a.transpose(1, 2), g, std::nullopt);
+        if (need_bias) gbias = g.sum(1);
+        break;
+      case Layout::k2d2d:
+        if (need_a) ga = call_grouped_mm(g, b.t(), offs);
+        if (need_b) gb = call_grouped_mm(a.t(), g, offs);
+        break;
+      case Layout::k3d2d:
+        if (need_a) ga = call_grouped_mm(g, b.t(), offs);
+        if (need_b) gb = call_grouped_mm(a.transpose(1, 2), g, offs);
+        break;
+    }
+    return {ga, gb, at::Tensor(), gbias, at::Tensor(), at::Tensor()};
+  }
+};
+
+// ---- routing ----
+
+bool is_index_dtype(const at::Tensor& t) {
+  return t.scalar_type() == at::kInt || t.scalar_type() == at::kLong;
+}
+
+void check_index(const char* op, const char* arg, const at::Tensor& t) {
+  check_dtype(op, arg, t, {at::kInt, at::kLong});
+}
+
+at::ScalarType route_dtype(const at::Tensor& logits) {
+  // Routing scores in float32 whatever the logits' dtype (float64 stays float64, for
+  // gradcheck): a top-k decided in bfloat16 would be decided by rounding.
+  return logits.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+bool score_is_softmax(const char* op, std::string_view score) {
+  TORCH_CHECK(score == "softmax" || score == "sigmoid", op,
+              ": argument 'score' expected 'softmax' or 'sigmoid', got '", std::string(score), "'");
+  return score == "softmax";
+}
+
+void check_moe_route(const at::Tensor& logits, int64_t top_k, std::string_view score,
+                     int64_t n_group, int64_t topk_group, const OptTensor& correction_bias) {
+  const char* op = kMoeRoute;
+  check_dtype(op, "logits", logits, float_dtypes_for(logits));
+  check_dim(op, "logits", logits, 2);
+  score_is_softmax(op, score);
+  const c10::SymInt experts = logits.sym_size(1);
+  TORCH_CHECK(top_k >= 1 && top_k <= experts, op,
+              ": argument 'top_k' expected 1 <= top_k <= the number of experts (logits.shape[1] "
+              "= ",
+              experts, "), got ", top_k);
+  TORCH_CHECK(n_group >= 0, op,
+              ": argument 'n_group' expected >= 0 (0: no group-limited routing), got ", n_group);
+  if (n_group == 0) {
+    TORCH_CHECK(topk_group == 0, op,
+                ": argument 'topk_group' expected 0 when n_group is 0 (no group-limited "
+                "routing), got ",
+                topk_group);
+  } else {
+    TORCH_CHECK(experts % n_group == 0, op,
+                ": argument 'n_group' expected a divisor of the number of experts (", experts,
+                "), got ", n_group);
+    TORCH_CHECK(topk_group >= 1 && topk_group <= n_group, op,
+                ": argument 'topk_group' expected 1 <= topk_group <= n_group (", n_group, "), got ",
+                topk_group);
+    TORCH_CHECK(top_k <= topk_group * (experts / n_group), op,
+                ": argument 'top_k' expected at most topk_group * experts per group (",
+                topk_group * (experts / n_group), ": the experts of the chosen groups), got ",
+                top_k);
+  }
+  if (has(correction_bias)) {
+    check_dtype(op, "correction_bias", *correction_bias, float_dtypes_for(*correction_bias));
+    check_same_device(op, "logits", logits, "correction_bias", *correction_bias);
+    TORCH_CHECK(correction_bias->dim() == 1 && correction_bias->sym_size(0) == experts, op,
+                ": argument 'correction_bias' expected shape [", experts,
+                "] (one per expert), got ", describe(*correction_bias));
+  }
+}
+
+at::Tensor scores_of(const at::Tensor& logits, bool softmax) {
+  const at::Tensor s = as_dtype(logits, route_dtype(logits));
+  return softmax ? at::softmax(s, -1) : at::sigmoid(s);
+}
+
+// The routing weights of the chosen experts, from differentiable ATen ops: the CPU kernel and
+// the autograd kernel (which records it, so the router's logits get their gradient) share it.
+at::Tensor route_weights(const at::Tensor& logits, const at::Tensor& expert_ids, bool softmax,
+                         bool renormalize) {
+  at::Tensor w = scores_of(logits, softmax).gather(1, expert_ids);
+  if (renormalize) {
+    // The floor keeps all-underflowed sigmoid scores from dividing 0 by 0.
+    w = w / w.sum(-1, true).clamp_min(std::numeric_limits<float>::min());
+  }
+  return w;
+}
+
+// Indices of the k largest values along the last dimension, largest first; equal values in
+// ascending index order (a stable descending sort), so ties go to the lowest expert id.
+at::Tensor top_indices(const at::Tensor& v, int64_t k) {
+  return std::get<1>(at::sort(v, /*stable=*/true, /*dim=*/-1, /*descending=*/true))
+      .narrow(-1, 0, k)
+      .contiguous();
+}
+
+// ---- moe_experts ----
+
+void check_moe_experts(const at::Tensor& x, const at::Tensor& w_gate_up, const at::Tensor& w_down,
+                       const at::Tensor& weights, const at::Tensor& expert_ids,
+                       const at::Tensor& token_order, const at::Tensor& offsets) {
+  const char* op = kMoeExperts;
+  check_dtype(op, "x", x, float_dtypes_for(x));
+  check_dim(op, "x", x, 2);
+  check_dim(op, "w_gate_up", w_gate_up, 3);
+  check_dim(op, "w_down", w_down, 3);
+  check_same_dtype(op, "x", x, "w_gate_up", w_gate_up);
+  check_same_dtype(op, "x", x, "w_down", w_down);
+  check_same_device(op, "x", x, "w_gate_up", w_gate_up);
+  check_same_device(op, "x", x, "w_down", w_down);
+  const c10::SymInt experts = w_gate_up.sym_size(0), hidden = x.sym_size(1),
+                    inter = w_down.sym_size(2);
+  TORCH_CHECK(w_gate_up.sym_size(2) == hidden && w_gate_up.sym_size(1) == 2 * inter, op,
+              ": argument 'w_gate_up' expected shape [E, 2 * I, H] = [", experts, ", ", 2 * inter,
+              ", ", hidden, "] (H = x.shape[1], I = w_down.shape[2]), got ", describe(w_gate_up));
+  TORCH_CHECK(w_down.sym_size(0) == experts && w_down.sym_size(1) == hidden, op,
+              ": argument 'w_down' expected shape [E, H, I] = [", experts, ", ", hidden,
+              ", I] (E = "
+              "w_gate_up.shape[0], H = x.shape[1]), got ",
+              describe(w_down));
+  check_dtype(op, "weights", weights, float_dtypes_for(weights));
+  check_dim(op, "weights", weights, 2);
+  check_same_device(op, "x", x, "weights", weights);
+  TORCH_CHECK(weights.sym_size(0) == x.sym_size(0), op,
+              ": argument 'weights' expected shape [T, top_k] with T = x.shape[0] = ",
+              x.sym_size(0), ", got ", describe(weights));
+  check_index(op, "expert_ids", expert_ids);
+  check_same_device(op, "x", x, "expert_ids", expert_ids);
+  TORCH_CHECK(expert_ids.sym_sizes() == weights.sym_sizes(), op,
+              ": argument 'expert_ids' expected the shape of 'weights' [T, top_k], got ",
+              describe(expert_ids), " and weights ", describe(weights));
+  check_index(op, "token_order", token_order);
+  check_dim(op, "token_order", token_order, 1);
+  check_same_device(op, "x", x, "token_order", token_order);
+  TORCH_CHECK(token_order.sym_size(0) == weights.sym_numel(), op,
+              ": argument 'token_order' expected T * top_k = ", weights.sym_numel(),
+              " entries (one per routed slot), got ", describe(token_order));
+  check_dtype(op, "offsets", offsets, {at::kInt});
+  check_dim(op, "offsets", offsets, 1);
+  check_same_device(op, "x", x, "offsets", offsets);
+  TORCH_CHECK(offsets.sym_size(0) == experts, op,
+              ": argument 'offsets' expected one offset per expert (", experts, "), got ",
+              describe(offsets));
+}
+
+// The routing data, checked against each other (CPU only: the values are read): token_order
+// a permutation of the T * top_k slots, offsets the cumulative counts of expert_ids, and the
+// slots in token_order sorted by expert.
+void check_moe_routing_values(const at::Tensor& expert_ids, const at::Tensor& token_order,
+                              const at::Tensor& offsets, int64_t num_experts) {
+  const char* op = kMoeExperts;
+  const int64_t slots = token_order.numel();
+  const std::vector<int64_t> ends = read_offsets(op, offsets, slots, "T * top_k, the routed slots");
+  TORCH_CHECK(ends.empty() ? slots == 0 : ends.back() == slots, op,
+              ": argument 'offsets' expected its last entry to be T * top_k = ", slots,
+              " (every routed slot belongs to an expert), got ", ends.empty() ? 0 : ends.back());
+  if (slots == 0) return;
+  const at::Tensor order = as_dtype(token_order, at::kLong);
+  const int64_t lo = order.min().item<int64_t>(), hi = order.max().item<int64_t>();
+  TORCH_CHECK(lo >= 0 && hi < slots, op, ": argument 'token_order' expected values in [0, ", slots,
+              "), got values in [", lo, ", ", hi, "]");
+  TORCH_CHECK(at::bincount(order, {}, slots).eq(1).all().item<bool>(), op,
+              ": argument 'token_order' expected a permutation of the T * top_k = ", slots,
+              " routed slots, got repeated entries");
+  const at::Tensor ids = as_dtype(expert_ids.reshape(-1), at::kLong);
+  const int64_t ilo = ids.min().item<int64_t>(), ihi = ids.max().item<int64_t>();
+  TORCH_CHECK(ilo >= 0 && ihi < num_experts, op, ": argument 'expert_ids' expected values in [0, ",
+              num_experts, "), got values in [", ilo, ", ", ihi, "]");
+  const at::Tensor counts =
+      at::diff(at::cat({at::zeros({1}, at::kLong), as_dtype(offsets, at::kLong)}));
+  const at::Tensor expected =
+      at::repeat_interleave(at::arange(num_experts, at::kLong), counts, std::nullopt, slots);
+  TORCH_CHECK(at::equal(ids.index_select(0, order), expected), op,
+              ": arguments 'token_order' and 'offsets' expected the slots of expert e at "
+              "positions [offsets[e-1], offsets[e]) of token_order (as moe_permute returns "
+              "them), got an order that does not match expert_ids");
+}
+
+// A CPU tensor whose values can be read here: not a tracing stand-in (torch.compile's fake
+// and functional tensors), which has no data.
+bool readable_on_host(const at::Tensor& t) {
+  return t.is_cpu() && !t.key_set().has(c10::DispatchKey::Python) &&
+         !t.key_set().has(c10::DispatchKey::Functionalize);
+}
+
+// The expert layer from registered ops: gather, gate/up grouped product, swiglu, down grouped
+// product, weighted combine. Below autograd (the CPU kernel) it computes; above it (the
+// autograd kernel) every step is recorded and the backward is grouped products again.
+at::Tensor moe_experts_composite(const at::Tensor& x, const at::Tensor& w_gate_up,
+                                 const at::Tensor& w_down, const at::Tensor& weights,
+                                 const at::Tensor& token_order, const at::Tensor& offsets) {
+  const at::Tensor order = as_dtype(token_order, at::kLong);
+  const at::Tensor token = at::div(order, weights.sym_size(1), "floor");
+  const at::Tensor xs = x.index_select(0, token);
+  // transformers' experts store each expert's weights as (out_features, in_features); the
+  // grouped product wants (in, out): a transposed view, read through its strides.
+  const at::Tensor h = call_grouped_mm(xs, w_gate_up.transpose(1, 2), offsets);
+  const c10::SymInt inter = w_down.sym_size(2);
+  const at::Tensor act =
+      call_swiglu(h.narrow_symint(1, 0, inter), h.narrow_symint(1, inter, inter));
+  const at::Tensor o = call_grouped_mm(act, w_down.transpose(1, 2), offsets);
+  const at::ScalarType acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const at::Tensor w = as_dtype(weights.reshape(-1).index_select(0, order), acc);
+  const at::Tensor contrib = as_dtype(o, acc) * w.unsqueeze(1);
+  // Each token's top_k contributions summed in float32, rounded once.
+  return at::zeros_symint(x.sym_sizes(), x.options().dtype(acc))
+      .index_add(0, token, contrib)
+      .to(x.scalar_type());
+}
+
+}  // namespace
+
+// ---- grouped_mm ----
+
+at::Tensor grouped_mm_meta(const at::Tensor& a, const at::Tensor& b, const OptTensor& offs,
+                           const OptTensor& bias, std::optional<at::ScalarType> out_dtype,
+                           std::string_view activation) {
+  const GroupedMmShape s = check_grouped_mm(a, b, offs, bias, out_dtype, activation);
+  return at::empty_symint(s.out_sizes, a.options().dtype(s.out_dtype));
+}
+
+at::Tensor grouped_mm_cpu(const at::Tensor& a, const at::Tensor& b, const OptTensor& offs,
+                          const OptTensor& bias, std::optional<at::ScalarType> out_dtype,
+                          std::string_view activation) {
+  const char* op = kGroupedMm;
+  const GroupedMmShape s = check_grouped_mm(a, b, offs, bias, out_dtype, activation);
+  at::AutoDispatchBelowADInplaceOrView guard;
+  // Zeros: rows (k2d3d) or columns (k3d2d) past the last offset belong to no group and stay
+  // 0, as does an empty group's product over K (k2d2d).
+  at::Tensor out = at::zeros(C10_AS_INTARRAYREF_SLOW(s.out_sizes), a.options().dtype(s.out_dtype));
+  // A float32 result of half-precision operands: products in float32 throughout.
+  const at::Tensor A = a.scalar_type() == s.out_dtype ? a : a.to(s.out_dtype);
+  const at::Tensor B = b.scalar_type() == s.out_dtype ? b : b.to(s.out_dtype);
+  at::Tensor C = has(bias) ? (bias->scalar_type() == s.out_dtype ? *bias : bias->to(s.out_dtype))
+                           : at::Tensor();
+  int64_t start = 0;
+  switch (s.layout) {
+    case Layout::k3d3d:
+      at::bmm_out(out, A, B);
+      if (C.defined()) out.add_(C.unsqueeze(1));
+      break;
+    case Layout::k2d3d: {
+      const auto ends = read_offsets(op, *offs, a.size(0), "a.shape[0], the rows of a");
+      for (size_t g = 0; g < ends.size(); ++g) {
+        const int64_t n = ends[g] - start;
+        if (n > 0) {
+          at::Tensor rows = out.narrow(0, start, n);
+          at::mm_out(rows, A.narrow(0, start, n), B.select(0, static_cast<int64_t>(g)));
+          if (C.defined()) rows.add_(C.select(0, static_cast<int64_t>(g)));
+        }
+        start = ends[g];
+      }
+      break;
+    }
+    case Layout::k2d2d: {
+      const auto ends = read_offsets(op, *offs, a.size(1), "a.shape[1], the contraction dimension");
+      for (size_t g = 0; g < ends.size(); ++g) {
+        const int64_t n = ends[g] - start;
+        if (n > 0) {
+          at::Tensor dst = out.select(0, static_cast<int64_t>(g));
+          at::mm_out(dst, A.narrow(1, start, n), B.narrow(0, start, n));
+        }
+        start = ends[g];
+      }
+      break;
+    }
+    case Layout::k3d2d: {
+      const auto ends = read_offsets(op, *offs, b.size(1), "b.shape[1], the columns of b");
+      for (size_t g = 0; g < ends.size(); ++g) {
+        const int64_t n = ends[g] - start;
+        if (n > 0) {
+          out.narrow(1, start, n)
+              .copy_(at::mm(A.select(0, static_cast<int64_t>(g)), B.narrow(1, start, n)));
+        }
+        start = ends[g];
+      }
+      break;
+    }
+  }
+  apply_activation_(out, s.activation);
+  return out;
+}
+
+at::Tensor grouped_mm_cuda(const at::Tensor& a, const at::Tensor& b, const OptTensor& offs,
+                           const OptTensor& bias, std::optional<at::ScalarType> out_dtype,
+                           std::string_view activation) {
+  check_grouped_mm(a, b, offs, bias, out_dtype, activation);
+  TORCH_CHECK_NOT_IMPLEMENTED(false, cuda_not_built(kGroupedMm), "; got a ", describe(a));
+  return {};
+}
+
+at::Tensor grouped_mm_autograd(const at::Tensor& a, const at::Tensor& b, const OptTensor& offs,
+                               const OptTensor& bias, std::optional<at::ScalarType> out_dtype,
+                               std::string_view activation) {
+  const bool record = at::GradMode::is_enabled() && (a.requires_grad() || b.requires_grad() ||
+                                                     (has(bias) && bias->requires_grad()));
+  if (!record) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return call_grouped_mm(a, b, offs, bias, out_dtype, activation);
+  }
+  return GroupedMmFunction::apply(a, b, offs, bias, out_dtype, activation);
+}
+
+// ---- moe_permute ----
+
+std::tuple<at::Tensor, at::Tensor> moe_permute_meta(const at::Tensor& expert_ids,
+                                                    int64_t num_experts) {
+  check_index(kMoePermute, "expert_ids", expert_ids);
+  TORCH_CHECK(num_experts >= 1, kMoePermute, ": argument 'num_experts' expected >= 1, got ",
+              num_experts);
+  const auto opts = expert_ids.options();
+  return {at::empty_symint({expert_ids.sym_numel()}, opts.dtype(at::kLong)),
+          at::empty({num_experts}, opts.dtype(at::kInt))};
+}
+
+std::tuple<at::Tensor, at::Tensor> moe_permute_cpu(const at::Tensor& expert_ids,
+                                                   int64_t num_experts) {
+  moe_permute_meta(expert_ids, num_experts);
+  at::AutoDispatchBelowADInplaceOrView guard;
+  const at::Tensor ids = as_dtype(expert_ids.reshape(-1), at::kLong);
+  if (ids.numel() > 0) {
+    const int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
+    TORCH_CHECK(lo >= 0 && hi < num_experts, kMoePermute,
+                ": argument 'expert_ids' expected values in [0, num_experts = ", num_experts,
+                "), got values in [", lo, ", ", hi, "]");
+  }
+  // Stable: the slots of one expert keep their (token, k) order, so the permutation is
+  // deterministic.
+  at::Tensor order = std::get<1>(at::sort(ids, /*stable=*/true, /*dim=*/0, /*descending=*/false));
+  at::Tensor offsets = at::bincount(ids, {}, num_experts).cumsum(0, at::kInt);
+  return {order, offsets};
+}
+
+std::tuple<at::Tensor, at::Tensor> moe_permute_cuda(const at::Tensor& expert_ids,
+                                                    int64_t num_experts) {
+  moe_permute_meta(expert_ids, num_experts);
+  TORCH_CHECK_NOT_IMPLEMENTED(false, cuda_not_built(kMoePermute), "; got expert_ids ",
+                              describe(expert_ids));
+  return {};
+}
+
+// ---- moe_route ----
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> moe_route_meta(
+    const at::Tensor& logits, int64_t top_k, std::string_view score, bool /*renormalize*/,
+    int64_t n_group, int64_t topk_group, const OptTensor& correction_bias) {
+  check_moe_route(logits, top_k, score, n_group, topk_group, correction_bias);
+  const auto opts = logits.options();
+  const c10::SymInt tokens = logits.sym_size(0);
+  return {at::empty_symint({tokens, c10::SymInt(top_k)}, opts.dtype(route_dtype(logits))),
+          at::empty_symint({tokens, c10::SymInt(top_k)}, opts.dtype(at::kLong)),
+          at::empty_symint({tokens * top_k}, opts.dtype(at::kLong)),
+          at::empty_symint({logits.sym_size(1)}, opts.dtype(at::kInt))};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> moe_route_cpu(
+    const at::Tensor& logits, int64_t top_k, std::string_view score, bool renormalize,
+    int64_t n_group, int64_t topk_group, const OptTensor& correction_bias) {
+  check_moe_route(logits, top_k, score, n_group, topk_group, correction_bias);
+  at::AutoDispatchBelowADInplaceOrView guard;
+  const bool softmax = score_is_softmax(kMoeRoute, score);
+  const int64_t tokens = logits.size(0), experts = logits.size(1);
+  const at::Tensor scores = scores_of(logits, softmax);
+  // The bias steers the choice only; the weights are the unbiased scores (DeepSeek-V3).
+  at::Tensor choice =
+      has(correction_bias) ? scores + correction_bias->to(scores.scalar_type()) : scores;
+  if (n_group > 0) {
+    // Group-limited routing: a group's score is the sum of its two best experts' scores;
+    // only the experts of the topk_group best groups may be chosen.
+    const int64_t per = experts / n_group;
+    const at::Tensor grouped = choice.view({tokens, n_group, per});
+    const at::Tensor best =
+        std::get<0>(at::sort(grouped, /*stable=*/true, /*dim=*/-1, /*descending=*/true));
+    const at::Tensor group_score = best.narrow(-1, 0, std::min<int64_t>(2, per)).sum(-1);
+    const at::Tensor groups = top_indices(group_score, topk_group);
+    const at::Tensor keep =
+        at::zeros({tokens, n_group}, logits.options().dtype(at::kBool)).scatter_(1, groups, true);
+    choice = choice.masked_fill(
+        keep.logical_not().unsqueeze(-1).expand({tokens, n_group, per}).reshape({tokens, experts}),
+        -std::numeric_limits<double>::infinity());
+  }
+  at::Tensor ids = top_indices(choice, top_k);
+  at::Tensor weights = route_weights(logits, ids, softmax, renormalize);
+  auto [order, offsets] = moe_permute_cpu(ids, experts);
+  return {weights, ids, order, offsets};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> moe_route_cuda(
+    const at::Tensor& logits, int64_t top_k, std::string_view score, bool renormalize,
+    int64_t n_group, int64_t topk_group, const OptTensor& correction_bias) {
+  moe_route_meta(logits, top_k, score, renormalize, n_group, topk_group, correction_bias);
+  TORCH_CHECK_NOT_IMPLEMENTED(false, cuda_not_built(kMoeRoute), "; got logits ", describe(logits));
+  return {};
+}
+
+// The choice of experts is not differentiable; the weights are, through the scores: recorded
+// here from the chosen ids.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> moe_route_autograd(
+    const at::Tensor& logits, int64_t top_k, std::string_view score, bool renormalize,
+    int64_t n_group, int64_t topk_group, const OptTensor& correction_bias) {
+  RouteResult r;
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    r = call_moe_route(logits, top_k, score, renormalize, n_group, topk_group, correction_bias);
+  }
+  if (at::GradMode::is_enabled() && logits.requires_grad()) {
+    std::get<0>(r) =
+        route_weights(logits, std::get<1>(r), score_is_softmax(kMoeRoute, score), renormalize);
+  }
+  return r;
+}
+
+// ---- moe_experts ----
+
+at::Tensor moe_experts_meta(const at::Tensor& x, const at::Tensor& w_gate_up,
+                            const at::Tensor& w_down, const at::Tensor& weights,
+                            const at::Tensor& expert_ids, const at::Tensor& token_order,
+                            const at::Tensor& offsets) {
+  check_moe_experts(x, w_gate_up, w_down, weights, expert_ids, token_order, offsets);
+  return at::empty_symint(x.sym_sizes(), x.options());
+}
+
+at::Tensor moe_experts_cpu(const at::Tensor& x, const at::Tensor& w_gate_up,
+                           const at::Tensor& w_down, const at::Tensor& weights,
+                           const at::Tensor& expert_ids, const at::Tensor& token_order,
+                           const at::Tensor& offsets) {
+  check_moe_experts(x, w_gate_up, w_down, weights, expert_ids, token_order, offsets);
+  at::AutoDispatchBelowADInplaceOrView guard;
+  check_moe_routing_values(expert_ids, token_order, offsets, w_gate_up.size(0));
+  return moe_experts_composite(x, w_gate_up, w_down, weights, token_order, offsets);
+}
+
+at::Tensor moe_experts_cuda(const at::Tensor& x, const at::Tensor& w_gate_up,
+                            const at::Tensor& w_down, const at::Tensor& weights,
+                            const at::Tensor& expert_ids, const at::Tensor& token_order,
+                            const at::Tensor& offsets) {
+  check_moe_experts(x, w_gate_up, w_down, weights, expert_ids, token_order, offsets);
+  TORCH_CHECK_NOT_IMPLEMENTED(false, cuda_not_built(kMoeExperts), "; got x ", describe(x));
+  return {};
+}
+
+at::Tensor moe_experts_autograd(const at::Tensor& x, const at::Tensor& w_gate_up,
+                                const at::Tensor& w_down, const at::Tensor& weights,
+                                const at::Tensor& expert_ids, const at::Tensor& token_order,
+                                const at::Tensor& offsets) {
+  const bool record =
+      at::GradMode::is_enabled() && (x.requires_grad() || w_gate_up.requires_grad() ||
+                                     w_down.requires_grad() || weights.requires_grad());
+  if (!record) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return call_moe_experts(x, w_gate_up, w_down, weights, expert_ids, token_order, offsets);
+  }
+  check_moe_experts(x, w_gate_up, w_down, weights, expert_ids, token_order, offsets);
+  TORCH_CHECK_NOT_IMPLEMENTED(!x.is_cuda(), cuda_not_built(kMoeExperts), "; got x ", describe(x));
+  if (readable_on_host(token_order) && readable_on_host(offsets) && readable_on_host(expert_ids)) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    check_moe_routing_values(expert_ids, token_order, offsets, w_gate_up.size(0));
+  }
+  return moe_experts_composite(x, w_gate_up, w_down, weights, token_order, offsets);
+}
+
+}  // namespace gemmt::wrapper

@@ -1,0 +1,762 @@
+"""Mixture of experts: grouped_mm against a float64 loop over the groups (and torch's own
+_grouped_mm), routing, the expert layer, gradients, opcheck, torch.compile, bad input, and
+transformers' MoE models with the "gemmt" experts implementation."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import gemmt
+from conftest import rel_err
+from gemmt.ops import grouped_mm, moe_experts, moe_permute, moe_route
+
+ALL_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+
+
+def offsets(sizes: list[int]) -> torch.Tensor:
+    """int32 cumulative group ends for groups of these sizes."""
+    return torch.tensor(sizes, dtype=torch.int64).cumsum(0).to(torch.int32)
+
+
+def tol(dtype: torch.dtype) -> float:
+    return {torch.float64: 1e-12, torch.float32: 1e-5}.get(dtype, 1e-2)
+
+
+def act_ref(z: torch.Tensor, activation: str) -> torch.Tensor:
+    fns: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+        "none": lambda t: t,
+        "relu": torch.relu,
+        "gelu": torch.nn.functional.gelu,
+        "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
+        "silu": torch.nn.functional.silu,
+    }
+    return fns[activation](z)
+
+
+def ref_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None,
+                   bias: torch.Tensor | None = None, activation: str = "none") -> torch.Tensor:
+    """The definition, one group at a time in float64 (rows/columns of no group are 0)."""
+    a, b = a.double(), b.double()
+    ends = [] if offs is None else offs.tolist()
+    starts = [0] + ends[:-1]
+    if a.dim() == 3 and b.dim() == 3:
+        out = a @ b
+        if bias is not None:
+            out = out + bias.double().unsqueeze(1)
+    elif a.dim() == 2 and b.dim() == 3:
+        out = torch.zeros(a.shape[0], b.shape[2], dtype=torch.float64)
+        for g, (s, e) in enumerate(zip(starts, ends)):
+            out[s:e] = a[s:e] @ b[g] + (0 if bias is None else bias[g].double())
+    elif a.dim() == 2 and b.dim() == 2:
+        out = torch.zeros(len(ends), a.shape[0], b.shape[1], dtype=torch.float64)
+        for g, (s, e) in enumerate(zip(starts, ends)):
+            out[g] = a[:, s:e] @ b[s:e]
+    else:
+        out = torch.zeros(a.shape[1], b.shape[1], dtype=torch.float64)
+        for g, (s, e) in enumerate(zip(starts, ends)):
+            out[:, s:e] = a[g] @ b[:, s:e]
+    return act_ref(out, activation)
+
+
+# Group sizes: empty groups first, last and in between; everything in one group; odd sizes;
+# rows past the last offset (they belong to no group).
+GROUP_CASES = {
+    "empty_groups": ([0, 5, 0, 3, 0], 8),
+    "all_to_one": ([0, 0, 11, 0], 11),
+    "odd": ([1, 7, 3, 13], 24),
+    "tail_rows": ([2, 3], 9),
+    "one_group": ([6], 6),
+}
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("case", sorted(GROUP_CASES))
+def test_grouped_mm_2d_3d_matches_loop(case: str, dtype: torch.dtype) -> None:
+    sizes, rows = GROUP_CASES[case]
+    a = torch.randn(rows, 19).to(dtype)
+    b = torch.randn(len(sizes), 19, 13).to(dtype)
+    offs = offsets(sizes)
+    out = grouped_mm(a, b, offs)
+    assert out.shape == (rows, 13) and out.dtype == dtype
+    ref = ref_grouped_mm(a, b, offs)
+    assert rel_err(out, ref) <= tol(dtype)
+    assert torch.all(out[offs[-1]:] == 0)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("activation", gemmt.ACTIVATIONS)
+def test_grouped_mm_bias_and_activation(dtype: torch.dtype, activation: str) -> None:
+    sizes = [3, 0, 5, 1]
+    a, b = torch.randn(9, 10).to(dtype), torch.randn(4, 10, 7).to(dtype)
+    bias = torch.randn(4, 7).to(dtype)
+    out = grouped_mm(a, b, offsets(sizes), bias, activation=activation)
+    ref = ref_grouped_mm(a, b, offsets(sizes), bias, activation)
+    assert rel_err(out, ref) <= 2 * tol(dtype)
+    a3 = torch.randn(4, 5, 10).to(dtype)
+    out3 = grouped_mm(a3, b, None, bias, activation=activation)
+    assert rel_err(out3, ref_grouped_mm(a3, b, None, bias, activation)) <= 2 * tol(dtype)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_grouped_mm_3d_3d_2d_2d_3d_2d_match_loop(dtype: torch.dtype) -> None:
+    a3, b3 = torch.randn(5, 6, 9).to(dtype), torch.randn(5, 9, 4).to(dtype)
+    assert rel_err(grouped_mm(a3, b3), ref_grouped_mm(a3, b3)) <= tol(dtype)
+    # 2D x 2D: the per-group products over K, empty groups giving zeros.
+    sizes = [0, 4, 0, 7, 2, 0]
+    offs = offsets(sizes)
+    a2, b2 = torch.randn(6, 13).to(dtype), torch.randn(13, 5).to(dtype)
+    out = grouped_mm(a2, b2, offs)
+    assert out.shape == (6, 6, 5)
+    assert rel_err(out, ref_grouped_mm(a2, b2, offs)) <= tol(dtype)
+    assert torch.all(out[0] == 0) and torch.all(out[2] == 0) and torch.all(out[5] == 0)
+    # 3D x 2D: column groups of b.
+    a32, b32 = torch.randn(6, 4, 8).to(dtype), torch.randn(8, 15).to(dtype)
+    offs32 = offsets([3, 0, 5, 2, 0, 4])
+    out = grouped_mm(a32, b32, offs32)
+    assert out.shape == (4, 15)
+    assert rel_err(out, ref_grouped_mm(a32, b32, offs32)) <= tol(dtype)
+
+
+def test_grouped_mm_reads_strided_operands() -> None:
+    # transformers stores expert weights as (out, in): the product reads a transposed view.
+    w = torch.randn(3, 12, 10)
+    a = torch.randn(9, 10)[:, :]
+    offs = offsets([4, 0, 5])
+    out = grouped_mm(a, w.transpose(1, 2), offs)
+    assert rel_err(out, ref_grouped_mm(a, w.transpose(1, 2), offs)) <= 1e-5
+    a_t = torch.randn(10, 9).t()
+    assert rel_err(grouped_mm(a_t, w.transpose(1, 2), offs),
+                   ref_grouped_mm(a_t, w.transpose(1, 2), offs)) <= 1e-5
+
+
+def test_grouped_mm_out_dtype_float32() -> None:
+    a, b = torch.randn(12, 16).bfloat16(), torch.randn(3, 16, 8).bfloat16()
+    offs = offsets([4, 4, 4])
+    out = grouped_mm(a, b, offs, out_dtype=torch.float32)
+    assert out.dtype == torch.float32
+    # The operands are exact in float32, so the result is the float32 product.
+    assert rel_err(out, ref_grouped_mm(a, b, offs)) <= 1e-5
+
+
+def _torch_grouped_mm_on_cpu() -> bool:
+    try:
+        a, b = torch.randn(8, 16), torch.randn(2, 16, 8)
+        torch._grouped_mm(a, b, offsets([3, 5]))
+        return True
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
+
+
+@pytest.mark.skipif(not _torch_grouped_mm_on_cpu(), reason="this torch has no CPU _grouped_mm")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_grouped_mm_matches_torch_grouped_mm(dtype: torch.dtype) -> None:
+    # Sizes that meet torch's 16-byte stride rule; groups empty and uneven.
+    offs = offsets([0, 16, 3, 0, 13])
+    a, b = torch.randn(40, 32).to(dtype), torch.randn(5, 32, 24).to(dtype)
+    mine, theirs = grouped_mm(a, b, offs), torch._grouped_mm(a, b, offs)
+    # Rows past offs[-1] are unspecified in torch; compare the grouped ones.
+    n = int(offs[-1])
+    assert rel_err(mine[:n], theirs[:n]) <= tol(dtype)
+    a3, b3 = torch.randn(4, 8, 32).to(dtype), torch.randn(4, 32, 16).to(dtype)
+    assert rel_err(grouped_mm(a3, b3), torch._grouped_mm(a3, b3)) <= tol(dtype)
+    a2, b2 = torch.randn(32, 40).to(dtype).t().contiguous().t(), torch.randn(40, 16).to(dtype)
+    mine2, theirs2 = grouped_mm(a2, b2, offsets([8, 0, 24, 8])), None
+    try:
+        theirs2 = torch._grouped_mm(a2, b2, offsets([8, 0, 24, 8]))
+    except RuntimeError:
+        pass  # a layout this torch does not take on CPU
+    if theirs2 is not None:
+        assert rel_err(mine2, theirs2) <= tol(dtype)
+
+
+# ---- bad input: every error names the op and the argument ----
+
+def _bad_grouped_mm_cases() -> list[tuple[str, Callable[[], Any], str]]:
+    a, b = torch.randn(8, 6), torch.randn(3, 6, 4)
+    good = offsets([2, 3, 3])
+    return [
+        ("decreasing", lambda: grouped_mm(a, b, torch.tensor([4, 2, 8], dtype=torch.int32)),
+         r"'offs'.*non-decreasing.*offs\[1\] = 2 after offs\[0\] = 4"),
+        ("negative", lambda: grouped_mm(a, b, torch.tensor([-1, 2, 8], dtype=torch.int32)),
+         r"'offs'.*non-negative"),
+        ("past_rows", lambda: grouped_mm(a, b, torch.tensor([2, 5, 9], dtype=torch.int32)),
+         r"'offs'.*<= 8.*offs\[2\] = 9"),
+        ("past_k", lambda: grouped_mm(torch.randn(4, 6), torch.randn(6, 5),
+                                      torch.tensor([3, 7], dtype=torch.int32)),
+         r"'offs'.*<= 6"),
+        ("int64", lambda: grouped_mm(a, b, good.long()), r"'offs'.*Int.*got.*Long"),
+        ("float_offs", lambda: grouped_mm(a, b, good.float()), r"'offs'.*Int"),
+        ("offs_2d", lambda: grouped_mm(a, b, good.view(1, 3)), r"'offs'.*1-D"),
+        ("offs_count", lambda: grouped_mm(a, b, offsets([4, 4])), r"'offs'.*one offset per group"),
+        ("no_offs", lambda: grouped_mm(a, b), r"'offs'.*got None"),
+        ("offs_3d3d", lambda: grouped_mm(torch.randn(3, 2, 6), b, good), r"'offs'.*expected None"),
+        ("k_mismatch", lambda: grouped_mm(torch.randn(8, 5), b, good),
+         r"'a' and 'b'.*contraction"),
+        ("groups_3d3d", lambda: grouped_mm(torch.randn(2, 4, 6), b),
+         r"'a' and 'b'.*same number of groups"),
+        ("dtype_mismatch", lambda: grouped_mm(a.double(), b, good), r"'a' and 'b'.*dtype"),
+        ("int_operands", lambda: grouped_mm(a.int(), b.int(), good), r"'a'.*dtype"),
+        ("rank_1", lambda: grouped_mm(torch.randn(6), b, good), r"'a'.*2-D or 3-D"),
+        ("rank_4", lambda: grouped_mm(a, torch.randn(1, 3, 6, 4), good), r"'b'.*2-D or 3-D"),
+        ("bias_shape", lambda: grouped_mm(a, b, good, torch.randn(3, 5)),
+         r"'bias'.*\[3, 4\]"),
+        ("bias_2d_b", lambda: grouped_mm(torch.randn(4, 6), torch.randn(6, 5), good,
+                                         torch.randn(3, 5)), r"'bias'.*3-D"),
+        ("bias_dtype", lambda: grouped_mm(a, b, good, torch.randn(3, 4).double()),
+         r"'a' and 'bias'.*dtype"),
+        ("out_dtype", lambda: grouped_mm(a, b, good, out_dtype=torch.float16), r"'out_dtype'"),
+        ("activation", lambda: grouped_mm(a, b, good, activation="tanh"),
+         r"'activation'.*'silu'.*got 'tanh'"),
+    ]
+
+
+@pytest.mark.parametrize("case", _bad_grouped_mm_cases(), ids=lambda c: c[0])
+def test_grouped_mm_refuses_bad_input(case: tuple[str, Callable[[], Any], str]) -> None:
+    _, call, pattern = case
+    with pytest.raises(RuntimeError, match=r"gemmt::grouped_mm: .*" + pattern):
+        call()
+
+
+def test_grouped_mm_meta_reads_no_offsets() -> None:
+    # Meta tensors have no data: shapes must follow from the operands alone.
+    m = "meta"
+    offs = torch.empty(3, dtype=torch.int32, device=m)
+    assert grouped_mm(torch.empty(10, 6, device=m), torch.empty(3, 6, 4, device=m), offs).shape == (10, 4)
+    assert grouped_mm(torch.empty(5, 10, device=m), torch.empty(10, 4, device=m), offs).shape == (3, 5, 4)
+    assert grouped_mm(torch.empty(3, 5, 6, device=m), torch.empty(6, 9, device=m), offs).shape == (5, 9)
+    out = grouped_mm(torch.empty(3, 5, 6, device=m, dtype=torch.bfloat16),
+                     torch.empty(3, 6, 2, device=m, dtype=torch.bfloat16), out_dtype=torch.float32)
+    assert out.shape == (3, 5, 2) and out.dtype == torch.float32
+    with pytest.raises(RuntimeError, match="gemmt::grouped_mm: .*contraction"):
+        grouped_mm(torch.empty(10, 5, device=m), torch.empty(3, 6, 4, device=m), offs)
+
+
+# ---- gradients ----
+
+def _gradcheck(fn: Callable[..., torch.Tensor], *inputs: torch.Tensor) -> None:
+    assert torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("activation", ["none", "relu", "gelu_tanh", "silu"])
+def test_grouped_mm_gradcheck_2d_3d(activation: str) -> None:
+    offs = offsets([3, 0, 4, 1])  # one row past the last offset
+    a = torch.randn(9, 5, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(4, 5, 3, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    _gradcheck(lambda a, b, c: grouped_mm(a, b, offs, c, activation=activation), a, b, bias)
+
+
+def test_grouped_mm_gradcheck_other_layouts() -> None:
+    d = torch.float64
+    a3, b3 = torch.randn(3, 4, 5, dtype=d), torch.randn(3, 5, 2, dtype=d)
+    bias = torch.randn(3, 2, dtype=d, requires_grad=True)
+    _gradcheck(lambda a, b, c: grouped_mm(a, b, None, c), a3.requires_grad_(),
+               b3.requires_grad_(), bias)
+    offs_k = offsets([2, 0, 5, 1])
+    _gradcheck(lambda a, b: grouped_mm(a, b, offs_k), torch.randn(3, 9, dtype=d).requires_grad_(),
+               torch.randn(9, 4, dtype=d).requires_grad_())
+    offs_n = offsets([2, 0, 3])
+    _gradcheck(lambda a, b: grouped_mm(a, b, offs_n),
+               torch.randn(3, 4, 5, dtype=d).requires_grad_(),
+               torch.randn(5, 6, dtype=d).requires_grad_())
+
+
+def test_grouped_mm_gradgradcheck() -> None:
+    offs = offsets([2, 3])
+    a = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(2, 4, 3, dtype=torch.float64, requires_grad=True)
+    for act in ("none", "silu"):
+        assert torch.autograd.gradgradcheck(lambda a, b: grouped_mm(a, b, offs, activation=act),
+                                            (a, b))
+
+
+def test_grouped_mm_backward_with_out_dtype() -> None:
+    a = torch.randn(7, 8).bfloat16().requires_grad_()
+    b = torch.randn(2, 8, 4).bfloat16().requires_grad_()
+    offs = offsets([3, 4])
+    out = grouped_mm(a, b, offs, out_dtype=torch.float32)
+    g = torch.randn_like(out)
+    out.backward(g)
+    assert a.grad.dtype == torch.bfloat16 and b.grad.dtype == torch.bfloat16
+    a64, b64 = a.detach().double().requires_grad_(), b.detach().double().requires_grad_()
+    ref_grouped_mm_autograd = grouped_mm(a64, b64, offs)
+    ref_grouped_mm_autograd.backward(g.double())
+    assert rel_err(a.grad, a64.grad) <= 1e-2 and rel_err(b.grad, b64.grad) <= 1e-2
+
+
+# ---- routing ----
+
+def ref_route(logits: torch.Tensor, top_k: int, score: str = "softmax", renormalize: bool = True,
+              n_group: int = 0, topk_group: int = 0,
+              bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per token, in Python: the chosen experts (ties to the lowest id) and their weights."""
+    s = logits.double()
+    scores = s.softmax(-1) if score == "softmax" else s.sigmoid()
+    choice = scores + (0 if bias is None else bias.double())
+    tokens, experts = logits.shape
+    ids = torch.empty(tokens, top_k, dtype=torch.long)
+    for t in range(tokens):
+        allowed = list(range(experts))
+        if n_group:
+            per = experts // n_group
+            gscore = [sum(sorted(choice[t, g * per:(g + 1) * per].tolist(), reverse=True)[:2])
+                      for g in range(n_group)]
+            groups = sorted(range(n_group), key=lambda g: (-gscore[g], g))[:topk_group]
+            allowed = [e for e in allowed if e // per in groups]
+        ids[t] = torch.tensor(sorted(allowed, key=lambda e: (-choice[t, e].item(), e))[:top_k])
+    w = scores.gather(1, ids)
+    if renormalize:
+        w = w / w.sum(-1, keepdim=True)
+    return ids, w
+
+
+@pytest.mark.parametrize("score", ["softmax", "sigmoid"])
+@pytest.mark.parametrize("renormalize", [True, False])
+def test_moe_route_matches_reference(score: str, renormalize: bool) -> None:
+    logits = torch.randn(33, 8)
+    r = moe_route(logits, 3, score, renormalize)
+    ids, w = ref_route(logits, 3, score, renormalize)
+    assert torch.equal(r.expert_ids, ids)
+    assert r.weights.dtype == torch.float32 and rel_err(r.weights, w) <= 1e-6
+    assert r.offsets.dtype == torch.int32 and r.token_order.dtype == torch.int64
+    counts = torch.bincount(ids.flatten(), minlength=8)
+    assert torch.equal(r.offsets, counts.cumsum(0).int())
+    assert torch.equal(ids.flatten()[r.token_order], ids.flatten().sort(stable=True).values)
+
+
+def test_moe_route_ties_go_to_the_lowest_expert() -> None:
+    logits = torch.zeros(4, 6)
+    logits[1, [1, 4]] = 2.0  # a tie for first place
+    logits[2] = torch.tensor([1.0, 3.0, 3.0, 3.0, 0.0, 3.0])
+    logits[3, 5] = -1.0
+    r = moe_route(logits, 2)
+    assert r.expert_ids.tolist() == [[0, 1], [1, 4], [1, 2], [0, 1]]
+    r16 = moe_route(logits.bfloat16(), 3)
+    assert r16.expert_ids.tolist() == [[0, 1, 2], [1, 4, 0], [1, 2, 3], [0, 1, 2]]
+    # Equal weights for tied experts.
+    assert r.weights[1, 0] == r.weights[1, 1] and r.weights[0, 0] == r.weights[0, 1]
+
+
+@pytest.mark.parametrize("score", ["softmax", "sigmoid"])
+def test_moe_route_group_limited(score: str) -> None:
+    logits = torch.randn(40, 16)
+    bias = torch.randn(16) * 0.1
+    for bias_arg in (None, bias):
+        r = moe_route(logits, 4, score, True, n_group=4, topk_group=2, correction_bias=bias_arg)
+        ids, w = ref_route(logits, 4, score, True, 4, 2, bias_arg)
+        assert torch.equal(r.expert_ids, ids)
+        assert rel_err(r.weights, w) <= 1e-6
+        # At most topk_group groups are used by any token.
+        assert max(len(set((row // 4).tolist())) for row in r.expert_ids) <= 2
+
+
+def test_moe_route_group_limits_the_choice() -> None:
+    # Expert 0 has the best score, but its group's second expert is poor: group 1 wins.
+    logits = torch.tensor([[5.0, -9.0, 4.5, 4.5]])
+    r = moe_route(logits, 1, n_group=2, topk_group=1)
+    assert r.expert_ids.tolist() == [[2]]
+    assert moe_route(logits, 1).expert_ids.tolist() == [[0]]
+
+
+def test_moe_route_weights_gradcheck() -> None:
+    logits = torch.randn(6, 5, dtype=torch.float64, requires_grad=True)
+    for score in ("softmax", "sigmoid"):
+        _gradcheck(lambda l: moe_route(l, 2, score).weights, logits)
+        _gradcheck(lambda l: moe_route(l, 2, score, False).weights, logits)
+
+
+@pytest.mark.parametrize("case", [
+    ("top_k_large", lambda l: moe_route(l, 9), r"'top_k'.*1 <= top_k <= .*8.*got 9"),
+    ("top_k_zero", lambda l: moe_route(l, 0), r"'top_k'"),
+    ("score", lambda l: moe_route(l, 2, "relu"), r"'score'.*'softmax' or 'sigmoid'"),
+    ("n_group", lambda l: moe_route(l, 2, n_group=3, topk_group=1), r"'n_group'.*divisor"),
+    ("topk_group", lambda l: moe_route(l, 2, n_group=4, topk_group=5), r"'topk_group'"),
+    ("topk_group_alone", lambda l: moe_route(l, 2, topk_group=1), r"'topk_group'.*n_group is 0"),
+    ("top_k_past_groups", lambda l: moe_route(l, 3, n_group=4, topk_group=1),
+     r"'top_k'.*at most topk_group"),
+    ("bias_shape", lambda l: moe_route(l, 2, correction_bias=torch.zeros(7)),
+     r"'correction_bias'.*\[8\]"),
+    ("logits_rank", lambda l: moe_route(l[0], 2), r"'logits'.*2-D"),
+], ids=lambda c: c[0])
+def test_moe_route_refuses_bad_input(case: tuple[str, Callable[[torch.Tensor], Any], str]) -> None:
+    _, call, pattern = case
+    with pytest.raises(RuntimeError, match=r"gemmt::moe_route: .*" + pattern):
+        call(torch.randn(5, 8))
+
+
+def test_moe_permute() -> None:
+    ids = torch.tensor([[2, 0], [2, 3], [0, 2]])
+    order, offs = moe_permute(ids, 5)
+    assert order.tolist() == [1, 4, 0, 2, 5, 3]
+    assert offs.tolist() == [2, 2, 5, 6, 6]
+    with pytest.raises(RuntimeError, match=r"gemmt::moe_permute: argument 'expert_ids'.*\[0, num_experts = 3\)"):
+        moe_permute(ids, 3)
+    with pytest.raises(RuntimeError, match=r"gemmt::moe_permute: argument 'expert_ids'.*dtype"):
+        moe_permute(ids.float(), 5)
+
+
+# ---- the expert layer ----
+
+def ref_experts(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor,
+                weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Token by token in float64, gate rows first in w_gate_up (transformers' layout)."""
+    x, wgu, wd, w = x.double(), w_gate_up.double(), w_down.double(), weights.double()
+    inter = wd.shape[2]
+    out = torch.zeros_like(x)
+    for t in range(x.shape[0]):
+        for k in range(ids.shape[1]):
+            e = int(ids[t, k])
+            h = wgu[e] @ x[t]
+            out[t] += w[t, k] * (wd[e] @ (torch.nn.functional.silu(h[:inter]) * h[inter:]))
+    return out
+
+
+def _experts_inputs(tokens: int, hidden: int, inter: int, experts: int, top_k: int,
+                    dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, ...]:
+    x = torch.randn(tokens, hidden).to(dtype)
+    wgu = (torch.randn(experts, 2 * inter, hidden) / hidden**0.5).to(dtype)
+    wd = (torch.randn(experts, hidden, inter) / inter**0.5).to(dtype)
+    return x, wgu, wd, torch.randn(tokens, experts)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_moe_experts_matches_reference(dtype: torch.dtype) -> None:
+    x, wgu, wd, logits = _experts_inputs(29, 12, 10, 6, 2, dtype)
+    r = moe_route(logits, 2)
+    out = moe_experts(x, wgu, wd, r.weights, r.expert_ids, r.token_order, r.offsets)
+    assert out.shape == x.shape and out.dtype == dtype
+    ref = ref_experts(x, wgu, wd, r.weights, r.expert_ids)
+    assert rel_err(out, ref) <= (1e-12 if dtype == torch.float64 else 1e-5 if dtype == torch.float32
+                                 else 2e-2)
+
+
+def test_moe_experts_all_tokens_to_one_expert_and_empty_experts() -> None:
+    x, wgu, wd, _ = _experts_inputs(17, 8, 6, 5, 1, torch.float64)
+    logits = torch.full((17, 5), -5.0)
+    logits[:, 3] = 5.0
+    r = moe_route(logits, 1)
+    assert r.offsets.tolist() == [0, 0, 0, 17, 17]
+    out = moe_experts(x, wgu, wd, r.weights, r.expert_ids, r.token_order, r.offsets)
+    assert rel_err(out, ref_experts(x, wgu, wd, r.weights, r.expert_ids)) <= 1e-12
+    # No tokens at all.
+    empty = moe_route(torch.randn(0, 5), 2)
+    out0 = moe_experts(x[:0], wgu, wd, empty.weights, empty.expert_ids, empty.token_order,
+                       empty.offsets)
+    assert out0.shape == (0, 8)
+
+
+def test_moe_experts_gradcheck() -> None:
+    x, wgu, wd, logits = _experts_inputs(7, 5, 3, 4, 2, torch.float64)
+    inputs = [t.double().requires_grad_() for t in (x, wgu, wd, logits)]
+
+    def layer(x: torch.Tensor, wgu: torch.Tensor, wd: torch.Tensor, logits: torch.Tensor
+              ) -> torch.Tensor:
+        r = moe_route(logits, 2)
+        return moe_experts(x, wgu, wd, r.weights, r.expert_ids, r.token_order, r.offsets)
+
+    _gradcheck(layer, *inputs)
+
+
+def test_moe_experts_backward_matches_reference_in_float32() -> None:
+    x, wgu, wd, logits = _experts_inputs(21, 8, 6, 4, 2)
+    r = moe_route(logits, 2)
+    leaves = [t.clone().requires_grad_() for t in (x, wgu, wd, r.weights)]
+    out = moe_experts(*leaves, r.expert_ids, r.token_order, r.offsets)
+    g = torch.randn_like(out)
+    out.backward(g)
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    ref_experts(*ref_leaves, r.expert_ids).backward(g.double())
+    for mine, ref in zip(leaves, ref_leaves):
+        assert rel_err(mine.grad, ref.grad) <= 1e-5
+
+
+def _bad_experts_cases() -> list[tuple[str, Callable[..., Any], str]]:
+    def routed(**over: Any) -> Callable[[], Any]:
+        x, wgu, wd, logits = _experts_inputs(6, 4, 3, 4, 2)
+        r = moe_route(logits, 2)
+        args = {"x": x, "w_gate_up": wgu, "w_down": wd, "weights": r.weights,
+                "expert_ids": r.expert_ids, "token_order": r.token_order, "offsets": r.offsets}
+        fns = {k: v(args) if callable(v) else v for k, v in over.items()}
+        args.update(fns)
+        return lambda: moe_experts(**args)
+
+    return [
+        ("gate_up_shape", routed(w_gate_up=lambda a: a["w_gate_up"][:, :5]), r"'w_gate_up'.*\[E, 2 \* I, H\]"),
+        ("down_shape", routed(w_down=lambda a: a["w_down"][:3]), r"'w_down'.*\[E, H, I\]"),
+        ("hidden", routed(x=lambda a: a["x"][:, :3]), r"'w_gate_up'"),
+        ("dtype", routed(x=lambda a: a["x"].double()), r"'x' and 'w_gate_up'.*dtype"),
+        ("weights_shape", routed(weights=lambda a: a["weights"][:5]), r"'weights'.*\[T, top_k\]"),
+        ("ids_shape", routed(expert_ids=lambda a: a["expert_ids"][:, :1]), r"'expert_ids'"),
+        ("order_len", routed(token_order=lambda a: a["token_order"][:-1]), r"'token_order'.*T \* top_k"),
+        ("offsets_dtype", routed(offsets=lambda a: a["offsets"].long()), r"'offsets'.*Int"),
+        ("offsets_count", routed(offsets=lambda a: a["offsets"][:3]), r"'offsets'.*one offset per expert"),
+        ("offsets_short", routed(offsets=lambda a: a["offsets"].clone().fill_(0)),
+         r"'offsets'.*last entry"),
+        ("offsets_decrease", routed(offsets=lambda a: torch.tensor([5, 2, 12, 12], dtype=torch.int32)),
+         r"'offs(ets)?'.*non-decreasing"),
+        ("order_repeats", routed(token_order=lambda a: torch.zeros_like(a["token_order"])),
+         r"'token_order'.*permutation"),
+        ("order_mismatch", routed(token_order=lambda a: a["token_order"].flip(0)),
+         r"'token_order' and 'offsets'"),
+        ("ids_range", routed(expert_ids=lambda a: a["expert_ids"] + 4), r"'expert_ids'.*\[0, 4\)"),
+    ]
+
+
+@pytest.mark.parametrize("case", _bad_experts_cases(), ids=lambda c: c[0])
+def test_moe_experts_refuses_bad_input(case: tuple[str, Callable[[], Any], str]) -> None:
+    _, call, pattern = case
+    with pytest.raises(RuntimeError, match=r"gemmt::moe_experts: .*" + pattern):
+        call()
+
+
+def test_moe_experts_checks_routing_when_recording_too() -> None:
+    x, wgu, wd, logits = _experts_inputs(6, 4, 3, 4, 2)
+    r = moe_route(logits, 2)
+    with pytest.raises(RuntimeError, match=r"gemmt::moe_experts: .*'token_order' and 'offsets'"):
+        moe_experts(x.requires_grad_(), wgu, wd, r.weights, r.expert_ids, r.token_order.flip(0),
+                    r.offsets)
+
+
+# ---- gemmt.nn.MoE ----
+
+def test_nn_moe_matches_reference_and_trains() -> None:
+    moe = gemmt.nn.MoE(12, 8, 6, 2, dtype=torch.float64)
+    x = torch.randn(3, 5, 12, dtype=torch.float64, requires_grad=True)
+    out = moe(x)
+    flat = x.detach().reshape(-1, 12)
+    ids, w = ref_route(flat @ moe.gate.weight.detach().T, 2)
+    ref = ref_experts(flat, moe.gate_up_proj.detach(), moe.down_proj.detach(), w, ids)
+    assert out.shape == x.shape and rel_err(out.reshape(-1, 12), ref) <= 1e-12
+    out.square().sum().backward()
+    for p in (x, moe.gate.weight, moe.gate_up_proj, moe.down_proj):
+        assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0
+
+
+def test_nn_moe_deepseek_style_routing() -> None:
+    moe = gemmt.nn.MoE(8, 4, 8, 2, score="sigmoid", n_group=4, topk_group=2,
+                       correction_bias=True, routed_scaling_factor=2.5)
+    assert moe.e_score_correction_bias is not None
+    moe.e_score_correction_bias.copy_(torch.randn(8))
+    x = torch.randn(9, 8)
+    out = moe(x)
+    ids, w = ref_route(x @ moe.gate.weight.detach().T, 2, "sigmoid", True, 4, 2,
+                       moe.e_score_correction_bias)
+    ref = ref_experts(x, moe.gate_up_proj.detach(), moe.down_proj.detach(), 2.5 * w, ids)
+    assert rel_err(out, ref) <= 1e-5
+    with pytest.raises(ValueError, match="gemmt.nn.MoE: argument 'top_k'"):
+        gemmt.nn.MoE(8, 4, 4, 5)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_nn_moe_under_torch_compile(backend: str) -> None:
+    torch._dynamo.reset()
+    moe = gemmt.nn.MoE(16, 8, 4, 2)
+    x = torch.randn(24, 16)
+
+    def step(module: torch.nn.Module, inp: torch.Tensor) -> list[torch.Tensor]:
+        module.zero_grad()
+        inp = inp.clone().requires_grad_()
+        out = module(inp)
+        out.square().sum().backward()
+        return [out.detach(), inp.grad] + [p.grad.clone() for p in module.parameters()]
+
+    compiled = torch.compile(moe, backend=backend, fullgraph=True)
+    expected, got = step(moe, x), step(compiled, x)
+    for e, g in zip(expected, got):
+        assert rel_err(g, e) <= 1e-6
+
+
+# ---- opcheck ----
+
+def opcheck_cases(device: str) -> list[tuple[Any, tuple, dict]]:
+    """Collected by test_autograd_opcheck.test_every_registered_op_is_opchecked."""
+    g = torch.ops.gemmt
+
+    def rg(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, device=device).requires_grad_()
+
+    offs = offsets([3, 0, 4]).to(device)
+    logits = torch.randn(7, 6, device=device)
+    r = moe_route(logits, 2) if device == "cpu" else None
+    cases: list[tuple[Any, tuple, dict]] = [
+        (g.grouped_mm, (rg(8, 5), rg(3, 5, 4), offs), {}),
+        (g.grouped_mm, (rg(8, 5), rg(3, 5, 4), offs, rg(3, 4)), {"activation": "gelu"}),
+        (g.grouped_mm, (rg(3, 2, 5), rg(3, 5, 4)), {}),
+        (g.grouped_mm, (rg(4, 7), rg(7, 3), offs), {}),
+        (g.grouped_mm, (rg(3, 4, 5), rg(5, 7), offs), {}),
+        (g.grouped_mm, (torch.randn(8, 5, device=device).bfloat16().requires_grad_(),
+                        torch.randn(3, 5, 4, device=device).bfloat16(), offs),
+         {"out_dtype": torch.float32}),
+        (g.moe_permute, (torch.randint(0, 5, (6, 2), device=device), 5), {}),
+        (g.moe_route, (rg(7, 6), 2), {}),
+        (g.moe_route, (rg(7, 8), 3, "sigmoid", True, 4, 2, torch.randn(8, device=device)), {}),
+    ]
+    if r is not None:
+        cases.append((g.moe_experts, (rg(7, 4), rg(6, 6, 4), rg(6, 4, 3),
+                                      r.weights.clone().requires_grad_(), r.expert_ids,
+                                      r.token_order, r.offsets), {}))
+    return cases
+
+
+def test_moe_opcheck() -> None:
+    gemmt.build_info()
+    for op, args, kwargs in opcheck_cases("cpu"):
+        result = torch.library.opcheck(op, args, kwargs)
+        failed = {k: v for k, v in result.items() if v != "SUCCESS"}
+        assert not failed, (op, failed)
+
+
+# ---- CUDA: no kernels yet, and a clear refusal rather than a silent fallback ----
+
+@pytest.mark.cuda
+def test_moe_ops_refuse_cuda_tensors_clearly() -> None:
+    c = "cuda"
+    offs = offsets([2, 2]).to(c)
+    calls: list[tuple[str, Callable[[], Any]]] = [
+        ("grouped_mm", lambda: grouped_mm(torch.randn(4, 8, device=c), torch.randn(2, 8, 8, device=c), offs)),
+        ("moe_permute", lambda: moe_permute(torch.zeros(2, 2, dtype=torch.long, device=c), 2)),
+        ("moe_route", lambda: moe_route(torch.randn(4, 4, device=c), 2)),
+        ("moe_experts", lambda: moe_experts(
+            torch.randn(2, 8, device=c), torch.randn(2, 8, 8, device=c),
+            torch.randn(2, 8, 4, device=c), torch.ones(2, 2, device=c),
+            torch.tensor([[0, 1], [1, 0]], device=c), torch.tensor([0, 3, 1, 2], device=c),
+            offs)),
+    ]
+    for name, call in calls:
+        with pytest.raises(NotImplementedError,
+                           match=re.escape(f"gemmt::{name}: the CUDA kernel is not built yet")):
+            call()
+
+
+# ---- transformers ----
+
+class _OpCounter(TorchDispatchMode):
+    """Counts the calls of each op that reaches the dispatcher's Python key."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        name = func._schema.name
+        self.calls[name] = self.calls.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+def _tiny_models() -> list[tuple[str, Callable[[], Any]]]:
+    tf = pytest.importorskip("transformers")
+    common = dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=64)
+
+    def mixtral() -> Any:
+        return tf.MixtralForCausalLM(tf.MixtralConfig(
+            intermediate_size=24, num_local_experts=6, num_experts_per_tok=2, **common))
+
+    def qwen3_moe() -> Any:
+        return tf.Qwen3MoeForCausalLM(tf.Qwen3MoeConfig(
+            intermediate_size=48, moe_intermediate_size=16, num_experts=8, num_experts_per_tok=3,
+            decoder_sparse_step=1, head_dim=8, **common))
+
+    def deepseek_v3() -> Any:
+        return tf.DeepseekV3ForCausalLM(tf.DeepseekV3Config(
+            intermediate_size=48, moe_intermediate_size=16, n_routed_experts=8,
+            num_experts_per_tok=2, n_group=4, topk_group=2, n_shared_experts=1,
+            first_k_dense_replace=1, kv_lora_rank=16, q_lora_rank=24, qk_rope_head_dim=8,
+            qk_nope_head_dim=8, v_head_dim=8, **{**common, "num_key_value_heads": 4}))
+
+    return [("mixtral", mixtral), ("qwen3_moe", qwen3_moe), ("deepseek_v3", deepseek_v3)]
+
+
+@pytest.mark.parametrize("name", ["mixtral", "qwen3_moe", "deepseek_v3"])
+def test_transformers_models_with_gemmt_experts(name: str) -> None:
+    import gemmt.moe
+
+    build = dict(_tiny_models())[name]
+    assert gemmt.moe.register_transformers()
+    torch.manual_seed(0)
+    model = build().float().eval()
+    with torch.no_grad():
+        for p in model.parameters():  # random weights everywhere (some start at zero)
+            p.normal_(0, 0.05)
+    ids = torch.randint(0, 97, (2, 11))
+    model.set_experts_implementation("eager")
+    eager = model(ids).logits
+    model.set_experts_implementation("gemmt")
+    assert model.config._experts_implementation == "gemmt"
+    with _OpCounter() as counter:
+        out = model(ids).logits
+    # Parameters that require grad: moe_experts runs as its recorded pieces.
+    gemmt_ops = {k: v for k, v in counter.calls.items() if k.startswith("gemmt::")}
+    # Two products per MoE layer (DeepSeek-V3's first layer is dense here).
+    assert gemmt_ops.get("gemmt::grouped_mm", 0) >= 2 and "gemmt::moe_permute" in gemmt_ops, gemmt_ops
+    assert rel_err(out, eager) <= 1e-5
+    # Gradients too: a training step's loss backward through gemmt's experts.
+    model.train()
+    model.zero_grad()
+    model(ids, labels=ids).loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.set_experts_implementation("eager")
+    model.zero_grad()
+    model(ids, labels=ids).loss.backward()
+    experts_grads = [n for n in grads if "gate_up_proj" in n]
+    assert experts_grads
+    for n, p in model.named_parameters():
+        if p.grad is not None:
+            assert rel_err(grads[n], p.grad) <= 1e-4, n
+
+
+def test_transformers_unsupported_experts_are_refused() -> None:
+    tf = pytest.importorskip("transformers")
+    import gemmt.moe
+
+    assert gemmt.moe.register_transformers()
+    model = tf.GptOssForCausalLM(tf.GptOssConfig(
+        vocab_size=97, hidden_size=32, intermediate_size=16, num_hidden_layers=1,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_local_experts=4,
+        num_experts_per_tok=2, layer_types=["full_attention"]))
+    model.set_experts_implementation("gemmt")
+    with pytest.raises(NotImplementedError, match="gemmt experts implementation: GptOssExperts"):
+        model(torch.randint(0, 97, (1, 5)))
+
+
+# ---- DTensor sharding rules ----
+
+def test_grouped_mm_sharding_rules() -> None:
+    pytest.importorskip("torch.distributed.tensor")
+    from torch.distributed.tensor import Partial, Replicate, Shard
+    from torch.distributed.tensor._dtensor_spec import TensorMeta
+
+    class Spec:  # the two fields the rules read from DTensor's specs
+        def __init__(self, *shape: int) -> None:
+            self.placements = ()
+            self.tensor_meta = TensorMeta(torch.Size(shape), (1,) * len(shape), torch.float32)
+
+    R = Replicate()
+    rules_for = gemmt.distributed.rules_for
+    a, b, offs, bias = Spec(10, 8), Spec(3, 8, 6), Spec(3), Spec(3, 6)
+    rules = {r.name: r for r in rules_for("grouped_mm", a, b, offs, bias, None, "none")}
+    assert rules["column-wise"].inputs == (R, Shard(2), R, Shard(1), None, None)
+    assert rules["column-wise"].outputs == (Shard(1),)
+    assert rules["split K"].inputs == (Shard(1), Shard(1), R, Partial(), None, None)
+    assert rules["split K"].outputs == (Partial(),)
+    # The grouped (token) dimension is never split: the offsets index it whole.
+    assert all(r.inputs[0] != Shard(0) for r in rules.values())
+    with_act = rules_for("grouped_mm", a, b, offs, None, None, "silu")
+    assert all(Partial() not in r.inputs + r.outputs for r in with_act)
+    three = {r.name: r for r in rules_for("grouped_mm", Spec(3, 4, 8), b, None, None, None, "none")}
+    assert three["by group"].inputs == (Shard(0), Shard(0), None, None, None, None)
+    assert three["column-wise"].outputs == (Shard(2),)
+    assert three["split K"].inputs[:2] == (Shard(2), Shard(1))
+    two = {r.name for r in rules_for("grouped_mm", Spec(3, 4, 8), Spec(8, 9), offs, None, None,
+                                     "none")}
+    assert two == {"replicated"}
+    for op, args in (("moe_permute", (Spec(4, 2), 6)),
+                     ("moe_route", (Spec(4, 6), 2, "softmax", True, 0, 0, None))):
+        (only,) = rules_for(op, *args)
+        assert only.name == "replicated"
