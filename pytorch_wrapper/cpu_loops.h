@@ -97,7 +97,8 @@ void float_chunks(int64_t n, Body body) {
     for (auto& t : scratch) t = at::empty({cap}, at::TensorOptions().dtype(at::kFloat));
     for (int64_t c = begin; c < end; ++c) {
       const int64_t lo = c * kChunk, len = std::min(kChunk, n - lo);
-      for (int i = 0; i < buffers; ++i) bufs[i] = len == cap ? scratch[i] : scratch[i].narrow(0, 0, len);
+      for (int i = 0; i < buffers; ++i)
+        bufs[i] = len == cap ? scratch[i] : scratch[i].narrow(0, 0, len);
       body(lo, len, bufs);
     }
   });

@@ -191,9 +191,8 @@ at::Tensor scale_cuda(const at::Tensor& x, double factor) {
   if (out.numel() == 0) return out;
   const at::cuda::CUDAGuard guard(x.device());
   CudaInput ix(kScale, "x", x);
-  check_launch(kScale,
-               scale_run(to_kernel_dtype(x.scalar_type()), out.numel(), ix.ptr, ix.layout_or_null(),
-                         factor, out.data_ptr(), stream_for(x)));
+  check_launch(kScale, scale_run(to_kernel_dtype(x.scalar_type()), out.numel(), ix.ptr,
+                                 ix.layout_or_null(), factor, out.data_ptr(), stream_for(x)));
   return out;
 }
 #endif

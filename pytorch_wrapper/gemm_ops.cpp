@@ -85,9 +85,9 @@ GemmVariant parse_variant(std::string_view name) {
 }
 
 // The reference CPU product (the loops the tests hold ATen's kernels to, and the CUDA
-// epilogue's semantics: the activation reads the unrounded sum). Cache-blocked: each task owns one kMB x kNB tile of C, packs the A and B
-// panels it needs into contiguous buffers (any input strides become unit-stride), and runs
-// an i-p-j loop whose inner j loop the compiler vectorises.
+// epilogue's semantics: the activation reads the unrounded sum). Cache-blocked: each task owns one
+// kMB x kNB tile of C, packs the A and B panels it needs into contiguous buffers (any input strides
+// become unit-stride), and runs an i-p-j loop whose inner j loop the compiler vectorises.
 template <typename scalar_t>
 void gemm_cpu_kernel(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double alpha,
                      double beta, const EpilogueTensors& epi) {
@@ -280,8 +280,8 @@ at::Tensor mm_cpu(const at::Tensor& a, const at::Tensor& b) {
   return out;
 }
 
-void gemm_cpu_reference(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b,
-                        double alpha, double beta) {
+void gemm_cpu_reference(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double alpha,
+                        double beta) {
   check_gemm_operands(c, a, b);
   check_cpu_reference(kGemm, c);
   check_no_overlap(c, a, b);

@@ -125,7 +125,8 @@ std::vector<Plan> candidates(const GemmArgs& args, const Plan& def) {
       if (tiles * 2 <= sms) {
         extra.push_back(Plan{GemmVariant::kWgmma, bn, 1, orient});
         const int64_t fill = std::min<int64_t>(sms / std::max<int64_t>(tiles, 1), k_blocks);
-        if (fill >= 2) extra.push_back(Plan{GemmVariant::kWgmma, bn, static_cast<int>(fill), orient});
+        if (fill >= 2)
+          extra.push_back(Plan{GemmVariant::kWgmma, bn, static_cast<int>(fill), orient});
       } else if (bn == 256) {
         extra.push_back(Plan{GemmVariant::kWgmma, bn, -1, orient});
         extra.push_back(Plan{GemmVariant::kWgmma, bn, -4, orient});
@@ -240,8 +241,8 @@ class Bench {
   // elementwise |x - d| <= tol, or equal (infinities), or both NaN.
   bool matches() const {
     if (!close(cand_.c, ref_.c, args_.ldc, tol_c_)) return false;
-    return p_span_ == 0 || close(cand_.epilogue.preact, ref_.epilogue.preact,
-                                 args_.epilogue.ld_preact, tol_p_);
+    return p_span_ == 0 ||
+           close(cand_.epilogue.preact, ref_.epilogue.preact, args_.epilogue.ld_preact, tol_p_);
   }
 
   // Median time of `p` in microseconds (infinity when a run fails): two warm-up runs, then
@@ -296,8 +297,7 @@ class Bench {
   }
   void* workspace(const GemmArgs& g, const Plan& p) {
     const std::size_t bytes = plan_workspace(g, p);
-    return bytes ? keep(at::empty({static_cast<int64_t>(bytes)}, opts_.dtype(at::kByte)))
-                 : nullptr;
+    return bytes ? keep(at::empty({static_cast<int64_t>(bytes)}, opts_.dtype(at::kByte))) : nullptr;
   }
   at::Tensor view(const void* p, int64_t ld) const {
     return at::from_blob(const_cast<void*>(p), {args_.m, args_.n}, {ld, 1},
@@ -311,25 +311,28 @@ class Bench {
   // subnormal. A schedule that drops or repeats a k-block or a tile lands far outside it.
   void set_tolerances() {
     const auto f32 = opts_.dtype(at::kFloat);
-    at::Tensor a = at::from_blob(const_cast<void*>(args_.a), {args_.m, args_.k},
-                                 {args_.a_stride_m, args_.a_stride_k}, opts_.dtype(torch_dtype(args_)));
-    at::Tensor b = at::from_blob(const_cast<void*>(args_.b), {args_.k, args_.n},
-                                 {args_.b_stride_k, args_.b_stride_n}, opts_.dtype(torch_dtype(args_)));
+    at::Tensor a =
+        at::from_blob(const_cast<void*>(args_.a), {args_.m, args_.k},
+                      {args_.a_stride_m, args_.a_stride_k}, opts_.dtype(torch_dtype(args_)));
+    at::Tensor b =
+        at::from_blob(const_cast<void*>(args_.b), {args_.k, args_.n},
+                      {args_.b_stride_k, args_.b_stride_n}, opts_.dtype(torch_dtype(args_)));
     at::Tensor mag = at::mm(a.abs().to(f32), b.abs().to(f32)).mul_(std::fabs(args_.alpha));
     if (c0_ != nullptr) mag.add_(view(c0_, args_.ldc).abs().to(f32), std::fabs(args_.beta));
     const GemmEpilogue& e = args_.epilogue;
     if (e.bias != nullptr) {
       const int64_t len = e.bias_per_row ? args_.m : args_.n;
-      at::Tensor bias = at::from_blob(const_cast<void*>(e.bias), {len},
-                                      opts_.dtype(torch_dtype(args_)))
-                            .abs()
-                            .to(f32);
+      at::Tensor bias =
+          at::from_blob(const_cast<void*>(e.bias), {len}, opts_.dtype(torch_dtype(args_)))
+              .abs()
+              .to(f32);
       mag.add_(e.bias_per_row ? bias.view({args_.m, 1}) : bias.view({1, args_.n}));
     }
     const bool tf32 = args_.dtype == ScalarType::kFloat32 && args_.allow_tf32;
     const double unit = std::ldexp(1.0, -24);
-    const double accum = 8.0 * std::sqrt(static_cast<double>(std::max<int64_t>(args_.k, 1))) * unit +
-                         (tf32 ? std::ldexp(1.0, -9) : 0.0);
+    const double accum =
+        8.0 * std::sqrt(static_cast<double>(std::max<int64_t>(args_.k, 1))) * unit +
+        (tf32 ? std::ldexp(1.0, -9) : 0.0);
     const double ulp = args_.dtype == ScalarType::kBFloat16  ? std::ldexp(1.0, -7)
                        : args_.dtype == ScalarType::kFloat16 ? std::ldexp(1.0, -10)
                                                              : std::ldexp(1.0, -23);
@@ -337,16 +340,22 @@ class Bench {
                         : args_.dtype == ScalarType::kFloat16 ? std::ldexp(1.0, -24)
                                                               : std::ldexp(1.0, -149);
     const double slope = e.activation == Activation::kNone ? 1.0 : 1.25;
-    tol_c_ = view(ref_.c, args_.ldc).to(f32).abs().mul_(2.0 * ulp).add_(mag, slope * accum).add_(tiny);
+    tol_c_ =
+        view(ref_.c, args_.ldc).to(f32).abs().mul_(2.0 * ulp).add_(mag, slope * accum).add_(tiny);
     if (p_span_ > 0) {
-      tol_p_ = view(ref_.epilogue.preact, e.ld_preact).to(f32).abs().mul_(2.0 * ulp).add_(mag, accum).add_(tiny);
+      tol_p_ = view(ref_.epilogue.preact, e.ld_preact)
+                   .to(f32)
+                   .abs()
+                   .mul_(2.0 * ulp)
+                   .add_(mag, accum)
+                   .add_(tiny);
     }
   }
 
   bool close(const void* x_ptr, const void* d_ptr, int64_t ld, const at::Tensor& tol) const {
     at::Tensor x = view(x_ptr, ld).to(at::kFloat), d = view(d_ptr, ld).to(at::kFloat);
-    at::Tensor ok = (x - d).abs_().le(tol).logical_or_(x.eq(d)).logical_or_(
-        x.isnan().logical_and_(d.isnan()));
+    at::Tensor ok =
+        (x - d).abs_().le(tol).logical_or_(x.eq(d)).logical_or_(x.isnan().logical_and_(d.isnan()));
     return ok.all().item<bool>();
   }
 

@@ -111,10 +111,10 @@ struct ProblemStats {
 };
 struct Stats {
   std::vector<ProblemStats> problems;
-  int64_t cache_hits = 0;       // products run with a cached winner
-  int64_t capture_skips = 0;    // untuned products met during CUDA-graph capture
-  int64_t untuned_cached = 0;   // untuned products met in cached mode (default plan run)
-  int64_t tuning_skipped = 0;   // products tuning gave up on (out of memory, k == 0, ...)
+  int64_t cache_hits = 0;      // products run with a cached winner
+  int64_t capture_skips = 0;   // untuned products met during CUDA-graph capture
+  int64_t untuned_cached = 0;  // untuned products met in cached mode (default plan run)
+  int64_t tuning_skipped = 0;  // products tuning gave up on (out of memory, k == 0, ...)
 };
 Stats stats();
 void reset_stats();
@@ -125,7 +125,7 @@ void reset_stats();
 std::optional<Entry> lookup(const std::string& device, const std::string& problem);
 void record(const std::string& device, const std::string& problem, const Entry& e,
             const ProblemStats& ps);
-void count(int64_t Stats::*counter);
+void count(int64_t Stats::* counter);
 bool knows_device(const std::string& device);
 
 #ifdef GEMMT_WITH_CUDA

@@ -176,8 +176,7 @@ class FileLock {
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      if ((errno != EWOULDBLOCK && errno != EINTR) ||
-          std::chrono::steady_clock::now() > deadline) {
+      if ((errno != EWOULDBLOCK && errno != EINTR) || std::chrono::steady_clock::now() > deadline) {
         why_ = "another writer held it for 10 s";
         ::close(fd_);
         fd_ = -1;
@@ -283,7 +282,8 @@ bool Plan::parse(std::string_view text, Plan* out) {
   }
   if (parts.size() != 4 || p.variant != GemmVariant::kWgmma) return false;
   const std::string_view bn = parts[1], sp = parts[2], orient = parts[3];
-  if (bn.substr(0, 3) != "bn=" || sp.substr(0, 7) != "splits=" || orient.substr(0, 7) != "orient=") {
+  if (bn.substr(0, 3) != "bn=" || sp.substr(0, 7) != "splits=" ||
+      orient.substr(0, 7) != "orient=") {
     return false;
   }
   if (!parse_int(bn.substr(3), 0, 256, &p.bn) || !parse_int(sp.substr(7), -4, 4096, &p.splits)) {
@@ -374,7 +374,8 @@ bool parse_cache_text(const std::string& text, const std::string& library, Entry
   }
   int count = -1;
   const std::string& last = lines.back();
-  if (last.rfind("end ", 0) != 0 || !parse_int(std::string_view(last).substr(4), 0, 999999, &count) ||
+  if (last.rfind("end ", 0) != 0 ||
+      !parse_int(std::string_view(last).substr(4), 0, 999999, &count) ||
       static_cast<std::size_t>(count) != entries) {
     *why = "it does not end with 'end " + std::to_string(entries) + "' (truncated or edited?)";
     return false;
@@ -441,8 +442,8 @@ bool save(const std::string& path) {
   }
   const std::string text = cache_text(merged, library_version());
   static std::atomic<unsigned> counter{0};
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
-                          std::to_string(counter.fetch_add(1));
+  const std::string tmp =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     TORCH_WARN("gemmt: cannot write the tuning cache '", tmp, "': ", std::strerror(errno));
@@ -452,8 +453,8 @@ bool save(const std::string& path) {
   const int err = errno;
   ::close(fd);
   if (!written || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    TORCH_WARN("gemmt: cannot write the tuning cache '", path, "': ",
-               std::strerror(written ? errno : err));
+    TORCH_WARN("gemmt: cannot write the tuning cache '", path,
+               "': ", std::strerror(written ? errno : err));
     ::unlink(tmp.c_str());
     return false;
   }
@@ -467,10 +468,14 @@ EntryMap entries() {
 }
 
 void insert(const std::string& device, const std::string& problem, const Entry& e) {
-  TORCH_CHECK(clean_field(device), "gemmt.tuning: argument 'device' expected a non-empty name of "
-              "at most 512 printable characters, got '", device, "'");
-  TORCH_CHECK(clean_field(problem), "gemmt.tuning: argument 'problem' expected a non-empty key of "
-              "at most 512 printable characters, got '", problem, "'");
+  TORCH_CHECK(clean_field(device),
+              "gemmt.tuning: argument 'device' expected a non-empty name of "
+              "at most 512 printable characters, got '",
+              device, "'");
+  TORCH_CHECK(clean_field(problem),
+              "gemmt.tuning: argument 'problem' expected a non-empty key of "
+              "at most 512 printable characters, got '",
+              problem, "'");
   TORCH_CHECK(std::isfinite(e.tuned_us) && e.tuned_us >= 0 && std::isfinite(e.default_us) &&
                   e.default_us >= 0,
               "gemmt.tuning: the times expected finite values >= 0, got ", e.tuned_us, " and ",
@@ -520,7 +525,7 @@ void record(const std::string& device, const std::string& problem, const Entry& 
   if (!path.empty()) save(path);
 }
 
-void count(int64_t Stats::*counter) {
+void count(int64_t Stats::* counter) {
   State& s = ready_state();
   std::lock_guard<std::mutex> lk(s.mu);
   ++(s.stats.*counter);

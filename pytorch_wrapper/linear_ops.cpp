@@ -343,8 +343,7 @@ std::tuple<at::Tensor, at::Tensor> linear_activation_backward_cpu(const at::Tens
 }
 
 std::tuple<at::Tensor, at::Tensor> linear_activation_backward_cpu_reference(
-    const at::Tensor& grad, const at::Tensor& preact, std::string_view activation,
-    bool bias_grad) {
+    const at::Tensor& grad, const at::Tensor& preact, std::string_view activation, bool bias_grad) {
   const Activation act = parse_activation(kActBackward, activation);
   check_act_backward(grad, preact, act);
   check_cpu_reference(kActBackward, grad);

@@ -121,8 +121,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   ref.def("mm", &w::mm_cpu_reference, py::arg("a"), py::arg("b"), Release());
   ref.def(
       "linear",
-      [](const Tensor& x, const Tensor& w, const std::optional<Tensor>& b,
-         const std::string& act) { return w::linear_cpu_reference(x, w, b, act); },
+      [](const Tensor& x, const Tensor& w, const std::optional<Tensor>& b, const std::string& act) {
+        return w::linear_cpu_reference(x, w, b, act);
+      },
       "(act(x @ w.T + b), x @ w.T + b)", py::arg("x"), py::arg("weight"),
       py::arg("bias") = py::none(), py::arg("activation") = "none", Release());
   ref.def(
@@ -139,8 +140,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           Release());
   ref.def("scale", &w::scale_cpu_reference, py::arg("x"), py::arg("factor") = 2.0, Release());
   ref.def("swiglu", &w::swiglu_cpu_reference, py::arg("gate"), py::arg("up"), Release());
-  ref.def("swiglu_backward", &w::swiglu_backward_cpu_reference, py::arg("grad"),
-          py::arg("gate"), py::arg("up"), Release());
+  ref.def("swiglu_backward", &w::swiglu_backward_cpu_reference, py::arg("grad"), py::arg("gate"),
+          py::arg("up"), Release());
   ref.def("rgb_to_gray", &w::rgb_to_gray_cpu_reference, py::arg("img"), py::arg("bgr") = false,
           Release());
   ref.def("normalize_volume", &w::normalize_volume_cpu_reference, py::arg("vol"),

@@ -97,16 +97,15 @@ at::Tensor normalize_volume_meta(const at::Tensor& vol, double max_val);
 // run ATen's vectorised kernels instead; these stay as the reference the tests compare them
 // with (module.cpp binds them as _gemmt.reference). Same checks and results as the ops,
 // CPU tensors only; linear_cpu_reference returns (out, preact).
-void gemm_cpu_reference(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b,
-                        double alpha, double beta);
+void gemm_cpu_reference(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double alpha,
+                        double beta);
 at::Tensor mm_cpu_reference(const at::Tensor& a, const at::Tensor& b);
 std::tuple<at::Tensor, at::Tensor> linear_cpu_reference(const at::Tensor& x,
                                                         const at::Tensor& weight,
                                                         const std::optional<at::Tensor>& bias,
                                                         std::string_view activation);
 std::tuple<at::Tensor, at::Tensor> linear_activation_backward_cpu_reference(
-    const at::Tensor& grad, const at::Tensor& preact, std::string_view activation,
-    bool bias_grad);
+    const at::Tensor& grad, const at::Tensor& preact, std::string_view activation, bool bias_grad);
 at::Tensor linear_bias_backward_cpu_reference(const at::Tensor& grad);
 at::Tensor add_cpu_reference(const at::Tensor& a, const at::Tensor& b);
 at::Tensor square_cpu_reference(const at::Tensor& x);

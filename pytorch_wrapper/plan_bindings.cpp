@@ -83,7 +83,7 @@ DeviceInfo parse_device_info(const char* fn, const std::map<std::string, int64_t
         throw std::invalid_argument(std::string(fn) + ": device_info['" + key +
                                     "'] must fit in 32 bits, got " + std::to_string(value));
       }
-      int& field = key == "memory_clock_khz" ? info.memory_clock_khz
+      int& field = key == "memory_clock_khz"  ? info.memory_clock_khz
                    : key == "memory_bus_bits" ? info.memory_bus_bits
                                               : info.sm_clock_khz;
       field = static_cast<int>(value);
@@ -334,9 +334,10 @@ void bind_plans(py::module_& m) {
       [](int device) {
         int count = 0;
         if (cudaGetDeviceCount(&count) != cudaSuccess || device < 0 || device >= count) {
-          throw std::invalid_argument("device_info: argument 'device' must be a CUDA device "
-                                      "index in [0, " +
-                                      std::to_string(count) + "), got " + std::to_string(device));
+          throw std::invalid_argument(
+              "device_info: argument 'device' must be a CUDA device "
+              "index in [0, " +
+              std::to_string(count) + "), got " + std::to_string(device));
         }
         return device_info_dict(wrapper::device_info(device));
       },

@@ -102,9 +102,10 @@ void bind_tuning(py::module_& m) {
          double tuned_us, double default_us) {
         tn::Entry e;
         if (!tn::Plan::parse(plan, &e.plan)) {
-          throw py::value_error("gemmt.tuning: argument 'plan' expected a plan such as 'wgmma' "
-                                "or 'wgmma:bn=128:splits=2:orient=swapped', got '" +
-                                plan + "'");
+          throw py::value_error(
+              "gemmt.tuning: argument 'plan' expected a plan such as 'wgmma' "
+              "or 'wgmma:bn=128:splits=2:orient=swapped', got '" +
+              plan + "'");
         }
         e.tuned_us = tuned_us;
         e.default_us = default_us;
@@ -116,7 +117,13 @@ void bind_tuning(py::module_& m) {
       "Adds an entry to the cache in memory (for tools and tests)", py::arg("device"),
       py::arg("problem"), py::arg("plan"), py::arg("tuned_us"), py::arg("default_us"));
   m.def(
-      "tuning_clear", [] { with_warnings([] { tn::clear(); return 0; }); },
+      "tuning_clear",
+      [] {
+        with_warnings([] {
+          tn::clear();
+          return 0;
+        });
+      },
       "Empties the cache in memory (files are untouched)");
   m.def(
       "tuning_stats",
@@ -139,7 +146,13 @@ void bind_tuning(py::module_& m) {
       },
       "What tuning cost and found since the last reset");
   m.def(
-      "tuning_reset_stats", [] { with_warnings([] { tn::reset_stats(); return 0; }); },
+      "tuning_reset_stats",
+      [] {
+        with_warnings([] {
+          tn::reset_stats();
+          return 0;
+        });
+      },
       "Zeroes the tuner's statistics");
   m.def(
       "tuning_library_version", [] { return tn::library_version(); },

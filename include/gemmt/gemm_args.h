@@ -14,7 +14,8 @@ namespace gemmt {
 // What the epilogue applies to v = alpha * A @ B + beta * C, element by element, before C is
 // written: z = v + bias, C = act(z), and optionally z itself to `preact` (what a Linear
 // layer's backward needs for GELU and SiLU). All in float32 from the float32 accumulator
-// (float64 from the float64 accumulator for float64 tensors), rounded once to the dtype. An empty epilogue is the plain product.
+// (float64 from the float64 accumulator for float64 tensors), rounded once to the dtype. An empty
+// epilogue is the plain product.
 struct GemmEpilogue {
   const void* bias = nullptr;  // dtype of C; n values (one per column), or m with bias_per_row
   bool bias_per_row = false;   // set when the caller transposed the problem (C^T = B^T A^T)

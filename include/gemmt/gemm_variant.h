@@ -26,10 +26,8 @@ enum class GemmVariant : int {
 
 // User-facing names, indexed by GemmVariant. Header-only so CPU-only builds share them.
 inline constexpr const char* kGemmVariantNames[] = {
-    "auto",       "naive",     "smem_tiled", "register_blocked",
-    "warp_tiled", "pipelined", "split_k",    "gemv",
-    "mma_sync",   "wgmma",     "decode",           "dmma",
-    "simt_fp64"};
+    "auto", "naive",    "smem_tiled", "register_blocked", "warp_tiled", "pipelined", "split_k",
+    "gemv", "mma_sync", "wgmma",      "decode",           "dmma",       "simt_fp64"};
 static_assert(sizeof(kGemmVariantNames) / sizeof(kGemmVariantNames[0]) ==
               static_cast<int>(GemmVariant::kCount));
 
