@@ -64,6 +64,12 @@ def test_load_library_of_installed_extension() -> None:
     assert "SMOKE-OK" in out
 
 
+def _library_env() -> dict[str, str]:
+    # A source checkout on PYTHONPATH with $GEMMT_LIBRARY naming its build: the child needs
+    # the same library (run_python drops the variable, as an installed package needs none).
+    return {"GEMMT_LIBRARY": os.environ["GEMMT_LIBRARY"]} if "GEMMT_LIBRARY" in os.environ else {}
+
+
 def test_import_registers_ops() -> None:
     # torch.ops.gemmt.* exists right after `import gemmt`, before any gemmt.* call, and a
     # compiled function whose first gemmt call is traced finds it too.
@@ -71,7 +77,8 @@ def test_import_registers_ops() -> None:
         "import torch, gemmt\n"
         "y = torch.ops.gemmt.linear(torch.randn(2, 3), torch.randn(4, 3), None, 'none')\n"
         "assert y.shape == (2, 4)\n"
-        "print('IMPORT-OK')\n"
+        "print('IMPORT-OK')\n",
+        env=_library_env(),
     )
     assert "IMPORT-OK" in out
     out = run_python(
@@ -79,7 +86,8 @@ def test_import_registers_ops() -> None:
         "f = torch.compile(lambda x, w: torch.ops.gemmt.linear(x, w, None, 'relu'), backend='eager')\n"
         "x, w = torch.randn(5, 8), torch.randn(3, 8)\n"
         "assert torch.allclose(f(x, w), torch.relu(x @ w.t()), atol=1e-5)\n"
-        "print('COMPILE-OK')\n"
+        "print('COMPILE-OK')\n",
+        env=_library_env(),
     )
     assert "COMPILE-OK" in out
 
@@ -106,7 +114,7 @@ def test_autoload_can_be_deferred() -> None:
         "assert gemmt.mm(torch.eye(2), torch.eye(2)).shape == (2, 2)\n"
         "assert _native.is_loaded()\n"
         "print('DEFER-OK')\n",
-        env={"GEMMT_AUTOLOAD": "0"},
+        env={"GEMMT_AUTOLOAD": "0", **_library_env()},
     )
     assert "DEFER-OK" in out
 
