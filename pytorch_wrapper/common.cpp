@@ -80,6 +80,51 @@ std::initializer_list<at::ScalarType> float_dtypes_for(const at::Tensor& /*t*/) 
   return kAll;
 }
 
+void aten_activation_out(Activation act, const at::Tensor& z, at::Tensor out) {
+  switch (act) {
+    case Activation::kReLU:
+      at::clamp_min_out(out, z, 0);  // torch.relu: clamp_min, NaN kept
+      break;
+    case Activation::kGelu:
+      at::gelu_out(out, z, "none");
+      break;
+    case Activation::kGeluTanh:
+      at::gelu_out(out, z, "tanh");
+      break;
+    case Activation::kSilu:
+      at::silu_out(out, z);
+      break;
+    default:
+      if (!out.is_same(z)) out.copy_(z);
+      break;
+  }
+}
+
+at::Tensor aten_activation(const at::Tensor& z, Activation act) {
+  if (act == Activation::kNone) return z;
+  at::Tensor out = at::empty_like(z);
+  aten_activation_out(act, z, out);
+  return out;
+}
+
+at::Tensor aten_activation_backward(const at::Tensor& g, const at::Tensor& z, Activation act) {
+  switch (act) {
+    case Activation::kReLU:
+      return at::threshold_backward(g, z, 0);
+    case Activation::kGelu:
+      return at::gelu_backward(g, z, "none");
+    case Activation::kGeluTanh:
+      return at::gelu_backward(g, z, "tanh");
+    case Activation::kSilu: {
+      // Composite (ATen's silu_backward has no derivative of its own).
+      const at::Tensor s = at::sigmoid(z);
+      return g * s * (1 + z * (1 - s));
+    }
+    default:
+      return g;
+  }
+}
+
 at::Tensor new_output(c10::SymIntArrayRef sizes, const at::TensorOptions& options) {
 #ifdef GEMMT_WITH_CUDA
   if (options.device().is_cuda()) {

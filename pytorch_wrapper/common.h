@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "gemmt/activation.h"
 #include "gemmt/device_info.h"
 #include "gemmt/gemm_variant.h"
 #include "gemmt/types.h"
@@ -47,6 +48,17 @@ void check_cpu_reference(const char* op, const at::Tensor& t);
 // Floating dtypes the ops compute in, on CPU and CUDA alike: float32, float16, bfloat16 and
 // float64 (what torch.autograd.gradcheck needs).
 std::initializer_list<at::ScalarType> float_dtypes_for(const at::Tensor& t);
+
+// act(z) through ATen's activation kernels (torch.nn.functional's formulas, computed in the
+// op-math type, one rounding to the dtype) into out, which may be z itself.
+void aten_activation_out(Activation act, const at::Tensor& z, at::Tensor out);
+
+// The same as a new tensor (z itself for kNone).
+at::Tensor aten_activation(const at::Tensor& z, Activation act);
+
+// act'(z) * g through ATen's differentiable activation backwards: what a backward that is
+// itself recorded (create_graph) uses, so that second derivatives exist.
+at::Tensor aten_activation_backward(const at::Tensor& g, const at::Tensor& z, Activation act);
 
 // A new contiguous tensor. CUDA outputs come straight from the caching allocator: at::empty
 // would be a second trip through the dispatcher on every call, a visible share of a small

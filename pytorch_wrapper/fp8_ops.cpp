@@ -175,26 +175,6 @@ ScaleConfig check_scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::
   return cfg;
 }
 
-// act(z) in place, float32 (the formulas of torch.nn.functional).
-void apply_activation(at::Tensor& z, Activation act) {
-  switch (act) {
-    case Activation::kReLU:
-      z.relu_();
-      break;
-    case Activation::kGelu:
-      z = at::gelu(z, "none");
-      break;
-    case Activation::kGeluTanh:
-      z = at::gelu(z, "tanh");
-      break;
-    case Activation::kSilu:
-      z = at::silu(z);
-      break;
-    default:
-      break;
-  }
-}
-
 // sum_k float(a[m, k]) * float(b[k, n]) with the scales applied, float32 (M, N).
 at::Tensor scaled_product(const at::Tensor& a, const at::Tensor& b, const at::Tensor& sa,
                           const at::Tensor& sb, const ScaleConfig& cfg) {
@@ -355,7 +335,7 @@ at::Tensor scaled_mm_cpu(const at::Tensor& a, const at::Tensor& b, const at::Ten
   at::AutoDispatchBelowADInplaceOrView guard;
   at::Tensor z = scaled_product(a, b, scale_a, scale_b, cfg);
   if (bias.has_value() && bias->defined()) z.add_(bias->to(at::kFloat).unsqueeze(0));
-  apply_activation(z, parse_activation(kScaledMm, activation));
+  aten_activation_out(parse_activation(kScaledMm, activation), z, z);
   return z.to(out_dtype);
 }
 

@@ -80,45 +80,7 @@ void fill_without_product(const at::Tensor& out2d, const at::Tensor& bias, Activ
     out2d.zero_();
   }
   if (preact2d.defined()) preact2d.copy_(out2d);
-  switch (act) {
-    case Activation::kReLU:
-      out2d.relu_();
-      break;
-    case Activation::kGelu:
-      out2d.copy_(at::gelu(out2d));
-      break;
-    case Activation::kGeluTanh:
-      out2d.copy_(at::gelu(out2d, "tanh"));
-      break;
-    case Activation::kSilu:
-      out2d.copy_(at::silu(out2d));
-      break;
-    default:
-      break;
-  }
-}
-
-// out = act(z) from an already rounded z, through ATen's vectorised activation kernels
-// (the op-math type inside, one rounding to the dtype): what torch's activation functions
-// do with F.linear's output. out may be z itself.
-void activation_cpu(Activation act, const at::Tensor& z, at::Tensor& out) {
-  switch (act) {
-    case Activation::kReLU:
-      at::clamp_min_out(out, z, 0);  // torch.relu: clamp_min, NaN kept
-      break;
-    case Activation::kGelu:
-      at::gelu_out(out, z, "none");
-      break;
-    case Activation::kGeluTanh:
-      at::gelu_out(out, z, "tanh");
-      break;
-    case Activation::kSilu:
-      at::silu_out(out, z);
-      break;
-    default:
-      if (!out.is_same(z)) out.copy_(z);
-      break;
-  }
+  aten_activation_out(act, out2d, out2d);
 }
 
 // The CPU forward: z = x @ w.T + b rounded once in the output dtype by ATen's addmm (as
@@ -135,7 +97,8 @@ void linear_cpu_run(const at::Tensor& out2d, const at::Tensor& x2d, const at::Te
   } else {
     at::mm_out(z, x2d, wt);
   }
-  activation_cpu(act, z, out);
+  // act(z) from the rounded z, as torch's activation functions do with F.linear's output.
+  aten_activation_out(act, z, out);
 }
 
 // out = act(x @ weight.T + bias) (and preact = x @ weight.T + bias when requested), on the

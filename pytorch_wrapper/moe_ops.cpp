@@ -196,58 +196,6 @@ std::vector<int64_t> read_offsets(const char* op, const at::Tensor& offs, int64_
   return ends;
 }
 
-void apply_activation_(at::Tensor& out, Activation act) {
-  switch (act) {
-    case Activation::kReLU:
-      at::relu_(out);
-      break;
-    case Activation::kGelu:
-      at::gelu_(out, "none");
-      break;
-    case Activation::kGeluTanh:
-      at::gelu_(out, "tanh");
-      break;
-    case Activation::kSilu:
-      at::silu_(out);
-      break;
-    default:
-      break;
-  }
-}
-
-at::Tensor activation_of(const at::Tensor& z, Activation act) {
-  switch (act) {
-    case Activation::kReLU:
-      return at::relu(z);
-    case Activation::kGelu:
-      return at::gelu(z, "none");
-    case Activation::kGeluTanh:
-      return at::gelu(z, "tanh");
-    case Activation::kSilu:
-      return at::silu(z);
-    default:
-      return z;
-  }
-}
-
-// act'(z) * g from differentiable ATen pieces, so a recorded backward has derivatives too.
-at::Tensor activation_backward(const at::Tensor& g, const at::Tensor& z, Activation act) {
-  switch (act) {
-    case Activation::kReLU:
-      return at::threshold_backward(g, z, 0);
-    case Activation::kGelu:
-      return at::gelu_backward(g, z, "none");
-    case Activation::kGeluTanh:
-      return at::gelu_backward(g, z, "tanh");
-    case Activation::kSilu: {
-      const at::Tensor s = at::sigmoid(z);
-      return g * s * (1 + z * (1 - s));
-    }
-    default:
-      return g;
-  }
-}
-
 std::string cuda_not_built(const char* op) {
   return std::string(op) +
          ": the CUDA kernel is not built yet (this version has the CPU implementation only); "
@@ -321,7 +269,7 @@ class GroupedMmFunction : public torch::autograd::Function<GroupedMmFunction> {
     // With an activation the pre-activation is kept for the backward (the CPU kernel would
     // compute the same z, then act(z) in place).
     at::Tensor z = call_grouped_mm(a, b, offs, bias, out_dtype, "none");
-    at::Tensor y = act == Activation::kNone ? z : activation_of(z, act);
+    at::Tensor y = aten_activation(z, act);
     ctx->saved_data["activation"] = static_cast<int64_t>(act);
     ctx->saved_data["has_bias"] = has(bias);
     ctx->saved_data["out_dtype"] =
@@ -351,7 +299,7 @@ class GroupedMmFunction : public torch::autograd::Function<GroupedMmFunction> {
             od < 0 ? std::nullopt : std::optional<at::ScalarType>(static_cast<at::ScalarType>(od)),
             "none");
       }
-      g = activation_backward(g, pre, act);
+      g = aten_activation_backward(g, pre, act);
     }
     if (g.scalar_type() != a.scalar_type()) g = g.to(a.scalar_type());
     at::Tensor ga, gb, gbias;
@@ -655,7 +603,7 @@ at::Tensor grouped_mm_cpu(const at::Tensor& a, const at::Tensor& b, const OptTen
       break;
     }
   }
-  apply_activation_(out, s.activation);
+  aten_activation_out(s.activation, out, out);
   return out;
 }
 

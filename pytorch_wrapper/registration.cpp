@@ -157,26 +157,6 @@ class SquareBackwardFunction : public torch::autograd::Function<SquareBackwardFu
   }
 };
 
-// act'(z) * g through ATen's differentiable activation backwards: used when the backward
-// itself is being recorded (create_graph), where second derivatives need every step.
-at::Tensor aten_activation_backward(const at::Tensor& g, const at::Tensor& z, Activation act) {
-  switch (act) {
-    case Activation::kReLU:
-      return at::threshold_backward(g, z, 0);
-    case Activation::kGelu:
-      return at::gelu_backward(g, z, "none");
-    case Activation::kGeluTanh:
-      return at::gelu_backward(g, z, "tanh");
-    case Activation::kSilu: {
-      // Composite (ATen's silu_backward has no derivative of its own).
-      const at::Tensor s = at::sigmoid(z);
-      return g * s * (1 + z * (1 - s));
-    }
-    default:
-      return g;
-  }
-}
-
 // t with these sizes: t itself when it has them already. Under DTensor every reshape, even
 // one that changes nothing, is a trip through its Python dispatch (about as costly on the
 // host as the product it feeds), and tensor-parallel layers are often bound by the host.

@@ -66,6 +66,17 @@ def divide_ref(vol: torch.Tensor, max_val: float) -> torch.Tensor:
     return (vol.double() / m).float()
 
 
+class RuleSpec:
+    """The two fields of a DTensor spec that gemmt's sharding rules read, for a tensor of
+    ``shape`` (tests of the rules without processes)."""
+
+    def __init__(self, *shape: int) -> None:
+        from torch.distributed.tensor._dtensor_spec import TensorMeta
+
+        self.placements = ()
+        self.tensor_meta = TensorMeta(torch.Size(shape), (1,) * len(shape), torch.float32)
+
+
 def torch_act(z: torch.Tensor, activation: str) -> torch.Tensor:
     """torch's own form of each of gemmt.ACTIVATIONS."""
     if activation == "relu":

@@ -240,12 +240,7 @@ def test_rules_without_processes() -> None:
     sum Partial, and every op's rules covering each of its arguments."""
     pytest.importorskip("torch.distributed.tensor")
     from torch.distributed.tensor import Partial, Replicate, Shard
-    from torch.distributed.tensor._dtensor_spec import TensorMeta
-
-    class Spec:  # the two fields the rules read from DTensor's specs
-        def __init__(self, *shape: int) -> None:
-            self.placements = ()
-            self.tensor_meta = TensorMeta(torch.Size(shape), (1,) * len(shape), torch.float32)
+    from conftest import RuleSpec as Spec
 
     x, w, b = Spec(2, 3, 8), Spec(4, 8), Spec(4)
     rules = {r.name: r for r in gemmt.distributed.rules_for("linear", x, w, b, "none")}

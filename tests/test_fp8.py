@@ -675,12 +675,7 @@ def test_float8_linear_torch_compile_forward_backward(recipe: str) -> None:
 def test_fp8_sharding_rules_without_processes() -> None:
     pytest.importorskip("torch.distributed.tensor")
     from torch.distributed.tensor import Partial, Replicate, Shard
-    from torch.distributed.tensor._dtensor_spec import TensorMeta
-
-    class Spec:  # the two fields the rules read from DTensor's specs
-        def __init__(self, *shape: int) -> None:
-            self.placements = ()
-            self.tensor_meta = TensorMeta(torch.Size(shape), (1,) * len(shape), torch.float32)
+    from conftest import RuleSpec as Spec
 
     R = Replicate()
     a, b, bias = Spec(64, 256), Spec(256, 384), Spec(384)

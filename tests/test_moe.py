@@ -730,12 +730,7 @@ def test_transformers_unsupported_experts_are_refused() -> None:
 def test_grouped_mm_sharding_rules() -> None:
     pytest.importorskip("torch.distributed.tensor")
     from torch.distributed.tensor import Partial, Replicate, Shard
-    from torch.distributed.tensor._dtensor_spec import TensorMeta
-
-    class Spec:  # the two fields the rules read from DTensor's specs
-        def __init__(self, *shape: int) -> None:
-            self.placements = ()
-            self.tensor_meta = TensorMeta(torch.Size(shape), (1,) * len(shape), torch.float32)
+    from conftest import RuleSpec as Spec
 
     R = Replicate()
     rules_for = gemmt.distributed.rules_for
