@@ -25,6 +25,7 @@
 #include <tuple>
 
 #include "common.h"
+#include "grouped_gemm_cuda.h"
 #include "gemmt/activation.h"
 #include "ops.h"
 
@@ -342,10 +343,17 @@ at::Tensor scaled_mm_cpu(const at::Tensor& a, const at::Tensor& b, const at::Ten
 at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
                           const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
                           at::ScalarType out_dtype, std::string_view activation,
-                          bool /*use_fast_accum*/) {
-  check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation);
+                          bool use_fast_accum) {
+  const ScaleConfig cfg = check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation);
+#ifdef GEMMT_WITH_CUDA
+  const Fp8Scaling scaling{static_cast<int>(cfg.kind), cfg.a_square_blocks, cfg.b_square_blocks};
+  return scaled_mm_cuda_run(kScaledMm, a, b, scale_a, scale_b, bias, out_dtype,
+                            parse_activation(kScaledMm, activation), scaling, use_fast_accum);
+#else
+  (void)cfg;
   refuse_cuda(kScaledMm, a);
   return {};
+#endif
 }
 
 // ---- quantize_fp8 / quantize_fp8_with_transpose ----

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common.h"
+#include "grouped_gemm_cuda.h"
 #include "gemmt/activation.h"
 #include "ops.h"
 
@@ -610,9 +611,19 @@ at::Tensor grouped_mm_cpu(const at::Tensor& a, const at::Tensor& b, const OptTen
 at::Tensor grouped_mm_cuda(const at::Tensor& a, const at::Tensor& b, const OptTensor& offs,
                            const OptTensor& bias, std::optional<at::ScalarType> out_dtype,
                            std::string_view activation) {
-  check_grouped_mm(a, b, offs, bias, out_dtype, activation);
+  const GroupedMmShape s = check_grouped_mm(a, b, offs, bias, out_dtype, activation);
+#ifdef GEMMT_WITH_CUDA
+  TORCH_CHECK(a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf, kGroupedMm,
+              ": the CUDA kernel takes bfloat16 and float16 operands, got ", describe(a));
+  at::Tensor out = at::empty(C10_AS_INTARRAYREF_SLOW(s.out_sizes), a.options().dtype(s.out_dtype));
+  grouped_mm_cuda_into(kGroupedMm, a, b, offs, bias, static_cast<GroupedLayout>(s.layout),
+                       s.activation, out);
+  return out;
+#else
+  (void)s;
   TORCH_CHECK_NOT_IMPLEMENTED(false, cuda_not_built(kGroupedMm), "; got a ", describe(a));
   return {};
+#endif
 }
 
 at::Tensor grouped_mm_autograd(const at::Tensor& a, const at::Tensor& b, const OptTensor& offs,

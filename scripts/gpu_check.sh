@@ -40,12 +40,16 @@ fi
 
 if has build; then
   # The plain CMake build runs beside the pip build; both use every core.
-  (stage "cmake build (plain)" "$LOGS/cmake_build.log" \
-     bash -c "cmake -S . -B build/cmake-gpu -G Ninja -DPython_EXECUTABLE=$(command -v $PY) -DGEMMT_BUILD_SELFTESTS=$(has selftest && echo ON || echo OFF) && cmake --build build/cmake-gpu") &
-  cmake_pid=$!
+  # BUILD_PLAIN=0 skips the plain CMake build (it shares the cores with the pip build).
+  cmake_pid=""
+  if [ "${BUILD_PLAIN:-1}" != 0 ]; then
+    (stage "cmake build (plain)" "$LOGS/cmake_build.log" \
+       bash -c "cmake -S . -B build/cmake-gpu -G Ninja -DPython_EXECUTABLE=$(command -v $PY) -DGEMMT_BUILD_SELFTESTS=$(has selftest && echo ON || echo OFF) && cmake --build build/cmake-gpu") &
+    cmake_pid=$!
+  fi
   stage "pip install (scikit-build)" "$LOGS/pip_build.log" \
     $PY -m pip install --no-build-isolation --no-deps -v .
-  wait $cmake_pid
+  [ -n "$cmake_pid" ] && wait $cmake_pid
   $PY -c "import gemmt, json; print(json.dumps(gemmt.build_info()))" >>"$SUMMARY" 2>&1
   cuobjdump --dump-sass build/cmake-gpu/_gemmt*.so 2>/dev/null | grep -c "HGMMA" \
     | xargs -I{} echo "HGMMA instructions in the module's SASS: {}" | tee -a "$SUMMARY"
@@ -97,6 +101,12 @@ fi
 if has tune && $PY -m gemmt bench --help 2>/dev/null | grep -q tune; then
   stage "bench tune" "$LOGS/bench_tune.log" ${BENCH_TIMEOUT:+timeout $BENCH_TIMEOUT} $PY -m gemmt bench tune --out "$OUT" ${TUNE_ARGS:-}
   grep -v "it/s\|s/it" "$LOGS/bench_tune.log" | tail -n 60 >>"$SUMMARY"
+fi
+
+# EXTRA_PY: a Python script run with $OUT as its argument (a one-off measurement).
+if has extra && [ -n "${EXTRA_PY:-}" ]; then
+  stage "extra: $EXTRA_PY" "$LOGS/extra.log" $PY $EXTRA_PY "$OUT/extra.json"
+  grep -v "it/s\|s/it" "$LOGS/extra.log" | tail -n 80 >>"$SUMMARY"
 fi
 
 if has demo; then

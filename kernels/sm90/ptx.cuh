@@ -110,6 +110,16 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, u
       : "memory");
 }
 
+// A box of a 3-D map (the third coordinate picks a matrix of a batch or a group).
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
+                                            int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+
 // Same box written to the same offset (and signalled on the same barrier offset) in every
 // CTA of `mask`.
 __device__ __forceinline__ void tma_load_multicast(uint32_t dst, const CUtensorMap* map,
@@ -250,7 +260,7 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint3
   "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}"
 
 // wgmma_m64n<N>: D(64xN, fp32) (+)= A(64xK) * B(KxN) for one K step (16 for 16-bit types, 8
-// for tf32), both operands from shared memory. `accumulate` == 0 overwrites D, which is how
+// for tf32, 32 for fp8), both operands from shared memory. `accumulate` == 0 overwrites D, which is how
 // each tile starts without zeroing registers. NACC = N / 2 accumulators a thread; the
 // strings are the PTX operand numbers after them: da, db, the predicate input, the two
 // transpose flags. (NACC is pasted, not passed, so that the accumulator list reaches the
@@ -265,10 +275,22 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint3
     } else if constexpr (kKind == kF16) {                                                        \
       GEMMT_WGMMA_16("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.f16.f16", GEMMT_D##NACC,    \
                      GEMMT_ACC##NACC, P, A, B, TA, TB);                                          \
-    } else {                                                                                     \
+    } else if constexpr (kKind == kTF32) {                                                       \
       static_assert(kTransA == 0 && kTransB == 0, "tf32 wgmma reads K-major operands only");     \
       GEMMT_WGMMA_TF32("wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32", GEMMT_D##NACC, \
                        GEMMT_ACC##NACC, P, A, B);                                                \
+    } else {                                                                                     \
+      static_assert(kTransA == 0 && kTransB == 0, "fp8 wgmma reads K-major operands only");      \
+      if constexpr (kKind == kE4M3) {                                                            \
+        GEMMT_WGMMA_TF32("wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3",             \
+                         GEMMT_D##NACC, GEMMT_ACC##NACC, P, A, B);                               \
+      } else if constexpr (kKind == kE5M2E4M3) {                                                 \
+        GEMMT_WGMMA_TF32("wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e5m2.e4m3",             \
+                         GEMMT_D##NACC, GEMMT_ACC##NACC, P, A, B);                               \
+      } else {                                                                                   \
+        GEMMT_WGMMA_TF32("wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e5m2",             \
+                         GEMMT_D##NACC, GEMMT_ACC##NACC, P, A, B);                               \
+      }                                                                                          \
     }                                                                                            \
   }
 

@@ -12,14 +12,19 @@ namespace {
 // Grouped raster over the tile grid: `group` tile rows are walked top to bottom before
 // moving one tile column right, so the CTAs running at the same time share A and B panels
 // in L2.
-__device__ __forceinline__ void tile_coords(int t, const Params& p, int& tm, int& tn) {
-  const int per_group = p.group * p.tiles_n;
-  const int g = t / per_group;
-  const int first = g * p.group;
-  const int rows = min(p.tiles_m - first, p.group);
-  const int r = t - g * per_group;
+__device__ __forceinline__ void band_raster(int t, int band, int tiles_m, int tiles_n, int& tm,
+                                            int& tn) {
+  const int per_band = band * tiles_n;
+  const int g = t / per_band;
+  const int first = g * band;
+  const int rows = min(tiles_m - first, band);
+  const int r = t - g * per_band;
   tm = first + r % rows;
   tn = r / rows;
+}
+
+__device__ __forceinline__ void tile_coords(int t, const Params& p, int& tm, int& tn) {
+  band_raster(t, p.group, p.tiles_m, p.tiles_n, tm, tn);
 }
 
 // What a unit does with its accumulators: store them (a whole tile, or a split-k slice's

@@ -1,0 +1,43 @@
+#include "plan/grouped_plan.h"
+
+namespace gemmt {
+namespace grouped_plan {
+namespace {
+
+constexpr int kBM = 128;
+constexpr int kSplitRows = 1;
+constexpr int kSplitCols = 2;
+constexpr int kSplitDepth = 3;
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+}  // namespace
+
+int64_t max_tiles(const Shape& s, int bn) {
+  const int64_t tm = ceil_div(s.m, kBM), tn = ceil_div(s.n, bn);
+  switch (s.split) {
+    case kSplitRows:
+      return s.n == 0 ? 0 : (tm + s.groups + 1) * tn;
+    case kSplitCols:
+      return s.m == 0 ? 0 : tm * (tn + s.groups + 1);
+    case kSplitDepth:
+      return static_cast<int64_t>(s.groups) * tm * tn;
+    default:
+      return static_cast<int64_t>(s.groups) * tm * tn;
+  }
+}
+
+int tile_width(const Shape& s, int sm_count) {
+  if (s.n <= 128) return 128;
+  // Tiles of the list at 256 wide, counting a split of rows or columns as its total extent
+  // (groups that share a partial tile add to it, so this errs towards 128).
+  Shape whole = s;
+  if (s.split == kSplitRows || s.split == kSplitCols) whole.groups = -1;
+  const int64_t wide = max_tiles(whole, 256);
+  return wide >= sm_count ? 256 : 128;
+}
+
+}  // namespace grouped_plan
+}  // namespace gemmt

@@ -1,0 +1,221 @@
+// The grouped and scaled GEMM's host side (the kernel: grouped_kernel.cuh): what it accepts,
+// its tensor maps, the tile width and grid, and the launch through the instance units.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "common/gemm_tc_kind.h"
+#include "gemmt/cuda_check.h"
+#include "gemmt/grouped_gemm.h"
+#include "gemmt/launch.cuh"
+#include "plan/grouped_plan.h"
+#include "sm90/grouped_launchers.h"
+#include "sm90/tensor_map.h"
+
+namespace gemmt {
+namespace {
+
+#if defined(GEMMT_HAS_SM90A)
+constexpr bool kKernelsBuilt = true;
+#else
+constexpr bool kKernelsBuilt = false;
+#endif
+
+int element_bytes(int kind) {
+  return is_fp8_kind(kind) ? 1 : 2;
+}
+
+// A 3-D tensor map (inner, outer, batch) with the 128-byte swizzle of the kernel's stages.
+bool encode_map_3d(CUtensorMap* map, const void* ptr, int kind, uint64_t inner, uint64_t outer,
+                   uint64_t batch, uint64_t outer_stride_bytes, uint64_t batch_stride_bytes,
+                   uint32_t box_inner, uint32_t box_outer) {
+  PFN_cuTensorMapEncodeTiled_v12000 fn = sm90::tensor_map_encoder();
+  if (fn == nullptr) return false;
+  const CUtensorMapDataType dtype = kind == kBF16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                    : kind == kF16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                   : CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  const cuuint64_t dims[3] = {inner, outer, batch};
+  const cuuint64_t strides[2] = {outer_stride_bytes, batch_stride_bytes};
+  const cuuint32_t box[3] = {box_inner, box_outer, 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  return fn(map, dtype, 3, const_cast<void*>(ptr), dims, strides, box, elem_strides,
+            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// An operand as the kernel reads it: `rows` (M of A, N of B) by `depth` (K), element (r, p)
+// at ptr[g * sg + r * s_rows + p * s_depth]. K-major when s_depth == 1, else MN-major
+// (s_rows == 1). batch: the groups a 3-D operand holds (1 for a 2-D one).
+struct OperandView {
+  const void* ptr;
+  int64_t rows, depth, batch;
+  int64_t s_rows, s_depth, sg;
+};
+
+bool k_major(const OperandView& v) {
+  return v.s_depth == 1 || v.depth <= 1;
+}
+
+// The batch stride of a map whose batch is one matrix: any legal value.
+uint64_t batch_stride_bytes(const OperandView& v, int elt) {
+  if (v.batch > 1) return static_cast<uint64_t>(v.sg) * elt;
+  return 16;
+}
+
+bool aligned16(int64_t bytes) {
+  return bytes % 16 == 0;
+}
+
+// Whether the view can be a tensor map of this kernel (16-byte aligned base and strides).
+bool mappable(const OperandView& v, int elt, const char** why, const char* name) {
+  const int64_t outer_stride = k_major(v) ? v.s_rows : v.s_depth;
+  if (!k_major(v) && v.s_rows != 1 && v.rows > 1) {
+    *why = "an operand needs a unit stride along K or along M / N";
+    return false;
+  }
+  if (reinterpret_cast<uintptr_t>(v.ptr) % 16 != 0) {
+    *why = name;
+    return false;
+  }
+  if (!aligned16(outer_stride * elt) || (v.batch > 1 && !aligned16(v.sg * elt))) {
+    *why = name;
+    return false;
+  }
+  return true;
+}
+
+bool encode_operand(CUtensorMap* map, const OperandView& v, int kind, int box_rows) {
+  const int elt = element_bytes(kind);
+  const uint32_t box_k = 128 / elt;  // one 128-byte row of K
+  if (k_major(v)) {
+    return encode_map_3d(map, v.ptr, kind, v.depth, v.rows, v.batch,
+                         static_cast<uint64_t>(v.s_rows) * elt, batch_stride_bytes(v, elt), box_k,
+                         box_rows);
+  }
+  // MN-major: boxes of 64 rows (128 bytes) by the stage's K.
+  return encode_map_3d(map, v.ptr, kind, v.rows, v.depth, v.batch,
+                       static_cast<uint64_t>(v.s_depth) * elt, batch_stride_bytes(v, elt),
+                       128 / elt, box_k);
+}
+
+OperandView a_view(const GroupedGemmArgs& x) {
+  const bool split_rows = x.split == GroupSplit::kRows;
+  const bool two_d = split_rows || x.split == GroupSplit::kDepth;
+  return {x.a, x.m, x.k, two_d ? 1 : x.groups, x.a_sm, x.a_sk, x.a_sg};
+}
+
+OperandView b_view(const GroupedGemmArgs& x) {
+  const bool two_d = x.split == GroupSplit::kCols || x.split == GroupSplit::kDepth;
+  return {x.b, x.n, x.k, two_d ? 1 : x.groups, x.b_sn, x.b_sk, x.b_sg};
+}
+
+bool fits_int(int64_t v) {
+  return v >= 0 && v < (int64_t{1} << 31);
+}
+
+}  // namespace
+
+bool grouped_gemm_sm90_supported(const GroupedGemmArgs& x, const char** why) {
+  static const char* const kNotBuilt = "the sm_90a kernels are not in this build";
+  if (!kKernelsBuilt) {
+    *why = kNotBuilt;
+    return false;
+  }
+  if (!fits_int(x.m) || !fits_int(x.n) || !fits_int(x.k) || x.groups < 1) {
+    *why = "extents must be below 2^31 and there must be at least one group";
+    return false;
+  }
+  if (x.split != GroupSplit::kNone && x.groups > kGroupedMaxGroups) {
+    *why = "at most 1024 groups when offsets split an extent";
+    return false;
+  }
+  const int elt = element_bytes(x.kind);
+  const OperandView a = a_view(x), b = b_view(x);
+  if (!mappable(a, elt, why, "a: its base address and strides must be multiples of 16 bytes")) {
+    return false;
+  }
+  if (!mappable(b, elt, why, "b: its base address and strides must be multiples of 16 bytes")) {
+    return false;
+  }
+  if (is_fp8_kind(x.kind) && (!k_major(a) || !k_major(b))) {
+    *why = "float8 operands must be K-major (a row-major, b column-major)";
+    return false;
+  }
+  // The 16-bit instances: K-major A with either B, M-major A with N-major B.
+  if (!k_major(a) && k_major(b)) {
+    *why = "an M-major a needs an N-major b (make one of them contiguous)";
+    return false;
+  }
+  if (x.scale == ScaleKind::kBlock && (x.split != GroupSplit::kNone || x.k % 128 != 0)) {
+    *why = "block scales need one group and K a multiple of 128";
+    return false;
+  }
+  return true;
+}
+
+cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream) {
+  const char* why = nullptr;
+  if (!grouped_gemm_sm90_supported(x, &why)) return cudaErrorInvalidValue;
+  // Nothing to write; or nothing to read (k == 0): the kernel then only stores the epilogue of
+  // zero sums, and the maps must still be valid, so they point at C.
+  if (x.m == 0 || x.n == 0) return cudaSuccess;
+  GroupedGemmArgs y = x;
+  if (x.k == 0) {
+    y.a = y.b = x.c;
+    y.a_sm = y.b_sn = 16;
+    y.a_sk = y.b_sk = 1;
+    y.a_sg = y.b_sg = 0;
+    y.m = y.n = 1;
+  }
+  int sms = x.sm_count;
+  if (sms <= 0) GEMMT_RETURN_IF_ERROR(current_device_sm_count(&sms));
+  const bool promote = is_fp8_kind(x.kind) && (!x.fast_accum || x.scale == ScaleKind::kBlock);
+  grouped_plan::Shape shape{x.m, x.n, x.k, x.groups, static_cast<int>(x.split)};
+  const int bn = promote ? 128 : grouped_plan::tile_width(shape, sms);
+
+  sm90::GroupedLaunch l{};
+  OperandView a = a_view(y), b = b_view(y);
+  if (x.k == 0) a.depth = b.depth = 8;
+  l.a_mn = !k_major(a);
+  l.b_mn = !k_major(b);
+  l.bn = bn;
+  l.promote = promote;
+  l.block = x.scale == ScaleKind::kBlock;
+  if (!encode_operand(&l.a, a, x.kind, 128) || !encode_operand(&l.b, b, x.kind, bn)) {
+    return cudaErrorInvalidValue;
+  }
+  sm90::GroupedParams& p = l.p;
+  p.split = static_cast<int>(x.split);
+  p.groups = x.groups;
+  p.offs = x.offs;
+  p.m = static_cast<int>(x.m);
+  p.n = static_cast<int>(x.n);
+  p.k = static_cast<int>(x.k);
+  p.tiles_m = static_cast<int>((x.m + 127) / 128);
+  p.tiles_n = static_cast<int>((x.n + bn - 1) / bn);
+  p.c = x.c;
+  p.c_sg = x.c_sg;
+  p.ldc = x.ldc;
+  p.out = static_cast<int>(x.out);
+  p.scale = static_cast<int>(x.scale);
+  p.sa = x.sa;
+  p.sa_s0 = x.sa_s0;
+  p.sa_s1 = x.sa_s1;
+  p.sb = x.sb;
+  p.sb_s0 = x.sb_s0;
+  p.sb_s1 = x.sb_s1;
+  p.bias = x.bias;
+  p.bias_sg = x.bias_sg;
+  p.act = x.act;
+  const int64_t tiles = grouped_plan::max_tiles(shape, bn);
+  if (tiles == 0) return cudaSuccess;
+  l.grid = static_cast<int>(std::min<int64_t>(tiles, sms));
+  if (x.kind == kBF16) return sm90::grouped_launch_bf16(x.kind, l, stream);
+  if (x.kind == kF16) return sm90::grouped_launch_f16(x.kind, l, stream);
+  return sm90::grouped_launch_fp8(x.kind, l, stream);
+}
+
+}  // namespace gemmt

@@ -1,0 +1,12 @@
+// The grouped GEMM's f16 instances (grouped_launch.cuh), in a translation unit of their own.
+#include "sm90/grouped_launch.cuh"
+
+namespace gemmt {
+namespace sm90 {
+
+cudaError_t grouped_launch_f16(int /*kind*/, const GroupedLaunch& l, cudaStream_t stream) {
+  return launch_grouped_16bit<kF16>(l, stream);
+}
+
+}  // namespace sm90
+}  // namespace gemmt

@@ -1,0 +1,528 @@
+// Hopper grouped and scaled GEMM: a list of products C_g = epilogue(scale * A_g B_g) run by one
+// persistent grid (include/gemmt/grouped_gemm.h has the arguments). It serves grouped_mm (the
+// groups of a mixture-of-experts layer, bf16 / fp16) and scaled_mm (float8, one group).
+//
+// The groups' extents can come from int32 offsets that stay on the device: each CTA reads them
+// once, into a table of every group's first tile (a prefix sum over the groups' tile counts),
+// and then walks the tiles t = blockIdx.x, + gridDim.x, ... over all groups, so that small
+// and uneven groups share the SMs without a host synchronisation, and the launch can be
+// captured in a CUDA graph. Empty groups have no tiles (a split of the contraction dimension
+// still writes its zeros).
+//
+// The CTA is the dense Hopper kernel's (kernel.cuh) without its clusters, stream-k and
+// staged stores: one producer warp fills a TMA ring; two consumer warpgroups each own 64 rows
+// of a 128 x kBN tile (wgmma from shared memory) and write C from registers with the group's
+// row and column bounds, the scales, the bias and the activation applied.
+//
+// FP8 (K-major operands only, 128 of K a stage): without fast accumulation each 128-deep
+// partial product is issued into fresh accumulators and added to the float32 sum, scaled by
+// its 1x128 / 128x128 block scales where there are some; the tensor cores' own FP8 sum keeps
+// too few bits for a long K. The promotion needs a second accumulator set, so those tiles are
+// 128 wide; fast accumulation runs the plain loop.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/gemm_epilogue.cuh"
+#include "common/gemm_tc_kind.h"
+#include "common/shared_memory.cuh"
+#include "gemmt/grouped_gemm.h"
+#include "gemmt/launch.cuh"
+#include "sm90/config.cuh"
+#include "sm90/grouped_launchers.h"
+#include "sm90/ptx.cuh"
+#include "sm90/scheduler.cuh"
+
+namespace gemmt {
+namespace {
+
+constexpr int kGgThreads = 384;
+constexpr int kGgBM = 128;
+
+template <int kKind, int kBN>
+struct GgCfg {
+  static_assert(kBN == 128 || kBN == 256, "grouped tiles: 128 x 128 and 128 x 256");
+  static constexpr int kElt = is_fp8_kind(kKind) ? 1 : 2;
+  static constexpr int kBK = 128 / kElt;  // K per stage: one 128-byte row
+  static constexpr int kStages = kBN == 256 ? 4 : 6;
+  static constexpr int kABytes = kGgBM * 128;
+  static constexpr int kBBytes = kBN * 128;
+  static constexpr int kAcc = kBN / 2;
+  // first tile of each group, then each group's first row / column / k of its split range
+  // (each with the tail group and an end entry)
+  static constexpr int kTableBytes = 2 * (kGroupedMaxGroups + 2) * 4;
+  static constexpr int kBarrierBytes = 2 * kStages * 8;
+  static constexpr int kSmemBytes =
+      kStages * (kABytes + kBBytes) + kTableBytes + kBarrierBytes + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "exceeds the shared memory of one H100 CTA");
+};
+
+using GgParams = sm90::GroupedParams;
+
+// One tile of one group: where its operands and its part of C are.
+struct GgUnit {
+  int g;
+  int tm, tn;            // tile position within the group
+  int begin;             // first row / column / k of the group's split range (0 unsplit)
+  int rows, cols, depth; // the group's extents
+};
+
+#if defined(GEMMT_SM90_DEVICE_CODE)
+
+__device__ __forceinline__ int ceil_div_dev(int a, int b) {
+  return (a + b - 1) / b;
+}
+
+// Groups in the table: a split of rows or columns adds a tail group, the rows / columns past
+// the last offset, which belong to no group and are written as zeros (torch._grouped_mm's
+// semantics).
+__device__ __forceinline__ int table_groups(const GgParams& p) {
+  const bool tail = p.split == static_cast<int>(GroupSplit::kRows) ||
+                    p.split == static_cast<int>(GroupSplit::kCols);
+  return p.groups + (tail ? 1 : 0);
+}
+
+// The group table (first tile, range start), built by the first warp from the offsets.
+// Offsets are clamped into [0, total] and made non-decreasing, so bad offsets give wrong
+// numbers but never an access outside the operands.
+template <int kBN>
+__device__ void build_group_table(const GgParams& p, int* first_tile, int* begin) {
+  const int ng = table_groups(p);
+  const int lane = threadIdx.x & 31;
+  const int total = p.split == static_cast<int>(GroupSplit::kRows)   ? p.m
+                    : p.split == static_cast<int>(GroupSplit::kCols) ? p.n
+                                                                     : p.k;
+  int carry = 0, prev_end = 0;
+  for (int base = 0; base < ng; base += 32) {
+    const int g = base + lane;
+    int end = 0;
+    if (g < p.groups) end = min(max(__ldg(p.offs + g), 0), total);
+    if (g == p.groups) end = total;  // the tail group
+    // Running maximum over the warp and what came before: the clamped group ends.
+    int run = end;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int o = __shfl_up_sync(0xffffffffu, run, d);
+      if (lane >= d) run = max(run, o);
+    }
+    run = max(run, prev_end);
+    int start = __shfl_up_sync(0xffffffffu, run, 1);
+    if (lane == 0) start = prev_end;
+    const int extent = run - start;
+    int tiles = 0;
+    if (g < ng) {
+      if (p.split == static_cast<int>(GroupSplit::kRows)) {
+        tiles = ceil_div_dev(extent, kGgBM) * p.tiles_n;
+      } else if (p.split == static_cast<int>(GroupSplit::kCols)) {
+        tiles = p.tiles_m * ceil_div_dev(extent, kBN);
+      } else {
+        tiles = p.tiles_m * p.tiles_n;
+      }
+    }
+    int incl = tiles;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int o = __shfl_up_sync(0xffffffffu, incl, d);
+      if (lane >= d) incl += o;
+    }
+    if (g < ng) {
+      first_tile[g] = carry + incl - tiles;
+      begin[g] = start;
+    }
+    carry += __shfl_sync(0xffffffffu, incl, 31);
+    prev_end = __shfl_sync(0xffffffffu, run, 31);
+  }
+  if (lane == 0) {
+    first_tile[ng] = carry;
+    begin[ng] = prev_end;
+  }
+}
+
+// Tile t of the whole list (false past the last). Within a group the tiles go down bands of
+// 8 tile rows, one column at a time (scheduler.cuh's raster), so that concurrent CTAs share
+// the group's B panel.
+template <int kBN>
+__device__ __forceinline__ bool gg_unit(int t, const GgParams& p, const int* first_tile,
+                                        const int* begin, GgUnit& u) {
+  int lt = t;
+  int tiles_m = p.tiles_m, tiles_n = p.tiles_n;
+  u.rows = p.m;
+  u.cols = p.n;
+  u.depth = p.k;
+  u.begin = 0;
+  if (p.split == static_cast<int>(GroupSplit::kNone)) {
+    const int per = tiles_m * tiles_n;
+    if (t >= per * p.groups) return false;
+    u.g = t / per;
+    lt = t - u.g * per;
+  } else {
+    const int ng = table_groups(p);
+    if (t >= first_tile[ng]) return false;
+    int lo = 0, hi = ng - 1;  // the last group whose first tile is <= t
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (first_tile[mid] <= t) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    u.g = lo;
+    lt = t - first_tile[lo];
+    u.begin = begin[lo];
+    const int extent = begin[lo + 1] - u.begin;
+    if (p.split == static_cast<int>(GroupSplit::kRows)) {
+      u.rows = extent;
+      tiles_m = ceil_div_dev(extent, kGgBM);
+    } else if (p.split == static_cast<int>(GroupSplit::kCols)) {
+      u.cols = extent;
+      tiles_n = ceil_div_dev(extent, kBN);
+    } else {
+      u.depth = extent;
+    }
+    if (lo == p.groups) u.depth = 0;  // the tail: zeros
+  }
+  band_raster(lt, 8, tiles_m, tiles_n, u.tm, u.tn);
+  return true;
+}
+
+// Zeroes the K rows [valid, kBK) of a stage's operand (a split of the contraction dimension
+// ends inside it, and the rest belongs to the next group). MN-major: each K row is a 128-byte
+// line of every box. K-major: element k of row r sits in chunk (k / 8) ^ (r % 8) of the line.
+// Run by the 256 consumer threads together.
+template <bool kMn, int kElt>
+__device__ __forceinline__ void zero_k_tail(uint32_t base, int rows_or_boxes, int valid,
+                                            int tid) {
+  constexpr int kPerChunk = 16 / kElt;
+  if constexpr (kMn) {
+    constexpr int kRows = 128 / kElt;  // K extent of the stage, each row a 128-byte line
+    const int tail = kRows - valid;
+    const int total = rows_or_boxes * tail * 8;
+    for (int i = tid; i < total; i += 256) {
+      const int line = i >> 3;
+      const int box = line / tail;
+      const int r = valid + line % tail;
+      const uint32_t addr = base + box * (kRows * 128) + r * 128 + (i & 7) * 16;
+      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0) : "memory");
+    }
+  } else {
+    const int first_chunk = valid / kPerChunk;
+    const int chunks = 8 - first_chunk;
+    const int total = rows_or_boxes * chunks;
+    for (int i = tid; i < total; i += 256) {
+      const int r = i / chunks;
+      const int c = first_chunk + i % chunks;
+      const uint32_t line = base + r * 128;
+      const uint32_t addr = line + ((c ^ (r & 7)) << 4);
+      if (c * kPerChunk >= valid) {
+        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0) : "memory");
+      } else {
+        for (int e = valid - c * kPerChunk; e < kPerChunk; ++e) {
+          asm volatile("st.shared.u8 [%0], %1;" ::"r"(addr + e * kElt), "r"(0) : "memory");
+          if constexpr (kElt == 2) {
+            asm volatile("st.shared.u8 [%0], %1;" ::"r"(addr + e * kElt + 1), "r"(0) : "memory");
+          }
+        }
+      }
+    }
+  }
+}
+
+// A consumer's 64 x kBN block of C from its accumulators: scales, bias, activation, the
+// group's bounds.
+template <typename T, int kAcc>
+__device__ __forceinline__ void gg_store(const GgParams& p, const GgUnit& u,
+                                         const float (&acc)[kAcc], int row0, int col0, int warp,
+                                         int lane) {
+  const bool split_rows = p.split == static_cast<int>(GroupSplit::kRows);
+  const bool split_cols = p.split == static_cast<int>(GroupSplit::kCols);
+  // C_g's origin: a split of rows or columns writes a range of one C, the others a C a group.
+  T* cg = static_cast<T*>(p.c) + (split_rows || split_cols ? 0 : u.g * p.c_sg);
+  const int row_base = split_rows ? u.begin : 0;
+  const int col_base = split_cols ? u.begin : 0;
+  cg += static_cast<int64_t>(row_base) * p.ldc + col_base;
+  const bool pair_aligned =
+      (p.ldc % 2 == 0) && (reinterpret_cast<uintptr_t>(cg) % (2 * sizeof(T)) == 0);
+  EpilogueView<T> epi;
+  epi.bias = p.bias == nullptr || u.g >= p.groups
+                 ? nullptr
+                 : static_cast<const T*>(p.bias) + static_cast<int64_t>(u.g) * p.bias_sg;
+  epi.act = p.act;
+  epi.active = epi.bias != nullptr || p.act != Activation::kNone;
+  const bool row_col = p.scale == static_cast<int>(ScaleKind::kRowCol);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = row0 + warp * 16 + (lane >> 2) + 8 * h;
+    if (r >= u.rows) continue;
+    const float sr = row_col ? __ldg(p.sa + static_cast<int64_t>(row_base + r) * p.sa_s0) : 1.f;
+    T* const line = cg + static_cast<int64_t>(r) * p.ldc;
+#pragma unroll
+    for (int j = 0; j < kAcc / 4; ++j) {
+      const int c = col0 + 8 * j + 2 * (lane & 3);
+      if (c >= u.cols) continue;
+      const bool second = c + 1 < u.cols;
+      float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+      if (row_col) {
+        const float* sb = p.sb + static_cast<int64_t>(col_base + c) * p.sb_s1;
+        v0 *= sr * __ldg(sb);
+        if (second) v1 *= sr * __ldg(sb + p.sb_s1);
+      }
+      store_c_pair<T>(line + c, second, pair_aligned, v0, v1, 1.f, 0.f, epi, r, c);
+    }
+  }
+}
+
+template <int kAcc>
+__device__ __forceinline__ void gg_store_any(const GgParams& p, const GgUnit& u,
+                                             const float (&acc)[kAcc], int row0, int col0,
+                                             int warp, int lane) {
+  if (p.out == static_cast<int>(OutKind::kBF16)) {
+    gg_store<__nv_bfloat16>(p, u, acc, row0, col0, warp, lane);
+  } else if (p.out == static_cast<int>(OutKind::kF16)) {
+    gg_store<__half>(p, u, acc, row0, col0, warp, lane);
+  } else {
+    gg_store<float>(p, u, acc, row0, col0, warp, lane);
+  }
+}
+
+#endif  // GEMMT_SM90_DEVICE_CODE
+
+// kAMn / kBMn: M-major A, N-major B (16-bit kinds only). kPromote: FP8 partial products of
+// 128 of K join a float32 sum (kBlock: scaled by their block scales).
+template <int kKind, bool kAMn, bool kBMn, int kBN, bool kPromote, bool kBlock>
+__global__ void __launch_bounds__(kGgThreads, 1)
+    sm90_grouped_gemm_kernel(const __grid_constant__ CUtensorMap tma_a,
+                             const __grid_constant__ CUtensorMap tma_b, const GgParams p) {
+#if defined(GEMMT_SM90_DEVICE_CODE)
+  using Cfg = GgCfg<kKind, kBN>;
+  constexpr int kStages = Cfg::kStages;
+  constexpr int kBK = Cfg::kBK;
+  constexpr int kMnBox = 64 * 128;  // an MN-major box: 64 of M/N by 64 rows of K (16-bit)
+  static_assert(!is_fp8_kind(kKind) || (!kAMn && !kBMn), "fp8 wgmma reads K-major operands");
+  static_assert(!kPromote || kBN == 128, "the promoted FP8 sum needs two accumulator sets");
+  static_assert(!kBlock || kPromote, "block scales are applied at the promotion");
+
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const uint32_t smem_a = base;
+  const uint32_t smem_b = base + kStages * Cfg::kABytes;
+  const uint32_t bars = smem_b + kStages * Cfg::kBBytes;
+  int* const first_tile = reinterpret_cast<int*>(smem_raw + (bars + Cfg::kBarrierBytes -
+                                                             smem_addr(smem_raw)));
+  int* const group_begin = first_tile + kGroupedMaxGroups + 2;
+  auto full_bar = [&](int s) { return bars + 8u * s; };
+  auto empty_bar = [&](int s) { return bars + 8u * (kStages + s); };
+
+  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x >> 7), 0);
+  const int warp_in_wg = (threadIdx.x >> 5) & 3;
+  const int lane = threadIdx.x & 31;
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full_bar(s), 1);
+      mbar_init(empty_bar(s), kConsumerWarps);
+    }
+    fence_barrier_init();
+  }
+  grid_dependency_wait();
+  if (p.split != static_cast<int>(GroupSplit::kNone) && threadIdx.x < 32) {
+    build_group_table<kBN>(p, first_tile, group_begin);
+  }
+  __syncthreads();
+  allow_dependent_launch();
+
+  if (wg == 0) {
+    setmaxnreg_dec<40>();
+    if (__shfl_sync(0xffffffffu, warp_in_wg, 0) == 0) {
+      const bool leader = elect_one();
+      if (leader) {
+        prefetch_tmap(&tma_a);
+        prefetch_tmap(&tma_b);
+      }
+      int stage = 0;
+      uint32_t phase = 0;
+      GgUnit u;
+      for (int t = blockIdx.x; gg_unit<kBN>(t, p, first_tile, group_begin, u); t += gridDim.x) {
+        const bool split_rows = p.split == static_cast<int>(GroupSplit::kRows);
+        const bool split_cols = p.split == static_cast<int>(GroupSplit::kCols);
+        const bool split_depth = p.split == static_cast<int>(GroupSplit::kDepth);
+        const int a_row = (split_rows ? u.begin : 0) + u.tm * kGgBM;
+        const int b_col = (split_cols ? u.begin : 0) + u.tn * kBN;
+        // A 3-D operand's third coordinate is the group; a 2-D one (split) has one matrix.
+        const int a_g = split_rows || split_depth ? 0 : u.g;
+        const int b_g = split_cols || split_depth ? 0 : u.g;
+        const int k_first = split_depth ? u.begin : 0;
+        const int num_kb = ceil_div_dev(u.depth, kBK);
+        for (int kb = 0; kb < num_kb; ++kb) {
+          mbar_wait(empty_bar(stage), phase ^ 1u);
+          const uint32_t fb = full_bar(stage);
+          const int k0 = k_first + kb * kBK;
+          const uint32_t sa = smem_a + stage * Cfg::kABytes;
+          const uint32_t sb = smem_b + stage * Cfg::kBBytes;
+          if (leader) {
+            mbar_arrive_expect_tx(fb, Cfg::kABytes + Cfg::kBBytes);
+            if constexpr (!kAMn) {
+              tma_load_3d(sa, &tma_a, fb, k0, a_row, a_g);
+            } else {
+              tma_load_3d(sa, &tma_a, fb, a_row, k0, a_g);
+              tma_load_3d(sa + kMnBox, &tma_a, fb, a_row + 64, k0, a_g);
+            }
+            if constexpr (!kBMn) {
+              tma_load_3d(sb, &tma_b, fb, k0, b_col, b_g);
+            } else {
+#pragma unroll
+              for (int j = 0; j < kBN / 64; ++j) {
+                tma_load_3d(sb + j * kMnBox, &tma_b, fb, b_col + 64 * j, k0, b_g);
+              }
+            }
+          }
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1u;
+          }
+        }
+      }
+    }
+    __syncwarp();
+  } else {
+    setmaxnreg_inc<232>();
+    const int cw = wg - 1;
+    const int tid = static_cast<int>(threadIdx.x) - 128;
+    constexpr uint32_t kAStep = (kAMn ? 16 * 128 : 32) >> 4;
+    constexpr uint32_t kBStep = (kBMn ? 16 * 128 : 32) >> 4;
+    constexpr uint32_t kALbo = kAMn ? kMnBox : 16;
+    constexpr uint32_t kBLbo = kBMn ? kMnBox : 16;
+    constexpr uint32_t kAHalf = (Cfg::kABytes / 2) >> 4;
+    auto release = [&](int s) {
+      if (lane == 0) mbar_arrive_local(empty_bar(s));
+    };
+    int stage = 0;
+    uint32_t phase = 0;
+    float acc[Cfg::kAcc];
+    GgUnit u;
+    for (int t = blockIdx.x; gg_unit<kBN>(t, p, first_tile, group_begin, u); t += gridDim.x) {
+      const int num_kb = ceil_div_dev(u.depth, kBK);
+      const bool split_depth = p.split == static_cast<int>(GroupSplit::kDepth);
+#pragma unroll
+      for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.f;
+      // Block scales: this thread's two rows of A, and the tile's column block of B.
+      const int row_l = u.tm * kGgBM + cw * 64 + warp_in_wg * 16 + (lane >> 2);
+      const int r0 = min(row_l, p.m - 1), r1 = min(row_l + 8, p.m - 1);
+      const int col_blk = (u.tn * kBN) / 128;
+      int prev_stage = -1;
+      // The stage of k-block kb: waited for, its tail zeroed past the group's depth (a split
+      // of the contraction dimension), and its descriptors.
+      auto stage_descs = [&](int kb, uint64_t& da, uint64_t& db) {
+        mbar_wait(full_bar(stage), phase);
+        const int valid = u.depth - kb * kBK;
+        if (split_depth && valid < kBK) {
+          zero_k_tail<kAMn, Cfg::kElt>(smem_a + stage * Cfg::kABytes, kAMn ? 2 : kGgBM, valid,
+                                       tid);
+          zero_k_tail<kBMn, Cfg::kElt>(smem_b + stage * Cfg::kBBytes, kBMn ? kBN / 64 : kBN,
+                                       valid, tid);
+          // wgmma wants converged warps; then the writes of both warpgroups, visible to it.
+          __syncwarp();
+          fence_proxy_async_smem();
+          named_barrier_sync(1, 256);
+        }
+        da = make_desc(smem_a + stage * Cfg::kABytes, kALbo, 1024) + cw * kAHalf;
+        db = make_desc(smem_b + stage * Cfg::kBBytes, kBLbo, 1024);
+      };
+      auto advance = [&]() {
+        prev_stage = stage;
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1u;
+        }
+      };
+      if constexpr (kPromote) {
+        // Two sets of partial sums: k-block kb is issued into one while the other, kb - 1's,
+        // is waited for, added to the float32 sum and its stage released, so the tensor cores
+        // always have a group queued.
+        float part0[Cfg::kAcc], part1[Cfg::kAcc];
+        float pf0 = 1.f, pf1 = 1.f;  // the scales of the partial sums in flight
+        auto block_scales = [&](int kb, float& f0, float& f1) {
+          f0 = f1 = 1.f;
+          if constexpr (kBlock) {
+            const float sbv = __ldg(p.sb + kb * p.sb_s0 + col_blk * p.sb_s1);
+            f0 = __ldg(p.sa + r0 * p.sa_s0 + kb * p.sa_s1) * sbv;
+            f1 = __ldg(p.sa + r1 * p.sa_s0 + kb * p.sa_s1) * sbv;
+          }
+        };
+        auto promote = [&](float (&part)[Cfg::kAcc], float f0, float f1) {
+#pragma unroll
+          for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = fmaf(part[i], (i & 2) ? f1 : f0, acc[i]);
+        };
+        auto step = [&](int kb, float (&cur)[Cfg::kAcc], float (&prev)[Cfg::kAcc]) {
+          float f0, f1;
+          block_scales(kb, f0, f1);
+          uint64_t da, db;
+          stage_descs(kb, da, db);
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) {
+            wgmma_step<kKind, 0, 0, kBN>(cur, da + kk * kAStep, db + kk * kBStep,
+                                         kk != 0 ? 1u : 0u);
+          }
+          wgmma_commit();
+          if (kb > 0) {
+            wgmma_wait<1>();
+            fence_accumulators(prev);
+            release(prev_stage);
+            promote(prev, pf0, pf1);
+          }
+          pf0 = f0;
+          pf1 = f1;
+          advance();
+        };
+        for (int kb = 0; kb < num_kb; kb += 2) {
+          step(kb, part0, part1);
+          if (kb + 1 < num_kb) step(kb + 1, part1, part0);
+        }
+        if (num_kb > 0) {
+          wgmma_wait<0>();
+          release(prev_stage);
+          if (num_kb & 1) {
+            fence_accumulators(part0);
+            promote(part0, pf0, pf1);
+          } else {
+            fence_accumulators(part1);
+            promote(part1, pf0, pf1);
+          }
+        }
+      } else {
+        for (int kb = 0; kb < num_kb; ++kb) {
+          uint64_t da, db;
+          stage_descs(kb, da, db);
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) {
+            wgmma_step<kKind, kAMn ? 1 : 0, kBMn ? 1 : 0, kBN>(acc, da + kk * kAStep,
+                                                                db + kk * kBStep, 1u);
+          }
+          wgmma_commit();
+          // Every group but this one has finished: the previous stage goes back.
+          if (kb > 0) {
+            wgmma_wait<1>();
+            release(prev_stage);
+          }
+          advance();
+        }
+      }
+      if constexpr (!kPromote) {
+        wgmma_wait<0>();
+        fence_accumulators(acc);
+        if (num_kb > 0) release(prev_stage);
+      }
+      gg_store_any(p, u, acc, u.tm * kGgBM + cw * 64, u.tn * kBN, warp_in_wg, lane);
+      fence_accumulators(acc);
+    }
+  }
+#endif  // GEMMT_SM90_DEVICE_CODE
+}
+
+}  // namespace
+}  // namespace gemmt

@@ -1,0 +1,52 @@
+// The launch of one instance of the grouped GEMM kernel (grouped_kernel.cuh). Included by the
+// instance translation units only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "gemmt/cuda_check.h"
+#include "gemmt/launch.cuh"
+#include "sm90/grouped_kernel.cuh"
+#include "sm90/grouped_launchers.h"
+
+namespace gemmt {
+namespace {
+
+template <int kKind, bool kAMn, bool kBMn, int kBN, bool kPromote, bool kBlock>
+cudaError_t launch_grouped_instance(const sm90::GroupedLaunch& l, cudaStream_t stream) {
+  constexpr auto kernel = sm90_grouped_gemm_kernel<kKind, kAMn, kBMn, kBN, kPromote, kBlock>;
+  constexpr int smem = GgCfg<kKind, kBN>::kSmemBytes;
+  GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(smem));
+  return launch_programmatic<kernel>(dim3(l.grid), dim3(kGgThreads), smem, stream, l.a, l.b, l.p);
+}
+
+// The 16-bit instances of one kind: K-major A with either B, and the M-major A with N-major B
+// of a split of the contraction dimension (the per-group weight gradient); 128- and 256-wide.
+template <int kKind>
+cudaError_t launch_grouped_16bit(const sm90::GroupedLaunch& l, cudaStream_t stream) {
+  if (l.promote || l.block) return cudaErrorInvalidValue;
+  if (l.bn == 256) {
+    if (!l.a_mn && !l.b_mn) return launch_grouped_instance<kKind, false, false, 256, false, false>(l, stream);
+    if (!l.a_mn && l.b_mn) return launch_grouped_instance<kKind, false, true, 256, false, false>(l, stream);
+    if (l.a_mn && l.b_mn) return launch_grouped_instance<kKind, true, true, 256, false, false>(l, stream);
+  } else {
+    if (!l.a_mn && !l.b_mn) return launch_grouped_instance<kKind, false, false, 128, false, false>(l, stream);
+    if (!l.a_mn && l.b_mn) return launch_grouped_instance<kKind, false, true, 128, false, false>(l, stream);
+    if (l.a_mn && l.b_mn) return launch_grouped_instance<kKind, true, true, 128, false, false>(l, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+// The FP8 instances of one operand pair: the promoted sum (row/column or block scales) on the
+// 128-wide tile, fast accumulation on the 256-wide one.
+template <int kKind>
+cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t stream) {
+  if (l.a_mn || l.b_mn) return cudaErrorInvalidValue;
+  if (l.block) return launch_grouped_instance<kKind, false, false, 128, true, true>(l, stream);
+  if (l.promote) return launch_grouped_instance<kKind, false, false, 128, true, false>(l, stream);
+  if (l.bn == 256) return launch_grouped_instance<kKind, false, false, 256, false, false>(l, stream);
+  return launch_grouped_instance<kKind, false, false, 128, false, false>(l, stream);
+}
+
+}  // namespace
+}  // namespace gemmt

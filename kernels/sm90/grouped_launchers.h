@@ -1,0 +1,52 @@
+// What the grouped GEMM's host side (grouped_gemm_sm90.cu) hands to the translation units that
+// hold its kernel instances (grouped_instances_*.cu): the kernel parameters, the two tensor
+// maps, and the instance's compile-time choices. Host code only.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "gemmt/activation.h"
+
+namespace gemmt {
+namespace sm90 {
+
+// The kernel's parameters (include/gemmt/grouped_gemm.h has their meaning), with 32-bit
+// extents: the host refuses products whose extents do not fit.
+struct GroupedParams {
+  int split, groups;
+  const int* offs;
+  int m, n, k;           // the split extent is the total
+  int tiles_m, tiles_n;  // of the extents that are not split
+  void* c;
+  int64_t c_sg, ldc;
+  int out;    // OutKind
+  int scale;  // ScaleKind
+  const float* sa;
+  int64_t sa_s0, sa_s1;
+  const float* sb;
+  int64_t sb_s0, sb_s1;
+  const void* bias;
+  int64_t bias_sg;
+  Activation act;
+};
+
+struct GroupedLaunch {
+  CUtensorMap a, b;
+  GroupedParams p;
+  int grid;
+  bool a_mn, b_mn;
+  int bn;          // 128 or 256
+  bool promote;    // FP8: a float32 sum of 128-deep partial products
+  bool block;      // FP8: with 1x128 / 128x128 block scales
+};
+
+// One per kind family, each in its own translation unit.
+cudaError_t grouped_launch_bf16(int kind, const GroupedLaunch& l, cudaStream_t stream);
+cudaError_t grouped_launch_f16(int kind, const GroupedLaunch& l, cudaStream_t stream);
+cudaError_t grouped_launch_fp8(int kind, const GroupedLaunch& l, cudaStream_t stream);
+
+}  // namespace sm90
+}  // namespace gemmt

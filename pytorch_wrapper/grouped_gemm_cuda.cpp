@@ -1,0 +1,184 @@
+// The tensors of gemmt::grouped_mm and gemmt::scaled_mm as the Hopper grouped / scaled GEMM
+// takes them: strides, offsets and scales passed as they are (the offsets never leave the
+// GPU), operands copied only when no layout of the kernel can read them.
+#include "grouped_gemm_cuda.h"
+
+#ifdef GEMMT_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+
+#include <vector>
+
+#include "common.h"
+#include "common/gemm_tc_kind.h"
+#include "gemmt/grouped_gemm.h"
+
+namespace gemmt::wrapper {
+namespace {
+
+void check_hopper(const char* op, const at::Tensor& t) {
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(t.get_device());
+  TORCH_CHECK(prop->major == 9, op,
+              ": the CUDA kernel needs a Hopper GPU (compute capability 9.0: wgmma, TMA and the "
+              "FP8 tensor cores); got ",
+              prop->name, " (compute capability ", prop->major, ".", prop->minor, ")");
+}
+
+OutKind out_kind(at::ScalarType t) {
+  return t == at::kBFloat16 ? OutKind::kBF16 : t == at::kHalf ? OutKind::kF16 : OutKind::kF32;
+}
+
+void run(const char* op, GroupedGemmArgs& x, const at::Tensor& like) {
+  const char* why = nullptr;
+  TORCH_CHECK(grouped_gemm_sm90_supported(x, &why), op, ": the Hopper kernel cannot take these operands: ",
+              why);
+  x.sm_count = usable_sm_count(op);
+  check_launch(op, grouped_gemm_sm90(x, stream_for(like)));
+}
+
+// a's strides as (g, rows, k) and b's as (g, k, cols), for 2-D and 3-D operands.
+void set_operands(GroupedGemmArgs& x, const at::Tensor& a, const at::Tensor& b) {
+  const bool a3 = a.dim() == 3, b3 = b.dim() == 3;
+  x.a = a.const_data_ptr();
+  x.a_sg = a3 ? a.stride(0) : 0;
+  x.a_sm = a.stride(a3 ? 1 : 0);
+  x.a_sk = a.stride(a3 ? 2 : 1);
+  x.b = b.const_data_ptr();
+  x.b_sg = b3 ? b.stride(0) : 0;
+  x.b_sk = b.stride(b3 ? 1 : 0);
+  x.b_sn = b.stride(b3 ? 2 : 1);
+}
+
+// A copy of t with its last dimension contiguous and each row padded to a multiple of 16 bytes
+// (the tensor maps' stride rule), viewed at t's sizes.
+at::Tensor padded_rows(const at::Tensor& t) {
+  const int64_t elt = t.element_size();
+  const int64_t cols = t.size(-1);
+  const int64_t ld = (cols * elt + 15) / 16 * 16 / elt;
+  std::vector<int64_t> sizes = t.sizes().vec();
+  sizes.back() = ld;
+  at::Tensor view = at::empty(sizes, t.options()).narrow(-1, 0, cols);
+  view.copy_(t);
+  return view;
+}
+
+}  // namespace
+
+void grouped_mm_cuda_into(const char* op, const at::Tensor& a_in, const at::Tensor& b_in,
+                          const std::optional<at::Tensor>& offs,
+                          const std::optional<at::Tensor>& bias, GroupedLayout layout,
+                          Activation act, at::Tensor& out) {
+  const c10::cuda::CUDAGuard guard(a_in.device());
+  check_hopper(op, a_in);
+  if (out.numel() == 0) return;
+  GroupedGemmArgs x;
+  x.kind = a_in.scalar_type() == at::kBFloat16 ? kBF16 : kF16;
+  x.out = out_kind(out.scalar_type());
+  x.act = act;
+  const at::Tensor a = a_in, b = b_in;
+  switch (layout) {
+    case GroupedLayout::k2d3d:
+      x.split = GroupSplit::kRows;
+      x.groups = static_cast<int>(b.size(0));
+      x.m = a.size(0), x.k = a.size(1), x.n = b.size(2);
+      x.ldc = out.stride(0);
+      break;
+    case GroupedLayout::k3d3d:
+      x.split = GroupSplit::kNone;
+      x.groups = static_cast<int>(a.size(0));
+      x.m = a.size(1), x.k = a.size(2), x.n = b.size(2);
+      x.c_sg = out.stride(0);
+      x.ldc = out.stride(1);
+      break;
+    case GroupedLayout::k2d2d:
+      x.split = GroupSplit::kDepth;
+      x.groups = static_cast<int>(offs->size(0));
+      x.m = a.size(0), x.k = a.size(1), x.n = b.size(1);
+      x.c_sg = out.stride(0);
+      x.ldc = out.stride(1);
+      break;
+    case GroupedLayout::k3d2d:
+      x.split = GroupSplit::kCols;
+      x.groups = static_cast<int>(a.size(0));
+      x.m = a.size(1), x.k = a.size(2), x.n = b.size(1);
+      x.ldc = out.stride(0);
+      break;
+  }
+  if (x.groups == 0) {
+    out.zero_();
+    return;
+  }
+  if (x.split != GroupSplit::kNone) x.offs = offs->const_data_ptr<int>();
+  at::Tensor bias_c;
+  if (bias.has_value() && bias->defined()) {
+    bias_c = bias->to(out.scalar_type()).contiguous();
+    x.bias = bias_c.const_data_ptr();
+    x.bias_sg = bias_c.size(1);
+  }
+  x.c = out.data_ptr();
+  set_operands(x, a, b);
+  const char* why = nullptr;
+  if (!grouped_gemm_sm90_supported(x, &why)) {
+    // Row-major copies with 16-byte rows: K-major A with N-major B, which every instance set
+    // has.
+    const at::Tensor ac = padded_rows(a), bc = padded_rows(b);
+    set_operands(x, ac, bc);
+    run(op, x, out);
+    return;
+  }
+  run(op, x, out);
+}
+
+at::Tensor scaled_mm_cuda_run(const char* op, const at::Tensor& a_in, const at::Tensor& b_in,
+                              const at::Tensor& sa, const at::Tensor& sb,
+                              const std::optional<at::Tensor>& bias, at::ScalarType out_dtype,
+                              Activation act, const Fp8Scaling& scaling, bool fast_accum) {
+  const c10::cuda::CUDAGuard guard(a_in.device());
+  check_hopper(op, a_in);
+  TORCH_CHECK(scaling.kind != 2 || (!scaling.a_square_blocks && scaling.b_square_blocks), op,
+              ": the CUDA kernel takes the blockwise pairing of 1x128 scales for a with 128x128 "
+              "scales for b (scale_a [M, K/128], scale_b [K/128, ceil(N/128)]); got scale_a ",
+              describe(sa), " and scale_b ", describe(sb));
+  const bool a_e5 = a_in.scalar_type() == at::kFloat8_e5m2;
+  const bool b_e5 = b_in.scalar_type() == at::kFloat8_e5m2;
+  TORCH_CHECK(!(a_e5 && b_e5), op,
+              ": arguments 'a' and 'b' expected at most one Float8_e5m2 operand (as "
+              "torch._scaled_mm), got both Float8_e5m2");
+  const int64_t m = a_in.size(0), k = a_in.size(1), n = b_in.size(1);
+  at::Tensor out = at::empty({m, n}, a_in.options().dtype(out_dtype));
+  if (out.numel() == 0) return out;
+  // Both operands K-major: a row-major, b column-major.
+  const at::Tensor a = a_in.stride(1) == 1 ? a_in : a_in.contiguous();
+  const at::Tensor b = b_in.stride(0) == 1 ? b_in : b_in.t().contiguous().t();
+  GroupedGemmArgs x;
+  x.kind = a_e5 ? kE5M2E4M3 : (b_e5 ? kE4M3E5M2 : kE4M3);
+  x.out = out_kind(out_dtype);
+  x.act = act;
+  x.m = m, x.n = n, x.k = k;
+  set_operands(x, a, b);
+  x.c = out.data_ptr();
+  x.ldc = n;
+  x.fast_accum = fast_accum;
+  x.sa = sa.const_data_ptr<float>();
+  x.sb = sb.const_data_ptr<float>();
+  if (scaling.kind == 2) {
+    x.scale = ScaleKind::kBlock;
+    x.sa_s0 = sa.stride(0), x.sa_s1 = sa.stride(1);
+    x.sb_s0 = sb.stride(0), x.sb_s1 = sb.stride(1);
+  } else {
+    x.scale = ScaleKind::kRowCol;
+    if (scaling.kind == 1) {
+      x.sa_s0 = sa.stride(0);
+      x.sb_s1 = sb.stride(1);
+    }
+  }
+  at::Tensor bias_c;
+  if (bias.has_value() && bias->defined()) {
+    bias_c = bias->to(out_dtype).contiguous();
+    x.bias = bias_c.const_data_ptr();
+  }
+  run(op, x, out);
+  return out;
+}
+
+}  // namespace gemmt::wrapper
+#endif  // GEMMT_WITH_CUDA

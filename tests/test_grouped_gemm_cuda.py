@@ -1,0 +1,280 @@
+"""The Hopper grouped / scaled GEMM on CUDA: grouped_mm in every layout of torch._grouped_mm
+and scaled_mm in every scaling, against float64 references computed from the same inputs,
+against the op's own CPU kernel, and (scaled_mm) against torch._scaled_mm's error."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import gemmt  # noqa: F401  (registers torch.ops.gemmt)
+from conftest import HAS_CUDA, rel_err
+
+pytestmark = pytest.mark.cuda
+
+
+def _hopper() -> bool:
+    return HAS_CUDA and torch.cuda.get_device_capability()[0] == 9
+
+
+needs_hopper = pytest.mark.skipif(not _hopper(), reason="needs a Hopper GPU (sm_90)")
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+
+
+def offsets(sizes: list[int]) -> torch.Tensor:
+    return torch.tensor(sizes, dtype=torch.int64).cumsum(0).to(torch.int32).cuda()
+
+
+def ref_grouped(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None,
+                bias: torch.Tensor | None = None, act: str = "none") -> torch.Tensor:
+    """float64 torch._grouped_mm semantics, written out group by group."""
+    A, B = a.double().cpu(), b.double().cpu()
+    ends = [] if offs is None else offs.cpu().tolist()
+    if a.dim() == 3 and b.dim() == 3:
+        out = torch.bmm(A, B)
+        if bias is not None:
+            out += bias.double().cpu().unsqueeze(1)
+    elif a.dim() == 2 and b.dim() == 3:
+        out = torch.zeros(A.shape[0], B.shape[2], dtype=torch.float64)
+        start = 0
+        for g, end in enumerate(ends):
+            out[start:end] = A[start:end] @ B[g]
+            if bias is not None and end > start:
+                out[start:end] += bias[g].double().cpu()
+            start = end
+    elif a.dim() == 2 and b.dim() == 2:
+        out = torch.zeros(len(ends), A.shape[0], B.shape[1], dtype=torch.float64)
+        start = 0
+        for g, end in enumerate(ends):
+            out[g] = A[:, start:end] @ B[start:end]
+            start = end
+    else:
+        out = torch.zeros(A.shape[1], B.shape[1], dtype=torch.float64)
+        start = 0
+        for g, end in enumerate(ends):
+            out[:, start:end] = A[g] @ B[:, start:end]
+            start = end
+    if act == "relu":
+        out = out.clamp_min(0)
+    elif act == "silu":
+        out = torch.nn.functional.silu(out)
+    return out
+
+
+def check(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> None:
+    assert torch.isfinite(out).all(), "non-finite outputs"
+    tol = 1e-2 if dtype == torch.bfloat16 else 4e-3
+    if out.dtype == torch.float32:
+        tol = 2e-3
+    assert rel_err(out.double().cpu(), ref) < tol
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("sizes", [[128, 256, 64], [0, 300, 0, 17, 1], [5] * 40, [1000, 0, 24]])
+@pytest.mark.parametrize("b_layout", ["kn", "nk"])
+def test_grouped_2d3d(dtype: torch.dtype, sizes: list[int], b_layout: str) -> None:
+    g, k, n = len(sizes), 512, 384
+    total = sum(sizes) + 7  # rows past the last offset belong to no group and must be zero
+    a = torch.randn(total, k, device="cuda", dtype=dtype)
+    if b_layout == "kn":
+        b = torch.randn(g, k, n, device="cuda", dtype=dtype) / k ** 0.5
+    else:
+        b = (torch.randn(g, n, k, device="cuda", dtype=dtype) / k ** 0.5).transpose(1, 2)
+    offs = offsets(sizes)
+    out = torch.ops.gemmt.grouped_mm(a, b, offs)
+    ref = ref_grouped(a, b, offs)
+    check(out, ref, dtype)
+    assert (out[sum(sizes):] == 0).all()
+
+
+@needs_hopper
+@pytest.mark.parametrize("act", ["none", "relu", "silu"])
+def test_grouped_2d3d_bias_activation_float_out(act: str) -> None:
+    sizes = [64, 3, 200, 0, 129]
+    g, k, n = len(sizes), 256, 640
+    a = torch.randn(sum(sizes), k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(g, k, n, device="cuda", dtype=torch.bfloat16) / k ** 0.5
+    bias = torch.randn(g, n, device="cuda", dtype=torch.bfloat16)
+    offs = offsets(sizes)
+    for out_dtype in (None, torch.float32):
+        out = torch.ops.gemmt.grouped_mm(a, b, offs, bias, out_dtype, act)
+        ref = ref_grouped(a, b, offs, bias.to(out_dtype or torch.bfloat16), act)
+        check(out, ref, torch.bfloat16)
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_grouped_3d3d(dtype: torch.dtype) -> None:
+    a = torch.randn(6, 200, 320, device="cuda", dtype=dtype)
+    b = torch.randn(6, 320, 264, device="cuda", dtype=dtype) / 320 ** 0.5
+    out = torch.ops.gemmt.grouped_mm(a, b, None)
+    check(out, ref_grouped(a, b, None), dtype)
+
+
+@needs_hopper
+@pytest.mark.parametrize("sizes", [[128, 256, 64], [0, 37, 0, 300, 1], [3] * 50])
+@pytest.mark.parametrize("a_layout", ["transposed", "contiguous"])
+def test_grouped_2d2d(sizes: list[int], a_layout: str) -> None:
+    """The per-group weight gradient: offsets split the contraction dimension."""
+    m, n, total = 256, 384, sum(sizes)
+    x = torch.randn(total, m, device="cuda", dtype=torch.bfloat16)
+    a = x.t() if a_layout == "transposed" else x.t().contiguous()
+    b = torch.randn(total, n, device="cuda", dtype=torch.bfloat16)
+    offs = offsets(sizes)
+    out = torch.ops.gemmt.grouped_mm(a, b, offs)
+    ref = ref_grouped(a, b, offs)
+    check(out, ref, torch.bfloat16)
+    for g, s in enumerate(sizes):
+        if s == 0:
+            assert (out[g] == 0).all()
+
+
+@needs_hopper
+def test_grouped_2d2d_tail_does_not_leak() -> None:
+    sizes = [70, 50]
+    m, n = 128, 128
+    a = torch.randn(m, 200, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(200, n, device="cuda", dtype=torch.bfloat16)
+    b[120:] = float("inf")  # past the last offset
+    out = torch.ops.gemmt.grouped_mm(a, b, offsets(sizes))
+    check(out, ref_grouped(a[:, :120], b[:120], offsets(sizes)), torch.bfloat16)
+
+
+@needs_hopper
+def test_grouped_3d2d() -> None:
+    sizes = [100, 0, 260, 5]
+    a = torch.randn(len(sizes), 192, 256, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(256, sum(sizes) + 3, device="cuda", dtype=torch.bfloat16)
+    offs = offsets(sizes)
+    out = torch.ops.gemmt.grouped_mm(a, b, offs)
+    check(out, ref_grouped(a, b, offs), torch.bfloat16)
+
+
+@needs_hopper
+def test_grouped_matches_cpu_kernel_and_graph_capture() -> None:
+    sizes = [33, 0, 190, 64]
+    a = torch.randn(sum(sizes), 256, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(len(sizes), 256, 512, device="cuda", dtype=torch.bfloat16)
+    offs = offsets(sizes)
+    cpu = torch.ops.gemmt.grouped_mm(a.cpu(), b.cpu(), offs.cpu())
+    out = torch.ops.gemmt.grouped_mm(a, b, offs)
+    assert rel_err(out.cpu().double(), cpu.double()) < 1e-2
+    # No host synchronisation: the op records into a CUDA graph and replays with new offsets.
+    static_offs = offs.clone()
+    torch.ops.gemmt.grouped_mm(a, b, static_offs)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = torch.ops.gemmt.grouped_mm(a, b, static_offs)
+    new_sizes = [100, 100, 0, 87]
+    static_offs.copy_(offsets(new_sizes))
+    graph.replay()
+    torch.cuda.synchronize()
+    check(captured, ref_grouped(a, b, static_offs), torch.bfloat16)
+
+
+@needs_hopper
+def test_grouped_backward_through_autograd() -> None:
+    sizes = [64, 130, 0, 3]
+    a = torch.randn(sum(sizes), 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    b = (torch.randn(len(sizes), 256, 384, device="cuda", dtype=torch.bfloat16) / 16).requires_grad_()
+    offs = offsets(sizes)
+    out = torch.ops.gemmt.grouped_mm(a, b, offs)
+    grad = torch.randn_like(out)
+    ga, gb = torch.autograd.grad(out, (a, b), grad)
+    a64, b64 = a.detach().double().requires_grad_(), b.detach().double().requires_grad_()
+    ref = ref_grouped(a64, b64, offs)  # differentiable in float64 on CPU
+    ra, rb = torch.autograd.grad(ref, (a64, b64), grad.double().cpu())
+    assert rel_err(ga.double().cpu(), ra) < 1e-2
+    assert rel_err(gb.double().cpu(), rb) < 1e-2
+
+
+# ---- scaled_mm ----
+
+def quant(x: torch.Tensor, dtype: torch.dtype, granularity: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.ops.gemmt.quantize_fp8(x.cpu(), granularity, dtype)
+
+
+def fp8_operands(m: int, n: int, k: int, scaling: str, dtype_a: torch.dtype = E4M3,
+                 dtype_b: torch.dtype = E4M3):
+    x = torch.randn(m, k)
+    w = torch.randn(n, k) / k ** 0.5
+    if scaling == "tensor":
+        qa, sa = quant(x, dtype_a, "tensor")
+        qw, sw = quant(w, dtype_b, "tensor")
+        sb = sw
+    elif scaling == "row":
+        qa, sa = quant(x, dtype_a, "row")
+        qw, sw = quant(w, dtype_b, "row")
+        sb = sw.reshape(1, n)
+    else:
+        qa, sa = quant(x, dtype_a, "block")
+        qw, sw = quant(w, dtype_b, "block_128x128")
+        sb = sw.t()
+    b = qw.t()  # (K, N), column-major
+    return qa.cuda(), b.cuda(), sa.cuda(), sb.cuda()
+
+
+def ref_scaled(a, b, sa, sb, scaling: str) -> torch.Tensor:
+    A, B = a.cpu().double(), b.cpu().double()
+    k = A.shape[1]
+    if scaling == "tensor":
+        return (A @ B) * sa.double().cpu().item() * sb.double().cpu().item()
+    if scaling == "row":
+        return (A * sa.double().cpu()) @ (B * sb.double().cpu())
+    SA = sa.double().cpu().repeat_interleave(128, 1)[:, :k]
+    SB = sb.double().cpu().repeat_interleave(128, 0)[:k].repeat_interleave(128, 1)[:, :B.shape[1]]
+    return (A * SA) @ (B * SB)
+
+
+@needs_hopper
+@pytest.mark.parametrize("scaling", ["tensor", "row", "block"])
+@pytest.mark.parametrize("shape", [(256, 384, 512), (200, 1000, 1024), (1, 256, 128), (4100, 520, 384)])
+@pytest.mark.parametrize("fast", [False, True])
+def test_scaled_mm_against_float64_and_torch(scaling: str, shape: tuple[int, int, int],
+                                              fast: bool) -> None:
+    m, n, k = shape
+    a, b, sa, sb = fp8_operands(m, n, k, scaling)
+    out = torch.ops.gemmt.scaled_mm(a, b, sa, sb, None, torch.bfloat16, "none", fast)
+    ref = ref_scaled(a, b, sa, sb, scaling)
+    assert torch.isfinite(out).all()
+    err = rel_err(out.double().cpu(), ref)
+    assert err < 8e-3
+    try:
+        theirs = torch._scaled_mm(a, b, sa, sb, out_dtype=torch.float32, use_fast_accum=fast)
+    except (RuntimeError, NotImplementedError):
+        return
+    out32 = torch.ops.gemmt.scaled_mm(a, b, sa, sb, None, torch.float32, "none", fast)
+    mine, torch_err = rel_err(out32.double().cpu(), ref), rel_err(theirs.double().cpu(), ref)
+    assert mine <= max(1.05 * torch_err, 1e-6)
+
+
+@needs_hopper
+def test_scaled_mm_block_error_flat_in_k() -> None:
+    """Each 128-deep block joins a float32 sum: the error must not grow with K."""
+    errs = []
+    for k in (1024, 4096, 16384):
+        a, b, sa, sb = fp8_operands(128, 256, k, "block")
+        out = torch.ops.gemmt.scaled_mm(a, b, sa, sb, None, torch.float32, "none", False)
+        errs.append(rel_err(out.double().cpu(), ref_scaled(a, b, sa, sb, "block")))
+    assert max(errs) < 1e-3
+    assert errs[-1] <= 2.0 * errs[0]
+
+
+@needs_hopper
+@pytest.mark.parametrize("pair", [(E4M3, E5M2), (E5M2, E4M3)])
+def test_scaled_mm_mixed_formats_bias_activation(pair: tuple[torch.dtype, torch.dtype]) -> None:
+    a, b, sa, sb = fp8_operands(300, 512, 640, "row", *pair)
+    bias = torch.randn(512, device="cuda", dtype=torch.bfloat16)
+    for act in ("none", "relu", "silu"):
+        out = torch.ops.gemmt.scaled_mm(a, b, sa, sb, bias, torch.bfloat16, act, False)
+        ref = ref_scaled(a, b, sa, sb, "row") + bias.double().cpu()
+        if act == "relu":
+            ref = ref.clamp_min(0)
+        elif act == "silu":
+            ref = torch.nn.functional.silu(ref)
+        assert rel_err(out.double().cpu(), ref) < 1e-2
+        cpu = torch.ops.gemmt.scaled_mm(a.cpu(), b.cpu(), sa.cpu(), sb.cpu(), bias.cpu(),
+                                        torch.bfloat16, act, False)
+        assert rel_err(out.double().cpu(), cpu.double()) < 1e-2
