@@ -18,8 +18,9 @@
 namespace gemmt {
 
 // The router keeps a token's E scores (and its group scores) in shared memory, one warp per
-// token; 8192 experts in float64 is 128 KiB, within every supported device's opt-in limit.
-constexpr std::int64_t kMoeRouteMaxExperts = 8192;
+// token: at most 64 KiB for 4096 experts in float64 with as many groups, within the opt-in
+// limit of every device from sm_80 on (99 KiB on sm_86 and sm_89).
+constexpr std::int64_t kMoeRouteMaxExperts = 4096;
 
 // What moe_route computes for each token (kernels/moe/moe_route.cu).
 struct MoeRouteArgs {
