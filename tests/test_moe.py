@@ -633,9 +633,13 @@ CUDA_WEIGHT_RTOL = {torch.float64: 1e-12, torch.float32: 1e-5}
 
 
 def _poison_cuda_cache() -> None:
-    """Fill 64 MiB of the caching allocator's free memory with NaN bytes, so that outputs
-    taken from it start as garbage rather than as zeros."""
-    torch.empty(1 << 24, device="cuda").fill_(float("nan"))
+    """Fill free memory of the caching allocator with NaN bytes, so that outputs taken from
+    it start as garbage rather than as zeros: 16 MiB of 1 MiB tensors for its pool of small
+    blocks and 64 MiB for its pool of large ones."""
+    bufs = [torch.empty(1 << 18, device="cuda") for _ in range(16)]
+    bufs.append(torch.empty(1 << 24, device="cuda"))
+    for b in bufs:
+        b.fill_(float("nan"))
     torch.cuda.synchronize()
 
 
