@@ -705,7 +705,15 @@ def test_moe_route_cuda_random_logits(score: str) -> None:
     # Plain normal logits (no spacing), a moderate count of tokens, odd expert counts.
     for tokens, experts, top_k in ((257, 8, 2), (300, 61, 5), (129, 256, 8), (64, 1000, 16)):
         logits = torch.randn(tokens, experts)
-        _assert_same_routing(*_route_both(logits, top_k, score))
+        gpu, cpu = _route_both(logits, top_k, score)
+        if torch.equal(gpu.expert_ids.cpu(), cpu.expert_ids):
+            _assert_same_routing(gpu, cpu)
+        else:
+            # Only a near-tie (two scores equal to float32 rounding) may be ordered otherwise:
+            # the chosen scores, in float64, must then agree slot by slot.
+            s = logits.double().softmax(-1) if score == "softmax" else logits.double().sigmoid()
+            torch.testing.assert_close(s.gather(1, gpu.expert_ids.cpu()),
+                                       s.gather(1, cpu.expert_ids), rtol=1e-6, atol=0)
 
 
 @pytest.mark.cuda
