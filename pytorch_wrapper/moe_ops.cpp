@@ -2,10 +2,11 @@
 // routing (moe_route, moe_permute) and the expert layer (moe_experts). Argument checks, CPU
 // kernels, Meta kernels and the autograd kernels.
 //
-// The CPU kernels are the reference the Hopper kernels will be measured against: a loop of
-// ATen products over the groups, written into one output. The CUDA kernels are not built
-// yet; on CUDA tensors every op refuses with an error that says so (never a silent detour
-// through torch._grouped_mm).
+// The CPU kernels are the reference the CUDA kernels are measured against: a loop of ATen
+// products over the groups, written into one output. On CUDA, the routing (moe_route,
+// moe_permute) runs gemmt's kernels in kernels/moe/, and moe_experts is composed of the gather
+// kernel, grouped_mm, swiglu and the combine kernel; grouped_mm's CUDA kernel is not built yet
+// and refuses with an error that says so (never a silent detour through torch._grouped_mm).
 //
 // Offsets are data. The CPU kernels read and check them; the Meta kernels never do (their
 // output shapes follow from the operands' shapes alone), so a CUDA kernel can take them on
@@ -24,6 +25,10 @@
 #include "grouped_gemm_cuda.h"
 #include "gemmt/activation.h"
 #include "ops.h"
+
+#ifdef GEMMT_WITH_CUDA
+#include "gemmt/moe.h"
+#endif
 
 namespace gemmt::wrapper {
 namespace {
@@ -668,14 +673,6 @@ std::tuple<at::Tensor, at::Tensor> moe_permute_cpu(const at::Tensor& expert_ids,
   return {order, offsets};
 }
 
-std::tuple<at::Tensor, at::Tensor> moe_permute_cuda(const at::Tensor& expert_ids,
-                                                    int64_t num_experts) {
-  moe_permute_meta(expert_ids, num_experts);
-  TORCH_CHECK_NOT_IMPLEMENTED(false, cuda_not_built(kMoePermute), "; got expert_ids ",
-                              describe(expert_ids));
-  return {};
-}
-
 // ---- moe_route ----
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> moe_route_meta(
@@ -722,14 +719,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> moe_route_cpu(
   return {weights, ids, order, offsets};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> moe_route_cuda(
-    const at::Tensor& logits, int64_t top_k, std::string_view score, bool renormalize,
-    int64_t n_group, int64_t topk_group, const OptTensor& correction_bias) {
-  moe_route_meta(logits, top_k, score, renormalize, n_group, topk_group, correction_bias);
-  TORCH_CHECK_NOT_IMPLEMENTED(false, cuda_not_built(kMoeRoute), "; got logits ", describe(logits));
-  return {};
-}
-
 // The choice of experts is not differentiable; the weights are, through the scores: recorded
 // here from the chosen ids.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> moe_route_autograd(
@@ -767,15 +756,6 @@ at::Tensor moe_experts_cpu(const at::Tensor& x, const at::Tensor& w_gate_up,
   return moe_experts_composite(x, w_gate_up, w_down, weights, token_order, offsets);
 }
 
-at::Tensor moe_experts_cuda(const at::Tensor& x, const at::Tensor& w_gate_up,
-                            const at::Tensor& w_down, const at::Tensor& weights,
-                            const at::Tensor& expert_ids, const at::Tensor& token_order,
-                            const at::Tensor& offsets) {
-  check_moe_experts(x, w_gate_up, w_down, weights, expert_ids, token_order, offsets);
-  TORCH_CHECK_NOT_IMPLEMENTED(false, cuda_not_built(kMoeExperts), "; got x ", describe(x));
-  return {};
-}
-
 at::Tensor moe_experts_autograd(const at::Tensor& x, const at::Tensor& w_gate_up,
                                 const at::Tensor& w_down, const at::Tensor& weights,
                                 const at::Tensor& expert_ids, const at::Tensor& token_order,
@@ -788,12 +768,124 @@ at::Tensor moe_experts_autograd(const at::Tensor& x, const at::Tensor& w_gate_up
     return call_moe_experts(x, w_gate_up, w_down, weights, expert_ids, token_order, offsets);
   }
   check_moe_experts(x, w_gate_up, w_down, weights, expert_ids, token_order, offsets);
-  TORCH_CHECK_NOT_IMPLEMENTED(!x.is_cuda(), cuda_not_built(kMoeExperts), "; got x ", describe(x));
   if (readable_on_host(token_order) && readable_on_host(offsets) && readable_on_host(expert_ids)) {
     at::AutoDispatchBelowADInplaceOrView guard;
     check_moe_routing_values(expert_ids, token_order, offsets, w_gate_up.size(0));
   }
   return moe_experts_composite(x, w_gate_up, w_down, weights, token_order, offsets);
 }
+
+// ---- CUDA ----
+// No host synchronisation anywhere below: sizes come from shapes, and the routing values
+// (ids, orders, offsets) stay on the device, so the ops can be captured in a CUDA graph. The
+// price is that routing values are not checked against each other on CUDA as they are on
+// the CPU (see moe_permute_run and moe_gather_run for what bad values do: never a write out of
+// bounds).
+#ifdef GEMMT_WITH_CUDA
+namespace {
+
+// token_order and offsets of the flat expert ids (contiguous int32 or int64, on the current
+// device).
+std::tuple<at::Tensor, at::Tensor> permute_on_device(const char* op, const at::Tensor& ids,
+                                                     int64_t num_experts) {
+  const int64_t slots = ids.numel();
+  TORCH_CHECK(slots <= std::numeric_limits<int32_t>::max(), op,
+              ": expected at most 2^31 - 1 routed slots (the offsets are int32), got ", slots,
+              " in expert ids ", describe(ids));
+  TORCH_CHECK(num_experts < std::numeric_limits<int32_t>::max(), op,
+              ": argument 'num_experts' expected less than 2^31 - 1 on CUDA, got ", num_experts);
+  const auto opts = ids.options();
+  at::Tensor order = at::empty({slots}, opts.dtype(at::kLong));
+  at::Tensor offsets = at::empty({num_experts}, opts.dtype(at::kInt));
+  const auto bytes = static_cast<int64_t>(moe_permute_workspace_bytes(slots, num_experts));
+  at::Tensor scratch = at::empty({bytes}, opts.dtype(at::kByte));
+  check_launch(op, moe_permute_run(ids.const_data_ptr(), ids.scalar_type() == at::kLong, slots,
+                                   num_experts, scratch.data_ptr(), order.data_ptr<int64_t>(),
+                                   offsets.data_ptr<int32_t>(), stream_for(ids)));
+  return {order, offsets};
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> moe_permute_cuda(const at::Tensor& expert_ids,
+                                                    int64_t num_experts) {
+  moe_permute_meta(expert_ids, num_experts);
+  const at::cuda::CUDAGuard guard(expert_ids.device());
+  at::AutoDispatchBelowADInplaceOrView below;
+  return permute_on_device(kMoePermute, expert_ids.reshape(-1).contiguous(), num_experts);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> moe_route_cuda(
+    const at::Tensor& logits, int64_t top_k, std::string_view score, bool renormalize,
+    int64_t n_group, int64_t topk_group, const OptTensor& correction_bias) {
+  check_moe_route(logits, top_k, score, n_group, topk_group, correction_bias);
+  const bool softmax = score_is_softmax(kMoeRoute, score);
+  const int64_t tokens = logits.size(0), experts = logits.size(1);
+  TORCH_CHECK(experts <= kMoeRouteMaxExperts, kMoeRoute, ": argument 'logits' expected at most ",
+              kMoeRouteMaxExperts, " experts (logits.shape[1]) on CUDA, got ", describe(logits));
+  const at::cuda::CUDAGuard guard(logits.device());
+  at::AutoDispatchBelowADInplaceOrView below;
+  const at::ScalarType sd = route_dtype(logits);
+  const auto opts = logits.options();
+  at::Tensor weights = at::empty({tokens, top_k}, opts.dtype(sd));
+  at::Tensor ids = at::empty({tokens, top_k}, opts.dtype(at::kLong));
+  // The bias in the score type, as the reference adds it.
+  const at::Tensor bias =
+      has(correction_bias) ? as_dtype(*correction_bias, sd).contiguous() : at::Tensor();
+  MoeRouteArgs args;
+  args.tokens = tokens;
+  args.experts = experts;
+  args.top_k = top_k;
+  args.softmax = softmax;
+  args.renormalize = renormalize;
+  args.n_group = n_group;
+  args.topk_group = topk_group;
+  check_launch(kMoeRoute,
+               moe_route_run(to_kernel_dtype(logits.scalar_type()), logits.const_data_ptr(),
+                             logits.stride(0), logits.stride(1),
+                             bias.defined() ? bias.const_data_ptr() : nullptr, args,
+                             weights.data_ptr(), ids.data_ptr<int64_t>(), stream_for(logits)));
+  auto [order, offsets] = permute_on_device(kMoeRoute, ids.view({-1}), experts);
+  return {weights, ids, order, offsets};
+}
+
+// moe_experts_composite's steps with gemmt's kernels for the gather and the combine: the
+// gather also records where each slot went, so the combine reads each token's top_k rows
+// directly and sums them in registers (no atomics, one rounding per output element).
+at::Tensor moe_experts_cuda(const at::Tensor& x, const at::Tensor& w_gate_up,
+                            const at::Tensor& w_down, const at::Tensor& weights,
+                            const at::Tensor& expert_ids, const at::Tensor& token_order,
+                            const at::Tensor& offsets) {
+  check_moe_experts(x, w_gate_up, w_down, weights, expert_ids, token_order, offsets);
+  const at::cuda::CUDAGuard guard(x.device());
+  at::AutoDispatchBelowADInplaceOrView below;
+  const int64_t tokens = x.size(0), hidden = x.size(1), top_k = weights.size(1);
+  const int64_t slots = tokens * top_k, inter = w_down.size(2);
+  at::Tensor out = at::empty({tokens, hidden}, x.options());
+  if (out.numel() == 0) return out;
+  if (slots == 0) return out.zero_();
+  const cudaStream_t stream = stream_for(x);
+  const ScalarType dtype = to_kernel_dtype(x.scalar_type());
+  const at::Tensor order = as_dtype(token_order, at::kLong).contiguous();
+  at::Tensor xs = at::empty({slots, hidden}, x.options());
+  at::Tensor inverse = at::empty({slots}, order.options());
+  check_launch(kMoeExperts,
+               moe_gather_run(dtype, x.const_data_ptr(), tokens, hidden, x.stride(0), x.stride(1),
+                              order.const_data_ptr<int64_t>(), slots, top_k, xs.data_ptr(),
+                              inverse.data_ptr<int64_t>(), stream));
+  // transformers' (out_features, in_features) expert weights, read as (in, out) views.
+  const at::Tensor h = call_grouped_mm(xs, w_gate_up.transpose(1, 2), offsets);
+  const at::Tensor act = call_swiglu(h.narrow(1, 0, inter), h.narrow(1, inter, inter));
+  at::Tensor y = call_grouped_mm(act, w_down.transpose(1, 2), offsets);
+  if (y.stride(1) != 1) y = y.contiguous();
+  const at::ScalarType acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const at::Tensor w = as_dtype(weights, acc).contiguous();
+  check_launch(
+      kMoeExperts,
+      moe_combine_run(dtype, y.const_data_ptr(), y.size(0), y.stride(0), hidden, w.const_data_ptr(),
+                      inverse.const_data_ptr<int64_t>(), tokens, top_k, out.data_ptr(), stream));
+  return out;
+}
+#endif
 
 }  // namespace gemmt::wrapper

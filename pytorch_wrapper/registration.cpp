@@ -405,7 +405,8 @@ TORCH_LIBRARY_IMPL(gemmt, Autograd, m) {
 // grouped_mm follows torch._grouped_mm: offs are int32 cumulative group ends. moe_route picks
 // each token's top_k experts and the permutation that sorts the (token, k) slots by expert;
 // moe_experts runs the gate/up product, silu(gate) * up, the down product and the weighted
-// combine. The CUDA kernels are not built yet: their entries refuse with a clear error.
+// combine. On CUDA the routing runs kernels/moe/ and moe_experts composes them with grouped_mm,
+// whose CUDA kernel is not built yet: its entry refuses with a clear error.
 TORCH_LIBRARY_FRAGMENT(gemmt, m) {
   m.def(
       "grouped_mm(Tensor a, Tensor b, Tensor? offs=None, Tensor? bias=None, "

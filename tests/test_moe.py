@@ -582,7 +582,7 @@ def opcheck_cases(device: str) -> list[tuple[Any, tuple, dict]]:
 
     offs = offsets([3, 0, 4]).to(device)
     logits = torch.randn(7, 6, device=device)
-    r = moe_route(logits, 2) if device == "cpu" else None
+    r = moe_route(logits, 2)
     cases: list[tuple[Any, tuple, dict]] = [
         (g.grouped_mm, (rg(8, 5), rg(3, 5, 4), offs), {}),
         (g.grouped_mm, (rg(8, 5), rg(3, 5, 4), offs, rg(3, 4)), {"activation": "gelu"}),
@@ -596,41 +596,426 @@ def opcheck_cases(device: str) -> list[tuple[Any, tuple, dict]]:
         (g.moe_route, (rg(7, 6), 2), {}),
         (g.moe_route, (rg(7, 8), 3, "sigmoid", True, 4, 2, torch.randn(8, device=device)), {}),
     ]
-    if r is not None:
-        cases.append((g.moe_experts, (rg(7, 4), rg(6, 6, 4), rg(6, 4, 3),
-                                      r.weights.clone().requires_grad_(), r.expert_ids,
-                                      r.token_order, r.offsets), {}))
+    cases.append((g.moe_experts, (rg(7, 4), rg(6, 6, 4), rg(6, 4, 3),
+                                  r.weights.clone().requires_grad_(), r.expert_ids,
+                                  r.token_order, r.offsets), {}))
     return cases
 
 
-def test_moe_opcheck() -> None:
+def test_moe_opcheck(device: str) -> None:
     gemmt.build_info()
-    for op, args, kwargs in opcheck_cases("cpu"):
+    for op, args, kwargs in opcheck_cases(device):
         result = torch.library.opcheck(op, args, kwargs)
         failed = {k: v for k, v in result.items() if v != "SUCCESS"}
         assert not failed, (op, failed)
 
 
-# ---- CUDA: no kernels yet, and a clear refusal rather than a silent fallback ----
+# ---- CUDA: grouped_mm has no kernel yet, and refuses clearly rather than falling back ----
 
 @pytest.mark.cuda
-def test_moe_ops_refuse_cuda_tensors_clearly() -> None:
+def test_grouped_mm_refuses_cuda_tensors_clearly() -> None:
     c = "cuda"
     offs = offsets([2, 2]).to(c)
-    calls: list[tuple[str, Callable[[], Any]]] = [
-        ("grouped_mm", lambda: grouped_mm(torch.randn(4, 8, device=c), torch.randn(2, 8, 8, device=c), offs)),
-        ("moe_permute", lambda: moe_permute(torch.zeros(2, 2, dtype=torch.long, device=c), 2)),
-        ("moe_route", lambda: moe_route(torch.randn(4, 4, device=c), 2)),
-        ("moe_experts", lambda: moe_experts(
-            torch.randn(2, 8, device=c), torch.randn(2, 8, 8, device=c),
-            torch.randn(2, 8, 4, device=c), torch.ones(2, 2, device=c),
-            torch.tensor([[0, 1], [1, 0]], device=c), torch.tensor([0, 3, 1, 2], device=c),
-            offs)),
-    ]
-    for name, call in calls:
-        with pytest.raises(NotImplementedError,
-                           match=re.escape(f"gemmt::{name}: the CUDA kernel is not built yet")):
-            call()
+    with pytest.raises(NotImplementedError,
+                       match=re.escape("gemmt::grouped_mm: the CUDA kernel is not built yet")):
+        grouped_mm(torch.randn(4, 8, device=c), torch.randn(2, 8, 8, device=c), offs)
+
+
+# ---- CUDA routing and expert layer against the CPU reference ----
+#
+# The CPU ops are the reference: ids, token_order and offsets must agree exactly, weights to
+# float rounding. Exact agreement of the ids needs the two devices to order the scores alike,
+# so the large float32 cases use logits whose values are well apart (a near-tie of two
+# different scores, decided by a last-bit difference between the CPU's and CUDA's exp, is not
+# a disagreement about the routing rule). Exact ties (equal logits) are tested on their own.
+
+CUDA_WEIGHT_RTOL = {torch.float64: 1e-12, torch.float32: 1e-5}
+
+
+def _poison_cuda_cache() -> None:
+    """Fill free memory of the caching allocator with NaN bytes, so that outputs taken from
+    it start as garbage rather than as zeros: 16 MiB of 1 MiB tensors for its pool of small
+    blocks and 64 MiB for its pool of large ones."""
+    bufs = [torch.empty(1 << 18, device="cuda") for _ in range(16)]
+    bufs.append(torch.empty(1 << 24, device="cuda"))
+    for b in bufs:
+        b.fill_(float("nan"))
+    torch.cuda.synchronize()
+
+
+def _separated_logits(tokens: int, experts: int, dtype: torch.dtype = torch.float32,
+                      spacing: float = 0.05) -> torch.Tensor:
+    """Per row, a random permutation of well-spread values: any two at least spacing / 5 apart."""
+    rank = torch.argsort(torch.rand(tokens, experts), dim=1).double()
+    jitter = torch.rand(tokens, experts, dtype=torch.float64) * 0.8 * spacing
+    return ((rank - experts / 2) * spacing + jitter).to(dtype)
+
+
+def _leveled_logits(tokens: int, experts: int, n_group: int) -> torch.Tensor:
+    """Logits for group-limited routing with every comparison well apart: each group has a
+    level (the groups in a random order per row, `step` apart) and its experts spread below
+    the next level, distinct, within 3/4 of a step. Values stay within about +-8, where
+    float32 sigmoids are still far from 0 and 1."""
+    per = experts // n_group
+    step = min(1.5, 12.0 / n_group)
+    level = (torch.argsort(torch.rand(tokens, n_group), dim=1).double() - n_group / 2) * step
+    spacing = 0.75 * step / per
+    rank = torch.argsort(torch.rand(tokens, n_group, per), dim=2).double()
+    within = (rank + 0.8 * torch.rand(tokens, n_group, per, dtype=torch.float64)) * spacing
+    return (level.unsqueeze(-1) + within).reshape(tokens, experts).float()
+
+
+def _route_both(logits: torch.Tensor, top_k: int, score: str = "softmax",
+                renormalize: bool = True, n_group: int = 0, topk_group: int = 0,
+                bias: torch.Tensor | None = None) -> tuple[Any, Any]:
+    cpu = moe_route(logits, top_k, score, renormalize, n_group, topk_group, bias)
+    _poison_cuda_cache()
+    gpu = moe_route(logits.cuda(), top_k, score, renormalize, n_group, topk_group,
+                    None if bias is None else bias.cuda())
+    return gpu, cpu
+
+
+def _assert_same_routing(gpu: Any, cpu: Any) -> None:
+    assert gpu.expert_ids.is_cuda and gpu.token_order.is_cuda and gpu.offsets.is_cuda
+    for name in ("weights", "expert_ids", "token_order", "offsets"):
+        g, c = getattr(gpu, name), getattr(cpu, name)
+        assert g.dtype == c.dtype and g.shape == c.shape, (name, g.dtype, g.shape, c.shape)
+    assert torch.equal(gpu.expert_ids.cpu(), cpu.expert_ids)
+    assert torch.equal(gpu.token_order.cpu(), cpu.token_order)
+    assert torch.equal(gpu.offsets.cpu(), cpu.offsets)
+    rtol = CUDA_WEIGHT_RTOL[cpu.weights.dtype]
+    torch.testing.assert_close(gpu.weights.cpu(), cpu.weights, rtol=rtol, atol=1e-30)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("tokens", [1, 4096])
+@pytest.mark.parametrize("renormalize", [True, False])
+@pytest.mark.parametrize("score", ["softmax", "sigmoid"])
+@pytest.mark.parametrize("top_k", [1, 2, 8])
+@pytest.mark.parametrize("experts", [8, 64, 128, 256])
+def test_moe_route_cuda_matches_cpu(experts: int, top_k: int, score: str, renormalize: bool,
+                                    tokens: int) -> None:
+    logits = _separated_logits(tokens, experts)
+    _assert_same_routing(*_route_both(logits, top_k, score, renormalize))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("score", ["softmax", "sigmoid"])
+def test_moe_route_cuda_random_logits(score: str) -> None:
+    # Plain normal logits (no spacing), a moderate count of tokens, odd expert counts.
+    for tokens, experts, top_k in ((257, 8, 2), (300, 61, 5), (129, 256, 8), (64, 1000, 16)):
+        logits = torch.randn(tokens, experts)
+        gpu, cpu = _route_both(logits, top_k, score)
+        if torch.equal(gpu.expert_ids.cpu(), cpu.expert_ids):
+            _assert_same_routing(gpu, cpu)
+        else:
+            # Only a near-tie (two scores equal to float32 rounding) may be ordered otherwise:
+            # the chosen scores, in float64, must then agree slot by slot.
+            s = logits.double().softmax(-1) if score == "softmax" else logits.double().sigmoid()
+            torch.testing.assert_close(s.gather(1, gpu.expert_ids.cpu()),
+                                       s.gather(1, cpu.expert_ids), rtol=1e-6, atol=0)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_moe_route_cuda_logit_dtypes(dtype: torch.dtype) -> None:
+    # 16-bit logits are scored in float32, float64 logits in float64.
+    logits = _separated_logits(1024, 128, dtype)
+    for score in ("softmax", "sigmoid"):
+        gpu, cpu = _route_both(logits, 8, score)
+        _assert_same_routing(gpu, cpu)
+        assert gpu.weights.dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
+
+
+def _strided_cuda(t: torch.Tensor) -> torch.Tensor:
+    """The same view of the same values on CUDA: a copy of t's storage, viewed as t is."""
+    storage = torch.empty(t.untyped_storage().nbytes() // t.element_size(), dtype=t.dtype)
+    storage.as_strided(t.shape, t.stride(), t.storage_offset()).copy_(t)
+    return storage.cuda().as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+@pytest.mark.cuda
+def test_moe_route_cuda_strided_logits() -> None:
+    # A transposed view (column stride != 1), a sliced one (storage offset) and a stepped one.
+    base = _separated_logits(256, 512)
+    for logits in (base.t().contiguous().t(), base[5:200, 3:259], base[::3, ::2]):
+        assert not logits.is_contiguous()
+        gpu_logits = _strided_cuda(logits)
+        assert gpu_logits.stride() == logits.stride()
+        _assert_same_routing(moe_route(gpu_logits, 4), moe_route(logits, 4))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("score", ["softmax", "sigmoid"])
+def test_moe_route_cuda_group_limited(score: str) -> None:
+    # DeepSeek-V3's shape: 256 experts in 8 groups, 4 groups kept, top 8.
+    logits = _leveled_logits(4096, 256, 8)
+    _assert_same_routing(*_route_both(logits, 8, score, True, 8, 4))
+    # Other shapes: one expert per group, and every group kept.
+    _assert_same_routing(*_route_both(_leveled_logits(512, 64, 64), 6, score, True, 64, 9))
+    _assert_same_routing(*_route_both(_leveled_logits(512, 64, 8), 3, score, False, 8, 8))
+    # With a correction bias: float64 logits (no near-ties at any scale), and a few float32
+    # tokens of random logits.
+    bias = torch.randn(256, dtype=torch.float64) * 0.1
+    logits64 = torch.randn(4096, 256, dtype=torch.float64)
+    gpu, cpu = _route_both(logits64, 8, score, True, 8, 4, bias)
+    _assert_same_routing(gpu, cpu)
+    gpu, cpu = _route_both(torch.randn(40, 16), 4, score, True, 4, 2, torch.randn(16) * 0.1)
+    _assert_same_routing(gpu, cpu)
+
+
+@pytest.mark.cuda
+def test_moe_route_cuda_group_limits_the_choice() -> None:
+    # Expert 0 has the best score but its group's second expert is poor: group 1 wins.
+    logits = torch.tensor([[5.0, -9.0, 4.5, 4.5]], device="cuda")
+    assert moe_route(logits, 1, n_group=2, topk_group=1).expert_ids.tolist() == [[2]]
+    assert moe_route(logits, 1).expert_ids.tolist() == [[0]]
+    # Against the per-token Python reference, on random logits with and without a bias.
+    x = torch.randn(40, 16, dtype=torch.float64)
+    bias = torch.randn(16, dtype=torch.float64) * 0.1
+    for score in ("softmax", "sigmoid"):
+        r = moe_route(x.cuda(), 4, score, True, 4, 2, bias.cuda())
+        ids, w = ref_route(x, 4, score, True, 4, 2, bias)
+        assert torch.equal(r.expert_ids.cpu(), ids)
+        assert rel_err(r.weights, w) <= 1e-12
+
+
+@pytest.mark.cuda
+def test_moe_route_cuda_ties_go_to_the_lowest_expert() -> None:
+    logits = torch.zeros(4, 6)
+    logits[1, [1, 4]] = 2.0  # a tie for first place
+    logits[2] = torch.tensor([1.0, 3.0, 3.0, 3.0, 0.0, 3.0])
+    logits[3, 5] = -1.0
+    r = moe_route(logits.cuda(), 2)
+    assert r.expert_ids.tolist() == [[0, 1], [1, 4], [1, 2], [0, 1]]
+    r16 = moe_route(logits.bfloat16().cuda(), 3)
+    assert r16.expert_ids.tolist() == [[0, 1, 2], [1, 4, 0], [1, 2, 3], [0, 1, 2]]
+    assert r.weights[1, 0] == r.weights[1, 1] and r.weights[0, 0] == r.weights[0, 1]
+    # Whole rows of ties, 256 experts, both scores, with and without groups: the lowest ids.
+    flat = torch.zeros(3, 256)
+    flat[1, 200:] = 1.0  # ties among the best 56
+    flat[2, ::2] = -float("inf")  # zero scores at the even ids (softmax)
+    for score in ("softmax", "sigmoid"):
+        for groups in ((0, 0), (8, 4)):
+            gpu, cpu = _route_both(flat, 8, score, True, *groups)
+            _assert_same_routing(gpu, cpu)
+        assert gpu.expert_ids[0].tolist() == list(range(8))
+    # Ties in the biased choice with distinct scores: the bias decides, then the index.
+    logits = torch.tensor([[0.0, 1.0, 2.0, 3.0]])
+    bias = torch.tensor([3.0, 2.0, 1.0, 0.0])
+    gpu, cpu = _route_both(logits, 2, "softmax", True, 0, 0, bias)
+    _assert_same_routing(gpu, cpu)
+
+
+@pytest.mark.cuda
+def test_moe_route_cuda_non_finite_logits() -> None:
+    # NaN and infinite logits: whatever the reference makes of them, CUDA makes the same.
+    logits = torch.randn(6, 16)
+    logits[0, 3] = float("nan")
+    logits[1] = float("nan")
+    logits[2, 5] = float("inf")
+    logits[3] = -float("inf")
+    logits[4, :8] = -float("inf")
+    for score in ("softmax", "sigmoid"):
+        gpu, cpu = _route_both(logits, 3, score)
+        assert torch.equal(gpu.expert_ids.cpu(), cpu.expert_ids)
+        assert torch.equal(gpu.token_order.cpu(), cpu.token_order)
+        assert torch.equal(gpu.offsets.cpu(), cpu.offsets)
+        torch.testing.assert_close(gpu.weights.cpu(), cpu.weights, rtol=1e-5, atol=1e-30,
+                                   equal_nan=True)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("tokens", [1, 4096])
+def test_moe_route_cuda_all_to_one_expert_and_empty_experts(tokens: int) -> None:
+    logits = torch.full((tokens, 64), -5.0)
+    logits[:, 37] = 5.0
+    gpu, cpu = _route_both(logits, 1)
+    _assert_same_routing(gpu, cpu)
+    expected = [0] * 37 + [tokens] * 27
+    assert gpu.offsets.tolist() == expected
+    assert torch.equal(gpu.token_order.cpu(), torch.arange(tokens))
+    # Two busy experts, all others empty.
+    logits[:, 3] = 4.0
+    gpu, cpu = _route_both(logits, 2, "sigmoid")
+    _assert_same_routing(gpu, cpu)
+    assert gpu.offsets.tolist() == [0] * 3 + [tokens] * 34 + [2 * tokens] * 27
+
+
+@pytest.mark.cuda
+def test_moe_route_cuda_no_tokens() -> None:
+    r = moe_route(torch.randn(0, 32, device="cuda"), 4, "sigmoid", True, 4, 2)
+    assert r.weights.shape == (0, 4) and r.expert_ids.shape == (0, 4)
+    assert r.token_order.shape == (0,) and r.offsets.tolist() == [0] * 32
+
+
+@pytest.mark.cuda
+def test_moe_route_cuda_refuses_too_many_experts() -> None:
+    with pytest.raises(RuntimeError, match=r"gemmt::moe_route: argument 'logits' expected at most"):
+        moe_route(torch.randn(2, 4097, device="cuda"), 2)
+
+
+@pytest.mark.cuda
+def test_moe_route_cuda_weights_backward() -> None:
+    logits = torch.randn(64, 32, dtype=torch.float64)
+    for score in ("softmax", "sigmoid"):
+        grads = []
+        for dev in ("cpu", "cuda"):
+            leaf = logits.to(dev).requires_grad_()
+            r = moe_route(leaf, 4, score)
+            (r.weights * torch.arange(4, dtype=torch.float64, device=dev)).sum().backward()
+            grads.append(leaf.grad.cpu())
+        assert rel_err(grads[1], grads[0]) <= 1e-12
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("experts", [8, 64, 128, 256])
+def test_moe_permute_cuda_matches_cpu(experts: int, index_dtype: torch.dtype) -> None:
+    shapes = [(1, 1), (1, 8), (3, 2), (4096, 1), (4096, 2), (4096, 8), (1023, 33)]
+    for shape in shapes:
+        ids = torch.randint(0, experts, shape).to(index_dtype)
+        # Skewed loads too: half the slots on three experts.
+        skewed = torch.where(torch.rand(shape) < 0.5, ids % 3, ids)
+        for case in (ids, skewed):
+            order, offs = moe_permute(case, experts)
+            _poison_cuda_cache()
+            g_order, g_offs = moe_permute(case.cuda(), experts)
+            assert g_order.dtype == torch.int64 and g_offs.dtype == torch.int32
+            assert torch.equal(g_order.cpu(), order), shape
+            assert torch.equal(g_offs.cpu(), offs), shape
+
+
+@pytest.mark.cuda
+def test_moe_permute_cuda_edge_cases() -> None:
+    def same(ids: torch.Tensor, experts: int) -> None:
+        order, offs = moe_permute(ids, experts)
+        g_order, g_offs = moe_permute(_strided_cuda(ids), experts)
+        assert torch.equal(g_order.cpu(), order) and torch.equal(g_offs.cpu(), offs)
+
+    same(torch.tensor([[2, 0], [2, 3], [0, 2]]), 5)  # the CPU test's example
+    same(torch.full((4096, 8), 7), 8)  # every slot on one expert
+    same(torch.full((4096, 8), 0), 300)  # on the first, 299 empty
+    same(torch.randint(0, 4, (777, 3)) * 50, 200)  # mostly empty experts
+    same(torch.randint(0, 16, (100, 4)).t(), 16)  # a transposed (non-contiguous) view
+    same(torch.randint(0, 16, (0, 4)), 16)  # no slots: zero offsets
+    same(torch.randint(0, 6, (2048,)), 6)  # 1-D ids
+    same(torch.randint(0, 256, (131072, 8)), 256)  # 2^20 slots: many chunks
+    same(torch.randint(0, 5000, (4096, 8)), 5000)  # more experts than a scan tile
+
+
+@pytest.mark.cuda
+def test_moe_permute_cuda_out_of_range_ids_stay_in_bounds() -> None:
+    # Unchecked on CUDA (the check would need the host): such slots go after every expert's,
+    # in slot order, and offsets count the valid slots only.
+    ids = torch.tensor([[1, -1], [0, 9], [1, 0], [4, 2]])
+    order, offs = moe_permute(ids.cuda(), 4)
+    assert order.tolist() == [2, 5, 0, 4, 7, 1, 3, 6]
+    assert offs.tolist() == [2, 4, 5, 5]
+
+
+@pytest.mark.cuda
+def test_moe_routing_cuda_runs_without_host_sync_and_in_a_cuda_graph() -> None:
+    logits = _separated_logits(512, 64).cuda()
+    ids = torch.randint(0, 64, (512, 4), device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        moe_route(logits, 4, "sigmoid", True, 8, 4)
+        moe_permute(ids, 64)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    static = logits.clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        moe_route(static, 4)  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = moe_route(static, 4)
+    fresh = _separated_logits(512, 64)
+    static.copy_(fresh)
+    graph.replay()
+    torch.cuda.synchronize()
+    _assert_same_routing(captured, moe_route(fresh, 4))
+
+
+# The expert layer on CUDA needs grouped_mm's CUDA kernel as well.
+
+def _experts_cuda_vs_cpu(x: torch.Tensor, wgu: torch.Tensor, wd: torch.Tensor, r: Any,
+                         dtype: torch.dtype) -> None:
+    cpu = moe_experts(x, wgu, wd, r.weights, r.expert_ids, r.token_order, r.offsets)
+    c = [t.cuda() for t in (x, wgu, wd, r.weights, r.expert_ids, r.token_order, r.offsets)]
+    _poison_cuda_cache()
+    gpu = moe_experts(*c)
+    assert gpu.is_cuda and gpu.dtype == dtype and gpu.shape == x.shape
+    ref = ref_experts(x, wgu, wd, r.weights, r.expert_ids)
+    bound = {torch.float64: 1e-12, torch.float32: 1e-5}.get(dtype, 2e-2)
+    assert rel_err(gpu, ref) <= bound
+    assert rel_err(gpu, cpu) <= bound
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_moe_experts_cuda_matches_cpu(dtype: torch.dtype) -> None:
+    for tokens, hidden, inter, experts, top_k in ((29, 12, 10, 6, 2), (257, 64, 32, 16, 4),
+                                                   (1, 16, 8, 8, 8)):
+        x, wgu, wd, logits = _experts_inputs(tokens, hidden, inter, experts, top_k, dtype)
+        r = moe_route(logits, top_k)
+        _experts_cuda_vs_cpu(x, wgu, wd, r, dtype)
+
+
+@pytest.mark.cuda
+def test_moe_experts_cuda_layouts_and_routing_edge_cases() -> None:
+    d = torch.float64
+    x, wgu, wd, _ = _experts_inputs(17, 8, 6, 5, 1, d)
+    logits = torch.full((17, 5), -5.0)
+    logits[:, 3] = 5.0
+    _experts_cuda_vs_cpu(x, wgu, wd, moe_route(logits, 1), d)  # one expert, four empty
+    # Strided x, weights stored transposed and viewed back, int32 token_order.
+    x, wgu, wd, logits = _experts_inputs(33, 16, 8, 4, 2, d)
+    r = moe_route(logits, 2)
+    xs = torch.randn(33, 40, dtype=d)[:, 5:21]
+    wgu_t = wgu.transpose(1, 2).contiguous().transpose(1, 2)
+    wd_t = wd.transpose(1, 2).contiguous().transpose(1, 2)
+    cpu = moe_experts(xs, wgu_t, wd_t, r.weights, r.expert_ids, r.token_order.int(), r.offsets)
+    gpu = moe_experts(_strided_cuda(xs), _strided_cuda(wgu_t), _strided_cuda(wd_t),
+                      r.weights.cuda(), r.expert_ids.cuda(), r.token_order.int().cuda(),
+                      r.offsets.cuda())
+    assert rel_err(gpu, cpu) <= 1e-12
+    assert rel_err(gpu, ref_experts(xs, wgu, wd, r.weights, r.expert_ids)) <= 1e-12
+    # No tokens.
+    empty = moe_route(torch.randn(0, 4, device="cuda"), 2)
+    out0 = moe_experts(x[:0].cuda(), wgu.cuda(), wd.cuda(), empty.weights, empty.expert_ids,
+                       empty.token_order, empty.offsets)
+    assert out0.shape == (0, 16)
+
+
+@pytest.mark.cuda
+def test_moe_experts_cuda_backward_matches_cpu() -> None:
+    x, wgu, wd, logits = _experts_inputs(45, 16, 12, 6, 2, torch.float64)
+    grads: list[list[torch.Tensor]] = []
+    for dev in ("cpu", "cuda"):
+        leaves = [t.to(dev).requires_grad_() for t in (x, wgu, wd, logits)]
+        r = moe_route(leaves[3], 2)
+        out = moe_experts(leaves[0], leaves[1], leaves[2], r.weights, r.expert_ids,
+                          r.token_order, r.offsets)
+        g = torch.linspace(-1, 1, out.numel(), dtype=torch.float64).reshape(out.shape)
+        out.backward(g.to(dev))
+        grads.append([t.grad.cpu() for t in leaves])
+    for cpu_g, gpu_g in zip(*grads):
+        assert rel_err(gpu_g, cpu_g) <= 1e-12
+
+
+@pytest.mark.cuda
+def test_nn_moe_cuda_matches_cpu() -> None:
+    moe = gemmt.nn.MoE(16, 8, 8, 2, score="sigmoid", n_group=4, topk_group=2,
+                       correction_bias=True, routed_scaling_factor=2.5, dtype=torch.float64)
+    x = torch.randn(3, 7, 16, dtype=torch.float64)
+    ref = moe(x)
+    out = moe.cuda()(x.cuda())
+    assert rel_err(out, ref) <= 1e-12
 
 
 # ---- transformers ----
