@@ -193,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--smoke", action="store_true",
                        help="fp8 and moe suites: tiny sizes that check the code paths (on the "
                             "CPU when there is no GPU; the times mean nothing)")
+    bench.add_argument("--device", choices=["cuda", "cpu"], default=None,
+                       help="fp8 and moe suites: the device (default: the GPU when there is "
+                            "one; the CPU runs --smoke only)")
     bench.add_argument("--sections", "--only", dest="sections", default=None,
                        help="linear suite: which sections to run (comma separated; default "
                             "prefill,fp32,decode,fused,model); tune suite: decode,prefill; "
@@ -211,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from gemmt import bench_moe as suite_mod
         return suite_mod.run(Path(args.out), quick=args.quick, smoke=args.smoke,
-                             sections=args.sections or ",".join(suite_mod.SECTIONS))
+                             sections=args.sections or ",".join(suite_mod.SECTIONS),
+                             device=args.device)
     if args.cmd == "bench" and args.suite == "mm":
         from gemmt import bench_mm
 

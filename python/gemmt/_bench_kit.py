@@ -29,10 +29,20 @@ from gemmt._report import environment as _cuda_environment
 _SLEEP_CYCLES = 2_000_000
 
 
-def pick_device(smoke: bool, suite: str) -> str | None:
+def pick_device(smoke: bool, suite: str, device: str | None = None) -> str | None:
     """"cuda" when a GPU and a CUDA build of gemmt are present, "cpu" in smoke mode
-    without them, else None after printing why the suite cannot run."""
-    if torch.cuda.is_available() and gemmt.build_info().get("cuda"):
+    without them, else None after printing why the suite cannot run. ``device`` ("cpu" or
+    "cuda") asks for one: the CPU only in smoke mode."""
+    has_cuda = torch.cuda.is_available() and bool(gemmt.build_info().get("cuda"))
+    if device == "cpu" and not smoke:
+        print(f"bench {suite}: the CPU runs the --smoke size only")
+        return None
+    if device == "cuda" and not has_cuda:
+        print(f"bench {suite}: no CUDA device, or gemmt was built without CUDA")
+        return None
+    if device is not None:
+        return device
+    if has_cuda:
         return "cuda"
     if smoke:
         return "cpu"
@@ -205,7 +215,7 @@ def plot_panels(panels: list[tuple[str, list[str], dict[str, list[float | None]]
     if not panels:
         return
     width_in = max(8.0, max(0.28 * len(p[1]) * max(1, len(p[2])) for p in panels))
-    fig, axes = plt.subplots(len(panels), 1, figsize=(min(width_in, 40.0), 4.2 * len(panels)),
+    fig, axes = plt.subplots(len(panels), 1, figsize=(min(width_in, 30.0), 4.2 * len(panels)),
                              squeeze=False)
     for ax, (sub, labels, series, ylabel) in zip(axes[:, 0], panels):
         width = 0.8 / max(1, len(series))

@@ -108,7 +108,9 @@ def quantize_eager(x: torch.Tensor, granularity: str, dtype: torch.dtype = _E4M3
         amax = xf.abs().view(m // 128, 128, k // 128, 128).amax(dim=(1, 3))
     else:
         raise ValueError(f"bench fp8: unknown granularity {granularity!r}")
-    factor = fmax / amax.clamp(min=1e-12)
+    # As torchao's amax_to_scale: the factor in float64, rounded to float32 (a float32
+    # scalar / tensor division is a reciprocal and a product, not correctly rounded).
+    factor = (fmax / amax.double().clamp(min=1e-12)).float()
     if granularity == "block":
         q = (xf.view(m, k // 128, 128) * factor[..., None]).view(m, k)
     elif granularity == "block_128x128":
@@ -116,7 +118,7 @@ def quantize_eager(x: torch.Tensor, granularity: str, dtype: torch.dtype = _E4M3
     else:
         q = xf * factor
     q = q.clamp(-fmax, fmax).to(dtype)
-    scale = (1.0 / factor).float()
+    scale = (1.0 / factor.double()).float()
     if granularity == "block":
         scale = scale.t().contiguous().t()  # column-major, strides (1, M)
     return q, scale
@@ -162,7 +164,7 @@ def run_gemm(device: str, layers: list[tuple[int, int]], tokens: list[int],
         m, pn, pk = _product_dims(layout, t, n, k)
         flops = 2.0 * m * pn * pk
         a_hp = torch.randn(m, pk, device=device, dtype=_BF16)
-        bt_hp = (torch.randn(pn, pk, device=device) / math.sqrt(pk)).to(_BF16)
+        bt_hp = torch.randn(pn, pk, device=device, dtype=_BF16).mul_(pk ** -0.5)
         b_hp = bt_hp.t()
         bf16_ms, bf16_err = kit.time_candidates(
             {"torch_bf16": lambda: torch.matmul(a_hp, b_hp),
@@ -231,11 +233,13 @@ def run_quant(device: str, shape: tuple[int, int], timing: dict[str, Any]
             return (q, quantize_eager(x.t().contiguous(), gran)) if with_t else q
 
         ms, err = kit.time_candidates({"gemmt": ours, "torch_eager": eager}, device, **timing)
-        agree = None
+        agree = same = None
         if ms["gemmt"] is not None:
             q, s = ours()[:2]  # type: ignore[index]
             qe, se = quantize_eager(x, gran)
             agree = kit.rel_diff(q.float() * _expand(s, q.shape), qe.float() * _expand(se, q.shape))
+            same = bool(torch.equal(q.view(torch.uint8), qe.view(torch.uint8))
+                        and torch.equal(s, se))
         gbps = nbytes / ms["gemmt"] / 1e6 if ms["gemmt"] else None
         records.append(dict(
             section="quant", op=op, granularity=gran, rows=rows, cols=cols, bytes=nbytes,
@@ -244,7 +248,8 @@ def run_quant(device: str, shape: tuple[int, int], timing: dict[str, Any]
             gemmt_vs_copy_bandwidth=kit.ratio(gbps, copy_gbps),
             gemmt_vs_torch_eager=kit.ratio(ms["torch_eager"], ms["gemmt"]),
             gemmt_error=err.get("gemmt"), torch_eager_error=err.get("torch_eager"),
-            copy_error=copy_err.get("copy"), dequantized_rel_diff_vs_eager=agree))
+            copy_error=copy_err.get("copy"), dequantized_rel_diff_vs_eager=agree,
+            bitwise_equal_to_eager=same))
     return records
 
 
@@ -265,7 +270,7 @@ def run_decode(device: str, weights: list[tuple[int, int]], tokens: list[int],
     l2 = kit.l2_bytes(device)
     for n, k in _progress(weights, "fp8 decode"):
         copies = max(2, math.ceil(2 * l2 / (n * k)))  # float8 bytes past twice the L2
-        ws = [(torch.randn(n, k, device=device) / math.sqrt(k)).to(_BF16) for _ in range(copies)]
+        ws = [torch.randn(n, k, device=device, dtype=_BF16).mul_(k ** -0.5) for _ in range(copies)]
         wq = {mode: [quantize_eager(w, _GRAN[mode][1]) for w in ws] for mode in DECODE_MODES}
         for m in tokens:
             x = torch.randn(m, k, device=device, dtype=_BF16)
@@ -512,14 +517,15 @@ def readme(doc: dict[str, Any]) -> str:
 
 
 def run(out_dir: Path, quick: bool = False, smoke: bool = False,
-        sections: str = ",".join(SECTIONS)) -> int:
+        sections: str = ",".join(SECTIONS), device: str | None = None) -> int:
     """Entry point of ``python -m gemmt bench fp8``; returns an exit code."""
     wanted, known = sections_of(sections, SECTIONS)
     if not known:
         return 2
-    device = kit.pick_device(smoke, "fp8")
-    if device is None:
+    picked = kit.pick_device(smoke, "fp8", device)
+    if picked is None:
         return 1
+    device = picked
     torch.manual_seed(0)
     env = kit.environment(device)
     if smoke:
