@@ -94,7 +94,8 @@ def test_fp8_gemm_records(fp8_doc: dict[str, Any]) -> None:
         _check_ratio(r, "gemmt_vs_torch", "torch_ms", "gemmt_ms")
         _check_ratio(r, "gemmt_fp8_vs_gemmt_bf16", "gemmt_bf16_ms", "gemmt_ms")
         _check_ratio(r, "torch_fp8_vs_torch_bf16", "torch_bf16_ms", "torch_ms")
-        assert r["gemmt_tflops"] == pytest.approx(2 * r["m"] * r["n"] * r["k"] / r["gemmt_ms"] / 1e9)
+        flops = 2 * r["m"] * r["n"] * r["k"]
+        assert r["gemmt_tflops"] == pytest.approx(flops / r["gemmt_ms"] / 1e9)
         # FP8 against the unquantised bf16 product: e4m3's rounding, a few percent.
         assert 0 < r["rel_diff_vs_bf16"] < 0.08, r
         if r["mode"] in ("tensorwise", "rowwise"):
@@ -203,7 +204,8 @@ def test_fp8_product_scales_have_torch_layouts() -> None:
 def test_moe_smoke_references_and_summary(moe_doc: dict[str, Any]) -> None:
     refs = moe_doc["references"]
     assert _finite_positive(refs["dense_bf16_tflops"]) and _finite_positive(refs["copy_gbps"])
-    assert refs["dense_bf16_tflops"] == pytest.approx(2 * refs["dense_n"] ** 3 / refs["dense_ms"] / 1e9)
+    dense_flops = 2 * refs["dense_n"] ** 3
+    assert refs["dense_bf16_tflops"] == pytest.approx(dense_flops / refs["dense_ms"] / 1e9)
     assert {r["section"] for r in moe_doc["records"]} == {"grouped", "layer"}
     assert moe_doc["summary"] == bench_moe.summarize(moe_doc["records"], refs)
 
@@ -216,7 +218,8 @@ def test_moe_grouped_records(moe_doc: dict[str, Any]) -> None:
     for r in grouped:
         assert r["tokens"] == r["experts"] * r["tokens_per_expert"]
         assert r["flops"] == 2.0 * r["tokens"] * r["hidden"] * r["intermediate"]
-        roof = max(r["flops"] / refs["dense_bf16_tflops"] / 1e9, r["bytes"] / refs["copy_gbps"] / 1e6)
+        roof = max(r["flops"] / refs["dense_bf16_tflops"] / 1e9,
+                   r["bytes"] / refs["copy_gbps"] / 1e6)
         assert r["roofline_ms"] == pytest.approx(roof, rel=1e-12)
         for impl in ("gemmt", "torch", "loop"):
             assert r[f"{impl}_error"] is None, r

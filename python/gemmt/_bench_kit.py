@@ -224,6 +224,9 @@ def plot_panels(panels: list[tuple[str, list[str], dict[str, list[float | None]]
             ys = [float("nan") if v is None else v for v in values]
             ax.bar([x + offset for x in range(len(labels))], ys, width=width, label=name)
         ax.axhline(1.0, color="k", ls="--", lw=0.8)
+        present = [v for vs in series.values() for v in vs if v is not None and v > 0]
+        if present and max(present) / min(present) > 30:
+            ax.set_yscale("log")  # ratios spanning orders of magnitude (loops, eager experts)
         ax.set_xticks(range(len(labels)), labels, fontsize=6, rotation=70)
         ax.set_ylabel(ylabel, fontsize=8)
         ax.set_title(sub, fontsize=9)
@@ -245,6 +248,12 @@ def finish(path: Path, plot: Callable[[Path], None], readme: str) -> None:
         print("matplotlib missing: no plot (pip install matplotlib to draw it)")
     path.with_suffix(".md").write_text(readme)
     print(f"wrote {path} and {path.with_suffix('.md')}")
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A markdown table's lines, then a blank line."""
+    out = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    return out + ["| " + " | ".join(row) + " |" for row in rows] + [""]
 
 
 def fmt(v: float | None, spec: str = ".3f") -> str:

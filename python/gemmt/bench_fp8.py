@@ -463,8 +463,9 @@ def plot(doc: dict[str, Any], path: Path) -> None:
         panels.append(("FP8 decode (weights from HBM)", labels, series, "other time / gemmt fp8"))
     quant = [r for r in recs if r["section"] == "quant"]
     if quant:
-        panels.append(("quantisation bandwidth", [("q+t " if r["op"].endswith("transpose") else "q ")
-                                                  + r["granularity"] for r in quant],
+        labels = [("q+t " if r["op"].endswith("transpose") else "q ") + r["granularity"]
+                  for r in quant]
+        panels.append(("quantisation bandwidth", labels,
                        {"fraction of copy bandwidth": [r["gemmt_vs_copy_bandwidth"] for r in quant],
                         "vs eager torch": [r["gemmt_vs_torch_eager"] for r in quant]},
                        "ratio"))
@@ -483,36 +484,30 @@ def readme(doc: dict[str, Any]) -> str:
              f"Run with `{doc['command']}`, torch {env['torch_version']}, CUDA "
              f"{env['cuda_version']}, {env['date'][:10]}. Ratios: torch time / gemmt time "
              f"(above 1: gemmt faster); n/a: a side refused (see the JSON's errors).", ""]
+    f = kit.fmt
     if "gemm" in summ:
-        lines += ["| mode | points | gemmt / torch._scaled_mm: median (worst) | gemmt TFLOP/s median "
-                  "| FP8 / bf16 (gemmt) median | torch refused |", "| --- | --- | --- | --- | --- | --- |"]
-        for mode, s in summ["gemm"].items():
-            r = s["gemmt_vs_torch"]
-            lines.append(f"| {mode} | {r['points']} | {kit.fmt(r['median'])} ({kit.fmt(r['worst'])}) "
-                         f"| {kit.fmt(s['gemmt_tflops']['median'], '.0f')} "
-                         f"| {kit.fmt(s['gemmt_fp8_vs_gemmt_bf16']['median'])} "
-                         f"| {s['torch_unsupported']} |")
-        lines.append("")
+        lines += kit.md_table(
+            ["mode", "points", "gemmt / torch._scaled_mm: median (worst)", "gemmt TFLOP/s median",
+             "FP8 / bf16 (gemmt) median", "torch refused"],
+            [[mode, str(s["gemmt_vs_torch"]["points"]),
+              f"{f(s['gemmt_vs_torch']['median'])} ({f(s['gemmt_vs_torch']['worst'])})",
+              f(s["gemmt_tflops"]["median"], ".0f"), f(s["gemmt_fp8_vs_gemmt_bf16"]["median"]),
+              str(s["torch_unsupported"])] for mode, s in summ["gemm"].items()])
     if "decode" in summ:
-        lines += ["| decode mode | gemmt / torch fp8: median (worst) | gemmt fp8 / gemmt bf16: median |",
-                  "| --- | --- | --- |"]
-        for mode, s in summ["decode"].items():
-            lines.append(f"| {mode} | {kit.fmt(s['gemmt_vs_torch']['median'])} "
-                         f"({kit.fmt(s['gemmt_vs_torch']['worst'])}) "
-                         f"| {kit.fmt(s['gemmt_fp8_vs_gemmt_bf16']['median'])} |")
-        lines.append("")
+        lines += kit.md_table(
+            ["decode mode", "gemmt / torch fp8: median (worst)", "gemmt fp8 / gemmt bf16: median"],
+            [[mode, f"{f(s['gemmt_vs_torch']['median'])} ({f(s['gemmt_vs_torch']['worst'])})",
+              f(s["gemmt_fp8_vs_gemmt_bf16"]["median"])] for mode, s in summ["decode"].items()])
     if "quant" in summ:
-        lines += ["| quantisation | fraction of copy bandwidth | vs eager torch |", "| --- | --- | --- |"]
-        for name, s in summ["quant"].items():
-            lines.append(f"| {name} | {kit.fmt(s['gemmt_vs_copy_bandwidth'])} "
-                         f"| {kit.fmt(s['gemmt_vs_torch_eager'])} |")
-        lines.append("")
+        lines += kit.md_table(
+            ["quantisation", "fraction of copy bandwidth", "vs eager torch"],
+            [[name, f(s["gemmt_vs_copy_bandwidth"]), f(s["gemmt_vs_torch_eager"])]
+             for name, s in summ["quant"].items()])
     if "train" in summ:
-        lines += ["| training step | ms | speed-up over bf16 | gemmt / torchao |", "| --- | --- | --- | --- |"]
-        for name, s in summ["train"].items():
-            note = f" ({s['error']})" if s["error"] else ""
-            lines.append(f"| {name}{note} | {kit.fmt(s['step_ms'], '.2f')} | {kit.fmt(s['vs_bf16'])} "
-                         f"| {kit.fmt(s['gemmt_vs_torchao'])} |")
+        lines += kit.md_table(
+            ["training step", "ms", "speed-up over bf16", "gemmt / torchao"],
+            [[name + (f" ({s['error']})" if s["error"] else ""), f(s["step_ms"], ".2f"),
+              f(s["vs_bf16"]), f(s["gemmt_vs_torchao"])] for name, s in summ["train"].items()])
     return "\n".join(lines) + "\n"
 
 

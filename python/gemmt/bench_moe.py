@@ -475,38 +475,37 @@ def readme(doc: dict[str, Any]) -> str:
              f"Run with `{doc['command']}`, torch {env['torch_version']}, CUDA "
              f"{env['cuda_version']}, {env['date'][:10]}. Ratios: the other's time / gemmt's "
              f"(above 1: gemmt faster); n/a: a side failed (see the JSON's errors)."]
+    f = kit.fmt
     refs = summ.get("references")
     if refs:
-        lines += ["", f"Measured in the same run: dense bf16 {kit.fmt(refs['dense_bf16_tflops'], '.1f')}"
-                      f" TFLOP/s, copy {kit.fmt(refs['copy_gbps'], '.0f')} GB/s."]
+        lines += ["", f"Measured in the same run: dense bf16 {f(refs['dense_bf16_tflops'], '.1f')} "
+                      f"TFLOP/s, copy {f(refs['copy_gbps'], '.0f')} GB/s."]
     lines.append("")
     if "grouped" in summ:
-        lines += ["| layout / routing | points | vs torch._grouped_mm: median (worst) "
-                  "| vs loop: median (worst) | roofline fraction: gemmt median (torch) |",
-                  "| --- | --- | --- | --- | --- |"]
-        for key, s in summ["grouped"].items():
-            a, b = s["gemmt_vs_torch"], s["gemmt_vs_loop"]
-            lines.append(f"| {key} | {a['points']} | {kit.fmt(a['median'])} ({kit.fmt(a['worst'])}) "
-                         f"| {kit.fmt(b['median'])} ({kit.fmt(b['worst'])}) "
-                         f"| {kit.fmt(s['gemmt_roofline_fraction']['median'])} "
-                         f"({kit.fmt(s['torch_roofline_fraction']['median'])}) |")
-        lines.append("")
+        lines += kit.md_table(
+            ["layout / routing", "points", "vs torch._grouped_mm: median (worst)",
+             "vs loop: median (worst)", "roofline fraction: gemmt median (torch)"],
+            [[key, str(s["gemmt_vs_torch"]["points"]),
+              f"{f(s['gemmt_vs_torch']['median'])} ({f(s['gemmt_vs_torch']['worst'])})",
+              f"{f(s['gemmt_vs_loop']['median'])} ({f(s['gemmt_vs_loop']['worst'])})",
+              f"{f(s['gemmt_roofline_fraction']['median'])} "
+              f"({f(s['torch_roofline_fraction']['median'])})"]
+             for key, s in summ["grouped"].items()])
     if "layer" in summ:
-        lines += ["| MoE layer | gemmt ms | torch ms | torch / gemmt |", "| --- | --- | --- | --- |"]
-        for key, s in summ["layer"].items():
-            lines.append(f"| {key} | {kit.fmt(s['gemmt_ms'])} | {kit.fmt(s['torch_ms'])} "
-                         f"| {kit.fmt(s['gemmt_vs_torch'])} |")
-        lines.append("")
+        lines += kit.md_table(
+            ["MoE layer", "gemmt ms", "torch ms", "torch / gemmt"],
+            [[key, f(s["gemmt_ms"]), f(s["torch_ms"]), f(s["gemmt_vs_torch"])]
+             for key, s in summ["layer"].items()])
     if "models" in summ:
-        lines += ["| model / phase | implementation | ms | its time / gemmt's |", "| --- | --- | --- | --- |"]
+        rows = []
         for key, impls in summ["models"].items():
             if key == "error":
-                lines.append(f"| {impls} | | | |")
+                rows.append([str(impls), "", "", ""])
                 continue
             for impl, s in impls.items():
                 note = f" ({s['error']})" if s["error"] else ""
-                lines.append(f"| {key} | {impl}{note} | {kit.fmt(s['ms'])} "
-                             f"| {kit.fmt(s['gemmt_vs_impl'])} |")
+                rows.append([key, impl + note, f(s["ms"]), f(s["gemmt_vs_impl"])])
+        lines += kit.md_table(["model / phase", "implementation", "ms", "its time / gemmt's"], rows)
     return "\n".join(lines) + "\n"
 
 
