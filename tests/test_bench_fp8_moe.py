@@ -105,6 +105,7 @@ def test_fp8_gemm_records(fp8_doc: dict[str, Any]) -> None:
         else:
             # A mode this torch refuses is recorded as such, with its error, not timed.
             assert r["torch_supported"] == (r["torch_error"] is None)
+            assert r["torch_status"] == ("ok" if r["torch_supported"] else "unsupported")
             if not r["torch_supported"]:
                 assert r["torch_ms"] is None and r["gemmt_vs_torch"] is None
                 assert isinstance(r["torch_error"], str) and r["torch_error"]

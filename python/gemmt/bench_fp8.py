@@ -194,6 +194,7 @@ def run_gemm(device: str, layers: list[tuple[int, int]], tokens: list[int],
                 torch_bf16_error=bf16_err.get("torch_bf16"),
                 gemmt_bf16_error=bf16_err.get("gemmt_bf16"),
                 torch_supported="torch" not in err,
+                torch_status="ok" if "torch" not in err else "unsupported",
                 rel_diff_vs_torch=(kit.rel_diff(out_g, out_t)
                                    if out_g is not None and out_t is not None else None),
                 rel_diff_vs_bf16=kit.rel_diff(out_g, ref_bf16) if out_g is not None else None)
