@@ -11,6 +11,10 @@
                                     single held-out products against PyTorch
     python -m gemmt bench tune      the GEMM tuner: tuned vs untuned vs cuBLAS on decode
                                     and prefill Linear products, and what tuning costs
+    python -m gemmt bench fp8       scaled_mm vs torch._scaled_mm per scaling mode, the
+                                    quantisation ops, FP8 decode and an FP8 training step
+    python -m gemmt bench moe       grouped_mm vs torch._grouped_mm and a loop of mm, with
+                                    the roofline; the MoE layer; transformers MoE models
 """
 
 from __future__ import annotations
@@ -183,18 +187,35 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("info", help="print build_info() as JSON")
     bench = sub.add_parser("bench", help="benchmarks: JSON, table and PNG plot")
     bench.add_argument("suite", choices=["gemm", "gemm_fp64", "memory", "linear", "mm", "tune",
-                                         "all"])
+                                         "fp8", "moe", "all"])
     bench.add_argument("--out", default="benchmarks/results", help="output directory")
     bench.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
-    bench.add_argument("--sections", default=None,
+    bench.add_argument("--smoke", action="store_true",
+                       help="fp8 and moe suites: tiny sizes that check the code paths (on the "
+                            "CPU when there is no GPU; the times mean nothing)")
+    bench.add_argument("--device", choices=["cuda", "cpu"], default=None,
+                       help="fp8 and moe suites: the device (default: the GPU when there is "
+                            "one; the CPU runs --smoke only)")
+    bench.add_argument("--sections", "--only", dest="sections", default=None,
                        help="linear suite: which sections to run (comma separated; default "
-                            "prefill,fp32,decode,fused,model); tune suite: decode,prefill")
+                            "prefill,fp32,decode,fused,model); tune suite: decode,prefill; "
+                            "fp8 suite: gemm,quant,decode,train; moe suite: grouped,layer,models")
     bench.add_argument("--tokens", default="512,2048,8192",
                        help="linear suite: token counts of the prefill section (comma separated)")
     args = parser.parse_args(argv)
     if args.cmd == "info":
         print(json.dumps(gemmt.build_info(), indent=2))
         return 0
+    if args.cmd == "bench" and args.suite in ("fp8", "moe"):
+        from pathlib import Path
+
+        if args.suite == "fp8":
+            from gemmt import bench_fp8 as suite_mod
+        else:
+            from gemmt import bench_moe as suite_mod
+        return suite_mod.run(Path(args.out), quick=args.quick, smoke=args.smoke,
+                             sections=args.sections or ",".join(suite_mod.SECTIONS),
+                             device=args.device)
     if args.cmd == "bench" and args.suite == "mm":
         from gemmt import bench_mm
 

@@ -1,0 +1,325 @@
+"""``python -m gemmt bench fp8`` and ``bench moe`` in their ``--smoke`` size, on the CPU: every
+section runs, the JSON holds what the READMEs and plots read (environment, records, summary),
+every ratio that both sides produced is a finite positive number equal to the quotient of
+the times it was made from, and the references the benchmarks build (the eager FP8
+quantisation that feeds both libraries, the torch._grouped_mm MoE layer, the routing loads)
+are what they claim to be. (On a GPU the same runs take the device; the times there are the
+lead's to read.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import gemmt
+from gemmt import __main__ as cli
+from gemmt import bench_fp8, bench_moe
+
+from conftest import rel_err
+
+
+def _finite_positive(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
+def _doc(out: Path, suite: str) -> dict[str, Any]:
+    files = sorted(out.glob(f"{suite}_*.json"))
+    assert len(files) == 1, files
+    doc = json.loads(files[0].read_text())
+    assert doc["suite"] == suite
+    env = doc["environment"]
+    for key in ("device_name", "torch_version", "cuda_version", "date", "gemmt"):
+        assert key in env, key
+    assert env["torch_version"] == torch.__version__
+    for r in doc["records"]:
+        assert r["device_name"] == env["device_name"] and r["date"] == env["date"]
+    # The plot beside the JSON when matplotlib is there; the README draft always.
+    png = files[0].with_suffix(".png")
+    assert png.is_file() == (importlib.util.find_spec("matplotlib") is not None)
+    if png.is_file():
+        assert png.stat().st_size > 10_000
+    assert files[0].with_suffix(".md").read_text().startswith(f"# `python -m gemmt bench {suite}`")
+    return doc
+
+
+def _check_ratio(r: dict[str, Any], ratio: str, num: str, den: str) -> None:
+    """A ratio is present exactly when both times are, and is their quotient."""
+    if r[num] is None or r[den] is None:
+        assert r[ratio] is None, (ratio, r)
+        return
+    assert _finite_positive(r[num]) and _finite_positive(r[den]), r
+    assert _finite_positive(r[ratio]), (ratio, r)
+    assert r[ratio] == pytest.approx(r[num] / r[den], rel=1e-12)
+
+
+@pytest.fixture(scope="module")
+def fp8_doc(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("fp8")
+    assert cli.main(["bench", "fp8", "--smoke", "--device", "cpu", "--out", str(out)]) == 0
+    return _doc(out, "fp8")
+
+
+@pytest.fixture(scope="module")
+def moe_doc(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("moe")
+    assert bench_moe.run(out, smoke=True, sections="grouped,layer", device="cpu") == 0
+    return _doc(out, "moe")
+
+
+# ---- fp8 ----------------------------------------------------------------------------------
+def test_fp8_smoke_runs_every_section(fp8_doc: dict[str, Any]) -> None:
+    assert fp8_doc["size"] == "smoke" and fp8_doc["device"] == "cpu"
+    assert {r["section"] for r in fp8_doc["records"]} == set(bench_fp8.SECTIONS)
+    # The summary the README is made from is the one the records give.
+    assert fp8_doc["summary"] == bench_fp8.summarize(fp8_doc["records"])
+
+
+def test_fp8_gemm_records(fp8_doc: dict[str, Any]) -> None:
+    gemm = [r for r in fp8_doc["records"] if r["section"] == "gemm"]
+    points = {(r["tokens"], r["out_features"], r["in_features"], r["layout"]) for r in gemm}
+    assert len(gemm) == len(points) * len(bench_fp8.MODES)
+    assert {r["layout"] for r in gemm} == set(bench_fp8.LAYOUTS)
+    for r in gemm:
+        # The product's dimensions are the layout's: forward (T, N, K), grad_input (T, K, N),
+        # grad_weight (N, K, T).
+        assert (r["m"], r["n"], r["k"]) == bench_fp8._product_dims(
+            r["layout"], r["tokens"], r["out_features"], r["in_features"])
+        assert r["gemmt_error"] is None, r  # the CPU reference runs every mode
+        _check_ratio(r, "gemmt_vs_torch", "torch_ms", "gemmt_ms")
+        _check_ratio(r, "gemmt_fp8_vs_gemmt_bf16", "gemmt_bf16_ms", "gemmt_ms")
+        _check_ratio(r, "torch_fp8_vs_torch_bf16", "torch_bf16_ms", "torch_ms")
+        flops = 2 * r["m"] * r["n"] * r["k"]
+        assert r["gemmt_tflops"] == pytest.approx(flops / r["gemmt_ms"] / 1e9)
+        # FP8 against the unquantised bf16 product: e4m3's rounding, a few percent.
+        assert 0 < r["rel_diff_vs_bf16"] < 0.08, r
+        if r["mode"] in ("tensorwise", "rowwise"):
+            # torch's CPU _scaled_mm has both: same operands, same scales, the same product.
+            assert r["torch_supported"] and _finite_positive(r["gemmt_vs_torch"]), r
+            assert r["rel_diff_vs_torch"] < 1e-3, r
+        else:
+            # A mode this torch refuses is recorded as such, with its error, not timed.
+            assert r["torch_supported"] == (r["torch_error"] is None)
+            assert r["torch_status"] == ("ok" if r["torch_supported"] else "unsupported")
+            if not r["torch_supported"]:
+                assert r["torch_ms"] is None and r["gemmt_vs_torch"] is None
+                assert isinstance(r["torch_error"], str) and r["torch_error"]
+    for mode, s in fp8_doc["summary"]["gemm"].items():
+        ratios = [r["gemmt_vs_torch"] for r in gemm if r["mode"] == mode]
+        present = [v for v in ratios if v is not None]
+        assert s["gemmt_vs_torch"]["worst"] == (min(present) if present else None)
+        assert s["gemmt_vs_torch"]["missing"] == len(ratios) - len(present)
+
+
+def test_fp8_quant_records(fp8_doc: dict[str, Any]) -> None:
+    quant = [r for r in fp8_doc["records"] if r["section"] == "quant"]
+    assert {(r["op"], r["granularity"]) for r in quant} == {
+        (op, g) for op in ("quantize_fp8", "quantize_fp8_with_transpose")
+        for g in bench_fp8.GRANULARITIES}
+    for r in quant:
+        assert _finite_positive(r["gemmt_gbps"]) and _finite_positive(r["copy_gbps"])
+        assert r["gemmt_gbps"] == pytest.approx(r["bytes"] / r["gemmt_ms"] / 1e6, rel=1e-12)
+        assert r["copy_gbps"] == pytest.approx(r["copy_bytes"] / r["copy_ms"] / 1e6, rel=1e-12)
+        assert r["gemmt_vs_copy_bandwidth"] == pytest.approx(r["gemmt_gbps"] / r["copy_gbps"])
+        _check_ratio(r, "gemmt_vs_torch_eager", "torch_eager_ms", "gemmt_ms")
+        assert _finite_positive(r["gemmt_vs_torch_eager"])
+        # The eager reference quantises exactly as gemmt does.
+        assert r["bitwise_equal_to_eager"] is True and r["dequantized_rel_diff_vs_eager"] == 0.0
+
+
+def test_fp8_decode_and_train_records(fp8_doc: dict[str, Any]) -> None:
+    decode = [r for r in fp8_doc["records"] if r["section"] == "decode"]
+    assert {r["mode"] for r in decode} == set(bench_fp8.DECODE_MODES)
+    for r in decode:
+        assert r["weight_copies"] >= 2
+        for ratio, num in (("gemmt_vs_torch", "torch_us"),
+                           ("gemmt_fp8_vs_gemmt_bf16", "gemmt_bf16_us"),
+                           ("gemmt_fp8_vs_torch_bf16", "torch_bf16_us")):
+            _check_ratio(r, ratio, num, "gemmt_us")
+            assert _finite_positive(r[ratio]), (ratio, r)
+    train = {r["variant"]: r for r in fp8_doc["records"] if r["section"] == "train"}
+    assert set(train) == {"bf16_eager", *(f"gemmt_{x}" for x in bench_fp8.TRAIN_RECIPES),
+                          *(f"torchao_{x}_compiled" for x in bench_fp8.TORCHAO_RECIPES)}
+    assert train["bf16_eager"]["vs_bf16"] == 1.0
+    for recipe in bench_fp8.TRAIN_RECIPES:
+        r = train[f"gemmt_{recipe}"]
+        assert r["error"] is None, r
+        assert _finite_positive(r["vs_bf16"]) and _finite_positive(r["tflops"])
+        assert r["vs_bf16"] == pytest.approx(train["bf16_eager"]["step_ms"] / r["step_ms"])
+        # Four FP8 blocks against the bf16 stack: a few percent apart, not garbage.
+        assert 0 < r["output_rel_diff_vs_bf16"] < 0.1, r
+    has_torchao = importlib.util.find_spec("torchao") is not None
+    for recipe in bench_fp8.TORCHAO_RECIPES:
+        r = train[f"torchao_{recipe}_compiled"]
+        if not has_torchao:
+            assert r["step_ms"] is None and "torchao absent" in r["error"]
+        else:
+            assert (r["step_ms"] is None) == (r["error"] is not None)
+
+
+def test_fp8_only_picks_sections_and_unknown_ones_are_refused(tmp_path: Path) -> None:
+    assert cli.main(["bench", "fp8", "--smoke", "--device", "cpu", "--only", "quant",
+                     "--out", str(tmp_path)]) == 0
+    doc = json.loads(next(tmp_path.glob("fp8_*.json")).read_text())
+    assert {r["section"] for r in doc["records"]} == {"quant"} and doc["sections"] == ["quant"]
+    assert "--only quant" in doc["command"]
+    assert bench_fp8.run(tmp_path / "x", smoke=True, sections="gemm,bogus", device="cpu") == 2
+    # The CPU runs the smoke size only.
+    assert bench_fp8.run(tmp_path / "x", device="cpu") == 1
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_eager_quantisation_feeds_both_libraries_gemmt_bytes(dtype: torch.dtype) -> None:
+    # The operands of the gemm section come from quantize_eager: the same bytes, scales and
+    # scale layouts (1x128 column-major, 128x128 contiguous) as gemmt's quantize_fp8.
+    x = (torch.randn(256, 384) * 3).to(dtype)
+    for gran in bench_fp8.GRANULARITIES:
+        q, s = gemmt.quantize_fp8(x, gran)
+        qe, se = bench_fp8.quantize_eager(x, gran)
+        assert torch.equal(q.view(torch.uint8), qe.view(torch.uint8)), gran
+        assert torch.equal(s, se) and s.shape == se.shape and s.stride() == se.stride(), gran
+
+
+def test_fp8_product_scales_have_torch_layouts() -> None:
+    a, bt = torch.randn(256, 256).bfloat16(), torch.randn(384, 256).bfloat16()
+    blk = bench_fp8._Fp8Product(a, bt, "blockwise")
+    assert blk.b.shape == (256, 384) and blk.b.stride() == (1, 256)  # column-major b
+    assert blk.scale_a.shape == (256, 2) and blk.scale_a.stride() == (1, 256)
+    assert blk.scale_b.shape == (2, 3) and blk.scale_b.t().is_contiguous()
+    row = bench_fp8._Fp8Product(a, bt, "rowwise")
+    assert row.scale_a.shape == (256, 1) and row.scale_b.shape == (1, 384)
+    # The product is the dequantised operands' product.
+    for prod in (blk, row, bench_fp8._Fp8Product(a, bt, "tensorwise")):
+        ref = (bench_fp8._expand(prod.scale_a, prod.a.shape) * prod.a.float().double()) @ (
+            bench_fp8._expand(prod.scale_b.t(), bt.shape) * prod.b.t().float().double()).t()
+        assert rel_err(prod.gemmt(), ref) < 1e-2
+
+
+# ---- moe ----------------------------------------------------------------------------------
+def test_moe_smoke_references_and_summary(moe_doc: dict[str, Any]) -> None:
+    refs = moe_doc["references"]
+    assert _finite_positive(refs["dense_bf16_tflops"]) and _finite_positive(refs["copy_gbps"])
+    dense_flops = 2 * refs["dense_n"] ** 3
+    assert refs["dense_bf16_tflops"] == pytest.approx(dense_flops / refs["dense_ms"] / 1e9)
+    assert {r["section"] for r in moe_doc["records"]} == {"grouped", "layer"}
+    assert moe_doc["summary"] == bench_moe.summarize(moe_doc["records"], refs)
+
+
+def test_moe_grouped_records(moe_doc: dict[str, Any]) -> None:
+    refs = moe_doc["references"]
+    grouped = [r for r in moe_doc["records"] if r["section"] == "grouped"]
+    assert {r["layout"] for r in grouped} == set(bench_moe.LAYOUTS)
+    assert {r["routing"] for r in grouped} == set(bench_moe.ROUTINGS)
+    for r in grouped:
+        assert r["tokens"] == r["experts"] * r["tokens_per_expert"]
+        assert r["flops"] == 2.0 * r["tokens"] * r["hidden"] * r["intermediate"]
+        roof = max(r["flops"] / refs["dense_bf16_tflops"] / 1e9,
+                   r["bytes"] / refs["copy_gbps"] / 1e6)
+        assert r["roofline_ms"] == pytest.approx(roof, rel=1e-12)
+        for impl in ("gemmt", "torch", "loop"):
+            assert r[f"{impl}_error"] is None, r
+            _check_ratio(r, f"{impl}_roofline_fraction", "roofline_ms", f"{impl}_ms")
+            assert _finite_positive(r[f"{impl}_roofline_fraction"])
+        _check_ratio(r, "gemmt_vs_torch", "torch_ms", "gemmt_ms")
+        _check_ratio(r, "gemmt_vs_loop", "loop_ms", "gemmt_ms")
+        assert _finite_positive(r["gemmt_vs_torch"]) and _finite_positive(r["gemmt_vs_loop"])
+        # Every implementation computed the same grouped product as the loop.
+        assert r["gemmt_rel_diff_vs_loop"] < 1e-2 and r["torch_rel_diff_vs_loop"] < 1e-2, r
+    skewed = [r for r in grouped if r["routing"] == "zipf"]
+    assert any(r["max_group"] > r["tokens_per_expert"] for r in skewed)
+
+
+def test_moe_layer_records(moe_doc: dict[str, Any]) -> None:
+    layer = [r for r in moe_doc["records"] if r["section"] == "layer"]
+    assert {r["phase"] for r in layer} == {"forward", "forward_backward"}
+    for r in layer:
+        assert r["gemmt_error"] is None and r["torch_error"] is None, r
+        _check_ratio(r, "gemmt_vs_torch", "torch_ms", "gemmt_ms")
+        assert _finite_positive(r["gemmt_vs_torch"])
+        if r["phase"] == "forward":
+            assert r["rel_diff_vs_torch"] < 2e-2, r
+
+
+def test_group_counts() -> None:
+    gen = torch.Generator().manual_seed(0)
+    assert bench_moe.group_counts(8, 5, "balanced", gen) == [5] * 8
+    for experts, tpe in ((8, 16), (256, 2), (128, 512)):
+        counts = bench_moe.group_counts(experts, tpe, "zipf", gen)
+        assert len(counts) == experts and sum(counts) == experts * tpe and min(counts) >= 0
+        # The heaviest expert takes its Zipf share, 1 / H_E of the tokens.
+        harmonic = sum(1.0 / (i + 1) for i in range(experts))
+        assert max(counts) >= math.floor(experts * tpe / harmonic)
+
+
+def test_torch_moe_reference_is_gemmt_moe_semantics() -> None:
+    # The layer section's reference: routing, SwiGLU experts and the weighted combine, in
+    # float32, against gemmt.nn.MoE on the same parameters; gradients too.
+    moe = gemmt.nn.MoE(48, 32, 6, 2)
+    x = torch.randn(40, 48, requires_grad=True)
+    ours = moe(x)
+    ref = bench_moe.torch_moe(moe, x)
+    assert rel_err(ours, ref) < 1e-5
+    g = torch.randn_like(ours)
+    grads = torch.autograd.grad(ours, [x, moe.gate_up_proj, moe.down_proj, moe.gate.weight], g)
+    grads_ref = torch.autograd.grad(ref, [x, moe.gate_up_proj, moe.down_proj, moe.gate.weight], g)
+    for a, b in zip(grads, grads_ref):
+        assert rel_err(a, b) < 1e-4
+
+
+def test_moe_models_smoke(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    assert bench_moe.run(tmp_path, smoke=True, sections="models", device="cpu") == 0
+    doc = _doc(tmp_path, "moe")
+    models = [r for r in doc["records"] if r["section"] == "models"]
+    assert {r["model"] for r in models} == {"mixtral_like", "qwen3_moe_like"}
+    assert {r["phase"] for r in models} == {"prefill", "decode", "train"}
+    for r in models:
+        if r["impl"] in ("gemmt", "grouped_mm", "eager"):
+            assert r["error"] is None and _finite_positive(r["ms"]), r
+        if r["impl"] in ("grouped_mm", "eager"):
+            assert _finite_positive(r["gemmt_vs_impl"]), r
+        if r["impl"] == "gemmt" and r["phase"] != "train":
+            assert r["logits_rel_diff_vs_eager"] < 2e-2, r
+
+
+def test_moe_without_gpu_needs_smoke(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    if torch.cuda.is_available() and gemmt.build_info().get("cuda"):
+        pytest.skip("a GPU is present: the full run would take it")
+    assert bench_moe.run(tmp_path, smoke=False) == 1
+    assert "--smoke" in capsys.readouterr().out
+    assert not list(tmp_path.glob("*.json"))
+
+
+# ---- on the GPU ---------------------------------------------------------------------------
+@pytest.mark.cuda
+def test_smoke_runs_on_the_gpu(tmp_path: Path) -> None:
+    # Both suites' code paths on CUDA, in seconds: gemmt's kernels run every FP8 mode and
+    # every grouped layout (no recorded error), their ratios exist, and their results agree
+    # with torch's.
+    assert bench_fp8.run(tmp_path, smoke=True, device="cuda") == 0
+    assert bench_moe.run(tmp_path, smoke=True, device="cuda", sections="grouped,layer") == 0
+    fp8 = _doc(tmp_path, "fp8")
+    for r in fp8["records"]:
+        if r["section"] == "gemm":
+            assert r["gemmt_error"] is None and _finite_positive(r["gemmt_tflops"]), r
+            assert r["rel_diff_vs_bf16"] < 0.08, r
+            if r["torch_supported"]:
+                assert _finite_positive(r["gemmt_vs_torch"]) and r["rel_diff_vs_torch"] < 1e-2, r
+        elif r["section"] == "quant":
+            assert r["gemmt_error"] is None and _finite_positive(r["gemmt_vs_copy_bandwidth"]), r
+            assert r["bitwise_equal_to_eager"] is True, r
+        elif r["section"] == "decode":
+            assert _finite_positive(r["gemmt_fp8_vs_gemmt_bf16"]), r
+        elif r["variant"].startswith("gemmt"):
+            assert r["error"] is None and _finite_positive(r["vs_bf16"]), r
+    moe = _doc(tmp_path, "moe")
+    for r in moe["records"]:
+        assert r["gemmt_error"] is None and _finite_positive(r["gemmt_vs_torch"]), r
+        if r["section"] == "grouped":
+            assert r["gemmt_rel_diff_vs_loop"] < 1e-2, r
