@@ -16,6 +16,7 @@ namespace gemmt::wrapper {
 namespace {
 
 void check_hopper(const char* op, const at::Tensor& t) {
+  TORCH_CHECK(t.is_cuda(), op, ": the CUDA kernel expected CUDA tensors, got ", describe(t));
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(t.get_device());
   TORCH_CHECK(prop->major == 9, op,
               ": the CUDA kernel needs a Hopper GPU (compute capability 9.0: wgmma, TMA and the "

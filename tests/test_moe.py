@@ -610,14 +610,15 @@ def test_moe_opcheck(device: str) -> None:
         assert not failed, (op, failed)
 
 
-# ---- CUDA: grouped_mm has no kernel yet, and refuses clearly rather than falling back ----
+# ---- CUDA: grouped_mm's kernel takes 16-bit operands, and refuses others clearly ----
 
 @pytest.mark.cuda
-def test_grouped_mm_refuses_cuda_tensors_clearly() -> None:
+def test_grouped_mm_refuses_float32_cuda_tensors_clearly() -> None:
     c = "cuda"
     offs = offsets([2, 2]).to(c)
-    with pytest.raises(NotImplementedError,
-                       match=re.escape("gemmt::grouped_mm: the CUDA kernel is not built yet")):
+    with pytest.raises(RuntimeError,
+                       match=re.escape("gemmt::grouped_mm: the CUDA kernel takes bfloat16 and "
+                                       "float16 operands")):
         grouped_mm(torch.randn(4, 8, device=c), torch.randn(2, 8, 8, device=c), offs)
 
 
