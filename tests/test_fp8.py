@@ -4,6 +4,7 @@ torch.compile). The CPU reference is what runs today; the CUDA kernels are not b
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -943,3 +944,32 @@ def test_fp8_ops_on_dtensor_one_process(tmp_path: Any) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          timeout=300)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+# ---- python -m gemmt bench fp8_quant ----
+
+def test_bench_fp8_quant_bytes_and_cli(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gemmt import bench_fp8_quant
+    from gemmt.__main__ import main
+
+    # bfloat16 in, one byte per element out, float32 scales.
+    assert bench_fp8_quant.min_bytes(8192, 8192, torch.bfloat16, "row", False) == (
+        8192 * 8192 * 3 + 4 * 8192)
+    assert bench_fp8_quant.min_bytes(256, 384, torch.float32, "block", True) == (
+        256 * 384 * 4 + 2 * 256 * 384 + 4 * 256 * 3 + 4 * 384 * 2)
+    assert bench_fp8_quant.min_bytes(300, 200, torch.bfloat16, "block_128x128", False) == (
+        300 * 200 * 3 + 4 * 3 * 2)
+    out = tmp_path / "fp8.json"
+    if not HAS_CUDA:
+        assert main(["bench", "fp8_quant", "--out", str(out)]) == 1 and not out.exists()
+        return
+    monkeypatch.setattr(bench_fp8_quant, "SHAPES", [(256, 384)])
+    assert main(["bench", "fp8_quant", "--quick", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    records = doc["records"]
+    assert len(records) == 2 * len(gemmt.FP8_GRANULARITIES)
+    assert {(r["granularity"], r["with_transpose"]) for r in records} == {
+        (g, t) for g in gemmt.FP8_GRANULARITIES for t in (False, True)}
+    for r in records:
+        assert r["ms"] > 0 and r["gbps"] > 0 and r["copy_gbps"] > 0
+        assert r["ratio_to_copy"] == pytest.approx(r["gbps"] / r["copy_gbps"])

@@ -11,6 +11,8 @@
                                     single held-out products against PyTorch
     python -m gemmt bench tune      the GEMM tuner: tuned vs untuned vs cuBLAS on decode
                                     and prefill Linear products, and what tuning costs
+    python -m gemmt bench fp8_quant the FP8 quantisation kernels (every granularity, with
+                                    and without the transpose) against the copy bandwidth
 """
 
 from __future__ import annotations
@@ -183,8 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("info", help="print build_info() as JSON")
     bench = sub.add_parser("bench", help="benchmarks: JSON, table and PNG plot")
     bench.add_argument("suite", choices=["gemm", "gemm_fp64", "memory", "linear", "mm", "tune",
-                                         "all"])
-    bench.add_argument("--out", default="benchmarks/results", help="output directory")
+                                         "fp8_quant", "all"])
+    bench.add_argument("--out", default="benchmarks/results",
+                       help="output directory (fp8_quant: also a .json file path)")
     bench.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
     bench.add_argument("--sections", default=None,
                        help="linear suite: which sections to run (comma separated; default "
@@ -195,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "info":
         print(json.dumps(gemmt.build_info(), indent=2))
         return 0
+    if args.cmd == "bench" and args.suite == "fp8_quant":
+        from gemmt import bench_fp8_quant
+
+        return bench_fp8_quant.run(args.out, quick=args.quick)
     if args.cmd == "bench" and args.suite == "mm":
         from gemmt import bench_mm
 
