@@ -1,7 +1,8 @@
 // FP8: scaled_mm (a product of float8 operands with dequantisation scales, bias and activation
 // applied after the product) and quantize_fp8 / quantize_fp8_with_transpose (amax-scaled,
 // saturating casts to float8). Argument checks shared by every backend, the CPU reference
-// kernels, the Meta kernels, and the CUDA and Autograd kernels, which for now refuse.
+// kernels, the Meta kernels, the CUDA kernels of the quantisation (kernels/fp8/, bit for bit
+// the reference's; scaled_mm's CUDA kernel still refuses) and the Autograd kernels.
 //
 // Scales are dequantisation scales, as torch._scaled_mm takes them: a's real value is
 // float(a) * scale_a. The scale layouts follow torch._scaled_mm (torch 2.13, its meta
@@ -28,6 +29,10 @@
 #include "grouped_gemm_cuda.h"
 #include "gemmt/activation.h"
 #include "ops.h"
+
+#ifdef GEMMT_WITH_CUDA
+#include "gemmt/fp8.h"
+#endif
 
 namespace gemmt::wrapper {
 namespace {
@@ -314,6 +319,60 @@ void quantize_into(const at::Tensor& x, Granularity g, at::ScalarType dtype, at:
   scale.copy_(mult.reciprocal());
 }
 
+#ifdef GEMMT_WITH_CUDA
+// The CUDA kernels (gemmt/fp8.h) into q and scale (and qt, scale_t), allocated by
+// empty_quantized. They read rows with a unit column stride and any row stride.
+void quantize_cuda_into(const char* op, const at::Tensor& x_in, Granularity g, at::ScalarType dtype,
+                        at::Tensor& q, at::Tensor& scale, at::Tensor* qt, at::Tensor* scale_t) {
+  TORCH_CHECK(x_in.is_cuda(), op, ": argument 'x' expected a CUDA tensor, got ", describe(x_in));
+  const at::cuda::CUDAGuard guard(x_in.device());
+  const int64_t rows = x_in.size(0), cols = x_in.size(1);
+  at::Tensor x = x_in;
+  if ((cols > 1 && x.stride(1) != 1) || (rows > 1 && x.stride(0) < cols)) x = x.contiguous();
+  Fp8QuantizeArgs args;
+  args.x_dtype = to_kernel_dtype(x.scalar_type());
+  args.x = x.const_data_ptr();
+  args.rows = rows;
+  args.cols = cols;
+  args.ld = rows > 1 ? x.stride(0) : cols;
+  args.format = dtype == at::kFloat8_e4m3fn ? Fp8Format::kE4M3 : Fp8Format::kE5M2;
+  switch (g) {
+    case Granularity::kTensor:
+      args.granularity = Fp8Granularity::kTensor;
+      break;
+    case Granularity::kRow:
+      args.granularity = Fp8Granularity::kRow;
+      break;
+    case Granularity::kBlock:
+      args.granularity = Fp8Granularity::kBlock;
+      break;
+    default:
+      args.granularity = Fp8Granularity::kBlock128x128;
+      break;
+  }
+  args.q = static_cast<uint8_t*>(q.data_ptr());
+  args.scale = scale.data_ptr<float>();
+  if (qt != nullptr) {
+    args.qt = static_cast<uint8_t*>(qt->data_ptr());
+    args.scale_t = scale_t->data_ptr<float>();
+  }
+  const size_t bytes = quantize_fp8_workspace_bytes(args.granularity, rows, cols, qt != nullptr);
+  at::Tensor workspace;
+  if (bytes > 0) {
+    workspace = at::empty({static_cast<int64_t>(bytes)}, x.options().dtype(at::kByte));
+    args.workspace = workspace.data_ptr();
+    args.workspace_bytes = bytes;
+  }
+  check_launch(op, quantize_fp8_run(args, stream_for(x)));
+}
+#else
+void refuse_without_cuda(const char* op, const at::Tensor& t) {
+  TORCH_CHECK(false, op,
+              ": this build of gemmt has no CUDA kernels (it was built without CUDA); got ",
+              describe(t));
+}
+#endif
+
 }  // namespace
 
 // ---- scaled_mm ----
@@ -377,9 +436,16 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8_cpu(const at::Tensor& x,
 std::tuple<at::Tensor, at::Tensor> quantize_fp8_cuda(const at::Tensor& x,
                                                      std::string_view granularity,
                                                      at::ScalarType dtype) {
-  check_quantize(kQuantize, x, granularity, dtype);
-  refuse_cuda(kQuantize, x);
+  const Granularity g = check_quantize(kQuantize, x, granularity, dtype);
+#ifdef GEMMT_WITH_CUDA
+  auto [q, scale] = empty_quantized(x.sym_size(0), x.sym_size(1), g, dtype, x.options());
+  quantize_cuda_into(kQuantize, x, g, dtype, q, scale, nullptr, nullptr);
+  return {q, scale};
+#else
+  (void)g;
+  refuse_without_cuda(kQuantize, x);
   return {};
+#endif
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_with_transpose_meta(
@@ -408,9 +474,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_with_tra
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_with_transpose_cuda(
     const at::Tensor& x, std::string_view granularity, at::ScalarType dtype) {
-  check_quantize(kQuantizeT, x, granularity, dtype);
-  refuse_cuda(kQuantizeT, x);
+  const Granularity g = check_quantize(kQuantizeT, x, granularity, dtype);
+#ifdef GEMMT_WITH_CUDA
+  auto [q, s] = empty_quantized(x.sym_size(0), x.sym_size(1), g, dtype, x.options());
+  auto [qt, st] = empty_quantized(x.sym_size(1), x.sym_size(0), g, dtype, x.options());
+  quantize_cuda_into(kQuantizeT, x, g, dtype, q, s, &qt, &st);
+  return {q, s, qt, st};
+#else
+  (void)g;
+  refuse_without_cuda(kQuantizeT, x);
   return {};
+#endif
 }
 
 // ---- Autograd: the ops are not differentiable (their operands and outputs are quantised);

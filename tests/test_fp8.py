@@ -4,6 +4,7 @@ torch.compile). The CPU reference is what runs today; the CUDA kernels are not b
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -450,18 +451,24 @@ CUDA_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
 
 
 def test_cuda_kernels_refuse_naming_the_op() -> None:
-    # The CUDA kernels are registered, and refuse: no silent fallback. Called through the
-    # CUDA key directly, so this runs without a GPU.
+    # The CUDA kernels are registered: scaled_mm's refuses (no silent fallback), and the
+    # quantisation's refuse a CPU tensor (or, in a build without CUDA, say so). Called through
+    # the CUDA key directly, so this runs without a GPU.
     g = good_rowwise()
     ops = torch.ops.gemmt
     with pytest.raises(RuntimeError, match=r"gemmt::scaled_mm: the CUDA kernel is not built yet"):
         ops.scaled_mm.default.redispatch(CUDA_KEYSET, g["a"], g["b"], g["scale_a"], g["scale_b"],
                                          None, torch.bfloat16, "none", False)
     x = torch.randn(8, 16)
-    with pytest.raises(RuntimeError, match=r"gemmt::quantize_fp8: the CUDA kernel is not built"):
+    why = (r"argument 'x' expected a CUDA tensor, got a 2-D Float tensor of shape \[8, 16\] on cpu"
+           if gemmt.build_info().get("cuda") else r"this build of gemmt has no CUDA kernels")
+    with pytest.raises(RuntimeError, match=r"gemmt::quantize_fp8: " + why):
         ops.quantize_fp8.default.redispatch(CUDA_KEYSET, x, "tensor", E4M3)
-    with pytest.raises(RuntimeError, match=r"gemmt::quantize_fp8_with_transpose: the CUDA"):
+    with pytest.raises(RuntimeError, match=r"gemmt::quantize_fp8_with_transpose: " + why):
         ops.quantize_fp8_with_transpose.default.redispatch(CUDA_KEYSET, x, "row", E4M3)
+    # The argument checks come first, on every backend.
+    with pytest.raises(RuntimeError, match=r"gemmt::quantize_fp8: argument 'granularity'"):
+        ops.quantize_fp8.default.redispatch(CUDA_KEYSET, x, "column", E4M3)
 
 
 @pytest.mark.cuda
@@ -470,8 +477,202 @@ def test_cuda_tensors_get_a_clear_error() -> None:
     g = {k: v.cuda() for k, v in good_rowwise().items()}
     with pytest.raises(RuntimeError, match=r"gemmt::scaled_mm: the CUDA kernel is not built yet"):
         gemmt.scaled_mm(**g)
-    with pytest.raises(RuntimeError, match=r"gemmt::quantize_fp8: the CUDA kernel is not built"):
-        gemmt.quantize_fp8(torch.randn(8, 16, device="cuda"))
+    with pytest.raises(RuntimeError, match=r"gemmt::quantize_fp8: argument 'x' expected dtype"):
+        gemmt.quantize_fp8(torch.ones(8, 16, dtype=torch.int32, device="cuda"))
+
+
+# ---- the CUDA quantisation kernels against the CPU reference, bit for bit ----
+
+# Odd and empty shapes, and the widths at which the row kernel changes form (a team of up to
+# 256 threads holding 8 elements each, 2 or 4 chunks per thread, 512-thread teams, and rows
+# read twice beyond 16384 columns).
+CUDA_SHAPES = [(1, 1), (1, 7), (3, 130), (257, 4099), (0, 128), (128, 0), (0, 0), (128, 128),
+               (129, 257), (200, 384), (5, 3), (1000, 9), (2, 4096), (3, 5000), (2, 8192),
+               (2, 12288), (2, 16384), (2, 17000), (1, 40000), (40000, 1)]
+
+
+def cuda_input(shape: tuple[int, int], x_dtype: torch.dtype) -> torch.Tensor:
+    """Random data spread over six decades across the columns, an all-zero row and column."""
+    rows, cols = shape
+    x = torch.randn(rows, cols, dtype=torch.float64) * torch.logspace(-3, 3, max(cols, 1),
+                                                                     dtype=torch.float64)[:cols]
+    if rows > 2 and cols > 2:
+        x[1] = 0
+        x[:, 2] = 0
+    return x.to(x_dtype).cuda()
+
+
+def assert_same_quantized(got: tuple[torch.Tensor, ...], ref: tuple[torch.Tensor, ...]) -> None:
+    """CUDA outputs (q, scale[, qt, scale_t]) equal the CPU reference's: bytes, values, layouts."""
+    assert len(got) == len(ref)
+    for i in range(0, len(got), 2):
+        q, s = got[i], got[i + 1]
+        q_ref, s_ref = ref[i], ref[i + 1]
+        assert q.is_cuda and s.is_cuda
+        assert q.dtype == q_ref.dtype and q.shape == q_ref.shape and q.is_contiguous()
+        assert s.dtype == torch.float32 and s.shape == s_ref.shape and s.stride() == s_ref.stride()
+        qb, qb_ref = q.cpu().view(torch.uint8), q_ref.view(torch.uint8)
+        if not torch.equal(qb, qb_ref):
+            bad = (qb != qb_ref).nonzero()
+            r, c = bad[0].tolist()
+            raise AssertionError(f"output {i}: {len(bad)} bytes differ, first at [{r}, {c}]: "
+                                 f"{qb[r, c].item():#04x} vs {qb_ref[r, c].item():#04x}")
+        # No NaN where the reference has none (implied by the bytes; said plainly).
+        assert torch.equal(torch.isnan(q.cpu().float()), torch.isnan(q_ref.float()))
+        assert torch.isfinite(s).all()
+        assert torch.equal(s.cpu(), s_ref), (s.cpu() - s_ref).abs().max()
+
+
+def check_cuda_quantize(x: torch.Tensor, granularity: str, dtype: torch.dtype) -> None:
+    x_cpu = x.cpu()
+    assert_same_quantized(gemmt.quantize_fp8(x, granularity, dtype),
+                          gemmt.quantize_fp8(x_cpu, granularity, dtype))
+    assert_same_quantized(gemmt.quantize_fp8_with_transpose(x, granularity, dtype),
+                          gemmt.quantize_fp8_with_transpose(x_cpu, granularity, dtype))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build of gemmt")
+@pytest.mark.parametrize("granularity", gemmt.FP8_GRANULARITIES)
+@pytest.mark.parametrize("dtype", [E4M3, E5M2])
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", CUDA_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_quantize_cuda_matches_cpu(granularity: str, dtype: torch.dtype, x_dtype: torch.dtype,
+                                   shape: tuple[int, int]) -> None:
+    check_cuda_quantize(cuda_input(shape, x_dtype), granularity, dtype)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build of gemmt")
+@pytest.mark.parametrize("granularity", gemmt.FP8_GRANULARITIES)
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_quantize_cuda_strided_inputs(granularity: str, x_dtype: torch.dtype) -> None:
+    base = cuda_input((300, 1100), x_dtype)
+    views = {
+        "row stride, aligned": base[:, :1024],          # vector loads, stride != cols
+        "row stride, offset 3": base[5:262, 3:1030],    # unaligned: element loads
+        "every other row": base[::2, :515],
+        "transposed": base[:260, :140].t(),              # unit row stride: made contiguous
+        "one column": base[:, 7:8],
+    }
+    for name, x in views.items():
+        try:
+            for dtype in (E4M3, E5M2):
+                check_cuda_quantize(x, granularity, dtype)
+        except AssertionError as e:
+            raise AssertionError(f"{name}: {e}") from e
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build of gemmt")
+@pytest.mark.parametrize("granularity", gemmt.FP8_GRANULARITIES)
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_quantize_cuda_special_values(granularity: str, x_dtype: torch.dtype) -> None:
+    nan = float("nan")
+    x = torch.randn(260, 300, dtype=torch.float64) * 10
+    x[0, :5] = torch.tensor([float("inf"), -float("inf"), nan, -nan, 3.0])
+    x[3] = torch.tensor(-nan)                      # negative NaN: its sign reaches the byte
+    x[4] = float("inf")                            # no finite element: the all-zero scale
+    x[5] = 0.0                                     # all zero
+    x[6, ::2] = -0.0                               # negative zeros keep their sign
+    x[7] = torch.logspace(-45, -36, 300, dtype=torch.float64)  # float32 subnormals
+    x[8, :10] = 1e-30
+    x[9, 100:] = 3e38                              # near float32's largest
+    x[10, 3] = 1e39 if x_dtype == torch.float64 else 3e38  # beyond float32: inf once converted
+    x[:, 250] = nan                                # a NaN column
+    x[:, 251] = float("inf")
+    x[200:260, 128:256] = 0.0                      # an all-zero 128-block region
+    xc = x.to(x_dtype).cuda()
+    for dtype in (E4M3, E5M2):
+        check_cuda_quantize(xc, granularity, dtype)
+        q, s = gemmt.quantize_fp8(xc, granularity, dtype)
+        # NaN stays NaN with its sign (c10's byte 0x7f | sign), whatever the formats did to it.
+        sign = torch.signbit(xc[3].cpu().float()).to(torch.uint8) * 0x80
+        assert torch.equal(q[3].cpu().view(torch.uint8), sign | 0x7F)
+        assert torch.isnan(q[:, 250].float()).all()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build of gemmt")
+def test_quantize_cuda_against_the_formulas_and_torch_layouts() -> None:
+    # Independently of the CPU op: the float64 formulas of ref_quantize.
+    x = (torch.randn(384, 640) * torch.logspace(-2, 2, 640)).to(torch.bfloat16)
+    for granularity in gemmt.FP8_GRANULARITIES:
+        for dtype in (E4M3, E5M2):
+            q, s = gemmt.quantize_fp8(x.cuda(), granularity, dtype)
+            q_ref, s_ref = ref_quantize(x, granularity, dtype)
+            assert torch.equal(q.cpu().view(torch.uint8), q_ref.view(torch.uint8))
+            assert torch.equal(s.cpu(), s_ref)
+    _, s = gemmt.quantize_fp8(x.cuda(), "block")
+    assert s.stride() == (1, 384)  # torch's column-major 1x128 scales
+    _, _, qt, st = gemmt.quantize_fp8_with_transpose(x.cuda(), "block")
+    assert qt.shape == (640, 384) and qt.is_contiguous() and st.shape == (640, 3)
+    assert st.stride() == (1, 640)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build of gemmt")
+def test_quantize_cuda_stream_and_device_and_repeat() -> None:
+    # On a side stream, the results are the same; repeated calls (the tensor amax workspace
+    # is zeroed on the stream each time) give the same bytes.
+    x = cuda_input((1000, 3000), torch.bfloat16)
+    ref = [gemmt.quantize_fp8_with_transpose(x.cpu(), g) for g in gemmt.FP8_GRANULARITIES]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        outs = [gemmt.quantize_fp8_with_transpose(x, g) for g in gemmt.FP8_GRANULARITIES]
+        outs2 = [gemmt.quantize_fp8_with_transpose(x * 1, g) for g in gemmt.FP8_GRANULARITIES]
+    side.synchronize()
+    for o, o2, r in zip(outs, outs2, ref):
+        assert_same_quantized(o, r)
+        assert_same_quantized(o2, r)
+    if torch.cuda.device_count() > 1:
+        x1 = x.to("cuda:1")
+        for g, r in zip(gemmt.FP8_GRANULARITIES, ref):
+            out = gemmt.quantize_fp8_with_transpose(x1, g)
+            assert all(t.device == x1.device for t in out)
+            assert_same_quantized(out, r)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build of gemmt")
+def test_quantize_cuda_opcheck() -> None:
+    x = torch.randn(136, 200, device="cuda")
+    for gran in gemmt.FP8_GRANULARITIES:
+        for op, args in ((torch.ops.gemmt.quantize_fp8, (x, gran, E5M2)),
+                         (torch.ops.gemmt.quantize_fp8_with_transpose, (x.bfloat16(), gran))):
+            result = torch.library.opcheck(op, args)
+            failed = {k: v for k, v in result.items() if v != "SUCCESS"}
+            assert not failed, (op, gran, failed)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build of gemmt")
+def test_quantize_cuda_over_2_31_elements() -> None:
+    # 65537 x 32768 bfloat16 (2^31 + 32768 elements): 64-bit indexing. Rows and 1x128 blocks
+    # are checked against the CPU reference on the first and last rows (beyond element 2^31);
+    # the tensor amax against torch's.
+    rows, cols = 65537, 32768
+    need = rows * cols * 2 + rows * cols + (1 << 30)
+    free, _ = torch.cuda.mem_get_info()
+    if free < need:
+        pytest.skip(f"needs {need / 2**30:.1f} GiB of free GPU memory, {free / 2**30:.1f} free")
+    x = torch.empty(rows, cols, dtype=torch.bfloat16, device="cuda").normal_()
+    x[-1, -5:] = 1e4  # the tensor amax sits in the last row
+    for granularity in ("row", "block"):
+        q, s = gemmt.quantize_fp8(x, granularity)
+        for part in (slice(0, 64), slice(rows - 64, rows)):
+            q_ref, s_ref = gemmt.quantize_fp8(x[part].cpu(), granularity)
+            assert torch.equal(q[part].cpu().view(torch.uint8), q_ref.view(torch.uint8))
+            assert torch.equal(s[part].cpu(), s_ref)
+        del q, s
+    q, s = gemmt.quantize_fp8(x, "tensor")
+    amax = x.abs().max().double().item()
+    mult = torch.tensor(448.0 / max(amax, 1e-12), dtype=torch.float64).float()
+    assert s.item() == mult.reciprocal().item()
+    last = x[-64:].cpu().float()
+    q_ref = (last * mult).clamp(-448.0, 448.0).to(E4M3)
+    assert torch.equal(q[-64:].cpu().view(torch.uint8), q_ref.view(torch.uint8))
 
 
 # ---- opcheck and torch.compile ----
@@ -743,3 +944,32 @@ def test_fp8_ops_on_dtensor_one_process(tmp_path: Any) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          timeout=300)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+# ---- python -m gemmt bench fp8_quant ----
+
+def test_bench_fp8_quant_bytes_and_cli(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gemmt import bench_fp8_quant
+    from gemmt.__main__ import main
+
+    # bfloat16 in, one byte per element out, float32 scales.
+    assert bench_fp8_quant.min_bytes(8192, 8192, torch.bfloat16, "row", False) == (
+        8192 * 8192 * 3 + 4 * 8192)
+    assert bench_fp8_quant.min_bytes(256, 384, torch.float32, "block", True) == (
+        256 * 384 * 4 + 2 * 256 * 384 + 4 * 256 * 3 + 4 * 384 * 2)
+    assert bench_fp8_quant.min_bytes(300, 200, torch.bfloat16, "block_128x128", False) == (
+        300 * 200 * 3 + 4 * 3 * 2)
+    out = tmp_path / "fp8.json"
+    if not HAS_CUDA:
+        assert main(["bench", "fp8_quant", "--out", str(out)]) == 1 and not out.exists()
+        return
+    monkeypatch.setattr(bench_fp8_quant, "SHAPES", [(256, 384)])
+    assert main(["bench", "fp8_quant", "--quick", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    records = doc["records"]
+    assert len(records) == 2 * len(gemmt.FP8_GRANULARITIES)
+    assert {(r["granularity"], r["with_transpose"]) for r in records} == {
+        (g, t) for g in gemmt.FP8_GRANULARITIES for t in (False, True)}
+    for r in records:
+        assert r["ms"] > 0 and r["gbps"] > 0 and r["copy_gbps"] > 0
+        assert r["ratio_to_copy"] == pytest.approx(r["gbps"] / r["copy_gbps"])

@@ -15,6 +15,8 @@
                                     quantisation ops, FP8 decode and an FP8 training step
     python -m gemmt bench moe       grouped_mm vs torch._grouped_mm and a loop of mm, with
                                     the roofline; the MoE layer; transformers MoE models
+    python -m gemmt bench fp8_quant the FP8 quantisation kernels (every granularity, with
+                                    and without the transpose) against the copy bandwidth
 """
 
 from __future__ import annotations
@@ -187,8 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("info", help="print build_info() as JSON")
     bench = sub.add_parser("bench", help="benchmarks: JSON, table and PNG plot")
     bench.add_argument("suite", choices=["gemm", "gemm_fp64", "memory", "linear", "mm", "tune",
-                                         "fp8", "moe", "all"])
-    bench.add_argument("--out", default="benchmarks/results", help="output directory")
+                                         "fp8", "moe", "fp8_quant", "all"])
+    bench.add_argument("--out", default="benchmarks/results",
+                       help="output directory (fp8_quant: also a .json file path)")
     bench.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
     bench.add_argument("--smoke", action="store_true",
                        help="fp8 and moe suites: tiny sizes that check the code paths (on the "
@@ -216,6 +219,10 @@ def main(argv: list[str] | None = None) -> int:
         return suite_mod.run(Path(args.out), quick=args.quick, smoke=args.smoke,
                              sections=args.sections or ",".join(suite_mod.SECTIONS),
                              device=args.device)
+    if args.cmd == "bench" and args.suite == "fp8_quant":
+        from gemmt import bench_fp8_quant
+
+        return bench_fp8_quant.run(args.out, quick=args.quick)
     if args.cmd == "bench" and args.suite == "mm":
         from gemmt import bench_mm
 

@@ -1,0 +1,850 @@
+// FP8 quantisation (gemmt::quantize_fp8 and quantize_fp8_with_transpose): amax, scale and the
+// saturating cast, bit for bit the CPU reference's (the contract is in gemmt/fp8.h).
+//
+// Which kernels run, per granularity:
+//   row            one pass: a team of threads per row keeps the row in registers (cols up
+//                  to 16384) between its amax and its cast; longer rows are read twice, the
+//                  second time mostly from L2.
+//   block (1x128)  one pass: 16 threads per 128-element group, 16 rows per CTA.
+//   block_128x128  one pass: a CTA per 128x128 tile holds the tile in registers.
+//   tensor         a grid-wide amax (atomicMax on the float bits of non-negative values,
+//                  which order as unsigned integers) into the workspace, then the cast, whose
+//                  CTAs turn that amax into the multiplier themselves: no host round trip.
+// With the transpose, the tile kernel writes qt through a shared-memory tile of the bytes:
+//   tensor, 128x128  qt is q transposed (each element keeps its scale);
+//   block            one pass: a 128x128 tile holds both the 1x128 groups of q (its rows)
+//                    and those of qt (its columns);
+//   row              two passes: one tile pass gathers the row and column amaxes into the
+//                    workspace, a second writes q and qt.
+//
+// Every thread loads 8 consecutive elements of a row at once (16 bytes of bfloat16, two or
+// four 16-byte loads for float32 and float64) when x's rows are 16-byte aligned, element by
+// element otherwise and at a row's ragged end.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cstdint>
+#include <type_traits>
+
+#include "gemmt/arith.h"
+#include "gemmt/cuda_check.h"
+#include "gemmt/fp8.h"
+#include "gemmt/launch.cuh"
+#include "gemmt/numeric.cuh"
+
+namespace gemmt {
+namespace {
+
+constexpr int kChunk = 8;    // elements a thread moves at once
+constexpr int kGroup = 128;  // the 1x128 and 128x128 block edge
+constexpr double kAmaxFloor = 1e-12;
+
+// ---- the scalar semantics ----
+
+__device__ __forceinline__ float fp8_top(Fp8Format f) {
+  return f == Fp8Format::kE4M3 ? 448.0f : 57344.0f;
+}
+
+__device__ __forceinline__ __nv_fp8_interpretation_t fp8_interp(Fp8Format f) {
+  return f == Fp8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2;
+}
+
+// x converted to float as the reference's x.to(float) does. A conversion instruction may
+// return the canonical NaN; the reference keeps a NaN's sign, and the sign reaches q's byte.
+__device__ __forceinline__ float nan_with_sign(bool negative) {
+  return __uint_as_float(0x7fc00000u | (negative ? 0x80000000u : 0u));
+}
+__device__ __forceinline__ float widen(float v) {
+  return v;
+}
+__device__ __forceinline__ float widen(__half v) {
+  const float f = __half2float(v);
+  return f == f ? f : nan_with_sign((__half_as_ushort(v) & 0x8000u) != 0);
+}
+__device__ __forceinline__ float widen(__nv_bfloat16 v) {
+  return __uint_as_float(static_cast<unsigned int>(__bfloat16_as_ushort(v)) << 16);
+}
+__device__ __forceinline__ float widen(double v) {
+  const float f = __double2float_rn(v);
+  return v == v ? f : nan_with_sign(__double2hiint(v) < 0);
+}
+
+template <typename T>
+__device__ __forceinline__ T from_bits(unsigned short b);
+template <>
+__device__ __forceinline__ __half from_bits<__half>(unsigned short b) {
+  return __ushort_as_half(b);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_bits<__nv_bfloat16>(unsigned short b) {
+  return __ushort_as_bfloat16(b);
+}
+
+// |v| when finite, else 0: a non-finite element sets no scale.
+__device__ __forceinline__ float finite_mag(float v) {
+  const float a = fabsf(v);
+  return a <= FLT_MAX ? a : 0.0f;
+}
+
+// fp8_max / max(amax, 1e-12), divided in double and rounded once to float.
+__device__ __forceinline__ float scale_mult(float amax, float top) {
+  const double a = fmax(static_cast<double>(amax), kAmaxFloor);
+  return __double2float_rn(__ddiv_rn(static_cast<double>(top), a));
+}
+
+// The dequantisation scale 1 / mult, correctly rounded as the reference's float reciprocal.
+__device__ __forceinline__ float dequant_scale(float mult) {
+  return __frcp_rn(mult);
+}
+
+__device__ __forceinline__ unsigned int nan_byte(float v) {
+  return 0x7fu | ((__float_as_uint(v) >> 24) & 0x80u);
+}
+
+// Two elements: clamp(x * mult) to +-top, then round to nearest even (finite values only; a
+// NaN input gets c10's NaN byte with its sign, which the hardware conversion would not keep).
+__device__ __forceinline__ unsigned int quantize2(float a, float b, float ma, float mb, float top,
+                                                  __nv_fp8_interpretation_t interp) {
+  const float pa = fminf(fmaxf(mul_rn(a, ma), -top), top);
+  const float pb = fminf(fmaxf(mul_rn(b, mb), -top), top);
+  unsigned int pair = __nv_cvt_float2_to_fp8x2(make_float2(pa, pb), __NV_SATFINITE, interp);
+  if (a != a) pair = (pair & 0xff00u) | nan_byte(a);
+  if (b != b) pair = (pair & 0x00ffu) | (nan_byte(b) << 8);
+  return pair;
+}
+
+// Eight elements with one multiplier each, packed little-endian (element 0 in the low byte).
+__device__ __forceinline__ uint2 quantize8(const float (&v)[kChunk], const float (&mult)[kChunk],
+                                           float top, __nv_fp8_interpretation_t interp) {
+  unsigned int p[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    p[i] = quantize2(v[2 * i], v[2 * i + 1], mult[2 * i], mult[2 * i + 1], top, interp);
+  }
+  return make_uint2(p[0] | (p[1] << 16), p[2] | (p[3] << 16));
+}
+
+__device__ __forceinline__ uint2 quantize8(const float (&v)[kChunk], float mult, float top,
+                                           __nv_fp8_interpretation_t interp) {
+  unsigned int p[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) p[i] = quantize2(v[2 * i], v[2 * i + 1], mult, mult, top, interp);
+  return make_uint2(p[0] | (p[1] << 16), p[2] | (p[3] << 16));
+}
+
+__device__ __forceinline__ unsigned int byte_of(uint2 b, int e) {
+  return ((e < 4 ? b.x : b.y) >> (8 * (e & 3))) & 0xffu;
+}
+
+// ---- loads and stores of 8 elements ----
+
+__device__ __forceinline__ int chunk_len(int64_t cols, int64_t c) {
+  const int64_t left = cols - c;
+  return left >= kChunk ? kChunk : (left > 0 ? static_cast<int>(left) : 0);
+}
+
+// v[0..n) = float(p[0..n)), the rest 0 (which changes no amax). vec: p is 16-byte aligned.
+template <typename T>
+__device__ __forceinline__ void load8(const T* p, int n, bool vec, float (&v)[kChunk]) {
+  if (vec && n == kChunk) {
+    if constexpr (std::is_same_v<T, float>) {
+      const float4 a = reinterpret_cast<const float4*>(p)[0];
+      const float4 b = reinterpret_cast<const float4*>(p)[1];
+      v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+      v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else if constexpr (std::is_same_v<T, double>) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const double2 d = reinterpret_cast<const double2*>(p)[i];
+        v[2 * i] = widen(d.x);
+        v[2 * i + 1] = widen(d.y);
+      }
+    } else {
+      const uint4 u = *reinterpret_cast<const uint4*>(p);
+      const unsigned int w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        v[2 * i] = widen(from_bits<T>(static_cast<unsigned short>(w[i] & 0xffffu)));
+        v[2 * i + 1] = widen(from_bits<T>(static_cast<unsigned short>(w[i] >> 16)));
+      }
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < kChunk; ++e) v[e] = e < n ? widen(p[e]) : 0.0f;
+  }
+}
+
+__device__ __forceinline__ void zero8(float (&v)[kChunk]) {
+#pragma unroll
+  for (int e = 0; e < kChunk; ++e) v[e] = 0.0f;
+}
+
+// p[0..n) = the first n bytes of b. vec: p is 8-byte aligned.
+__device__ __forceinline__ void store8(uint8_t* p, int n, bool vec, uint2 b) {
+  if (vec && n == kChunk) {
+    *reinterpret_cast<uint2*>(p) = b;
+  } else {
+#pragma unroll
+    for (int e = 0; e < kChunk; ++e) {
+      if (e < n) p[e] = static_cast<uint8_t>(byte_of(b, e));
+    }
+  }
+}
+
+__device__ __forceinline__ float max_mag8(const float (&v)[kChunk]) {
+  float m = 0.0f;
+#pragma unroll
+  for (int e = 0; e < kChunk; ++e) m = fmaxf(m, finite_mag(v[e]));
+  return m;
+}
+
+__device__ __forceinline__ void atomic_max_nonneg(unsigned int* slot, float v) {
+  // Non-negative floats order as their bit patterns; 0 is the workspace's start value.
+  if (v > 0.0f) atomicMax(slot, __float_as_uint(v));
+}
+
+// ---- row: a team of 2^k threads per row ----
+
+// Max over the team. A team wider than a warp is the whole CTA (the launcher sees to it).
+__device__ __forceinline__ float team_max(float m, int team, float* partial) {
+  for (int off = (team < 32 ? team : 32) >> 1; off > 0; off >>= 1) {
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  }
+  if (team > 32) {
+    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = m;
+    __syncthreads();
+    m = partial[0];
+    for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) m = fmaxf(m, partial[w]);
+    __syncthreads();  // partial is written again by the next row
+  }
+  return m;
+}
+
+// kIters > 0: the row fits in kIters chunks of 8 per thread, kept in registers; kIters == 0:
+// the row is read twice.
+template <typename T, int kIters>
+__global__ void __launch_bounds__(512)
+    quantize_rows_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, int64_t ld,
+                         bool vec_in, bool vec_out, int team_log2, Fp8Format format,
+                         uint8_t* __restrict__ q, float* __restrict__ scale) {
+  __shared__ float partial[16];
+  const int team = 1 << team_log2;
+  const int teams = static_cast<int>(blockDim.x) >> team_log2;
+  const int lane = static_cast<int>(threadIdx.x) & (team - 1);
+  const int member = static_cast<int>(threadIdx.x) >> team_log2;
+  const float top = fp8_top(format);
+  const __nv_fp8_interpretation_t interp = fp8_interp(format);
+  const int64_t span = static_cast<int64_t>(team) * kChunk;
+  // Every thread runs the same number of iterations, so the CTA-wide team's barriers match.
+  for (int64_t first = static_cast<int64_t>(blockIdx.x) * teams; first < rows;
+       first += static_cast<int64_t>(gridDim.x) * teams) {
+    const int64_t r = first + member;
+    const bool active = r < rows;
+    const T* xr = x + (active ? r : 0) * ld;
+    uint8_t* qr = q + (active ? r : 0) * cols;
+    float m = 0.0f;
+    float mult;
+    if constexpr (kIters > 0) {
+      float v[kIters][kChunk];
+#pragma unroll
+      for (int it = 0; it < kIters; ++it) {
+        const int64_t c = it * span + lane * kChunk;
+        const int n = active ? chunk_len(cols, c) : 0;
+        if (n > 0) {
+          load8(xr + c, n, vec_in, v[it]);
+        } else {
+          zero8(v[it]);
+        }
+        m = fmaxf(m, max_mag8(v[it]));
+      }
+      mult = scale_mult(team_max(m, team, partial), top);
+#pragma unroll
+      for (int it = 0; it < kIters; ++it) {
+        const int64_t c = it * span + lane * kChunk;
+        const int n = active ? chunk_len(cols, c) : 0;
+        if (n > 0) store8(qr + c, n, vec_out, quantize8(v[it], mult, top, interp));
+      }
+    } else {
+      if (active) {
+        for (int64_t c = lane * kChunk; c < cols; c += span) {
+          float v[kChunk];
+          load8(xr + c, chunk_len(cols, c), vec_in, v);
+          m = fmaxf(m, max_mag8(v));
+        }
+      }
+      mult = scale_mult(team_max(m, team, partial), top);
+      if (active) {
+        for (int64_t c = lane * kChunk; c < cols; c += span) {
+          float v[kChunk];
+          const int n = chunk_len(cols, c);
+          load8(xr + c, n, vec_in, v);
+          store8(qr + c, n, vec_out, quantize8(v, mult, top, interp));
+        }
+      }
+    }
+    if (active && lane == 0) scale[r] = dequant_scale(mult);
+  }
+}
+
+// ---- block (1x128): 16 threads per group, 16 rows of one 128-column slice per CTA ----
+
+constexpr int kBlockThreads = 256;
+constexpr int kBlockRows = kBlockThreads / (kGroup / kChunk);
+
+template <typename T>
+__global__ void __launch_bounds__(kBlockThreads)
+    quantize_blocks_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, int64_t ld,
+                           bool vec_in, bool vec_out, Fp8Format format, uint8_t* __restrict__ q,
+                           float* __restrict__ scale) {
+  const int lane = threadIdx.x & 15;
+  const int sub = threadIdx.x >> 4;
+  const float top = fp8_top(format);
+  const __nv_fp8_interpretation_t interp = fp8_interp(format);
+  const int64_t groups = ceil_div(cols, kGroup);
+  const int64_t work = ceil_div(rows, kBlockRows) * groups;
+  for (int64_t w = blockIdx.x; w < work; w += gridDim.x) {
+    const int64_t rt = w / groups;
+    const int64_t kb = w - rt * groups;
+    const int64_t r = rt * kBlockRows + sub;
+    const int64_t c = kb * kGroup + lane * kChunk;
+    const int n = r < rows ? chunk_len(cols, c) : 0;
+    float v[kChunk];
+    if (n > 0) {
+      load8(x + r * ld + c, n, vec_in, v);
+    } else {
+      zero8(v);
+    }
+    float m = max_mag8(v);
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    const float mult = scale_mult(m, top);
+    if (n > 0) store8(q + r * cols + c, n, vec_out, quantize8(v, mult, top, interp));
+    if (lane == 0 && r < rows) scale[r + kb * rows] = dequant_scale(mult);
+  }
+}
+
+// ---- tensor: grid-wide amax, then the cast ----
+// x is seen as `rows` rows of `cols` (the launcher passes a contiguous x as one long row), a
+// 2-D grid: y over rows, x over the chunks of 8 within a row.
+
+constexpr int kStreamThreads = 256;
+
+template <typename T>
+__global__ void __launch_bounds__(kStreamThreads)
+    tensor_amax_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, int64_t ld, bool vec_in,
+                       unsigned int* __restrict__ amax_bits) {
+  __shared__ float partial[kStreamThreads / 32];
+  constexpr int kUnroll = 4;  // loads in flight per thread
+  const int64_t chunks = ceil_div(cols, kChunk);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  float m = 0.0f;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const T* xr = x + r * ld;
+    for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < chunks;
+         k += kUnroll * stride) {
+      float v[kUnroll][kChunk];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t c = (k + u * stride) * kChunk;
+        const int n = chunk_len(cols, c);
+        if (n > 0) {
+          load8(xr + c, n, vec_in, v[u]);
+        } else {
+          zero8(v[u]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) m = fmaxf(m, max_mag8(v[u]));
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kStreamThreads / 32; ++w) m = fmaxf(m, partial[w]);
+    atomic_max_nonneg(amax_bits, m);
+  }
+}
+
+// A resident grid looping over the chunks: the multiplier (a division in double) is worked
+// out once per thread, not once per 8 elements.
+template <typename T>
+__global__ void __launch_bounds__(kStreamThreads)
+    tensor_cast_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, int64_t ld, bool vec_in,
+                       bool vec_out, Fp8Format format, const unsigned int* __restrict__ amax_bits,
+                       uint8_t* __restrict__ q, float* __restrict__ scale) {
+  constexpr int kUnroll = 2;
+  const float top = fp8_top(format);
+  const __nv_fp8_interpretation_t interp = fp8_interp(format);
+  const float mult = scale_mult(__uint_as_float(*amax_bits), top);
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) scale[0] = dequant_scale(mult);
+  const int64_t chunks = ceil_div(cols, kChunk);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const T* xr = x + r * ld;
+    uint8_t* qr = q + r * cols;
+    for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < chunks;
+         k += kUnroll * stride) {
+      float v[kUnroll][kChunk];
+      int n[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t c = (k + u * stride) * kChunk;
+        n[u] = chunk_len(cols, c);
+        if (n[u] > 0) {
+          load8(xr + c, n[u], vec_in, v[u]);
+        } else {
+          zero8(v[u]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t c = (k + u * stride) * kChunk;
+        if (n[u] > 0) store8(qr + c, n[u], vec_out, quantize8(v[u], mult, top, interp));
+      }
+    }
+  }
+}
+
+// ---- 128x128 tiles: block_128x128, and every granularity with the transpose ----
+
+enum class TileMode : int {
+  kWhole,     // one scale per tile (block_128x128)
+  kRowsCols,  // q per 1x128 row segment, qt per 128x1 column segment (block + transpose)
+  kGlobal,    // the tensor amax from the workspace (tensor + transpose)
+  kAmaxOnly,  // row and column amaxes into the workspace, no output (row + transpose, pass 1)
+  kFromAmax,  // q per row, qt per column, amaxes from the workspace (row + transpose, pass 2)
+};
+
+constexpr int kTileThreads = 512;
+constexpr int kTileRowsPerThread = kGroup * kGroup / (kTileThreads * kChunk);  // 4
+constexpr int kTileWarps = kTileThreads / 32;
+
+struct TileParams {
+  const void* x;
+  int64_t rows, cols, ld;
+  bool vec_in, vec_out, vec_out_t;
+  Fp8Format format;
+  uint8_t* q;
+  float* scale;
+  uint8_t* qt;
+  float* scale_t;
+  unsigned int* row_amax;  // kAmaxOnly, kFromAmax: rows entries; kGlobal: the tensor amax
+  unsigned int* col_amax;  // kAmaxOnly, kFromAmax: cols entries
+};
+
+// Thread (ty, tx) of the 32 x 16 grid holds rows 4 ty .. 4 ty + 3 and columns 8 tx .. 8 tx + 7
+// of the tile: for each of its 8 columns, 4 consecutive rows, one 32-bit word of qt.
+template <typename T, TileMode kMode, bool kTranspose>
+__global__ void __launch_bounds__(kTileThreads, 2) quantize_tiles_kernel(TileParams p) {
+  constexpr bool kSameScale = kMode == TileMode::kWhole || kMode == TileMode::kGlobal;
+  constexpr bool kPerRowCol = kMode == TileMode::kRowsCols || kMode == TileMode::kFromAmax;
+  constexpr bool kTileReduce = kMode == TileMode::kRowsCols || kMode == TileMode::kAmaxOnly;
+  __shared__ float col_part[kTileWarps][kGroup];
+  __shared__ float row_val[kGroup];  // row amax, then row multiplier
+  __shared__ float col_val[kGroup];  // column amax, then column multiplier
+  __shared__ float tile_part[kTileWarps];
+  __shared__ unsigned int qt_tile[kTranspose ? kGroup : 1][kGroup / 4 + 1];
+
+  const T* __restrict__ x = static_cast<const T*>(p.x);
+  const int tx = threadIdx.x & 15;
+  const int ty = threadIdx.x >> 4;
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const float top = fp8_top(p.format);
+  const __nv_fp8_interpretation_t interp = fp8_interp(p.format);
+  const int64_t row_tiles = ceil_div(p.rows, kGroup);
+  const int64_t col_tiles = ceil_div(p.cols, kGroup);
+
+  float global_mult = 0.0f;
+  if constexpr (kMode == TileMode::kGlobal) {
+    global_mult = scale_mult(__uint_as_float(p.row_amax[0]), top);
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+      const float s = dequant_scale(global_mult);
+      p.scale[0] = s;
+      p.scale_t[0] = s;
+    }
+  }
+
+  for (int64_t w = blockIdx.x; w < row_tiles * col_tiles; w += gridDim.x) {
+    const int64_t rb = w / col_tiles;
+    const int64_t kb = w - rb * col_tiles;
+    const int64_t r0 = rb * kGroup;
+    const int64_t c0 = kb * kGroup;
+    const int64_t c = c0 + tx * kChunk;
+    const int ncol = chunk_len(p.cols, c);
+
+    float v[kTileRowsPerThread][kChunk];
+    float rmax[kTileRowsPerThread];
+    float cmax[kChunk];
+#pragma unroll
+    for (int e = 0; e < kChunk; ++e) cmax[e] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kTileRowsPerThread; ++i) {
+      const int64_t r = r0 + ty * kTileRowsPerThread + i;
+      const int n = r < p.rows ? ncol : 0;
+      if (n > 0) {
+        load8(x + r * p.ld + c, n, p.vec_in, v[i]);
+      } else {
+        zero8(v[i]);
+      }
+      rmax[i] = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) {
+        const float a = finite_mag(v[i][e]);
+        rmax[i] = fmaxf(rmax[i], a);
+        cmax[e] = fmaxf(cmax[e], a);
+      }
+    }
+
+    float mult = global_mult;
+    if constexpr (kMode == TileMode::kWhole) {
+      float m = fmaxf(fmaxf(rmax[0], rmax[1]), fmaxf(rmax[2], rmax[3]));
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+      if (lane == 0) tile_part[warp] = m;
+      __syncthreads();
+      m = tile_part[0];
+#pragma unroll
+      for (int i = 1; i < kTileWarps; ++i) m = fmaxf(m, tile_part[i]);
+      mult = scale_mult(m, top);
+      if (threadIdx.x == 0) {
+        const float s = dequant_scale(mult);
+        p.scale[rb * col_tiles + kb] = s;
+        if constexpr (kTranspose) p.scale_t[kb * row_tiles + rb] = s;
+      }
+    }
+    if constexpr (kTileReduce) {
+      // Rows: the 16 lanes of a half-warp share them. Columns: the warp's two halves, then
+      // the 16 warps through shared memory.
+#pragma unroll
+      for (int i = 0; i < kTileRowsPerThread; ++i) {
+#pragma unroll
+        for (int off = 8; off > 0; off >>= 1) {
+          rmax[i] = fmaxf(rmax[i], __shfl_xor_sync(0xffffffffu, rmax[i], off));
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) {
+        cmax[e] = fmaxf(cmax[e], __shfl_xor_sync(0xffffffffu, cmax[e], 16));
+        if (lane < 16) col_part[warp][tx * kChunk + e] = cmax[e];
+      }
+      if (tx == 0) {
+#pragma unroll
+        for (int i = 0; i < kTileRowsPerThread; ++i) row_val[ty * kTileRowsPerThread + i] = rmax[i];
+      }
+      __syncthreads();
+      if (threadIdx.x < kGroup) {
+        float m = col_part[0][threadIdx.x];
+        for (int i = 1; i < kTileWarps; ++i) m = fmaxf(m, col_part[i][threadIdx.x]);
+        col_val[threadIdx.x] = m;
+      }
+      __syncthreads();
+    }
+    if constexpr (kMode == TileMode::kAmaxOnly) {
+      if (threadIdx.x < kGroup) {
+        const int64_t r = r0 + threadIdx.x;
+        if (r < p.rows) atomic_max_nonneg(p.row_amax + r, row_val[threadIdx.x]);
+      } else if (threadIdx.x < 2 * kGroup) {
+        const int64_t cc = c0 + threadIdx.x - kGroup;
+        if (cc < p.cols) atomic_max_nonneg(p.col_amax + cc, col_val[threadIdx.x - kGroup]);
+      }
+    }
+    if constexpr (kPerRowCol) {
+      // Multipliers of the tile's 128 rows and 128 columns, one division each, and their
+      // scales: a row's by the tile that owns it, a column's likewise.
+      if (threadIdx.x < kGroup) {
+        const int i = threadIdx.x;
+        const int64_t r = r0 + i;
+        float amax = 0.0f;
+        if constexpr (kMode == TileMode::kRowsCols) amax = row_val[i];
+        if constexpr (kMode == TileMode::kFromAmax) {
+          amax = r < p.rows ? __uint_as_float(p.row_amax[r]) : 0.0f;
+        }
+        const float m = scale_mult(amax, top);
+        row_val[i] = m;
+        if (r < p.rows) {
+          if constexpr (kMode == TileMode::kRowsCols) p.scale[r + kb * p.rows] = dequant_scale(m);
+          if constexpr (kMode == TileMode::kFromAmax) {
+            if (kb == 0) p.scale[r] = dequant_scale(m);
+          }
+        }
+      } else if (threadIdx.x < 2 * kGroup) {
+        const int j = threadIdx.x - kGroup;
+        const int64_t cc = c0 + j;
+        float amax = 0.0f;
+        if constexpr (kMode == TileMode::kRowsCols) amax = col_val[j];
+        if constexpr (kMode == TileMode::kFromAmax) {
+          amax = cc < p.cols ? __uint_as_float(p.col_amax[cc]) : 0.0f;
+        }
+        const float m = scale_mult(amax, top);
+        col_val[j] = m;
+        if (cc < p.cols) {
+          if constexpr (kMode == TileMode::kRowsCols) {
+            p.scale_t[cc + rb * p.cols] = dequant_scale(m);
+          }
+          if constexpr (kMode == TileMode::kFromAmax) {
+            if (rb == 0) p.scale_t[cc] = dequant_scale(m);
+          }
+        }
+      }
+      __syncthreads();
+    }
+
+    if constexpr (kMode != TileMode::kAmaxOnly) {
+      float col_mult[kChunk];
+      if constexpr (kPerRowCol) {
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) col_mult[e] = col_val[tx * kChunk + e];
+      }
+      uint2 bt[kTileRowsPerThread];  // the bytes of qt, still in q's orientation
+#pragma unroll
+      for (int i = 0; i < kTileRowsPerThread; ++i) {
+        const int row = ty * kTileRowsPerThread + i;
+        const int64_t r = r0 + row;
+        const float m = kSameScale ? mult : row_val[row];
+        const uint2 b = quantize8(v[i], m, top, interp);
+        const int n = r < p.rows ? ncol : 0;
+        if (n > 0) store8(p.q + r * p.cols + c, n, p.vec_out, b);
+        if constexpr (kTranspose) {
+          if constexpr (kSameScale) {
+            bt[i] = b;
+          } else {
+            bt[i] = quantize8(v[i], col_mult, top, interp);
+          }
+        }
+      }
+      if constexpr (kTranspose) {
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) {
+          qt_tile[tx * kChunk + e][ty] = byte_of(bt[0], e) | (byte_of(bt[1], e) << 8) |
+                                         (byte_of(bt[2], e) << 16) | (byte_of(bt[3], e) << 24);
+        }
+        __syncthreads();
+        // A warp per row of qt (a column of the tile): 32 words, 128 contiguous bytes.
+        const int64_t rr = r0 + lane * 4;
+        for (int j = warp; j < kGroup; j += kTileWarps) {
+          const int64_t cc = c0 + j;
+          if (cc >= p.cols) break;
+          const unsigned int word = qt_tile[j][lane];
+          uint8_t* dst = p.qt + cc * p.rows + rr;
+          if (p.vec_out_t && rr + 4 <= p.rows) {
+            *reinterpret_cast<unsigned int*>(dst) = word;
+          } else {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              if (rr + i < p.rows) dst[i] = static_cast<uint8_t>(word >> (8 * i));
+            }
+          }
+        }
+      }
+    }
+    __syncthreads();  // the shared arrays are filled again by the next tile
+  }
+}
+
+// ---- empty inputs: the scales of amax 0 ----
+
+__global__ void fill_empty_scales_kernel(float* scale, int64_t n, float* scale_t, int64_t n_t,
+                                         Fp8Format format) {
+  const float s = dequant_scale(scale_mult(0.0f, fp8_top(format)));
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < (n > n_t ? n : n_t); i += stride) {
+    if (i < n) scale[i] = s;
+    if (i < n_t) scale_t[i] = s;
+  }
+}
+
+// ---- launchers ----
+
+constexpr size_t align16(size_t n) {
+  return (n + 15) / 16 * 16;
+}
+
+template <TileMode kMode, bool kTranspose, typename T>
+cudaError_t launch_tiles(const TileParams& p, cudaStream_t stream) {
+  const int64_t tiles = ceil_div(p.rows, kGroup) * ceil_div(p.cols, kGroup);
+  quantize_tiles_kernel<T, kMode, kTranspose><<<grid_1d(tiles, 1), kTileThreads, 0, stream>>>(p);
+  GEMMT_RETURN_LAUNCH_ERROR();
+}
+
+// Rows of up to 16384 elements stay in registers: 8 per thread per iteration, teams of up to
+// 512 threads, up to 4 iterations.
+template <typename T>
+cudaError_t launch_rows(const Fp8QuantizeArgs& a, int64_t ld, bool vec_in, bool vec_out,
+                        cudaStream_t stream) {
+  const int64_t chunks = ceil_div(a.cols, kChunk);
+  int team = 512;
+  int iters = 0;
+  if (chunks <= 256) {
+    team = 1;
+    while (team < chunks) team *= 2;
+    iters = 1;
+  } else if (chunks <= 512) {
+    team = 256, iters = 2;
+  } else if (chunks <= 1024) {
+    team = 256, iters = 4;
+  } else if (chunks <= 2048) {
+    team = 512, iters = 4;
+  }
+  int team_log2 = 0;
+  while ((1 << team_log2) < team) ++team_log2;
+  // A team wider than a warp is the whole CTA (team_max's barrier); narrower ones share one.
+  const int threads = team > 32 ? team : 256;
+  const unsigned int grid = grid_1d(a.rows, threads / team);
+  const T* x = static_cast<const T*>(a.x);
+  switch (iters) {
+    case 1:
+      quantize_rows_kernel<T, 1><<<grid, threads, 0, stream>>>(
+          x, a.rows, a.cols, ld, vec_in, vec_out, team_log2, a.format, a.q, a.scale);
+      break;
+    case 2:
+      quantize_rows_kernel<T, 2><<<grid, threads, 0, stream>>>(
+          x, a.rows, a.cols, ld, vec_in, vec_out, team_log2, a.format, a.q, a.scale);
+      break;
+    case 4:
+      quantize_rows_kernel<T, 4><<<grid, threads, 0, stream>>>(
+          x, a.rows, a.cols, ld, vec_in, vec_out, team_log2, a.format, a.q, a.scale);
+      break;
+    default:
+      quantize_rows_kernel<T, 0><<<grid, threads, 0, stream>>>(
+          x, a.rows, a.cols, ld, vec_in, vec_out, team_log2, a.format, a.q, a.scale);
+      break;
+  }
+  GEMMT_RETURN_LAUNCH_ERROR();
+}
+
+// The tensor kernels' 2-D grid: 8 CTAs of 256 threads per SM, the whole GPU resident at
+// once, x over a row's chunks and y over the rows; every thread loops.
+cudaError_t resident_stream_grid(int64_t rows, int64_t cols, dim3* grid) {
+  int sms = 0;
+  GEMMT_RETURN_IF_ERROR(current_device_sm_count(&sms));
+  const int64_t target = static_cast<int64_t>(sms) * 8;
+  const int64_t gx = grid_1d(ceil_div(ceil_div(cols, kChunk), kStreamThreads), 1, target);
+  int64_t gy = target / gx;
+  if (gy > rows) gy = rows;
+  if (gy > 65535) gy = 65535;
+  if (gy < 1) gy = 1;
+  *grid = dim3(static_cast<unsigned int>(gx), static_cast<unsigned int>(gy));
+  return cudaSuccess;
+}
+
+template <typename T>
+cudaError_t run_typed(const Fp8QuantizeArgs& a, cudaStream_t stream) {
+  const bool transpose = a.qt != nullptr;
+  const T* x = static_cast<const T*>(a.x);
+  const int64_t ld = a.rows > 1 ? a.ld : a.cols;
+  const bool vec_in = is_aligned<16>(x) && (a.rows == 1 || (ld * sizeof(T)) % 16 == 0);
+  const bool vec_out = is_aligned<8>(a.q) && (a.rows == 1 || a.cols % kChunk == 0);
+  const bool vec_out_t = transpose && is_aligned<4>(a.qt) && (a.cols == 1 || a.rows % 4 == 0);
+
+  TileParams tp{};
+  tp.x = x;
+  tp.rows = a.rows, tp.cols = a.cols, tp.ld = ld;
+  tp.vec_in = vec_in, tp.vec_out = vec_out, tp.vec_out_t = vec_out_t;
+  tp.format = a.format;
+  tp.q = a.q, tp.scale = a.scale, tp.qt = a.qt, tp.scale_t = a.scale_t;
+
+  switch (a.granularity) {
+    case Fp8Granularity::kTensor: {
+      auto* amax = static_cast<unsigned int*>(a.workspace);
+      GEMMT_RETURN_IF_ERROR(cudaMemsetAsync(amax, 0, sizeof(unsigned int), stream));
+      // A contiguous x is one long row: no row loop, and the 2-D grid stays small.
+      const bool flat = ld == a.cols;
+      const int64_t rows = flat ? 1 : a.rows;
+      const int64_t cols = flat ? a.rows * a.cols : a.cols;
+      const int64_t fld = flat ? cols : ld;
+      const bool fvec_in = is_aligned<16>(x) && (rows == 1 || (fld * sizeof(T)) % 16 == 0);
+      const bool fvec_out = is_aligned<8>(a.q) && (rows == 1 || cols % kChunk == 0);
+      dim3 grid;
+      GEMMT_RETURN_IF_ERROR(resident_stream_grid(rows, cols, &grid));
+      tensor_amax_kernel<T><<<grid, kStreamThreads, 0, stream>>>(x, rows, cols, fld, fvec_in, amax);
+      GEMMT_RETURN_IF_ERROR(cudaGetLastError());
+      if (transpose) {
+        tp.row_amax = amax;
+        return launch_tiles<TileMode::kGlobal, true, T>(tp, stream);
+      }
+      tensor_cast_kernel<T><<<grid, kStreamThreads, 0, stream>>>(
+          x, rows, cols, fld, fvec_in, fvec_out, a.format, amax, a.q, a.scale);
+      GEMMT_RETURN_LAUNCH_ERROR();
+    }
+    case Fp8Granularity::kRow: {
+      if (!transpose) return launch_rows<T>(a, ld, vec_in, vec_out, stream);
+      auto* ws = static_cast<unsigned char*>(a.workspace);
+      tp.row_amax = reinterpret_cast<unsigned int*>(ws);
+      tp.col_amax = reinterpret_cast<unsigned int*>(ws + align16(a.rows * sizeof(unsigned int)));
+      GEMMT_RETURN_IF_ERROR(cudaMemsetAsync(a.workspace, 0, a.workspace_bytes, stream));
+      GEMMT_RETURN_IF_ERROR((launch_tiles<TileMode::kAmaxOnly, false, T>(tp, stream)));
+      return launch_tiles<TileMode::kFromAmax, true, T>(tp, stream);
+    }
+    case Fp8Granularity::kBlock: {
+      if (transpose) return launch_tiles<TileMode::kRowsCols, true, T>(tp, stream);
+      const int64_t work = ceil_div(a.rows, kBlockRows) * ceil_div(a.cols, kGroup);
+      quantize_blocks_kernel<T><<<grid_1d(work, 1), kBlockThreads, 0, stream>>>(
+          x, a.rows, a.cols, ld, vec_in, vec_out, a.format, a.q, a.scale);
+      GEMMT_RETURN_LAUNCH_ERROR();
+    }
+    case Fp8Granularity::kBlock128x128:
+      if (transpose) return launch_tiles<TileMode::kWhole, true, T>(tp, stream);
+      return launch_tiles<TileMode::kWhole, false, T>(tp, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+bool valid_granularity(Fp8Granularity g) {
+  return g == Fp8Granularity::kTensor || g == Fp8Granularity::kRow || g == Fp8Granularity::kBlock ||
+         g == Fp8Granularity::kBlock128x128;
+}
+
+}  // namespace
+
+size_t quantize_fp8_workspace_bytes(Fp8Granularity granularity, int64_t rows, int64_t cols,
+                                    bool with_transpose) {
+  if (granularity == Fp8Granularity::kTensor) return 16;
+  if (granularity == Fp8Granularity::kRow && with_transpose && rows > 0 && cols > 0) {
+    return align16(static_cast<size_t>(rows) * sizeof(unsigned int)) +
+           align16(static_cast<size_t>(cols) * sizeof(unsigned int));
+  }
+  return 0;
+}
+
+cudaError_t quantize_fp8_run(const Fp8QuantizeArgs& a, cudaStream_t stream) {
+  // An empty tensor may have a null data pointer: pointers are checked where data exists.
+  const bool transpose = a.qt != nullptr || a.scale_t != nullptr;
+  if (a.rows < 0 || a.cols < 0 || !valid_granularity(a.granularity) ||
+      (a.format != Fp8Format::kE4M3 && a.format != Fp8Format::kE5M2)) {
+    return cudaErrorInvalidValue;
+  }
+  if (a.rows == 0 || a.cols == 0) {
+    int64_t n = 0, n_t = 0;
+    if (a.granularity == Fp8Granularity::kTensor) {
+      n = 1, n_t = transpose ? 1 : 0;
+    } else if (a.granularity == Fp8Granularity::kRow) {
+      n = a.rows, n_t = transpose ? a.cols : 0;
+    }
+    if ((n > 0 && a.scale == nullptr) || (n_t > 0 && a.scale_t == nullptr)) {
+      return cudaErrorInvalidValue;
+    }
+    const int64_t most = n > n_t ? n : n_t;
+    if (most == 0) return cudaSuccess;
+    fill_empty_scales_kernel<<<grid_1d(most, 256), 256, 0, stream>>>(a.scale, n, a.scale_t, n_t,
+                                                                     a.format);
+    GEMMT_RETURN_LAUNCH_ERROR();
+  }
+  if (a.x == nullptr || a.q == nullptr || a.scale == nullptr ||
+      (transpose && (a.qt == nullptr || a.scale_t == nullptr)) || (a.rows > 1 && a.ld < a.cols) ||
+      a.workspace_bytes < quantize_fp8_workspace_bytes(a.granularity, a.rows, a.cols, transpose) ||
+      (a.workspace_bytes > 0 && a.workspace == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
+  return dispatch_float_or_double_dtype(a.x_dtype, [&](auto tag) -> cudaError_t {
+    return run_typed<typename decltype(tag)::type>(a, stream);
+  });
+}
+
+}  // namespace gemmt

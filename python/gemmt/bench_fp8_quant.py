@@ -1,0 +1,124 @@
+"""``python -m gemmt bench fp8_quant``: the FP8 quantisation kernels against the copy bandwidth.
+
+Each granularity of ``gemmt.quantize_fp8`` (and of ``quantize_fp8_with_transpose``) is timed
+on large bfloat16 inputs with CUDA events (warm-up, then the median of many calls, random
+data). Its bandwidth counts the bytes the operation must move at the least: x read once, q
+(and qt) and the scales written. The copy bandwidth, measured in the same run, is that of a
+device-to-device copy (``dst.copy_(src)``) of the same number of bytes read and written; the
+ratio of the two says how close the kernel comes to moving memory and nothing else. (The
+rowwise transpose reads x twice, once for the column amaxes: its ratio is below 1 by design.)
+
+Results go to ``<out>/fp8_quant_<gpu>_<date>.json``, or to ``<out>`` itself when it ends in
+``.json``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import json
+import os
+from typing import Any, Callable
+
+import torch
+
+import gemmt
+from gemmt._timing import median_ms
+
+SHAPES = [(8192, 8192), (16384, 8192)]
+
+
+def _block(n: int) -> int:
+    return -(-n // 128)
+
+
+def _scale_elems(rows: int, cols: int, granularity: str) -> int:
+    return {"tensor": 1, "row": rows, "block": rows * _block(cols),
+            "block_128x128": _block(rows) * _block(cols)}[granularity]
+
+
+def min_bytes(rows: int, cols: int, x_dtype: torch.dtype, granularity: str,
+              with_transpose: bool) -> int:
+    """Bytes the quantisation moves at the least: x read once, q (and qt) and scales written."""
+    x_bytes = rows * cols * torch.empty((), dtype=x_dtype).element_size()
+    out = rows * cols + 4 * _scale_elems(rows, cols, granularity)
+    if with_transpose:
+        out += rows * cols + 4 * _scale_elems(cols, rows, granularity)
+    return x_bytes + out
+
+
+def _copy_gbps(nbytes: int, warmup: int, reps: int) -> tuple[float, float]:
+    """(ms, GB/s) of a device-to-device copy that reads and writes nbytes / 2 each."""
+    half = nbytes // 2
+    src = torch.randint(0, 256, (half,), dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    ms = median_ms(lambda: dst.copy_(src), "cuda", warmup=warmup, reps=reps, budget_s=30.0)
+    return ms, 2 * half / ms / 1e6
+
+
+def bench_fp8_quant(shapes: list[tuple[int, int]] | None = None,
+                    granularities: tuple[str, ...] | None = None,
+                    x_dtype: torch.dtype = torch.bfloat16,
+                    dtype: torch.dtype = torch.float8_e4m3fn,
+                    warmup: int = 10, reps: int = 100) -> list[dict[str, Any]]:
+    """Times every granularity (with and without the transpose) on each shape.
+
+    Returns one JSON-able dict per (shape, granularity, transpose): the median time in ms,
+    the least bytes moved, the bandwidth in GB/s, the copy bandwidth measured for the same
+    bytes in the same run, and their ratio.
+    """
+    if not torch.cuda.is_available():
+        raise RuntimeError("bench_fp8_quant needs a CUDA device")
+    shapes = shapes if shapes is not None else SHAPES
+    granularities = granularities if granularities is not None else tuple(gemmt.FP8_GRANULARITIES)
+    gpu = torch.cuda.get_device_name()
+    rows_out: list[dict[str, Any]] = []
+    for rows, cols in shapes:
+        x = torch.randn(rows, cols, device="cuda", dtype=torch.float32).to(x_dtype)
+        for transpose in (False, True):
+            for granularity in granularities:
+                op = gemmt.quantize_fp8_with_transpose if transpose else gemmt.quantize_fp8
+                call: Callable[[], object] = functools.partial(op, x, granularity, dtype)
+                ms = median_ms(call, "cuda", warmup=warmup, reps=reps, budget_s=30.0)
+                nbytes = min_bytes(rows, cols, x_dtype, granularity, transpose)
+                copy_ms, copy_gbps = _copy_gbps(nbytes, warmup, reps)
+                gbps = nbytes / ms / 1e6
+                row = {"op": "quantize_fp8_with_transpose" if transpose else "quantize_fp8",
+                       "granularity": granularity, "with_transpose": transpose,
+                       "rows": rows, "cols": cols, "x_dtype": str(x_dtype).split(".")[1],
+                       "dtype": str(dtype).split(".")[1], "ms": ms, "bytes": nbytes,
+                       "gbps": gbps, "copy_ms": copy_ms, "copy_gbps": copy_gbps,
+                       "ratio_to_copy": gbps / copy_gbps, "device_name": gpu}
+                print(f"  {rows}x{cols} {row['x_dtype']} {granularity:<14} "
+                      f"{'transpose' if transpose else '         '} {ms:8.4f} ms "
+                      f"{gbps:8.1f} GB/s  copy {copy_gbps:8.1f} GB/s  "
+                      f"ratio {row['ratio_to_copy']:.3f}")
+                rows_out.append(row)
+        del x
+    return rows_out
+
+
+def run(out: str | None, quick: bool = False) -> int:
+    """CLI entry: runs bench_fp8_quant and writes its JSON under ``out``; an exit code."""
+    if not torch.cuda.is_available() or not gemmt.build_info().get("cuda"):
+        print("bench fp8_quant: needs a CUDA device and a CUDA build of gemmt")
+        return 1
+    torch.manual_seed(0)
+    print("FP8 quantisation against the copy bandwidth (CUDA events, medians):")
+    rows = bench_fp8_quant(SHAPES[:1] if quick else SHAPES, reps=30 if quick else 100)
+    if out:
+        gpu = torch.cuda.get_device_name()
+        date = datetime.date.today().isoformat()
+        if out.endswith(".json"):
+            path = out
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        else:
+            os.makedirs(out, exist_ok=True)
+            slug = gpu.lower().replace(" ", "_")
+            path = os.path.join(out, f"fp8_quant_{slug}_{date}.json")
+        doc = {"gpu": gpu, "torch": torch.__version__, "cuda": torch.version.cuda,
+               "gemmt": gemmt.build_info(), "date": date, "records": rows}
+        with open(path, "w") as f:
+            json.dump(doc, f, indent=1)
+        print("wrote", path)
+    return 0
