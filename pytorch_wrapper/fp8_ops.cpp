@@ -2,7 +2,8 @@
 // applied after the product) and quantize_fp8 / quantize_fp8_with_transpose (amax-scaled,
 // saturating casts to float8). Argument checks shared by every backend, the CPU reference
 // kernels, the Meta kernels, the CUDA kernels of the quantisation (kernels/fp8/, bit for bit
-// the reference's; scaled_mm's CUDA kernel still refuses) and the Autograd kernels.
+// the reference's), scaled_mm's on the Hopper grouped / scaled GEMM (grouped_gemm_cuda.cpp)
+// and the Autograd kernels.
 //
 // Scales are dequantisation scales, as torch._scaled_mm takes them: a's real value is
 // float(a) * scale_a. The scale layouts follow torch._scaled_mm (torch 2.13, its meta
@@ -209,13 +210,6 @@ at::Tensor scaled_product(const at::Tensor& a, const at::Tensor& b, const at::Te
   return acc.to(at::kFloat);
 }
 
-void refuse_cuda(const char* op, const at::Tensor& t) {
-  TORCH_CHECK(false, op,
-              ": the CUDA kernel is not built yet (the Hopper FP8 kernels are to come); only "
-              "the CPU reference exists. Got ",
-              describe(t));
-}
-
 // ---- quantize_fp8 ----
 
 enum class Granularity { kTensor, kRow, kBlock, kBlock2d };
@@ -410,7 +404,7 @@ at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Te
                             parse_activation(kScaledMm, activation), scaling, use_fast_accum);
 #else
   (void)cfg;
-  refuse_cuda(kScaledMm, a);
+  refuse_without_cuda(kScaledMm, a);
   return {};
 #endif
 }

@@ -32,6 +32,7 @@
 #include "gemmt/grouped_gemm.h"
 #include "gemmt/launch.cuh"
 #include "sm90/config.cuh"
+#include "sm90/epilogue.cuh"
 #include "sm90/grouped_launchers.h"
 #include "sm90/ptx.cuh"
 #include "sm90/scheduler.cuh"
@@ -55,8 +56,9 @@ struct GgCfg {
   // (each with the tail group and an end entry)
   static constexpr int kTableBytes = 2 * (kGroupedMaxGroups + 2) * 4;
   static constexpr int kBarrierBytes = 2 * kStages * 8;
-  static constexpr int kSmemBytes =
-      kStages * (kABytes + kBBytes) + kTableBytes + kBarrierBytes + 1024;
+  static constexpr int kStagingBytes = 2 * (64 * (128 + 16));  // gg_store's, per consumer
+  static constexpr int kSmemBytes = kStages * (kABytes + kBBytes) + kStagingBytes +
+                                    kTableBytes + kBarrierBytes + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "exceeds the shared memory of one H100 CTA");
 };
 
@@ -231,12 +233,22 @@ __device__ __forceinline__ void zero_k_tail(uint32_t base, int rows_or_boxes, in
   }
 }
 
-// A consumer's 64 x kBN block of C from its accumulators: scales, bias, activation, the
-// group's bounds.
+// The epilogue's staging: per consumer warpgroup 64 rows of 8 KB-worth of columns (64 of a
+// 16-bit C, 32 of float), each row padded by 16 bytes so that the fill's pair writes and the
+// drain's 16-byte reads meet distinct banks.
+constexpr int kStageRowBytes = 128 + 16;
+constexpr int kStageBufBytes = 64 * kStageRowBytes;
+
+// A consumer's 64 x kBN block of C from its accumulators: scales, bias and activation in
+// registers, then in column chunks through shared memory, so that C is written in 16-byte
+// stores covering whole 128-byte lines (the accumulator layout alone gives 4-byte pieces of
+// 8 rows a store). The group's row and column bounds apply at the writes.
 template <typename T, int kAcc>
 __device__ __forceinline__ void gg_store(const GgParams& p, const GgUnit& u,
                                          const float (&acc)[kAcc], int row0, int col0, int warp,
-                                         int lane) {
+                                         int lane, uint32_t buf, int cw) {
+  constexpr int kChunk = 128 / static_cast<int>(sizeof(T));  // columns a round
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));     // elements of a 16-byte store
   const bool split_rows = p.split == static_cast<int>(GroupSplit::kRows);
   const bool split_cols = p.split == static_cast<int>(GroupSplit::kCols);
   // C_g's origin: a split of rows or columns writes a range of one C, the others a C a group.
@@ -244,8 +256,8 @@ __device__ __forceinline__ void gg_store(const GgParams& p, const GgUnit& u,
   const int row_base = split_rows ? u.begin : 0;
   const int col_base = split_cols ? u.begin : 0;
   cg += static_cast<int64_t>(row_base) * p.ldc + col_base;
-  const bool pair_aligned =
-      (p.ldc % 2 == 0) && (reinterpret_cast<uintptr_t>(cg) % (2 * sizeof(T)) == 0);
+  const bool vec_ok =
+      (p.ldc % kVec == 0) && (reinterpret_cast<uintptr_t>(cg) % 16 == 0);
   EpilogueView<T> epi;
   epi.bias = p.bias == nullptr || u.g >= p.groups
                  ? nullptr
@@ -253,38 +265,77 @@ __device__ __forceinline__ void gg_store(const GgParams& p, const GgUnit& u,
   epi.act = p.act;
   epi.active = epi.bias != nullptr || p.act != Activation::kNone;
   const bool row_col = p.scale == static_cast<int>(ScaleKind::kRowCol);
+  const int tid = warp * 32 + lane;
+  float sr[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int r = row0 + warp * 16 + (lane >> 2) + 8 * h;
-    if (r >= u.rows) continue;
-    const float sr = row_col ? __ldg(p.sa + static_cast<int64_t>(row_base + r) * p.sa_s0) : 1.f;
-    T* const line = cg + static_cast<int64_t>(r) * p.ldc;
+    const int r = min(row0 + warp * 16 + (lane >> 2) + 8 * h, max(u.rows - 1, 0));
+    sr[h] = row_col ? __ldg(p.sa + static_cast<int64_t>(row_base + r) * p.sa_s0) : 1.f;
+  }
 #pragma unroll
-    for (int j = 0; j < kAcc / 4; ++j) {
-      const int c = col0 + 8 * j + 2 * (lane & 3);
-      if (c >= u.cols) continue;
-      const bool second = c + 1 < u.cols;
-      float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+  for (int c0 = 0; c0 < 2 * kAcc; c0 += kChunk) {
+    // Fill: this thread's pairs of the chunk, finished and rounded.
+#pragma unroll
+    for (int j = c0 / 8; j < (c0 + kChunk) / 8; ++j) {
+      const int cl = 8 * j + 2 * (lane & 3);  // column within the block
+      const int c = col0 + cl;
+      float s0 = 1.f, s1 = 1.f;
       if (row_col) {
-        const float* sb = p.sb + static_cast<int64_t>(col_base + c) * p.sb_s1;
-        v0 *= sr * __ldg(sb);
-        if (second) v1 *= sr * __ldg(sb + p.sb_s1);
+        const float* sb = p.sb + static_cast<int64_t>(col_base + min(c, u.cols - 1)) * p.sb_s1;
+        s0 = __ldg(sb);
+        s1 = c + 1 < u.cols ? __ldg(sb + p.sb_s1) : 1.f;
       }
-      store_c_pair<T>(line + c, second, pair_aligned, v0, v1, 1.f, 0.f, epi, r, c);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int rl = warp * 16 + (lane >> 2) + 8 * h;
+        float v0 = acc[4 * j + 2 * h] * (sr[h] * s0), v1 = acc[4 * j + 2 * h + 1] * (sr[h] * s1);
+        if (epi.active) {
+          if (c < u.cols) v0 = epi.template apply<true>(row0 + rl, c, v0);
+          if (c + 1 < u.cols) v1 = epi.template apply<true>(row0 + rl, c + 1, v1);
+        }
+        const uint32_t at = buf + rl * kStageRowBytes + (cl - c0) * sizeof(T);
+        if constexpr (sizeof(T) == 4) {
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(at), "f"(v0), "f"(v1) : "memory");
+        } else {
+          asm volatile("st.shared.b32 [%0], %1;" ::"r"(at), "r"(pack2<T>(v0, v1)) : "memory");
+        }
+      }
     }
+    named_barrier_sync(2 + cw, 128);
+    // Drain: 16-byte chunks, eight to a 128-byte row piece, rows in bounds only.
+#pragma unroll
+    for (int i = tid; i < 64 * 8; i += 128) {
+      const int rl = i >> 3;
+      const int r = row0 + rl;
+      const int c = col0 + c0 + (i & 7) * kVec;
+      if (r < u.rows && c < u.cols) {
+        uint4 v;
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "r"(buf + rl * kStageRowBytes + (i & 7) * 16));
+        T* const dst = cg + static_cast<int64_t>(r) * p.ldc + c;
+        if (vec_ok && c + kVec <= u.cols) {
+          *reinterpret_cast<uint4*>(dst) = v;
+        } else {
+          const T* e = reinterpret_cast<const T*>(&v);
+          for (int q = 0; q < kVec && c + q < u.cols; ++q) dst[q] = e[q];
+        }
+      }
+    }
+    named_barrier_sync(2 + cw, 128);
   }
 }
 
 template <int kAcc>
 __device__ __forceinline__ void gg_store_any(const GgParams& p, const GgUnit& u,
                                              const float (&acc)[kAcc], int row0, int col0,
-                                             int warp, int lane) {
+                                             int warp, int lane, uint32_t buf, int cw) {
   if (p.out == static_cast<int>(OutKind::kBF16)) {
-    gg_store<__nv_bfloat16>(p, u, acc, row0, col0, warp, lane);
+    gg_store<__nv_bfloat16>(p, u, acc, row0, col0, warp, lane, buf, cw);
   } else if (p.out == static_cast<int>(OutKind::kF16)) {
-    gg_store<__half>(p, u, acc, row0, col0, warp, lane);
+    gg_store<__half>(p, u, acc, row0, col0, warp, lane, buf, cw);
   } else {
-    gg_store<float>(p, u, acc, row0, col0, warp, lane);
+    gg_store<float>(p, u, acc, row0, col0, warp, lane, buf, cw);
   }
 }
 
@@ -309,7 +360,8 @@ __global__ void __launch_bounds__(kGgThreads, 1)
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const uint32_t smem_a = base;
   const uint32_t smem_b = base + kStages * Cfg::kABytes;
-  const uint32_t bars = smem_b + kStages * Cfg::kBBytes;
+  const uint32_t staging = smem_b + kStages * Cfg::kBBytes;
+  const uint32_t bars = staging + Cfg::kStagingBytes;
   int* const first_tile = reinterpret_cast<int*>(smem_raw + (bars + Cfg::kBarrierBytes -
                                                              smem_addr(smem_raw)));
   int* const group_begin = first_tile + kGroupedMaxGroups + 2;
@@ -517,7 +569,8 @@ __global__ void __launch_bounds__(kGgThreads, 1)
         fence_accumulators(acc);
         if (num_kb > 0) release(prev_stage);
       }
-      gg_store_any(p, u, acc, u.tm * kGgBM + cw * 64, u.tn * kBN, warp_in_wg, lane);
+      gg_store_any(p, u, acc, u.tm * kGgBM + cw * 64, u.tn * kBN, warp_in_wg, lane,
+                   staging + cw * kStageBufBytes, cw);
       fence_accumulators(acc);
     }
   }
