@@ -119,9 +119,11 @@ void grouped_mm_cuda_into(const char* op, const at::Tensor& a_in, const at::Tens
   set_operands(x, a, b);
   const char* why = nullptr;
   if (!grouped_gemm_sm90_supported(x, &why)) {
-    // Row-major copies with 16-byte rows: K-major A with N-major B, which every instance set
-    // has.
-    const at::Tensor ac = padded_rows(a), bc = padded_rows(b);
+    // Copies with 16-byte rows: K-major A with N-major B, which every instance set has; a
+    // split of the contraction dimension reads an M-major A (its tail is zeroed by K rows).
+    const bool depth = layout == GroupedLayout::k2d2d;
+    const at::Tensor ac = depth ? padded_rows(a.t()).t() : padded_rows(a);
+    const at::Tensor bc = padded_rows(b);
     set_operands(x, ac, bc);
     run(op, x, out);
     return;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "common/gemm_tc_kind.h"
 #include "gemmt/cuda_check.h"
@@ -149,6 +150,10 @@ bool grouped_gemm_sm90_supported(const GroupedGemmArgs& x, const char** why) {
     *why = "an M-major a needs an N-major b (make one of them contiguous)";
     return false;
   }
+  if (x.split == GroupSplit::kDepth && x.k > 0 && (k_major(a) || k_major(b))) {
+    *why = "a split of the contraction dimension needs an M-major a and an N-major b";
+    return false;
+  }
   if (x.scale == ScaleKind::kBlock && (x.split != GroupSplit::kNone || x.k % 128 != 0)) {
     *why = "block scales need one group and K a multiple of 128";
     return false;
@@ -210,6 +215,9 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream) {
   p.bias = x.bias;
   p.bias_sg = x.bias_sg;
   p.act = x.act;
+  // The epilogue through shared memory, for A/B runs: GEMMT_GROUPED_STAGED=1.
+  const char* staged = std::getenv("GEMMT_GROUPED_STAGED");
+  p.staged = staged != nullptr && staged[0] == '1';
   const int64_t tiles = grouped_plan::max_tiles(shape, bn);
   if (tiles == 0) return cudaSuccess;
   l.grid = static_cast<int>(std::min<int64_t>(tiles, sms));

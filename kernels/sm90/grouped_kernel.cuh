@@ -191,45 +191,21 @@ __device__ __forceinline__ bool gg_unit(int t, const GgParams& p, const int* fir
   return true;
 }
 
-// Zeroes the K rows [valid, kBK) of a stage's operand (a split of the contraction dimension
-// ends inside it, and the rest belongs to the next group). MN-major: each K row is a 128-byte
-// line of every box. K-major: element k of row r sits in chunk (k / 8) ^ (r % 8) of the line.
-// Run by the 256 consumer threads together.
-template <bool kMn, int kElt>
-__device__ __forceinline__ void zero_k_tail(uint32_t base, int rows_or_boxes, int valid,
-                                            int tid) {
-  constexpr int kPerChunk = 16 / kElt;
-  if constexpr (kMn) {
-    constexpr int kRows = 128 / kElt;  // K extent of the stage, each row a 128-byte line
-    const int tail = kRows - valid;
-    const int total = rows_or_boxes * tail * 8;
-    for (int i = tid; i < total; i += 256) {
-      const int line = i >> 3;
-      const int box = line / tail;
-      const int r = valid + line % tail;
-      const uint32_t addr = base + box * (kRows * 128) + r * 128 + (i & 7) * 16;
-      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0) : "memory");
-    }
-  } else {
-    const int first_chunk = valid / kPerChunk;
-    const int chunks = 8 - first_chunk;
-    const int total = rows_or_boxes * chunks;
-    for (int i = tid; i < total; i += 256) {
-      const int r = i / chunks;
-      const int c = first_chunk + i % chunks;
-      const uint32_t line = base + r * 128;
-      const uint32_t addr = line + ((c ^ (r & 7)) << 4);
-      if (c * kPerChunk >= valid) {
-        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0) : "memory");
-      } else {
-        for (int e = valid - c * kPerChunk; e < kPerChunk; ++e) {
-          asm volatile("st.shared.u8 [%0], %1;" ::"r"(addr + e * kElt), "r"(0) : "memory");
-          if constexpr (kElt == 2) {
-            asm volatile("st.shared.u8 [%0], %1;" ::"r"(addr + e * kElt + 1), "r"(0) : "memory");
-          }
-        }
-      }
-    }
+// Zeroes the K rows [valid, kBK) of a stage's MN-major operand (a split of the contraction
+// dimension ends inside it, and the rest belongs to the next group): each K row is a
+// 128-byte line of every 64-wide box. Run by the 256 consumer threads together. (A split of
+// the contraction dimension takes MN-major operands only: grouped_gemm_sm90_supported.)
+template <int kElt>
+__device__ __forceinline__ void zero_k_tail(uint32_t base, int boxes, int valid, int tid) {
+  constexpr int kRows = 128 / kElt;  // K extent of the stage
+  const int tail = kRows - valid;
+  const int total = boxes * tail * 8;
+  for (int i = tid; i < total; i += 256) {
+    const int line = i >> 3;
+    const int box = line / tail;
+    const int r = valid + line % tail;
+    const uint32_t addr = base + box * (kRows * 128) + r * 128 + (i & 7) * 16;
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0) : "memory");
   }
 }
 
@@ -244,9 +220,9 @@ constexpr int kStageBufBytes = 64 * kStageRowBytes;
 // stores covering whole 128-byte lines (the accumulator layout alone gives 4-byte pieces of
 // 8 rows a store). The group's row and column bounds apply at the writes.
 template <typename T, int kAcc>
-__device__ __forceinline__ void gg_store(const GgParams& p, const GgUnit& u,
-                                         const float (&acc)[kAcc], int row0, int col0, int warp,
-                                         int lane, uint32_t buf, int cw) {
+__device__ __forceinline__ void gg_store_staged(const GgParams& p, const GgUnit& u,
+                                                const float (&acc)[kAcc], int row0, int col0,
+                                                int warp, int lane, uint32_t buf, int cw) {
   constexpr int kChunk = 128 / static_cast<int>(sizeof(T));  // columns a round
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));     // elements of a 16-byte store
   const bool split_rows = p.split == static_cast<int>(GroupSplit::kRows);
@@ -323,6 +299,61 @@ __device__ __forceinline__ void gg_store(const GgParams& p, const GgUnit& u,
       }
     }
     named_barrier_sync(2 + cw, 128);
+  }
+}
+
+// The same from registers straight to C: pairs of outputs, eight rows a store.
+template <typename T, int kAcc>
+__device__ __forceinline__ void gg_store_direct(const GgParams& p, const GgUnit& u,
+                                         const float (&acc)[kAcc], int row0, int col0, int warp,
+                                         int lane) {
+  const bool split_rows = p.split == static_cast<int>(GroupSplit::kRows);
+  const bool split_cols = p.split == static_cast<int>(GroupSplit::kCols);
+  // C_g's origin: a split of rows or columns writes a range of one C, the others a C a group.
+  T* cg = static_cast<T*>(p.c) + (split_rows || split_cols ? 0 : u.g * p.c_sg);
+  const int row_base = split_rows ? u.begin : 0;
+  const int col_base = split_cols ? u.begin : 0;
+  cg += static_cast<int64_t>(row_base) * p.ldc + col_base;
+  const bool pair_aligned =
+      (p.ldc % 2 == 0) && (reinterpret_cast<uintptr_t>(cg) % (2 * sizeof(T)) == 0);
+  EpilogueView<T> epi;
+  epi.bias = p.bias == nullptr || u.g >= p.groups
+                 ? nullptr
+                 : static_cast<const T*>(p.bias) + static_cast<int64_t>(u.g) * p.bias_sg;
+  epi.act = p.act;
+  epi.active = epi.bias != nullptr || p.act != Activation::kNone;
+  const bool row_col = p.scale == static_cast<int>(ScaleKind::kRowCol);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = row0 + warp * 16 + (lane >> 2) + 8 * h;
+    if (r >= u.rows) continue;
+    const float sr = row_col ? __ldg(p.sa + static_cast<int64_t>(row_base + r) * p.sa_s0) : 1.f;
+    T* const line = cg + static_cast<int64_t>(r) * p.ldc;
+#pragma unroll
+    for (int j = 0; j < kAcc / 4; ++j) {
+      const int c = col0 + 8 * j + 2 * (lane & 3);
+      if (c >= u.cols) continue;
+      const bool second = c + 1 < u.cols;
+      float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+      if (row_col) {
+        const float* sb = p.sb + static_cast<int64_t>(col_base + c) * p.sb_s1;
+        v0 *= sr * __ldg(sb);
+        if (second) v1 *= sr * __ldg(sb + p.sb_s1);
+      }
+      store_c_pair<T>(line + c, second, pair_aligned, v0, v1, 1.f, 0.f, epi, r, c);
+    }
+  }
+}
+
+
+template <typename T, int kAcc>
+__device__ __forceinline__ void gg_store(const GgParams& p, const GgUnit& u,
+                                         const float (&acc)[kAcc], int row0, int col0, int warp,
+                                         int lane, uint32_t buf, int cw) {
+  if (p.staged) {
+    gg_store_staged<T>(p, u, acc, row0, col0, warp, lane, buf, cw);
+  } else {
+    gg_store_direct<T>(p, u, acc, row0, col0, warp, lane);
   }
 }
 
@@ -470,11 +501,9 @@ __global__ void __launch_bounds__(kGgThreads, 1)
       auto stage_descs = [&](int kb, uint64_t& da, uint64_t& db) {
         mbar_wait(full_bar(stage), phase);
         const int valid = u.depth - kb * kBK;
-        if (split_depth && valid < kBK) {
-          zero_k_tail<kAMn, Cfg::kElt>(smem_a + stage * Cfg::kABytes, kAMn ? 2 : kGgBM, valid,
-                                       tid);
-          zero_k_tail<kBMn, Cfg::kElt>(smem_b + stage * Cfg::kBBytes, kBMn ? kBN / 64 : kBN,
-                                       valid, tid);
+        if (kAMn && kBMn && split_depth && valid < kBK) {
+          zero_k_tail<Cfg::kElt>(smem_a + stage * Cfg::kABytes, 2, valid, tid);
+          zero_k_tail<Cfg::kElt>(smem_b + stage * Cfg::kBBytes, kBN / 64, valid, tid);
           // wgmma wants converged warps; then the writes of both warpgroups, visible to it.
           __syncwarp();
           fence_proxy_async_smem();
@@ -547,8 +576,19 @@ __global__ void __launch_bounds__(kGgThreads, 1)
         }
       } else {
         for (int kb = 0; kb < num_kb; ++kb) {
-          uint64_t da, db;
-          stage_descs(kb, da, db);
+          mbar_wait(full_bar(stage), phase);
+          if constexpr (kAMn && kBMn) {
+            const int valid = u.depth - kb * kBK;
+            if (split_depth && valid < kBK) {
+              zero_k_tail<Cfg::kElt>(smem_a + stage * Cfg::kABytes, 2, valid, tid);
+              zero_k_tail<Cfg::kElt>(smem_b + stage * Cfg::kBBytes, kBN / 64, valid, tid);
+              __syncwarp();
+              fence_proxy_async_smem();
+              named_barrier_sync(1, 256);
+            }
+          }
+          const uint64_t da = make_desc(smem_a + stage * Cfg::kABytes, kALbo, 1024) + cw * kAHalf;
+          const uint64_t db = make_desc(smem_b + stage * Cfg::kBBytes, kBLbo, 1024);
           wgmma_fence();
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk) {
@@ -561,7 +601,11 @@ __global__ void __launch_bounds__(kGgThreads, 1)
             wgmma_wait<1>();
             release(prev_stage);
           }
-          advance();
+          prev_stage = stage;
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1u;
+          }
         }
       }
       if constexpr (!kPromote) {

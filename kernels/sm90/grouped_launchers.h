@@ -31,6 +31,7 @@ struct GroupedParams {
   const void* bias;
   int64_t bias_sg;
   Activation act;
+  int staged;  // the epilogue goes through shared memory (else straight from registers)
 };
 
 struct GroupedLaunch {
