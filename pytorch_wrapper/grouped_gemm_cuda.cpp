@@ -97,12 +97,16 @@ void grouped_mm_cuda_into(const char* op, const at::Tensor& a_in, const at::Tens
       x.c_sg = out.stride(0);
       x.ldc = out.stride(1);
       break;
-    case GroupedLayout::k3d2d:
-      x.split = GroupSplit::kCols;
-      x.groups = static_cast<int>(a.size(0));
-      x.m = a.size(1), x.k = a.size(2), x.n = b.size(1);
-      x.ldc = out.stride(0);
-      break;
+    case GroupedLayout::k3d2d: {
+      // Columns of b split by the offsets: run out^T = b^T a_g^T, whose rows are split, on
+      // a K-major copy of b^T (TMA boxes cannot start at any inner coordinate), then
+      // transpose. (No bias in this layout.)
+      at::Tensor out_t = at::empty({out.size(1), out.size(0)}, out.options());
+      grouped_mm_cuda_into(op, padded_rows(b.t()), a.transpose(1, 2), offs, bias,
+                           GroupedLayout::k2d3d, act, out_t);
+      out.copy_(out_t.t());
+      return;
+    }
   }
   if (x.groups == 0) {
     out.zero_();

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 
 #include "common/gemm_tc_kind.h"
 #include "gemmt/cuda_check.h"
@@ -141,6 +140,10 @@ bool grouped_gemm_sm90_supported(const GroupedGemmArgs& x, const char** why) {
   if (!mappable(b, elt, why, "b: its base address and strides must be multiples of 16 bytes")) {
     return false;
   }
+  if (is_fp8_kind(x.kind) && (x.split != GroupSplit::kNone || x.groups != 1)) {
+    *why = "float8 operands: one product (a grouped FP8 product is not built)";
+    return false;
+  }
   if (is_fp8_kind(x.kind) && (!k_major(a) || !k_major(b))) {
     *why = "float8 operands must be K-major (a row-major, b column-major)";
     return false;
@@ -150,8 +153,18 @@ bool grouped_gemm_sm90_supported(const GroupedGemmArgs& x, const char** why) {
     *why = "an M-major a needs an N-major b (make one of them contiguous)";
     return false;
   }
+  // TMA boxes start at 16-byte aligned inner coordinates only, and a split's ranges start
+  // anywhere: the split extent must be an operand's outer (strided) dimension.
   if (x.split == GroupSplit::kDepth && x.k > 0 && (k_major(a) || k_major(b))) {
     *why = "a split of the contraction dimension needs an M-major a and an N-major b";
+    return false;
+  }
+  if (x.split == GroupSplit::kRows && !k_major(a)) {
+    *why = "a split of the rows needs a K-major a";
+    return false;
+  }
+  if (x.split == GroupSplit::kCols) {
+    *why = "a split of the columns runs as the transposed split of rows";
     return false;
   }
   if (x.scale == ScaleKind::kBlock && (x.split != GroupSplit::kNone || x.k % 128 != 0)) {
@@ -189,7 +202,9 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream) {
   l.bn = bn;
   l.promote = promote;
   l.block = x.scale == ScaleKind::kBlock;
-  if (!encode_operand(&l.a, a, x.kind, 128) || !encode_operand(&l.b, b, x.kind, bn)) {
+  l.cluster = is_fp8_kind(x.kind) ? 2 : 1;
+  if (!encode_operand(&l.a, a, x.kind, 128) ||
+      !encode_operand(&l.b, b, x.kind, bn / l.cluster)) {
     return cudaErrorInvalidValue;
   }
   sm90::GroupedParams& p = l.p;
@@ -199,7 +214,8 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream) {
   p.m = static_cast<int>(x.m);
   p.n = static_cast<int>(x.n);
   p.k = static_cast<int>(x.k);
-  p.tiles_m = static_cast<int>((x.m + 127) / 128);
+  // A pair's units are pairs of tile rows.
+  p.tiles_m = static_cast<int>((x.m + 128 * l.cluster - 1) / (128 * l.cluster));
   p.tiles_n = static_cast<int>((x.n + bn - 1) / bn);
   p.c = x.c;
   p.c_sg = x.c_sg;
@@ -215,12 +231,10 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream) {
   p.bias = x.bias;
   p.bias_sg = x.bias_sg;
   p.act = x.act;
-  // The epilogue through shared memory, for A/B runs: GEMMT_GROUPED_STAGED=1.
-  const char* staged = std::getenv("GEMMT_GROUPED_STAGED");
-  p.staged = staged != nullptr && staged[0] == '1';
   const int64_t tiles = grouped_plan::max_tiles(shape, bn);
   if (tiles == 0) return cudaSuccess;
-  l.grid = static_cast<int>(std::min<int64_t>(tiles, sms));
+  const int64_t units = l.cluster == 1 ? tiles : (static_cast<int64_t>(p.tiles_m) * p.tiles_n);
+  l.grid = static_cast<int>(std::min<int64_t>(units, sms / l.cluster)) * l.cluster;
   if (x.kind == kBF16) return sm90::grouped_launch_bf16(x.kind, l, stream);
   if (x.kind == kF16) return sm90::grouped_launch_f16(x.kind, l, stream);
   return sm90::grouped_launch_fp8(x.kind, l, stream);

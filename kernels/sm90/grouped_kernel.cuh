@@ -56,9 +56,8 @@ struct GgCfg {
   // (each with the tail group and an end entry)
   static constexpr int kTableBytes = 2 * (kGroupedMaxGroups + 2) * 4;
   static constexpr int kBarrierBytes = 2 * kStages * 8;
-  static constexpr int kStagingBytes = 2 * (64 * (128 + 16));  // gg_store's, per consumer
-  static constexpr int kSmemBytes = kStages * (kABytes + kBBytes) + kStagingBytes +
-                                    kTableBytes + kBarrierBytes + 1024;
+  static constexpr int kSmemBytes =
+      kStages * (kABytes + kBBytes) + kTableBytes + kBarrierBytes + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "exceeds the shared memory of one H100 CTA");
 };
 
@@ -209,102 +208,11 @@ __device__ __forceinline__ void zero_k_tail(uint32_t base, int boxes, int valid,
   }
 }
 
-// The epilogue's staging: per consumer warpgroup 64 rows of 8 KB-worth of columns (64 of a
-// 16-bit C, 32 of float), each row padded by 16 bytes so that the fill's pair writes and the
-// drain's 16-byte reads meet distinct banks.
-constexpr int kStageRowBytes = 128 + 16;
-constexpr int kStageBufBytes = 64 * kStageRowBytes;
-
-// A consumer's 64 x kBN block of C from its accumulators: scales, bias and activation in
-// registers, then in column chunks through shared memory, so that C is written in 16-byte
-// stores covering whole 128-byte lines (the accumulator layout alone gives 4-byte pieces of
-// 8 rows a store). The group's row and column bounds apply at the writes.
+// A consumer's 64 x kBN block of C from its accumulators, straight from registers: scales,
+// bias, activation, the group's bounds. (Staged through shared memory into 16-byte stores it
+// ran 10-30% slower: docs/performance.md, tried and not kept.)
 template <typename T, int kAcc>
-__device__ __forceinline__ void gg_store_staged(const GgParams& p, const GgUnit& u,
-                                                const float (&acc)[kAcc], int row0, int col0,
-                                                int warp, int lane, uint32_t buf, int cw) {
-  constexpr int kChunk = 128 / static_cast<int>(sizeof(T));  // columns a round
-  constexpr int kVec = 16 / static_cast<int>(sizeof(T));     // elements of a 16-byte store
-  const bool split_rows = p.split == static_cast<int>(GroupSplit::kRows);
-  const bool split_cols = p.split == static_cast<int>(GroupSplit::kCols);
-  // C_g's origin: a split of rows or columns writes a range of one C, the others a C a group.
-  T* cg = static_cast<T*>(p.c) + (split_rows || split_cols ? 0 : u.g * p.c_sg);
-  const int row_base = split_rows ? u.begin : 0;
-  const int col_base = split_cols ? u.begin : 0;
-  cg += static_cast<int64_t>(row_base) * p.ldc + col_base;
-  const bool vec_ok =
-      (p.ldc % kVec == 0) && (reinterpret_cast<uintptr_t>(cg) % 16 == 0);
-  EpilogueView<T> epi;
-  epi.bias = p.bias == nullptr || u.g >= p.groups
-                 ? nullptr
-                 : static_cast<const T*>(p.bias) + static_cast<int64_t>(u.g) * p.bias_sg;
-  epi.act = p.act;
-  epi.active = epi.bias != nullptr || p.act != Activation::kNone;
-  const bool row_col = p.scale == static_cast<int>(ScaleKind::kRowCol);
-  const int tid = warp * 32 + lane;
-  float sr[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = min(row0 + warp * 16 + (lane >> 2) + 8 * h, max(u.rows - 1, 0));
-    sr[h] = row_col ? __ldg(p.sa + static_cast<int64_t>(row_base + r) * p.sa_s0) : 1.f;
-  }
-#pragma unroll
-  for (int c0 = 0; c0 < 2 * kAcc; c0 += kChunk) {
-    // Fill: this thread's pairs of the chunk, finished and rounded.
-#pragma unroll
-    for (int j = c0 / 8; j < (c0 + kChunk) / 8; ++j) {
-      const int cl = 8 * j + 2 * (lane & 3);  // column within the block
-      const int c = col0 + cl;
-      float s0 = 1.f, s1 = 1.f;
-      if (row_col) {
-        const float* sb = p.sb + static_cast<int64_t>(col_base + min(c, u.cols - 1)) * p.sb_s1;
-        s0 = __ldg(sb);
-        s1 = c + 1 < u.cols ? __ldg(sb + p.sb_s1) : 1.f;
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int rl = warp * 16 + (lane >> 2) + 8 * h;
-        float v0 = acc[4 * j + 2 * h] * (sr[h] * s0), v1 = acc[4 * j + 2 * h + 1] * (sr[h] * s1);
-        if (epi.active) {
-          if (c < u.cols) v0 = epi.template apply<true>(row0 + rl, c, v0);
-          if (c + 1 < u.cols) v1 = epi.template apply<true>(row0 + rl, c + 1, v1);
-        }
-        const uint32_t at = buf + rl * kStageRowBytes + (cl - c0) * sizeof(T);
-        if constexpr (sizeof(T) == 4) {
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(at), "f"(v0), "f"(v1) : "memory");
-        } else {
-          asm volatile("st.shared.b32 [%0], %1;" ::"r"(at), "r"(pack2<T>(v0, v1)) : "memory");
-        }
-      }
-    }
-    named_barrier_sync(2 + cw, 128);
-    // Drain: 16-byte chunks, eight to a 128-byte row piece, rows in bounds only.
-#pragma unroll
-    for (int i = tid; i < 64 * 8; i += 128) {
-      const int rl = i >> 3;
-      const int r = row0 + rl;
-      const int c = col0 + c0 + (i & 7) * kVec;
-      if (r < u.rows && c < u.cols) {
-        uint4 v;
-        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                     : "r"(buf + rl * kStageRowBytes + (i & 7) * 16));
-        T* const dst = cg + static_cast<int64_t>(r) * p.ldc + c;
-        if (vec_ok && c + kVec <= u.cols) {
-          *reinterpret_cast<uint4*>(dst) = v;
-        } else {
-          const T* e = reinterpret_cast<const T*>(&v);
-          for (int q = 0; q < kVec && c + q < u.cols; ++q) dst[q] = e[q];
-        }
-      }
-    }
-    named_barrier_sync(2 + cw, 128);
-  }
-}
-
-// The same from registers straight to C: pairs of outputs, eight rows a store.
-template <typename T, int kAcc>
-__device__ __forceinline__ void gg_store_direct(const GgParams& p, const GgUnit& u,
+__device__ __forceinline__ void gg_store(const GgParams& p, const GgUnit& u,
                                          const float (&acc)[kAcc], int row0, int col0, int warp,
                                          int lane) {
   const bool split_rows = p.split == static_cast<int>(GroupSplit::kRows);
@@ -346,35 +254,27 @@ __device__ __forceinline__ void gg_store_direct(const GgParams& p, const GgUnit&
 }
 
 
-template <typename T, int kAcc>
-__device__ __forceinline__ void gg_store(const GgParams& p, const GgUnit& u,
-                                         const float (&acc)[kAcc], int row0, int col0, int warp,
-                                         int lane, uint32_t buf, int cw) {
-  if (p.staged) {
-    gg_store_staged<T>(p, u, acc, row0, col0, warp, lane, buf, cw);
-  } else {
-    gg_store_direct<T>(p, u, acc, row0, col0, warp, lane);
-  }
-}
-
 template <int kAcc>
 __device__ __forceinline__ void gg_store_any(const GgParams& p, const GgUnit& u,
                                              const float (&acc)[kAcc], int row0, int col0,
-                                             int warp, int lane, uint32_t buf, int cw) {
+                                             int warp, int lane) {
   if (p.out == static_cast<int>(OutKind::kBF16)) {
-    gg_store<__nv_bfloat16>(p, u, acc, row0, col0, warp, lane, buf, cw);
+    gg_store<__nv_bfloat16>(p, u, acc, row0, col0, warp, lane);
   } else if (p.out == static_cast<int>(OutKind::kF16)) {
-    gg_store<__half>(p, u, acc, row0, col0, warp, lane, buf, cw);
+    gg_store<__half>(p, u, acc, row0, col0, warp, lane);
   } else {
-    gg_store<float>(p, u, acc, row0, col0, warp, lane, buf, cw);
+    gg_store<float>(p, u, acc, row0, col0, warp, lane);
   }
 }
 
 #endif  // GEMMT_SM90_DEVICE_CODE
 
 // kAMn / kBMn: M-major A, N-major B (16-bit kinds only). kPromote: FP8 partial products of
-// 128 of K join a float32 sum (kBlock: scaled by their block scales).
-template <int kKind, bool kAMn, bool kBMn, int kBN, bool kPromote, bool kBlock>
+// 128 of K join a float32 sum (kBlock: scaled by their block scales). kCluster == 2: CTA pairs
+// stacked along M (one group, no split) that share each B stage, each fetching half of it
+// for both by multicast, which halves B's L2 traffic; a stage is refilled once the consumers
+// of both CTAs have released it.
+template <int kKind, bool kAMn, bool kBMn, int kBN, bool kPromote, bool kBlock, int kCluster>
 __global__ void __launch_bounds__(kGgThreads, 1)
     sm90_grouped_gemm_kernel(const __grid_constant__ CUtensorMap tma_a,
                              const __grid_constant__ CUtensorMap tma_b, const GgParams p) {
@@ -391,8 +291,7 @@ __global__ void __launch_bounds__(kGgThreads, 1)
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const uint32_t smem_a = base;
   const uint32_t smem_b = base + kStages * Cfg::kABytes;
-  const uint32_t staging = smem_b + kStages * Cfg::kBBytes;
-  const uint32_t bars = staging + Cfg::kStagingBytes;
+  const uint32_t bars = smem_b + kStages * Cfg::kBBytes;
   int* const first_tile = reinterpret_cast<int*>(smem_raw + (bars + Cfg::kBarrierBytes -
                                                              smem_addr(smem_raw)));
   int* const group_begin = first_tile + kGroupedMaxGroups + 2;
@@ -406,7 +305,7 @@ __global__ void __launch_bounds__(kGgThreads, 1)
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full_bar(s), 1);
-      mbar_init(empty_bar(s), kConsumerWarps);
+      mbar_init(empty_bar(s), kConsumerWarps * kCluster);
     }
     fence_barrier_init();
   }
@@ -415,7 +314,18 @@ __global__ void __launch_bounds__(kGgThreads, 1)
     build_group_table<kBN>(p, first_tile, group_begin);
   }
   __syncthreads();
+  // The peer may multicast into our ring and arrive on our barriers only once they exist.
+  if constexpr (kCluster > 1) cluster_sync();
   allow_dependent_launch();
+  const uint32_t rank = kCluster > 1 ? cluster_ctarank() : 0u;
+  const int first_unit = static_cast<int>(blockIdx.x) / kCluster;
+  const int unit_stride = static_cast<int>(gridDim.x) / kCluster;
+  // This CTA's tile of unit t: a pair's units are tile pairs (p.tiles_m counts them).
+  auto unit = [&](int t, GgUnit& u) {
+    if (!gg_unit<kBN>(t, p, first_tile, group_begin, u)) return false;
+    if constexpr (kCluster > 1) u.tm = u.tm * kCluster + static_cast<int>(rank);
+    return true;
+  };
 
   if (wg == 0) {
     setmaxnreg_dec<40>();
@@ -428,7 +338,7 @@ __global__ void __launch_bounds__(kGgThreads, 1)
       int stage = 0;
       uint32_t phase = 0;
       GgUnit u;
-      for (int t = blockIdx.x; gg_unit<kBN>(t, p, first_tile, group_begin, u); t += gridDim.x) {
+      for (int t = first_unit; unit(t, u); t += unit_stride) {
         const bool split_rows = p.split == static_cast<int>(GroupSplit::kRows);
         const bool split_cols = p.split == static_cast<int>(GroupSplit::kCols);
         const bool split_depth = p.split == static_cast<int>(GroupSplit::kDepth);
@@ -453,7 +363,11 @@ __global__ void __launch_bounds__(kGgThreads, 1)
               tma_load_3d(sa, &tma_a, fb, a_row, k0, a_g);
               tma_load_3d(sa + kMnBox, &tma_a, fb, a_row + 64, k0, a_g);
             }
-            if constexpr (!kBMn) {
+            if constexpr (kCluster > 1) {
+              static_assert(!kBMn, "CTA pairs take a K-major B");
+              tma_load_3d_multicast(sb + rank * (Cfg::kBBytes / 2), &tma_b, fb, k0,
+                                    b_col + static_cast<int>(rank) * (kBN / 2), b_g, 0x3);
+            } else if constexpr (!kBMn) {
               tma_load_3d(sb, &tma_b, fb, k0, b_col, b_g);
             } else {
 #pragma unroll
@@ -480,13 +394,17 @@ __global__ void __launch_bounds__(kGgThreads, 1)
     constexpr uint32_t kBLbo = kBMn ? kMnBox : 16;
     constexpr uint32_t kAHalf = (Cfg::kABytes / 2) >> 4;
     auto release = [&](int s) {
-      if (lane == 0) mbar_arrive_local(empty_bar(s));
+      if constexpr (kCluster == 1) {
+        if (lane == 0) mbar_arrive_local(empty_bar(s));
+      } else {
+        if (lane < kCluster) mbar_arrive_cluster(empty_bar(s), lane);
+      }
     };
     int stage = 0;
     uint32_t phase = 0;
     float acc[Cfg::kAcc];
     GgUnit u;
-    for (int t = blockIdx.x; gg_unit<kBN>(t, p, first_tile, group_begin, u); t += gridDim.x) {
+    for (int t = first_unit; unit(t, u); t += unit_stride) {
       const int num_kb = ceil_div_dev(u.depth, kBK);
       const bool split_depth = p.split == static_cast<int>(GroupSplit::kDepth);
 #pragma unroll
@@ -613,11 +531,12 @@ __global__ void __launch_bounds__(kGgThreads, 1)
         fence_accumulators(acc);
         if (num_kb > 0) release(prev_stage);
       }
-      gg_store_any(p, u, acc, u.tm * kGgBM + cw * 64, u.tn * kBN, warp_in_wg, lane,
-                   staging + cw * kStageBufBytes, cw);
+      gg_store_any(p, u, acc, u.tm * kGgBM + cw * 64, u.tn * kBN, warp_in_wg, lane);
       fence_accumulators(acc);
     }
   }
+  // No CTA may leave while its peer can still multicast into it or arrive on its barriers.
+  if constexpr (kCluster > 1) cluster_sync();
 #endif  // GEMMT_SM90_DEVICE_CODE
 }
 

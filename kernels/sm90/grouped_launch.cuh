@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+
 #include "gemmt/cuda_check.h"
 #include "gemmt/launch.cuh"
 #include "sm90/grouped_kernel.cuh"
@@ -12,12 +14,46 @@
 namespace gemmt {
 namespace {
 
-template <int kKind, bool kAMn, bool kBMn, int kBN, bool kPromote, bool kBlock>
+template <int kKind, bool kAMn, bool kBMn, int kBN, bool kPromote, bool kBlock, int kCluster = 1>
 cudaError_t launch_grouped_instance(const sm90::GroupedLaunch& l, cudaStream_t stream) {
-  constexpr auto kernel = sm90_grouped_gemm_kernel<kKind, kAMn, kBMn, kBN, kPromote, kBlock>;
+  constexpr auto kernel =
+      sm90_grouped_gemm_kernel<kKind, kAMn, kBMn, kBN, kPromote, kBlock, kCluster>;
   constexpr int smem = GgCfg<kKind, kBN>::kSmemBytes;
   GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(smem));
-  return launch_programmatic<kernel>(dim3(l.grid), dim3(kGgThreads), smem, stream, l.a, l.b, l.p);
+  if constexpr (kCluster == 1) {
+    return launch_programmatic<kernel>(dim3(l.grid), dim3(kGgThreads), smem, stream, l.a, l.b,
+                                       l.p);
+  } else {
+    if (l.cluster != kCluster || l.grid % kCluster != 0) return cudaErrorInvalidValue;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(l.grid);
+    cfg.blockDim = dim3(kGgThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = kCluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    // As many pairs as can be resident at once (a GPC's SMs may not pair up): more would run
+    // as a second, mostly idle wave of the persistent grid.
+    static std::atomic<int> cache[kMaxCachedDevices] = {};
+    int pairs = 0;
+    const cudaError_t occ = cached_per_device(cache, &pairs, [&](int, int* count) {
+      cudaLaunchConfig_t q = cfg;
+      const cudaError_t e = cudaOccupancyMaxActiveClusters(count, kernel, &q);
+      if (e != cudaSuccess) return e;
+      return *count < 1 ? cudaErrorInvalidConfiguration : cudaSuccess;
+    });
+    if (occ == cudaSuccess && pairs * kCluster < l.grid) {
+      cfg.gridDim = dim3(pairs * kCluster);
+    } else if (occ != cudaSuccess) {
+      (void)cudaGetLastError();
+    }
+    return cudaLaunchKernelEx(&cfg, kernel, l.a, l.b, l.p);
+  }
 }
 
 // The 16-bit instances of one kind: K-major A with either B, and the M-major A with N-major B
@@ -37,15 +73,19 @@ cudaError_t launch_grouped_16bit(const sm90::GroupedLaunch& l, cudaStream_t stre
   return cudaErrorInvalidValue;
 }
 
-// The FP8 instances of one operand pair: the promoted sum (row/column or block scales) on the
-// 128-wide tile, fast accumulation on the 256-wide one.
+// The FP8 instances of one operand pair (one group, CTA pairs): the promoted sum (row/column
+// or block scales) on the 128-wide tile, fast accumulation on the 256- or 128-wide one.
 template <int kKind>
 cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t stream) {
   if (l.a_mn || l.b_mn) return cudaErrorInvalidValue;
-  if (l.block) return launch_grouped_instance<kKind, false, false, 128, true, true>(l, stream);
-  if (l.promote) return launch_grouped_instance<kKind, false, false, 128, true, false>(l, stream);
-  if (l.bn == 256) return launch_grouped_instance<kKind, false, false, 256, false, false>(l, stream);
-  return launch_grouped_instance<kKind, false, false, 128, false, false>(l, stream);
+  if (l.block) return launch_grouped_instance<kKind, false, false, 128, true, true, 2>(l, stream);
+  if (l.promote) {
+    return launch_grouped_instance<kKind, false, false, 128, true, false, 2>(l, stream);
+  }
+  if (l.bn == 256) {
+    return launch_grouped_instance<kKind, false, false, 256, false, false, 2>(l, stream);
+  }
+  return launch_grouped_instance<kKind, false, false, 128, false, false, 2>(l, stream);
 }
 
 }  // namespace

@@ -31,7 +31,6 @@ struct GroupedParams {
   const void* bias;
   int64_t bias_sg;
   Activation act;
-  int staged;  // the epilogue goes through shared memory (else straight from registers)
 };
 
 struct GroupedLaunch {
@@ -42,6 +41,7 @@ struct GroupedLaunch {
   int bn;          // 128 or 256
   bool promote;    // FP8: a float32 sum of 128-deep partial products
   bool block;      // FP8: with 1x128 / 128x128 block scales
+  int cluster;     // 1, or 2: CTA pairs along M sharing B (FP8, one group)
 };
 
 // One per kind family, each in its own translation unit.
