@@ -2,7 +2,8 @@
 # On a CUDA machine, in one go: build gemmt (pip and plain CMake), run the standalone kernel
 # self-tests, the whole pytest suite (CUDA cases included), the demo, and the benchmarks.
 # Logs and JSON go under $OUT (default ./gpu-out); a summary is printed last.
-#   STAGES="build selftest test slow demo linear bench fp64 mm tune profile sanitize" (default: all
+#   STAGES="build selftest test slow demo linear bench fp64 mm tune fp8 moe fp8_quant extra
+#   profile sanitize" (default: all
 #   but profile and sanitize); "buildtime" alone times the pip build (cold, then after touching
 #   one kernel file) and records each translation unit's compile time and the module's size.
 #   BENCH_ARGS="--quick"   passed to python -m gemmt bench
@@ -102,6 +103,17 @@ if has tune && $PY -m gemmt bench --help 2>/dev/null | grep -q tune; then
   stage "bench tune" "$LOGS/bench_tune.log" ${BENCH_TIMEOUT:+timeout $BENCH_TIMEOUT} $PY -m gemmt bench tune --out "$OUT" ${TUNE_ARGS:-}
   grep -v "it/s\|s/it" "$LOGS/bench_tune.log" | tail -n 60 >>"$SUMMARY"
 fi
+
+# FP8_ARGS / MOE_ARGS: e.g. "--quick --only gemm,quant" (the new suites, each bounded by
+# BENCH_TIMEOUT like the others).
+for suite in fp8 moe fp8_quant; do
+  if has $suite; then
+    args_var=$(echo "${suite}_ARGS" | tr a-z A-Z)
+    stage "bench $suite" "$LOGS/bench_$suite.log" ${BENCH_TIMEOUT:+timeout $BENCH_TIMEOUT} \
+      $PY -m gemmt bench $suite --out "$OUT" ${!args_var:-}
+    grep -v "it/s\|s/it" "$LOGS/bench_$suite.log" | tail -n 60 >>"$SUMMARY"
+  fi
+done
 
 # EXTRA_PY: a Python script run with $OUT as its argument (a one-off measurement).
 if has extra && [ -n "${EXTRA_PY:-}" ]; then
