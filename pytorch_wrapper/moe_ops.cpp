@@ -14,6 +14,7 @@
 #include <torch/autograd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <string>
@@ -620,6 +621,18 @@ at::Tensor grouped_mm_cuda(const at::Tensor& a, const at::Tensor& b, const OptTe
 #ifdef GEMMT_WITH_CUDA
   TORCH_CHECK(a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf, kGroupedMm,
               ": the CUDA kernel takes bfloat16 and float16 operands, got ", describe(a));
+  // The offsets stay on the GPU, unchecked (a check would synchronise with the host);
+  // GEMMT_CHECK_OFFSETS=1 reads and checks them as the CPU kernel does, for debugging.
+  static const bool check_offsets = [] {
+    const char* v = std::getenv("GEMMT_CHECK_OFFSETS");
+    return v != nullptr && v[0] == '1';
+  }();
+  if (check_offsets && has(offs)) {
+    const int64_t extent = s.layout == Layout::k2d3d   ? a.size(0)
+                           : s.layout == Layout::k2d2d ? a.size(1)
+                                                       : b.size(1);
+    read_offsets(kGroupedMm, offs->cpu(), extent, "the extent the offsets split");
+  }
   at::Tensor out = at::empty(C10_AS_INTARRAYREF_SLOW(s.out_sizes), a.options().dtype(s.out_dtype));
   grouped_mm_cuda_into(kGroupedMm, a, b, offs, bias, static_cast<GroupedLayout>(s.layout),
                        s.activation, out);

@@ -15,6 +15,7 @@
 #include "gemmt/gemm_args.h"
 #include "gemmt/gemm_variant.h"
 #include "plan/decode_plan.h"
+#include "plan/grouped_plan.h"
 #include "plan/plan_rules.h"
 #include "plan/simt_plan.h"
 #include "plan/sm90_plan.h"
@@ -373,6 +374,21 @@ void bind_plans(py::module_& m) {
         py::arg("dtype"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("a_strides"),
         py::arg("b_strides"), py::arg("ldc"), py::arg("offsets"), py::arg("sm_count"),
         py::arg("cc_major"), py::arg("device_info") = std::map<std::string, int64_t>{});
+  m.def(
+      "plan_grouped",
+      [](int64_t m, int64_t n, int64_t k, int groups, int split, int sm_count) {
+        grouped_plan::Shape s{m, n, k, groups, split};
+        const int bn = grouped_plan::tile_width(s, sm_count);
+        py::dict d;
+        d["tile_n"] = bn;
+        d["max_tiles"] = grouped_plan::max_tiles(s, bn);
+        return d;
+      },
+      "The grouped / scaled Hopper GEMM's plan (kernels/plan/grouped_plan.cpp): tile width and "
+      "the bound on its tiles; split: 0 none, 1 rows, 2 columns, 3 the contraction dimension "
+      "(its extent the total of the groups').",
+      py::arg("m"), py::arg("n"), py::arg("k"), py::arg("groups"), py::arg("split"),
+      py::arg("sm_count"));
   m.def("plan_simt", &plan_simt,
         "The SIMT planner's plan for one problem on a device with the given occupancy per tile "
         "shape (blocks_per_sm: {'large': .., 'medium': .., 'small': .., 'fat': .., 'narrow': "

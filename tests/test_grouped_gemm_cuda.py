@@ -278,3 +278,24 @@ def test_scaled_mm_mixed_formats_bias_activation(pair: tuple[torch.dtype, torch.
         cpu = torch.ops.gemmt.scaled_mm(a.cpu(), b.cpu(), sa.cpu(), sb.cpu(), bias.cpu(),
                                         torch.bfloat16, act, False)
         assert rel_err(out.double().cpu(), cpu.double()) < 1e-2
+
+
+@needs_hopper
+def test_grouped_offsets_checked_on_request() -> None:
+    """Offsets stay on the GPU unchecked; GEMMT_CHECK_OFFSETS=1 reads and checks them."""
+    import os
+    import subprocess
+    import sys
+    code = (
+        "import torch, gemmt\n"
+        "a = torch.randn(10, 64, device='cuda', dtype=torch.bfloat16)\n"
+        "b = torch.randn(2, 64, 64, device='cuda', dtype=torch.bfloat16)\n"
+        "offs = torch.tensor([6, 4], device='cuda', dtype=torch.int32)\n"
+        "try:\n"
+        "    torch.ops.gemmt.grouped_mm(a, b, offs)\n"
+        "except RuntimeError as e:\n"
+        "    print('REFUSED', e)\n")
+    env = {**os.environ, "GEMMT_CHECK_OFFSETS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert "REFUSED" in out.stdout and "non-decreasing" in out.stdout, out.stdout + out.stderr

@@ -935,3 +935,32 @@ def test_device_info_reads_the_gpu_once_per_device() -> None:
         assert p["supported"] and p["c_trans"]
     with pytest.raises(ValueError, match="must be a CUDA device index"):
         lib.device_info(torch.cuda.device_count())
+
+
+# ---- the grouped / scaled Hopper GEMM's planner (kernels/plan/grouped_plan.cpp) ----
+
+@pytest.mark.parametrize("m,n,k,groups,split,tile", [
+    (8192, 28672, 8192, 1, 0, 256),    # a large FP8 product fills the SMs with wide tiles
+    (16, 8192, 8192, 1, 0, 128),       # decode: too few wide tiles, narrower ones stream B
+    (4096, 128, 4096, 1, 0, 128),      # an output of 128 columns
+    (64 * 256, 2048, 7168, 64, 1, 256),  # 64 experts of 256 tokens
+    (128 * 2, 768, 2048, 128, 1, 128),   # 128 experts of 2 tokens
+])
+def test_grouped_plan_tile_width(m: int, n: int, k: int, groups: int, split: int,
+                                 tile: int) -> None:
+    plan = _native.load().plan_grouped(m, n, k, groups, split, 132)
+    assert plan["tile_n"] == tile
+
+
+def test_grouped_plan_tile_bound_covers_every_split() -> None:
+    lib = _native.load()
+    # Rows split over 64 groups: each group may add a partial tile row, plus the rows past
+    # the last offset (written as zeros).
+    plan = lib.plan_grouped(1000, 512, 256, 64, 1, 132)
+    tn = -(-512 // plan["tile_n"])
+    assert plan["max_tiles"] == (-(-1000 // 128) + 64 + 1) * tn
+    # Contraction split: one full output per group.
+    plan = lib.plan_grouped(256, 384, 5000, 8, 3, 132)
+    assert plan["max_tiles"] == 8 * 2 * -(-384 // plan["tile_n"])
+    # Nothing to write.
+    assert lib.plan_grouped(0, 512, 256, 4, 1, 132)["max_tiles"] == 0

@@ -19,9 +19,9 @@ int64_t max_tiles(const Shape& s, int bn) {
   const int64_t tm = ceil_div(s.m, kBM), tn = ceil_div(s.n, bn);
   switch (s.split) {
     case kSplitRows:
-      return s.n == 0 ? 0 : (tm + s.groups + 1) * tn;
+      return s.m == 0 || s.n == 0 ? 0 : (tm + s.groups + 1) * tn;
     case kSplitCols:
-      return s.m == 0 ? 0 : tm * (tn + s.groups + 1);
+      return s.m == 0 || s.n == 0 ? 0 : tm * (tn + s.groups + 1);
     case kSplitDepth:
       return static_cast<int64_t>(s.groups) * tm * tn;
     default:
