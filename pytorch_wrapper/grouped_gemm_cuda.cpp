@@ -16,7 +16,6 @@ namespace gemmt::wrapper {
 namespace {
 
 void check_hopper(const char* op, const at::Tensor& t) {
-  TORCH_CHECK(t.is_cuda(), op, ": the CUDA kernel expected CUDA tensors, got ", describe(t));
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(t.get_device());
   TORCH_CHECK(prop->major == 9, op,
               ": the CUDA kernel needs a Hopper GPU (compute capability 9.0: wgmma, TMA and the "
@@ -68,6 +67,7 @@ void grouped_mm_cuda_into(const char* op, const at::Tensor& a_in, const at::Tens
                           const std::optional<at::Tensor>& offs,
                           const std::optional<at::Tensor>& bias, GroupedLayout layout,
                           Activation act, at::Tensor& out) {
+  TORCH_CHECK(a_in.is_cuda(), op, ": the CUDA kernel expected CUDA tensors, got ", describe(a_in));
   const c10::cuda::CUDAGuard guard(a_in.device());
   check_hopper(op, a_in);
   if (out.numel() == 0) return;
@@ -139,6 +139,7 @@ at::Tensor scaled_mm_cuda_run(const char* op, const at::Tensor& a_in, const at::
                               const at::Tensor& sa, const at::Tensor& sb,
                               const std::optional<at::Tensor>& bias, at::ScalarType out_dtype,
                               Activation act, const Fp8Scaling& scaling, bool fast_accum) {
+  TORCH_CHECK(a_in.is_cuda(), op, ": the CUDA kernel expected CUDA tensors, got ", describe(a_in));
   const c10::cuda::CUDAGuard guard(a_in.device());
   check_hopper(op, a_in);
   TORCH_CHECK(scaling.kind != 2 || (!scaling.a_square_blocks && scaling.b_square_blocks), op,

@@ -178,7 +178,8 @@ GroupedMmShape check_grouped_mm(const at::Tensor& a, const at::Tensor& b, const 
 // The cumulative group ends, checked: non-negative, non-decreasing, none past `extent`.
 std::vector<int64_t> read_offsets(const char* op, const at::Tensor& offs, int64_t extent,
                                   const char* extent_name) {
-  const at::Tensor o = offs.contiguous();
+  // (On the host: a GPU tensor is copied, which synchronises.)
+  const at::Tensor o = offs.is_cpu() ? offs.contiguous() : offs.cpu();
   const int32_t* p = o.const_data_ptr<int32_t>();
   std::vector<int64_t> ends(static_cast<size_t>(o.numel()));
   int64_t prev = 0;
@@ -619,8 +620,13 @@ at::Tensor grouped_mm_cuda(const at::Tensor& a, const at::Tensor& b, const OptTe
                            std::string_view activation) {
   const GroupedMmShape s = check_grouped_mm(a, b, offs, bias, out_dtype, activation);
 #ifdef GEMMT_WITH_CUDA
-  TORCH_CHECK(a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf, kGroupedMm,
-              ": the CUDA kernel takes bfloat16 and float16 operands, got ", describe(a));
+  TORCH_CHECK(a.is_cuda(), kGroupedMm, ": the CUDA kernel expected CUDA tensors, got ",
+              describe(a));
+  if (!reduced_float(a.scalar_type())) {
+    // float32 and float64 (gradcheck's dtype): the CPU kernel's loop of ATen products on the
+    // GPU, with the offsets read on the host, a synchronisation the 16-bit kernel avoids.
+    return grouped_mm_cpu(a, b, offs, bias, out_dtype, activation);
+  }
   // The offsets stay on the GPU, unchecked (a check would synchronise with the host);
   // GEMMT_CHECK_OFFSETS=1 reads and checks them as the CPU kernel does, for debugging.
   static const bool check_offsets = [] {

@@ -153,7 +153,10 @@ def test_scaled_mm_matches_torch_cpu(mode: str, out_dtype: torch.dtype) -> None:
     a, b, sa, sb, _, _ = make_operands(mode, 48, 256, 96)
     bias = torch.randn(96).to(out_dtype)
     ours = gemmt.scaled_mm(a, b, sa, sb, bias, out_dtype)
-    theirs = torch._scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out_dtype)
+    try:
+        theirs = torch._scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out_dtype)
+    except (RuntimeError, ValueError, NotImplementedError) as e:  # before torch 2.13: tensorwise only
+        pytest.skip(f"torch {torch.__version__} has no {mode} _scaled_mm on CPU: {e}"[:200])
     assert rel_err(ours, theirs) < (1e-6 if out_dtype == torch.float32 else 4e-3)
 
 

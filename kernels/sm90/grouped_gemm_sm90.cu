@@ -6,8 +6,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "common/gemm_tc_kind.h"
 #include "gemmt/cuda_check.h"
@@ -194,10 +192,7 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream) {
   if (sms <= 0) GEMMT_RETURN_IF_ERROR(current_device_sm_count(&sms));
   const bool promote = is_fp8_kind(x.kind) && (!x.fast_accum || x.scale == ScaleKind::kBlock);
   grouped_plan::Shape shape{x.m, x.n, x.k, x.groups, static_cast<int>(x.split)};
-  // GEMMT_FP8_TILE=128 keeps FP8 products on the 128-wide tile, for A/B runs.
-  const char* fp8_tile = std::getenv("GEMMT_FP8_TILE");
-  const bool narrow_fp8 = fp8_tile != nullptr && std::strcmp(fp8_tile, "128") == 0;
-  const int bn = promote && narrow_fp8 ? 128 : grouped_plan::tile_width(shape, sms);
+  const int bn = promote ? 128 : grouped_plan::tile_width(shape, sms);
 
   sm90::GroupedLaunch l{};
   OperandView a = a_view(y), b = b_view(y);
@@ -236,9 +231,6 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream) {
   p.bias = x.bias;
   p.bias_sg = x.bias_sg;
   p.act = x.act;
-  // GEMMT_GROUPED_PAIR_STORE=1 keeps the pair stores, for A/B runs of the epilogue.
-  const char* pairs = std::getenv("GEMMT_GROUPED_PAIR_STORE");
-  p.quad_store = !(pairs != nullptr && pairs[0] == '1');
   const int64_t tiles = grouped_plan::max_tiles(shape, bn);
   if (tiles == 0) return cudaSuccess;
   const int64_t units = l.cluster == 1 ? tiles : (static_cast<int64_t>(p.tiles_m) * p.tiles_n);

@@ -101,7 +101,7 @@ __device__ void build_group_table(const GgParams& p, int* first_tile, int* begin
     const int g = base + lane;
     int end = 0;
     if (g < p.groups) end = min(max(__ldg(p.offs + g), 0), total);
-    if (g == p.groups) end = total;  // the tail group
+    if (g == p.groups && ng > p.groups) end = total;  // the tail group
     // Running maximum over the warp and what came before: the clamped group ends.
     int run = end;
 #pragma unroll
@@ -208,18 +208,9 @@ __device__ __forceinline__ void zero_k_tail(uint32_t base, int boxes, int valid,
   }
 }
 
-__device__ __forceinline__ uint32_t select4(const uint32_t (&w)[4], int i) {
-  return i == 0 ? w[0] : i == 1 ? w[1] : i == 2 ? w[2] : w[3];
-}
-
 // A consumer's 64 x kBN block of C from its accumulators, straight from registers: scales,
-// bias, activation, the group's bounds. The four lanes of a quad hold the eight columns of
-// four accumulator column groups of a row, two each; for a 16-bit C a transpose within the
-// quad (three shuffles) gives each lane all eight of one group, written as one 16-byte store,
-// a quarter of the store instructions of the pairs (and whole 64-byte pieces of a row per
-// warp store). Pairs where C's rows are not 16-byte aligned, at a ragged right edge, and for
-// a float C. (Staged through shared memory instead, the epilogue ran 10-30% slower:
-// docs/performance.md, tried and not kept.)
+// bias, activation, the group's bounds. (Staged through shared memory into 16-byte stores it
+// ran 10-30% slower: docs/performance.md, tried and not kept.)
 template <typename T, int kAcc>
 __device__ __forceinline__ void gg_store(const GgParams& p, const GgUnit& u,
                                          const float (&acc)[kAcc], int row0, int col0, int warp,
@@ -233,8 +224,6 @@ __device__ __forceinline__ void gg_store(const GgParams& p, const GgUnit& u,
   cg += static_cast<int64_t>(row_base) * p.ldc + col_base;
   const bool pair_aligned =
       (p.ldc % 2 == 0) && (reinterpret_cast<uintptr_t>(cg) % (2 * sizeof(T)) == 0);
-  const bool quad = sizeof(T) == 2 && p.quad_store && (p.ldc % 8 == 0) &&
-                    (reinterpret_cast<uintptr_t>(cg) % 16 == 0);
   EpilogueView<T> epi;
   epi.bias = p.bias == nullptr || u.g >= p.groups
                  ? nullptr
@@ -242,84 +231,28 @@ __device__ __forceinline__ void gg_store(const GgParams& p, const GgUnit& u,
   epi.act = p.act;
   epi.active = epi.bias != nullptr || p.act != Activation::kNone;
   const bool row_col = p.scale == static_cast<int>(ScaleKind::kRowCol);
-  const int q = lane & 3;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = row0 + warp * 16 + (lane >> 2) + 8 * h;
-    const bool row_ok = r < u.rows;
-    const float sr =
-        row_col ? __ldg(p.sa + static_cast<int64_t>(row_base + min(r, u.rows - 1)) * p.sa_s0)
-                : 1.f;
+    if (r >= u.rows) continue;
+    const float sr = row_col ? __ldg(p.sa + static_cast<int64_t>(row_base + r) * p.sa_s0) : 1.f;
     T* const line = cg + static_cast<int64_t>(r) * p.ldc;
-    // v0, v1 of column group j of this row: scaled, biased, activated.
-    auto finish = [&](int j, float& v0, float& v1) {
-      const int c = col0 + 8 * j + 2 * q;
-      v0 = acc[4 * j + 2 * h];
-      v1 = acc[4 * j + 2 * h + 1];
-      if (row_col) {
-        const float* sb = p.sb + static_cast<int64_t>(col_base + min(c, u.cols - 1)) * p.sb_s1;
-        v0 *= sr * __ldg(sb);
-        if (c + 1 < u.cols) v1 *= sr * __ldg(sb + p.sb_s1);
-      }
-      if (epi.active) {
-        if (c < u.cols) v0 = epi.template apply<true>(r, c, v0);
-        if (c + 1 < u.cols) v1 = epi.template apply<true>(r, c + 1, v1);
-      }
-    };
-    if constexpr (sizeof(T) == 2) {
-      if (quad) {
-        // Every lane takes part in the shuffles, rows past the group's end included.
-#pragma unroll
-        for (int j0 = 0; j0 < kAcc / 4; j0 += 4) {
-          uint32_t w[4];
-#pragma unroll
-          for (int t = 0; t < 4; ++t) {
-            float v0, v1;
-            finish(j0 + t, v0, v1);
-            w[t] = pack2<T>(v0, v1);
-          }
-          // Step k: lane q sends its pair of group (q - k) & 3 to lane (q - k) & 3 and
-          // receives from lane (q + k) & 3 that lane's pair of group q.
-          uint32_t got[4];
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            got[k] = __shfl_sync(0xffffffffu, select4(w, (q - k) & 3), (lane & ~3) | ((q + k) & 3));
-          }
-          uint4 v;
-          v.x = select4(got, (0 - q) & 3);
-          v.y = select4(got, (1 - q) & 3);
-          v.z = select4(got, (2 - q) & 3);
-          v.w = select4(got, (3 - q) & 3);
-          const int c = col0 + 8 * (j0 + q);
-          if (row_ok && c < u.cols) {
-            if (c + 8 <= u.cols) {
-              *reinterpret_cast<uint4*>(line + c) = v;
-            } else {
-              const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-              for (int e = 0; e < 8; ++e) {
-                if (c + e < u.cols) {
-                  const uint16_t bits = static_cast<uint16_t>(words[e >> 1] >> (16 * (e & 1)));
-                  memcpy(line + c + e, &bits, 2);
-                }
-              }
-            }
-          }
-        }
-        continue;
-      }
-    }
-    if (!row_ok) continue;
 #pragma unroll
     for (int j = 0; j < kAcc / 4; ++j) {
-      const int c = col0 + 8 * j + 2 * q;
+      const int c = col0 + 8 * j + 2 * (lane & 3);
       if (c >= u.cols) continue;
-      float v0, v1;
-      finish(j, v0, v1);
-      store_c_pair<T>(line + c, c + 1 < u.cols, pair_aligned, v0, v1, 1.f, 0.f);
+      const bool second = c + 1 < u.cols;
+      float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+      if (row_col) {
+        const float* sb = p.sb + static_cast<int64_t>(col_base + c) * p.sb_s1;
+        v0 *= sr * __ldg(sb);
+        if (second) v1 *= sr * __ldg(sb + p.sb_s1);
+      }
+      store_c_pair<T>(line + c, second, pair_aligned, v0, v1, 1.f, 0.f, epi, r, c);
     }
   }
 }
+
 
 template <int kAcc>
 __device__ __forceinline__ void gg_store_any(const GgParams& p, const GgUnit& u,
@@ -351,9 +284,7 @@ __global__ void __launch_bounds__(kGgThreads, 1)
   constexpr int kBK = Cfg::kBK;
   constexpr int kMnBox = 64 * 128;  // an MN-major box: 64 of M/N by 64 rows of K (16-bit)
   static_assert(!is_fp8_kind(kKind) || (!kAMn && !kBMn), "fp8 wgmma reads K-major operands");
-  // The promoted FP8 sum keeps a second accumulator set: two of the 128-wide tile's partial
-  // sums (one in flight), or one 128-wide half of the 256-wide tile's at a time.
-  static_assert(!kPromote || kBN == 128 || kBN == 256, "promoted tiles: 128 or 256 wide");
+  static_assert(!kPromote || kBN == 128, "the promoted FP8 sum needs two accumulator sets");
   static_assert(!kBlock || kPromote, "block scales are applied at the promotion");
 
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -506,47 +437,7 @@ __global__ void __launch_bounds__(kGgThreads, 1)
           phase ^= 1u;
         }
       };
-      if constexpr (kPromote && kBN == 256) {
-        // The k-block's product in two 128-wide halves through one set of partial sums, each
-        // added to its half of the float32 sum once done (the other warpgroup's half keeps
-        // the tensor cores busy meanwhile).
-        float part[64];
-        for (int kb = 0; kb < num_kb; ++kb) {
-          float f[2][2] = {{1.f, 1.f}, {1.f, 1.f}};
-          if constexpr (kBlock) {
-            const float s0 = __ldg(p.sa + r0 * p.sa_s0 + kb * p.sa_s1);
-            const float s1 = __ldg(p.sa + r1 * p.sa_s0 + kb * p.sa_s1);
-#pragma unroll
-            for (int hf = 0; hf < 2; ++hf) {
-              const float sbv = __ldg(p.sb + kb * p.sb_s0 + (col_blk + hf) * p.sb_s1);
-              f[hf][0] = s0 * sbv;
-              f[hf][1] = s1 * sbv;
-            }
-          }
-          uint64_t da, db;
-          stage_descs(kb, da, db);
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-              // Rows 128.. of the K-major B stage: 16 KB on (descriptor units of 16 bytes).
-              wgmma_step<kKind, 0, 0, 128>(part, da + kk * kAStep,
-                                           db + hf * ((128 * 128) >> 4) + kk * kBStep,
-                                           kk != 0 ? 1u : 0u);
-            }
-            wgmma_commit();
-            wgmma_wait<0>();
-            fence_accumulators(part);
-#pragma unroll
-            for (int i = 0; i < 64; ++i) {
-              acc[64 * hf + i] = fmaf(part[i], (i & 2) ? f[hf][1] : f[hf][0], acc[64 * hf + i]);
-            }
-          }
-          release(stage);
-          advance();
-        }
-      } else if constexpr (kPromote) {
+      if constexpr (kPromote) {
         // Two sets of partial sums: k-block kb is issued into one while the other, kb - 1's,
         // is waited for, added to the float32 sum and its stage released, so the tensor cores
         // always have a group queued.

@@ -74,16 +74,10 @@ cudaError_t launch_grouped_16bit(const sm90::GroupedLaunch& l, cudaStream_t stre
 }
 
 // The FP8 instances of one operand pair (one group, CTA pairs): the promoted sum (row/column
-// or block scales) and fast accumulation, each on the 256- and the 128-wide tile.
+// or block scales) on the 128-wide tile, fast accumulation on the 256- or 128-wide one.
 template <int kKind>
 cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t stream) {
   if (l.a_mn || l.b_mn) return cudaErrorInvalidValue;
-  if (l.bn == 256 && l.block) {
-    return launch_grouped_instance<kKind, false, false, 256, true, true, 2>(l, stream);
-  }
-  if (l.bn == 256 && l.promote) {
-    return launch_grouped_instance<kKind, false, false, 256, true, false, 2>(l, stream);
-  }
   if (l.block) return launch_grouped_instance<kKind, false, false, 128, true, true, 2>(l, stream);
   if (l.promote) {
     return launch_grouped_instance<kKind, false, false, 128, true, false, 2>(l, stream);

@@ -31,7 +31,6 @@ struct GroupedParams {
   const void* bias;
   int64_t bias_sg;
   Activation act;
-  int quad_store;  // 16-bit C: 16-byte stores after a transpose within each quad
 };
 
 struct GroupedLaunch {
