@@ -20,7 +20,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 FOLDERS = {"h100_gemm": "gemm", "h100_memory": "memory", "h100_linear": "linear",
            "h100x2_mlp_tp": "mlp_tp_scaling", "h100x4_mlp_tp": "mlp_tp_scaling",
            "h100_mm": "mm", "h100_tune": "tune", "h100_gemm_fp64": "gemm_fp64",
-           "h200_mm": "mm", "h200_tune": "tune", "h200_gemm_fp64": "gemm_fp64"}
+           "h200_mm": "mm", "h200_tune": "tune", "h200_gemm_fp64": "gemm_fp64",
+           "h200_fp8": "fp8", "h200_moe": "moe"}
 COMMON = {"op", "dtype", "ours_ms", "ref_ms", "device_name", "torch_version", "date"}
 
 
