@@ -27,8 +27,8 @@
 #include <tuple>
 
 #include "common.h"
-#include "grouped_gemm_cuda.h"
 #include "gemmt/activation.h"
+#include "grouped_gemm_cuda.h"
 #include "ops.h"
 
 #ifdef GEMMT_WITH_CUDA

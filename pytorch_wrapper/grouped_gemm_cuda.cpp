@@ -29,8 +29,8 @@ OutKind out_kind(at::ScalarType t) {
 
 void run(const char* op, GroupedGemmArgs& x, const at::Tensor& like) {
   const char* why = nullptr;
-  TORCH_CHECK(grouped_gemm_sm90_supported(x, &why), op, ": the Hopper kernel cannot take these operands: ",
-              why);
+  TORCH_CHECK(grouped_gemm_sm90_supported(x, &why), op,
+              ": the Hopper kernel cannot take these operands: ", why);
   x.sm_count = usable_sm_count(op);
   check_launch(op, grouped_gemm_sm90(x, stream_for(like)));
 }

@@ -5,8 +5,8 @@
 // The CPU kernels are the reference the CUDA kernels are measured against: a loop of ATen
 // products over the groups, written into one output. On CUDA, the routing (moe_route,
 // moe_permute) runs gemmt's kernels in kernels/moe/, and moe_experts is composed of the gather
-// kernel, grouped_mm, swiglu and the combine kernel; grouped_mm's CUDA kernel is not built yet
-// and refuses with an error that says so (never a silent detour through torch._grouped_mm).
+// kernel, grouped_mm, swiglu and the combine kernel; grouped_mm runs the Hopper grouped GEMM
+// (grouped_gemm_cuda.cpp) for 16-bit operands, never a detour through torch._grouped_mm.
 //
 // Offsets are data. The CPU kernels read and check them; the Meta kernels never do (their
 // output shapes follow from the operands' shapes alone), so a CUDA kernel can take them on
@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "common.h"
-#include "grouped_gemm_cuda.h"
 #include "gemmt/activation.h"
+#include "grouped_gemm_cuda.h"
 #include "ops.h"
 
 #ifdef GEMMT_WITH_CUDA
@@ -206,8 +206,8 @@ std::vector<int64_t> read_offsets(const char* op, const at::Tensor& offs, int64_
 
 std::string cuda_not_built(const char* op) {
   return std::string(op) +
-         ": the CUDA kernel is not built yet (this version has the CPU implementation only); "
-         "move the tensors to the CPU";
+         ": this build of gemmt has no CUDA kernels (it was built without CUDA); move the "
+         "tensors to the CPU";
 }
 
 // ---- dispatcher handles (backward passes and the composite expert layer) ----

@@ -162,7 +162,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_with_tra
     const at::Tensor& x, std::string_view granularity, at::ScalarType dtype);
 
 // ---- Mixture of experts (moe_ops.cpp): grouped_mm, routing, the expert layer ----
-// The CUDA kernels are not built yet: the *_cuda functions check their arguments and refuse.
+// The *_cuda functions: the routing kernels (kernels/moe/) and the Hopper grouped GEMM.
 // The *_autograd functions are the ops' Autograd kernels.
 at::Tensor grouped_mm_cpu(const at::Tensor& a, const at::Tensor& b,
                           const std::optional<at::Tensor>& offs,

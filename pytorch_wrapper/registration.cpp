@@ -368,8 +368,8 @@ TORCH_LIBRARY_IMPL(gemmt, Autograd, m) {
   m.impl("swiglu", &gemmt::wrapper::swiglu_autograd);
 }
 
-// FP8 (fp8_ops.cpp). The CUDA kernels refuse, naming the op, until the Hopper kernels exist: a
-// CUDA tensor never falls through to some other implementation.
+// FP8 (fp8_ops.cpp). On CUDA: the quantisation kernels (kernels/fp8/) and scaled_mm on the
+// Hopper grouped / scaled GEMM; a CUDA tensor never falls through to another implementation.
 TORCH_LIBRARY_FRAGMENT(gemmt, m) {
   m.def(
       "scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
@@ -405,8 +405,8 @@ TORCH_LIBRARY_IMPL(gemmt, Autograd, m) {
 // grouped_mm follows torch._grouped_mm: offs are int32 cumulative group ends. moe_route picks
 // each token's top_k experts and the permutation that sorts the (token, k) slots by expert;
 // moe_experts runs the gate/up product, silu(gate) * up, the down product and the weighted
-// combine. On CUDA the routing runs kernels/moe/ and moe_experts composes them with grouped_mm,
-// whose CUDA kernel is not built yet: its entry refuses with a clear error.
+// combine. On CUDA the routing runs kernels/moe/, grouped_mm the Hopper grouped GEMM, and
+// moe_experts composes them.
 TORCH_LIBRARY_FRAGMENT(gemmt, m) {
   m.def(
       "grouped_mm(Tensor a, Tensor b, Tensor? offs=None, Tensor? bias=None, "

@@ -1,6 +1,7 @@
 """FP8: scaled_mm and quantize_fp8 against float64 references and torch._scaled_mm's CPU
 implementation, every bad input, opcheck, and Float8Linear / convert_to_float8 (eager and
-torch.compile). The CPU reference is what runs today; the CUDA kernels are not built yet."""
+torch.compile). The CUDA kernels' own tests against the CPU reference and float64 are here
+(quantisation) and in test_grouped_gemm_cuda.py (scaled_mm)."""
 
 from __future__ import annotations
 
@@ -685,8 +686,7 @@ def test_quantize_cuda_over_2_31_elements() -> None:
 # ---- opcheck and torch.compile ----
 
 def opcheck_cases(device: str) -> list[tuple[Any, tuple, dict]]:
-    """Collected by test_autograd_opcheck.test_every_registered_op_is_opchecked (CPU: the
-    CUDA kernels are not built yet)."""
+    """Collected by test_autograd_opcheck.test_every_registered_op_is_opchecked."""
     g = torch.ops.gemmt
     cases: list[tuple[Any, tuple, dict]] = []
     for mode in MODES:

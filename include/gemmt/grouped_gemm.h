@@ -38,8 +38,8 @@ struct GroupedGemmArgs {
   // Extents; the split one is the total (the offsets' range).
   int64_t m = 0, n = 0, k = 0;
   // A_g element (r, p) at a[g * a_sg + r * a_sm + p * a_sk]; one of a_sm, a_sk is 1. Likewise
-  // B_g element (p, c) at b[g * b_sg + p * b_sk + c * b_sn], C_g (r, c) at c[g * c_sg + r * ldc + c].
-  // A 2-D operand of a split product has no g stride (its groups are ranges of it).
+  // B_g element (p, c) at b[g * b_sg + p * b_sk + c * b_sn], C_g (r, c) at c[g * c_sg + r * ldc +
+  // c]. A 2-D operand of a split product has no g stride (its groups are ranges of it).
   const void* a = nullptr;
   int64_t a_sg = 0, a_sm = 0, a_sk = 1;
   const void* b = nullptr;

@@ -203,8 +203,7 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream) {
   l.promote = promote;
   l.block = x.scale == ScaleKind::kBlock;
   l.cluster = is_fp8_kind(x.kind) ? 2 : 1;
-  if (!encode_operand(&l.a, a, x.kind, 128) ||
-      !encode_operand(&l.b, b, x.kind, bn / l.cluster)) {
+  if (!encode_operand(&l.a, a, x.kind, 128) || !encode_operand(&l.b, b, x.kind, bn / l.cluster)) {
     return cudaErrorInvalidValue;
   }
   sm90::GroupedParams& p = l.p;

@@ -66,9 +66,9 @@ using GgParams = sm90::GroupedParams;
 // One tile of one group: where its operands and its part of C are.
 struct GgUnit {
   int g;
-  int tm, tn;            // tile position within the group
-  int begin;             // first row / column / k of the group's split range (0 unsplit)
-  int rows, cols, depth; // the group's extents
+  int tm, tn;             // tile position within the group
+  int begin;              // first row / column / k of the group's split range (0 unsplit)
+  int rows, cols, depth;  // the group's extents
 };
 
 #if defined(GEMMT_SM90_DEVICE_CODE)
@@ -253,11 +253,10 @@ __device__ __forceinline__ void gg_store(const GgParams& p, const GgUnit& u,
   }
 }
 
-
 template <int kAcc>
 __device__ __forceinline__ void gg_store_any(const GgParams& p, const GgUnit& u,
-                                             const float (&acc)[kAcc], int row0, int col0,
-                                             int warp, int lane) {
+                                             const float (&acc)[kAcc], int row0, int col0, int warp,
+                                             int lane) {
   if (p.out == static_cast<int>(OutKind::kBF16)) {
     gg_store<__nv_bfloat16>(p, u, acc, row0, col0, warp, lane);
   } else if (p.out == static_cast<int>(OutKind::kF16)) {
@@ -292,8 +291,8 @@ __global__ void __launch_bounds__(kGgThreads, 1)
   const uint32_t smem_a = base;
   const uint32_t smem_b = base + kStages * Cfg::kABytes;
   const uint32_t bars = smem_b + kStages * Cfg::kBBytes;
-  int* const first_tile = reinterpret_cast<int*>(smem_raw + (bars + Cfg::kBarrierBytes -
-                                                             smem_addr(smem_raw)));
+  int* const first_tile =
+      reinterpret_cast<int*>(smem_raw + (bars + Cfg::kBarrierBytes - smem_addr(smem_raw)));
   int* const group_begin = first_tile + kGroupedMaxGroups + 2;
   auto full_bar = [&](int s) { return bars + 8u * s; };
   auto empty_bar = [&](int s) { return bars + 8u * (kStages + s); };
@@ -511,7 +510,7 @@ __global__ void __launch_bounds__(kGgThreads, 1)
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk) {
             wgmma_step<kKind, kAMn ? 1 : 0, kBMn ? 1 : 0, kBN>(acc, da + kk * kAStep,
-                                                                db + kk * kBStep, 1u);
+                                                               db + kk * kBStep, 1u);
           }
           wgmma_commit();
           // Every group but this one has finished: the previous stage goes back.

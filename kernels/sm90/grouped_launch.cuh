@@ -21,8 +21,7 @@ cudaError_t launch_grouped_instance(const sm90::GroupedLaunch& l, cudaStream_t s
   constexpr int smem = GgCfg<kKind, kBN>::kSmemBytes;
   GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(smem));
   if constexpr (kCluster == 1) {
-    return launch_programmatic<kernel>(dim3(l.grid), dim3(kGgThreads), smem, stream, l.a, l.b,
-                                       l.p);
+    return launch_programmatic<kernel>(dim3(l.grid), dim3(kGgThreads), smem, stream, l.a, l.b, l.p);
   } else {
     if (l.cluster != kCluster || l.grid % kCluster != 0) return cudaErrorInvalidValue;
     cudaLaunchConfig_t cfg = {};
@@ -62,13 +61,19 @@ template <int kKind>
 cudaError_t launch_grouped_16bit(const sm90::GroupedLaunch& l, cudaStream_t stream) {
   if (l.promote || l.block) return cudaErrorInvalidValue;
   if (l.bn == 256) {
-    if (!l.a_mn && !l.b_mn) return launch_grouped_instance<kKind, false, false, 256, false, false>(l, stream);
-    if (!l.a_mn && l.b_mn) return launch_grouped_instance<kKind, false, true, 256, false, false>(l, stream);
-    if (l.a_mn && l.b_mn) return launch_grouped_instance<kKind, true, true, 256, false, false>(l, stream);
+    if (!l.a_mn && !l.b_mn)
+      return launch_grouped_instance<kKind, false, false, 256, false, false>(l, stream);
+    if (!l.a_mn && l.b_mn)
+      return launch_grouped_instance<kKind, false, true, 256, false, false>(l, stream);
+    if (l.a_mn && l.b_mn)
+      return launch_grouped_instance<kKind, true, true, 256, false, false>(l, stream);
   } else {
-    if (!l.a_mn && !l.b_mn) return launch_grouped_instance<kKind, false, false, 128, false, false>(l, stream);
-    if (!l.a_mn && l.b_mn) return launch_grouped_instance<kKind, false, true, 128, false, false>(l, stream);
-    if (l.a_mn && l.b_mn) return launch_grouped_instance<kKind, true, true, 128, false, false>(l, stream);
+    if (!l.a_mn && !l.b_mn)
+      return launch_grouped_instance<kKind, false, false, 128, false, false>(l, stream);
+    if (!l.a_mn && l.b_mn)
+      return launch_grouped_instance<kKind, false, true, 128, false, false>(l, stream);
+    if (l.a_mn && l.b_mn)
+      return launch_grouped_instance<kKind, true, true, 128, false, false>(l, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -271,11 +271,11 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint3
   "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}"
 
 // wgmma_m64n<N>: D(64xN, fp32) (+)= A(64xK) * B(KxN) for one K step (16 for 16-bit types, 8
-// for tf32, 32 for fp8), both operands from shared memory. `accumulate` == 0 overwrites D, which is how
-// each tile starts without zeroing registers. NACC = N / 2 accumulators a thread; the
-// strings are the PTX operand numbers after them: da, db, the predicate input, the two
-// transpose flags. (NACC is pasted, not passed, so that the accumulator list reaches the
-// asm statement as one macro argument.)
+// for tf32, 32 for fp8), both operands from shared memory. `accumulate` == 0 overwrites D, which is
+// how each tile starts without zeroing registers. NACC = N / 2 accumulators a thread; the strings
+// are the PTX operand numbers after them: da, db, the predicate input, the two transpose flags.
+// (NACC is pasted, not passed, so that the accumulator list reaches the asm statement as one macro
+// argument.)
 #define GEMMT_DEFINE_WGMMA(N, NACC, A, B, P, TA, TB)                                             \
   template <int kKind, int kTransA, int kTransB>                                                 \
   __device__ __forceinline__ void wgmma_m64n##N(float (&d)[NACC], uint64_t da, uint64_t db,      \

@@ -142,8 +142,7 @@ class Float8Linear(torch.nn.Linear):
     the activations are quantised per call; such a layer has no backward. ``activation`` (one
     of ``gemmt.ACTIVATIONS``) is fused into the product when no gradient is recorded.
 
-    Runs wherever :func:`gemmt.scaled_mm` does: today on CPU (the reference); the CUDA
-    kernels are not built yet.
+    Runs wherever :func:`gemmt.scaled_mm` does: on CPU (the reference) and on Hopper GPUs.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
