@@ -167,6 +167,25 @@ void add_programmatic_launch(cudaLaunchConfig_t& cfg, cudaLaunchAttribute* attrs
   cfg.numAttrs += 1;
 }
 
+// A launch configuration of `grid` blocks in clusters of `cluster` along x (no attribute for
+// clusters of one); `attrs` has room for the cluster attribute and one more.
+inline cudaLaunchConfig_t cluster_launch_config(dim3 grid, dim3 block, std::size_t smem,
+                                                cudaStream_t stream, int cluster,
+                                                cudaLaunchAttribute* attrs) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  attrs[0].id = cudaLaunchAttributeClusterDimension;
+  attrs[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+  attrs[0].val.clusterDim.y = 1;
+  attrs[0].val.clusterDim.z = 1;
+  cfg.attrs = attrs;
+  cfg.numAttrs = cluster > 1 ? 1 : 0;
+  return cfg;
+}
+
 // kKernel<<<grid, block, smem, stream>>>(args...), as a programmatic launch where enabled: the
 // kernel must call grid_dependency_wait() before it touches global memory.
 template <auto kKernel, typename... Args>

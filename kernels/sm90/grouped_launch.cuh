@@ -24,18 +24,9 @@ cudaError_t launch_grouped_instance(const sm90::GroupedLaunch& l, cudaStream_t s
     return launch_programmatic<kernel>(dim3(l.grid), dim3(kGgThreads), smem, stream, l.a, l.b, l.p);
   } else {
     if (l.cluster != kCluster || l.grid % kCluster != 0) return cudaErrorInvalidValue;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(l.grid);
-    cfg.blockDim = dim3(kGgThreads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = kCluster;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute attr[2];
+    cudaLaunchConfig_t cfg =
+        cluster_launch_config(dim3(l.grid), dim3(kGgThreads), smem, stream, kCluster, attr);
     // As many pairs as can be resident at once (a GPC's SMs may not pair up): more would run
     // as a second, mostly idle wave of the persistent grid.
     static std::atomic<int> cache[kMaxCachedDevices] = {};

@@ -32,17 +32,10 @@ int max_pair_clusters(Kernel kernel, int sm_count) {
   static std::atomic<int> cache[kMaxCachedDevices] = {};
   int clusters = 0;
   const cudaError_t err = cached_per_device(cache, &clusters, [&](int, int* count) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(2 * (sm_count / 2 > 0 ? sm_count / 2 : 1));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = TileCfg<kBNWide>::kSmemBytes;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 2;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute attr[2];
+    cudaLaunchConfig_t cfg =
+        cluster_launch_config(dim3(2 * (sm_count / 2 > 0 ? sm_count / 2 : 1)), dim3(kThreads),
+                              TileCfg<kBNWide>::kSmemBytes, nullptr, 2, attr);
     const cudaError_t e = cudaOccupancyMaxActiveClusters(count, kernel, &cfg);
     if (e != cudaSuccess) return e;
     return *count < 1 ? cudaErrorInvalidConfiguration : cudaSuccess;
@@ -121,18 +114,10 @@ cudaError_t launch(const Maps& maps, Params p, int sm_count, SkSpread sk, cudaSt
   GEMMT_RETURN_IF_ERROR(
       (plan_stream_k<kCluster, kBN>(p, stream_k, sk == SkSpread::kTail, clusters, stream)));
 
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(clusters * kCluster));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = kSmemBytes;
-  cfg.stream = stream;
   cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = kCluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = kCluster > 1 ? 1 : 0;
+  cudaLaunchConfig_t cfg =
+      cluster_launch_config(dim3(static_cast<unsigned>(clusters * kCluster)), dim3(kThreads),
+                            kSmemBytes, stream, kCluster, attr);
   add_programmatic_launch<kernel>(cfg, attr);
   GEMMT_RETURN_IF_ERROR(cudaLaunchKernelEx(&cfg, kernel, maps.a, maps.b, maps.c, p));
   GEMMT_RETURN_LAUNCH_ERROR();

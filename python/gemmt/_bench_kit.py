@@ -51,6 +51,22 @@ def pick_device(smoke: bool, suite: str, device: str | None = None) -> str | Non
     return None
 
 
+def start(suite: str, sections: str, known_sections: tuple[str, ...], smoke: bool,
+          device: str | None) -> tuple[list[str], str, dict[str, Any]] | int:
+    """A suite's start: the sections asked for, the device and the environment record, with
+    the seed fixed; or the exit code (2: an unknown section, 1: no device for the suite)."""
+    from gemmt._report import sections_of
+
+    wanted, known = sections_of(sections, known_sections)
+    if not known:
+        return 2
+    picked = pick_device(smoke, suite, device)
+    if picked is None:
+        return 1
+    torch.manual_seed(0)
+    return wanted, picked, environment(picked)
+
+
 def environment(device: str) -> dict[str, Any]:
     """The GPU (or CPU), torch and CUDA versions, date and gemmt build of this run."""
     if device == "cuda":

@@ -50,7 +50,6 @@ import torch.nn.functional as F
 import gemmt
 from gemmt import _bench_kit as kit
 from gemmt._report import progress as _progress
-from gemmt._report import sections_of
 from gemmt._report import write as _write
 
 SECTIONS = ("gemm", "quant", "decode", "train")
@@ -515,15 +514,10 @@ def readme(doc: dict[str, Any]) -> str:
 def run(out_dir: Path, quick: bool = False, smoke: bool = False,
         sections: str = ",".join(SECTIONS), device: str | None = None) -> int:
     """Entry point of ``python -m gemmt bench fp8``; returns an exit code."""
-    wanted, known = sections_of(sections, SECTIONS)
-    if not known:
-        return 2
-    picked = kit.pick_device(smoke, "fp8", device)
-    if picked is None:
-        return 1
-    device = picked
-    torch.manual_seed(0)
-    env = kit.environment(device)
+    started = kit.start("fp8", sections, SECTIONS, smoke, device)
+    if isinstance(started, int):
+        return started
+    wanted, device, env = started
     if smoke:
         timing: dict[str, Any] = {"rounds": 3, "warmup": 1, "min_rounds": 3, "budget_s": 0.5}
         gemm_args = (SMOKE_LAYERS, SMOKE_TOKENS)
