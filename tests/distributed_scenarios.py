@@ -541,7 +541,10 @@ def grouped_mm_rules(ctx: Context) -> None:
     assert_close(out, gemmt.grouped_mm(a3, b3), "grouped_mm by group")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None,
+         scenarios: dict[str, Callable[[Context], None]] | None = None) -> int:
+    """Run ``scenarios`` (default: this file's) in this process, one rank of the group."""
+    scenarios = SCENARIOS if scenarios is None else scenarios
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rank", type=int, required=True)
     parser.add_argument("--world-size", type=int, required=True)
@@ -564,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
     completed = False
     try:
         ctx = Context(device)
-        for name, fn in SCENARIOS.items():
+        for name, fn in scenarios.items():
             if args.only and name not in args.only:
                 continue
             try:

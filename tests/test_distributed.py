@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import pytest
 import torch
@@ -64,12 +64,17 @@ def _worker_env() -> dict[str, str]:
 
 def _launch(backend: str, world: int, folder: Path, timeout_s: float = GROUP_TIMEOUT_S,
             ranks: list[int] | None = None,
-            collective_timeout_s: float = COLLECTIVE_TIMEOUT_S) -> dict[str, dict[int, str]]:
+            collective_timeout_s: float = COLLECTIVE_TIMEOUT_S,
+            script: Path = SCENARIO_FILE,
+            scenarios: Iterable[str] | None = None) -> dict[str, dict[int, str]]:
     """Run every scenario on ``world`` processes; per scenario, each rank's outcome.
 
     ``ranks`` starts only those ranks (to test the deadline with a group that cannot form).
+    ``script`` is another file of scenarios run by ``distributed_scenarios.main`` (the
+    expert-parallel ones of ``moe_parallel_scenarios.py``), ``scenarios`` their names.
     """
     ranks = list(range(world)) if ranks is None else ranks
+    names = list(distributed_scenarios.SCENARIOS if scenarios is None else scenarios)
     store = folder / "store"
     procs: list[subprocess.Popen[bytes]] = []
     logs = []
@@ -79,7 +84,7 @@ def _launch(backend: str, world: int, folder: Path, timeout_s: float = GROUP_TIM
             log = open(folder / f"log{rank}.txt", "wb")  # noqa: SIM115 - closed below
             logs.append(log)
             procs.append(subprocess.Popen(
-                [sys.executable, str(SCENARIO_FILE), "--rank", str(rank), "--world-size",
+                [sys.executable, str(script), "--rank", str(rank), "--world-size",
                  str(world), "--backend", backend, "--store", str(store), "--out", str(folder),
                  "--timeout", str(collective_timeout_s)],
                 stdout=log, stderr=subprocess.STDOUT, env=env))
@@ -102,7 +107,7 @@ def _launch(backend: str, world: int, folder: Path, timeout_s: float = GROUP_TIM
         path = folder / f"rank{rank}.json"
         results = json.loads(path.read_text()) if path.exists() else {}
         tail = (folder / f"log{rank}.txt").read_text(errors="replace")[-3000:]
-        for name in distributed_scenarios.SCENARIOS:
+        for name in names:
             outcomes.setdefault(name, {})[rank] = results.get(
                 name, f"did not finish (exit code {proc.returncode}); log tail:\n{tail}")
     return outcomes

@@ -11,6 +11,9 @@ registry of implementations, chosen with ``model.set_experts_implementation(name
 
 transformers stays optional: nothing here imports it until :func:`register_transformers` is
 called.
+
+Expert parallelism (the experts split across processes): :func:`expert_parallel_experts`,
+defined in :mod:`gemmt.moe_parallel`, and the module :class:`gemmt.nn.ExpertParallelMoE`.
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from gemmt.moe_parallel import expert_parallel_experts
 from gemmt.ops import moe_experts, moe_permute
 
-__all__ = ["IMPLEMENTATION_NAME", "experts_forward", "register_transformers"]
+__all__ = ["IMPLEMENTATION_NAME", "expert_parallel_experts", "experts_forward",
+           "register_transformers"]
 
 IMPLEMENTATION_NAME = "gemmt"
 

@@ -5,7 +5,7 @@ FP8: :class:`Float8Linear` (defined in ``gemmt._float8``) and :func:`convert_to_
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
@@ -129,9 +129,22 @@ def convert_to_float8(model: torch.nn.Module, recipe: str = "tensorwise",
 
 import math  # noqa: E402 - kept with the section that uses it
 
-from gemmt.ops import moe_experts, moe_route  # noqa: E402
+from gemmt.moe_parallel import expert_parallel_experts  # noqa: E402
+from gemmt.ops import MoERouting, moe_experts, moe_route  # noqa: E402
 
-__all__ += ["MoE"]
+__all__ += ["MoE", "ExpertParallelMoE"]
+
+
+def _route(module: MoE | ExpertParallelMoE, flat: Tensor) -> tuple[MoERouting, Tensor]:
+    """The router of both MoE modules: ``moe_route`` on the gate's logits, and the routing
+    weights scaled by ``routed_scaling_factor``."""
+    logits = linear(flat, module.gate.weight)
+    routing = moe_route(logits, module.top_k, module.score, module.renormalize, module.n_group,
+                        module.topk_group, module.e_score_correction_bias)
+    weights = routing.weights
+    if module.routed_scaling_factor != 1.0:
+        weights = weights * module.routed_scaling_factor
+    return routing, weights
 
 
 class MoE(torch.nn.Module):
@@ -191,12 +204,7 @@ class MoE(torch.nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         flat = x.reshape(-1, self.hidden_size)
-        logits = linear(flat, self.gate.weight)
-        routing = moe_route(logits, self.top_k, self.score, self.renormalize, self.n_group,
-                            self.topk_group, self.e_score_correction_bias)
-        weights = routing.weights
-        if self.routed_scaling_factor != 1.0:
-            weights = weights * self.routed_scaling_factor
+        routing, weights = _route(self, flat)
         out = moe_experts(flat, self.gate_up_proj, self.down_proj, weights, routing.expert_ids,
                           routing.token_order, routing.offsets)
         return out.reshape(x.shape)
@@ -204,6 +212,122 @@ class MoE(torch.nn.Module):
     def extra_repr(self) -> str:
         text = (f"hidden_size={self.hidden_size}, intermediate_size={self.intermediate_size}, "
                 f"num_experts={self.num_experts}, top_k={self.top_k}, score={self.score}")
+        if self.n_group:
+            text += f", n_group={self.n_group}, topk_group={self.topk_group}"
+        return text
+
+
+class ExpertParallelMoE(torch.nn.Module):
+    """:class:`MoE` with its experts split across the ranks of a process group (expert
+    parallelism): rank ``r`` of ``W`` holds experts ``[r * E / W, (r + 1) * E / W)``.
+
+    Each rank runs the module on its own tokens. The router ``gate`` (and the buffer
+    ``e_score_correction_bias``) is replicated: it routes over all ``num_experts`` experts,
+    and must be the same on every rank (:meth:`from_moe` copies one; otherwise seed every
+    rank alike or load the same checkpoint). ``gate_up_proj`` ``(E / W, 2 * I, H)`` and
+    ``down_proj`` ``(E / W, H, I)`` hold the local experts only. The experts run through
+    :func:`gemmt.moe_parallel.expert_parallel_experts` (all-to-all of the routed tokens), so
+    every rank of ``group`` must call forward, and backward, together.
+
+    Gradients: the local experts' are complete (they include every rank's tokens); the
+    router's cover this rank's tokens only, and are summed over the ranks as data-parallel
+    gradients are (an all-reduce, DDP or FSDP on the router). The other arguments are
+    :class:`MoE`'s; ``num_experts`` must be a multiple of the group's size.
+    """
+
+    def __init__(self, hidden_size: int, intermediate_size: int, num_experts: int, top_k: int,
+                 *, group: Any = None, score: str = "softmax", renormalize: bool = True,
+                 n_group: int = 0, topk_group: int = 0, correction_bias: bool = False,
+                 routed_scaling_factor: float = 1.0, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
+        super().__init__()
+        import torch.distributed as dist
+
+        name = "gemmt.nn.ExpertParallelMoE"
+        if not dist.is_available() or not dist.is_initialized():
+            raise RuntimeError(f"{name}: needs an initialised torch.distributed process group "
+                               f"(torch.distributed.init_process_group)")
+        world = dist.get_world_size(group)
+        if num_experts < 1 or num_experts % world:
+            raise ValueError(f"{name}: argument 'num_experts' expected a positive multiple of "
+                             f"the group's size ({world}), so that every rank holds as many "
+                             f"experts, got {num_experts}")
+        if not 1 <= top_k <= num_experts:
+            raise ValueError(f"{name}: argument 'top_k' expected 1 <= top_k <= num_experts "
+                             f"({num_experts}), got {top_k}")
+        if score not in ("softmax", "sigmoid"):
+            raise ValueError(f"{name}: argument 'score' expected 'softmax' or 'sigmoid', got "
+                             f"{score!r}")
+        factory = {"device": device, "dtype": dtype}
+        self.group = group
+        self.rank, self.world_size = dist.get_rank(group), world
+        self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
+        self.num_experts, self.top_k = num_experts, top_k
+        self.num_local_experts = num_experts // world
+        self.first_expert = self.rank * self.num_local_experts
+        self.score, self.renormalize = score, renormalize
+        self.n_group, self.topk_group = n_group, topk_group
+        self.routed_scaling_factor = routed_scaling_factor
+        self.gate = torch.nn.Linear(hidden_size, num_experts, bias=False, **factory)
+        self.gate_up_proj = torch.nn.Parameter(
+            torch.empty(self.num_local_experts, 2 * intermediate_size, hidden_size, **factory))
+        self.down_proj = torch.nn.Parameter(
+            torch.empty(self.num_local_experts, hidden_size, intermediate_size, **factory))
+        self.e_score_correction_bias: Tensor | None
+        if correction_bias:
+            self.register_buffer("e_score_correction_bias",
+                                 torch.zeros(num_experts, device=device, dtype=torch.float32))
+        else:
+            self.e_score_correction_bias = None
+        self.reset_parameters()
+
+    reset_parameters = MoE.reset_parameters
+
+    @classmethod
+    def from_moe(cls, moe: MoE, group: Any = None) -> ExpertParallelMoE:
+        """This rank's shard of ``moe``: a copy of its router (and correction bias) and of
+        the experts this rank holds in a group of ``group``'s size. ``moe`` is left as it
+        is; called on every rank with the same ``moe``, the ranks together compute what
+        ``moe`` computes on all their tokens."""
+        if not isinstance(moe, MoE):
+            raise TypeError(f"gemmt.nn.ExpertParallelMoE.from_moe: argument 'moe' expected a "
+                            f"gemmt.nn.MoE, got {type(moe).__name__}")
+        import torch.distributed as dist
+
+        world = dist.get_world_size(group) if dist.is_initialized() else 0
+        if world and moe.num_experts % world:
+            raise ValueError(f"gemmt.nn.ExpertParallelMoE.from_moe: argument 'moe' expected "
+                             f"a number of experts divisible by the group's size ({world}), "
+                             f"got {moe.num_experts} experts")
+        weight = moe.gate_up_proj
+        new = cls(moe.hidden_size, moe.intermediate_size, moe.num_experts, moe.top_k,
+                  group=group, score=moe.score, renormalize=moe.renormalize,
+                  n_group=moe.n_group, topk_group=moe.topk_group,
+                  correction_bias=moe.e_score_correction_bias is not None,
+                  routed_scaling_factor=moe.routed_scaling_factor, device=weight.device,
+                  dtype=weight.dtype)
+        local = slice(new.first_expert, new.first_expert + new.num_local_experts)
+        with torch.no_grad():
+            new.gate.weight.copy_(moe.gate.weight)
+            new.gate_up_proj.copy_(moe.gate_up_proj[local])
+            new.down_proj.copy_(moe.down_proj[local])
+            if moe.e_score_correction_bias is not None:
+                new.e_score_correction_bias.copy_(moe.e_score_correction_bias)
+        return new
+
+    def forward(self, x: Tensor) -> Tensor:
+        flat = x.reshape(-1, self.hidden_size)
+        routing, weights = _route(self, flat)
+        out = expert_parallel_experts(flat, weights, routing.expert_ids, self.gate_up_proj,
+                                      self.down_proj, self.group)
+        return out.reshape(x.shape)
+
+    def extra_repr(self) -> str:
+        text = (f"hidden_size={self.hidden_size}, intermediate_size={self.intermediate_size}, "
+                f"num_experts={self.num_experts}, top_k={self.top_k}, score={self.score}, "
+                f"local experts [{self.first_expert}, "
+                f"{self.first_expert + self.num_local_experts}) of rank {self.rank}/"
+                f"{self.world_size}")
         if self.n_group:
             text += f", n_group={self.n_group}, topk_group={self.topk_group}"
         return text

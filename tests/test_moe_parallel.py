@@ -1,0 +1,107 @@
+"""Expert parallelism (``gemmt.moe_parallel``, ``gemmt.nn.ExpertParallelMoE``) across
+processes: the outputs and gradients of the expert-parallel layer equal those of the
+single-process ``moe_experts`` / ``gemmt.nn.MoE`` on the full weights.
+
+The scenarios live in ``moe_parallel_scenarios.py`` and run through the launcher of
+``test_distributed.py``: one process group per backend and world size runs all of them, and
+each scenario's outcome becomes a test. gloo on CPU with 2 and 4 processes; NCCL on GPUs,
+skipped without enough of them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import gemmt
+import gemmt.moe
+import gemmt.moe_parallel
+
+if not dist.is_available():
+    pytest.skip("this torch has no torch.distributed", allow_module_level=True)
+
+import moe_parallel_scenarios  # noqa: E402
+from test_distributed import Launcher, Outcomes, _launch, _skip_reason  # noqa: E402
+
+SCENARIO_FILE = Path(moe_parallel_scenarios.__file__).resolve()
+GROUPS = [("gloo", 2), ("gloo", 4), ("nccl", 2), ("nccl", 4)]
+
+_cache: dict[tuple[str, int], Outcomes] = {}
+
+
+@pytest.fixture(scope="module")
+def group_outcomes(tmp_path_factory: pytest.TempPathFactory) -> Launcher:
+    """Launches each (backend, world size) group once, on first use."""
+    def get(backend: str, world: int) -> Outcomes:
+        key = (backend, world)
+        if key not in _cache:
+            _cache[key] = _launch(backend, world,
+                                  tmp_path_factory.mktemp(f"moe_ep_{backend}_{world}"),
+                                  script=SCENARIO_FILE,
+                                  scenarios=moe_parallel_scenarios.SCENARIOS)
+        return _cache[key]
+    return get
+
+
+def _params() -> list[object]:
+    params = []
+    for backend, world in GROUPS:
+        marks = [pytest.mark.cuda] if backend == "nccl" else []
+        reason = _skip_reason(backend, world)
+        if reason:
+            marks.append(pytest.mark.skip(reason=reason))
+        for name in moe_parallel_scenarios.SCENARIOS:
+            params.append(pytest.param(backend, world, name, marks=marks,
+                                       id=f"{backend}-{world}-{name}"))
+    return params
+
+
+@pytest.mark.parametrize(("backend", "world", "scenario"), _params())
+def test_scenario(group_outcomes: Launcher, backend: str, world: int, scenario: str) -> None:
+    outcome = group_outcomes(backend, world)[scenario]
+    failed = {rank: text for rank, text in outcome.items() if text != "ok"}
+    assert not failed, "\n".join(f"rank {r}:\n{t}" for r, t in sorted(failed.items()))
+
+
+def test_exported_names() -> None:
+    assert gemmt.moe.expert_parallel_experts is gemmt.moe_parallel.expert_parallel_experts
+    assert "expert_parallel_experts" in gemmt.moe.__all__
+    assert "ExpertParallelMoE" in gemmt.nn.__all__
+
+
+def test_module_needs_a_process_group() -> None:
+    if dist.is_initialized():
+        pytest.skip("a process group is initialised in this process")
+    with pytest.raises(RuntimeError, match=r"^gemmt\.nn\.ExpertParallelMoE: needs an "
+                                           r"initialised torch\.distributed process group"):
+        gemmt.nn.ExpertParallelMoE(8, 4, 4, 2)
+
+
+def test_one_process_group_equals_moe_experts(tmp_path: Path) -> None:
+    """A group of one: every expert is local and the all-to-all sends to itself; the result
+    and the gradients are those of moe_experts exactly (float64), also with no tokens."""
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        for tokens in (9, 0):
+            x = torch.randn(tokens, 8, dtype=torch.float64, requires_grad=True)
+            w_gate_up = torch.randn(4, 12, 8, dtype=torch.float64, requires_grad=True)
+            w_down = torch.randn(4, 8, 6, dtype=torch.float64, requires_grad=True)
+            routing = gemmt.moe_route(torch.randn(tokens, 4, dtype=torch.float64), 2)
+            weights = routing.weights.detach().requires_grad_()
+            inputs = (x, weights, w_gate_up, w_down)
+            ref = gemmt.moe_experts(x, w_gate_up, w_down, weights, routing.expert_ids,
+                                    routing.token_order, routing.offsets)
+            out = gemmt.moe.expert_parallel_experts(x, weights, routing.expert_ids, w_gate_up,
+                                                    w_down)
+            assert out.shape == (tokens, 8)
+            assert torch.equal(out, ref)
+            grad = torch.randn_like(ref)
+            for got, want in zip(torch.autograd.grad(out, inputs, grad),
+                                 torch.autograd.grad(ref, inputs, grad)):
+                assert torch.equal(got, want)
+    finally:
+        dist.destroy_process_group()
