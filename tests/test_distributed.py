@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import pytest
 import torch
@@ -120,36 +120,49 @@ Outcomes = dict[str, dict[int, str]]
 Launcher = Callable[[str, int], Outcomes]
 
 
-@pytest.fixture(scope="module")
-def group_outcomes(tmp_path_factory: pytest.TempPathFactory) -> Launcher:
-    """Launches each (backend, world size) group once, on first use."""
+def launcher(tmp_path_factory: pytest.TempPathFactory, cache: dict[tuple[str, int], Outcomes],
+             prefix: str, **launch_kwargs: Any) -> Launcher:
+    """Launches each (backend, world size) group once, on first use, for a scenario file."""
     def get(backend: str, world: int) -> Outcomes:
         key = (backend, world)
-        if key not in _cache:
-            _cache[key] = _launch(backend, world,
-                                  tmp_path_factory.mktemp(f"dist_{backend}_{world}"))
-        return _cache[key]
+        if key not in cache:
+            cache[key] = _launch(backend, world,
+                                 tmp_path_factory.mktemp(f"{prefix}_{backend}_{world}"),
+                                 **launch_kwargs)
+        return cache[key]
     return get
 
 
-def _params() -> list[object]:
+def scenario_params(names: Iterable[str]) -> list[object]:
+    """One test parameter per (backend, world size, scenario), skipped where the group
+    cannot run here."""
     params = []
+    names = list(names)
     for backend, world in GROUPS:
         marks = [pytest.mark.cuda] if backend == "nccl" else []
         reason = _skip_reason(backend, world)
         if reason:
             marks.append(pytest.mark.skip(reason=reason))
-        for name in distributed_scenarios.SCENARIOS:
+        for name in names:
             params.append(pytest.param(backend, world, name, marks=marks,
                                        id=f"{backend}-{world}-{name}"))
     return params
 
 
-@pytest.mark.parametrize(("backend", "world", "scenario"), _params())
-def test_scenario(group_outcomes: Launcher, backend: str, world: int, scenario: str) -> None:
-    outcome = group_outcomes(backend, world)[scenario]
+def assert_every_rank_ok(outcome: dict[int, str]) -> None:
     failed = {rank: text for rank, text in outcome.items() if text != "ok"}
     assert not failed, "\n".join(f"rank {r}:\n{t}" for r, t in sorted(failed.items()))
+
+
+@pytest.fixture(scope="module")
+def group_outcomes(tmp_path_factory: pytest.TempPathFactory) -> Launcher:
+    return launcher(tmp_path_factory, _cache, "dist")
+
+
+@pytest.mark.parametrize(("backend", "world", "scenario"),
+                         scenario_params(distributed_scenarios.SCENARIOS))
+def test_scenario(group_outcomes: Launcher, backend: str, world: int, scenario: str) -> None:
+    assert_every_rank_ok(group_outcomes(backend, world)[scenario])
 
 
 def test_launch_is_bounded(tmp_path: Path) -> None:

@@ -24,46 +24,24 @@ if not dist.is_available():
     pytest.skip("this torch has no torch.distributed", allow_module_level=True)
 
 import moe_parallel_scenarios  # noqa: E402
-from test_distributed import Launcher, Outcomes, _launch, _skip_reason  # noqa: E402
+from test_distributed import (  # noqa: E402
+    Launcher, Outcomes, assert_every_rank_ok, launcher, scenario_params)
 
 SCENARIO_FILE = Path(moe_parallel_scenarios.__file__).resolve()
-GROUPS = [("gloo", 2), ("gloo", 4), ("nccl", 2), ("nccl", 4)]
 
 _cache: dict[tuple[str, int], Outcomes] = {}
 
 
 @pytest.fixture(scope="module")
 def group_outcomes(tmp_path_factory: pytest.TempPathFactory) -> Launcher:
-    """Launches each (backend, world size) group once, on first use."""
-    def get(backend: str, world: int) -> Outcomes:
-        key = (backend, world)
-        if key not in _cache:
-            _cache[key] = _launch(backend, world,
-                                  tmp_path_factory.mktemp(f"moe_ep_{backend}_{world}"),
-                                  script=SCENARIO_FILE,
-                                  scenarios=moe_parallel_scenarios.SCENARIOS)
-        return _cache[key]
-    return get
+    return launcher(tmp_path_factory, _cache, "moe_ep", script=SCENARIO_FILE,
+                    scenarios=moe_parallel_scenarios.SCENARIOS)
 
 
-def _params() -> list[object]:
-    params = []
-    for backend, world in GROUPS:
-        marks = [pytest.mark.cuda] if backend == "nccl" else []
-        reason = _skip_reason(backend, world)
-        if reason:
-            marks.append(pytest.mark.skip(reason=reason))
-        for name in moe_parallel_scenarios.SCENARIOS:
-            params.append(pytest.param(backend, world, name, marks=marks,
-                                       id=f"{backend}-{world}-{name}"))
-    return params
-
-
-@pytest.mark.parametrize(("backend", "world", "scenario"), _params())
+@pytest.mark.parametrize(("backend", "world", "scenario"),
+                         scenario_params(moe_parallel_scenarios.SCENARIOS))
 def test_scenario(group_outcomes: Launcher, backend: str, world: int, scenario: str) -> None:
-    outcome = group_outcomes(backend, world)[scenario]
-    failed = {rank: text for rank, text in outcome.items() if text != "ok"}
-    assert not failed, "\n".join(f"rank {r}:\n{t}" for r, t in sorted(failed.items()))
+    assert_every_rank_ok(group_outcomes(backend, world)[scenario])
 
 
 def test_exported_names() -> None:

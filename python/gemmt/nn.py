@@ -147,6 +147,34 @@ def _route(module: MoE | ExpertParallelMoE, flat: Tensor) -> tuple[MoERouting, T
     return routing, weights
 
 
+def _check_router_args(name: str, num_experts: int, top_k: int, score: str) -> None:
+    """The router arguments every MoE layer takes, refused with the layer's name."""
+    if not 1 <= top_k <= num_experts:
+        raise ValueError(f"{name}: argument 'top_k' expected 1 <= top_k <= num_experts "
+                         f"({num_experts}), got {top_k}")
+    if score not in ("softmax", "sigmoid"):
+        raise ValueError(f"{name}: argument 'score' expected 'softmax' or 'sigmoid', got "
+                         f"{score!r}")
+
+
+def _init_router_and_experts(module: torch.nn.Module, hidden_size: int, intermediate_size: int,
+                             num_experts: int, experts_held: int, correction_bias: bool,
+                             factory: dict[str, Any]) -> None:
+    """The router over all ``num_experts`` and the weights of the ``experts_held`` experts
+    this module computes (uninitialised: reset_parameters draws them)."""
+    module.gate = torch.nn.Linear(hidden_size, num_experts, bias=False, **factory)
+    module.gate_up_proj = torch.nn.Parameter(
+        torch.empty(experts_held, 2 * intermediate_size, hidden_size, **factory))
+    module.down_proj = torch.nn.Parameter(
+        torch.empty(experts_held, hidden_size, intermediate_size, **factory))
+    if correction_bias:
+        module.register_buffer("e_score_correction_bias",
+                               torch.zeros(num_experts, device=factory["device"],
+                                           dtype=torch.float32))
+    else:
+        module.e_score_correction_bias = None
+
+
 class MoE(torch.nn.Module):
     """A mixture-of-experts feed-forward layer: a router and SwiGLU experts.
 
@@ -168,29 +196,15 @@ class MoE(torch.nn.Module):
                  routed_scaling_factor: float = 1.0, device: torch.device | str | None = None,
                  dtype: torch.dtype | None = None) -> None:
         super().__init__()
-        if not 1 <= top_k <= num_experts:
-            raise ValueError(f"gemmt.nn.MoE: argument 'top_k' expected 1 <= top_k <= "
-                             f"num_experts ({num_experts}), got {top_k}")
-        if score not in ("softmax", "sigmoid"):
-            raise ValueError(f"gemmt.nn.MoE: argument 'score' expected 'softmax' or 'sigmoid', "
-                             f"got {score!r}")
+        _check_router_args("gemmt.nn.MoE", num_experts, top_k, score)
         factory = {"device": device, "dtype": dtype}
         self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
         self.num_experts, self.top_k = num_experts, top_k
         self.score, self.renormalize = score, renormalize
         self.n_group, self.topk_group = n_group, topk_group
         self.routed_scaling_factor = routed_scaling_factor
-        self.gate = torch.nn.Linear(hidden_size, num_experts, bias=False, **factory)
-        self.gate_up_proj = torch.nn.Parameter(
-            torch.empty(num_experts, 2 * intermediate_size, hidden_size, **factory))
-        self.down_proj = torch.nn.Parameter(
-            torch.empty(num_experts, hidden_size, intermediate_size, **factory))
-        self.e_score_correction_bias: Tensor | None
-        if correction_bias:
-            self.register_buffer("e_score_correction_bias",
-                                 torch.zeros(num_experts, device=device, dtype=torch.float32))
-        else:
-            self.e_score_correction_bias = None
+        _init_router_and_experts(self, hidden_size, intermediate_size, num_experts, num_experts,
+                                 correction_bias, factory)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -252,12 +266,7 @@ class ExpertParallelMoE(torch.nn.Module):
             raise ValueError(f"{name}: argument 'num_experts' expected a positive multiple of "
                              f"the group's size ({world}), so that every rank holds as many "
                              f"experts, got {num_experts}")
-        if not 1 <= top_k <= num_experts:
-            raise ValueError(f"{name}: argument 'top_k' expected 1 <= top_k <= num_experts "
-                             f"({num_experts}), got {top_k}")
-        if score not in ("softmax", "sigmoid"):
-            raise ValueError(f"{name}: argument 'score' expected 'softmax' or 'sigmoid', got "
-                             f"{score!r}")
+        _check_router_args(name, num_experts, top_k, score)
         factory = {"device": device, "dtype": dtype}
         self.group = group
         self.rank, self.world_size = dist.get_rank(group), world
@@ -268,17 +277,8 @@ class ExpertParallelMoE(torch.nn.Module):
         self.score, self.renormalize = score, renormalize
         self.n_group, self.topk_group = n_group, topk_group
         self.routed_scaling_factor = routed_scaling_factor
-        self.gate = torch.nn.Linear(hidden_size, num_experts, bias=False, **factory)
-        self.gate_up_proj = torch.nn.Parameter(
-            torch.empty(self.num_local_experts, 2 * intermediate_size, hidden_size, **factory))
-        self.down_proj = torch.nn.Parameter(
-            torch.empty(self.num_local_experts, hidden_size, intermediate_size, **factory))
-        self.e_score_correction_bias: Tensor | None
-        if correction_bias:
-            self.register_buffer("e_score_correction_bias",
-                                 torch.zeros(num_experts, device=device, dtype=torch.float32))
-        else:
-            self.e_score_correction_bias = None
+        _init_router_and_experts(self, hidden_size, intermediate_size, num_experts,
+                                 self.num_local_experts, correction_bias, factory)
         self.reset_parameters()
 
     reset_parameters = MoE.reset_parameters
