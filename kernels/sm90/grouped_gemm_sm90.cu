@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "common/gemm_tc_kind.h"
 #include "gemmt/cuda_check.h"
@@ -112,6 +113,16 @@ OperandView b_view(const GroupedGemmArgs& x) {
   return {x.b, x.n, x.k, two_d ? 1 : x.groups, x.b_sn, x.b_sk, x.b_sg};
 }
 
+// The partial-sum sets of the promoted FP8 loop. One set waited for at each k-block runs
+// 1.10-1.17x faster than two with row / column scales, two sets 1.35-1.45x faster than one
+// with block scales (H200, docs/performance.md); GEMMT_FP8_PROMOTE_SETS=1 or 2 forces one
+// (read at each launch, to measure against).
+int promote_sets(bool block) {
+  const char* v = std::getenv("GEMMT_FP8_PROMOTE_SETS");
+  if (v != nullptr && (v[0] == '1' || v[0] == '2')) return v[0] - '0';
+  return block ? 2 : 1;
+}
+
 bool fits_int(int64_t v) {
   return v >= 0 && v < (int64_t{1} << 31);
 }
@@ -200,7 +211,7 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream) {
   l.a_mn = !k_major(a);
   l.b_mn = !k_major(b);
   l.bn = bn;
-  l.promote = promote;
+  l.promote = promote ? promote_sets(x.scale == ScaleKind::kBlock) : 0;
   l.block = x.scale == ScaleKind::kBlock;
   l.cluster = is_fp8_kind(x.kind) ? 2 : 1;
   if (!encode_operand(&l.a, a, x.kind, 128) || !encode_operand(&l.b, b, x.kind, bn / l.cluster)) {

@@ -198,13 +198,12 @@ template <int kElt>
 __device__ __forceinline__ void zero_k_tail(uint32_t base, int boxes, int valid, int tid) {
   constexpr int kRows = 128 / kElt;  // K extent of the stage
   const int tail = kRows - valid;
-  const int total = boxes * tail * 8;
-  for (int i = tid; i < total; i += 256) {
-    const int line = i >> 3;
-    const int box = line / tail;
-    const int r = valid + line % tail;
-    const uint32_t addr = base + box * (kRows * 128) + r * 128 + (i & 7) * 16;
-    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0) : "memory");
+  // Per box, its tail rows' 16-byte chunks (at most 2 a thread: no division in the loop).
+  for (int box = 0; box < boxes; ++box) {
+    for (int i = tid; i < tail * 8; i += 256) {
+      const uint32_t addr = base + box * (kRows * 128) + (valid + (i >> 3)) * 128 + (i & 7) * 16;
+      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0) : "memory");
+    }
   }
 }
 
@@ -231,6 +230,20 @@ __device__ __forceinline__ void gg_store(const GgParams& p, const GgUnit& u,
   epi.act = p.act;
   epi.active = epi.bias != nullptr || p.act != Activation::kNone;
   const bool row_col = p.scale == static_cast<int>(ScaleKind::kRowCol);
+  if (!row_col && !epi.active && pair_aligned && row0 + 64 <= u.rows && col0 + 2 * kAcc <= u.cols) {
+    // A whole block with nothing to apply: packed pairs, no per-element checks (a weight
+    // gradient of a few tokens an expert is bound by these stores alone).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      T* const line = cg + static_cast<int64_t>(row0 + warp * 16 + (lane >> 2) + 8 * h) * p.ldc;
+#pragma unroll
+      for (int j = 0; j < kAcc / 4; ++j) {
+        store_c_pair<T>(line + col0 + 8 * j + 2 * (lane & 3), true, true, acc[4 * j + 2 * h],
+                        acc[4 * j + 2 * h + 1], 1.f, 0.f);
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = row0 + warp * 16 + (lane >> 2) + 8 * h;
@@ -268,12 +281,13 @@ __device__ __forceinline__ void gg_store_any(const GgParams& p, const GgUnit& u,
 
 #endif  // GEMMT_SM90_DEVICE_CODE
 
-// kAMn / kBMn: M-major A, N-major B (16-bit kinds only). kPromote: FP8 partial products of
-// 128 of K join a float32 sum (kBlock: scaled by their block scales). kCluster == 2: CTA pairs
+// kAMn / kBMn: M-major A, N-major B (16-bit kinds only). kPromote (1: one set of partial sums,
+// 2: two): FP8 partial products of 128 of K join a float32 sum (kBlock: scaled by their block
+// scales). kCluster == 2: CTA pairs
 // stacked along M (one group, no split) that share each B stage, each fetching half of it
 // for both by multicast, which halves B's L2 traffic; a stage is refilled once the consumers
 // of both CTAs have released it.
-template <int kKind, bool kAMn, bool kBMn, int kBN, bool kPromote, bool kBlock, int kCluster>
+template <int kKind, bool kAMn, bool kBMn, int kBN, int kPromote, bool kBlock, int kCluster>
 __global__ void __launch_bounds__(kGgThreads, 1)
     sm90_grouped_gemm_kernel(const __grid_constant__ CUtensorMap tma_a,
                              const __grid_constant__ CUtensorMap tma_b, const GgParams p) {
@@ -283,7 +297,7 @@ __global__ void __launch_bounds__(kGgThreads, 1)
   constexpr int kBK = Cfg::kBK;
   constexpr int kMnBox = 64 * 128;  // an MN-major box: 64 of M/N by 64 rows of K (16-bit)
   static_assert(!is_fp8_kind(kKind) || (!kAMn && !kBMn), "fp8 wgmma reads K-major operands");
-  static_assert(!kPromote || kBN == 128, "the promoted FP8 sum needs two accumulator sets");
+  static_assert(kPromote == 0 || kBN == 128, "the promoted FP8 sum needs a second accumulator set");
   static_assert(!kBlock || kPromote, "block scales are applied at the promotion");
 
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -436,24 +450,54 @@ __global__ void __launch_bounds__(kGgThreads, 1)
           phase ^= 1u;
         }
       };
-      if constexpr (kPromote) {
-        // Two sets of partial sums: k-block kb is issued into one while the other, kb - 1's,
-        // is waited for, added to the float32 sum and its stage released, so the tensor cores
-        // always have a group queued.
-        float part0[Cfg::kAcc], part1[Cfg::kAcc];
-        float pf0 = 1.f, pf1 = 1.f;  // the scales of the partial sums in flight
-        auto block_scales = [&](int kb, float& f0, float& f1) {
-          f0 = f1 = 1.f;
-          if constexpr (kBlock) {
+      // Block scales of k-block kb (1 without block scales): this thread's two rows of A
+      // times the tile's column block of B.
+      auto block_scales = [&](int kb, float& f0, float& f1) {
+        f0 = f1 = 1.f;
+        if constexpr (kBlock) {
+          if (kb < num_kb) {
             const float sbv = __ldg(p.sb + kb * p.sb_s0 + col_blk * p.sb_s1);
             f0 = __ldg(p.sa + r0 * p.sa_s0 + kb * p.sa_s1) * sbv;
             f1 = __ldg(p.sa + r1 * p.sa_s0 + kb * p.sa_s1) * sbv;
           }
-        };
-        auto promote = [&](float (&part)[Cfg::kAcc], float f0, float f1) {
+        }
+      };
+      auto promote = [&](float (&part)[Cfg::kAcc], float f0, float f1) {
 #pragma unroll
-          for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = fmaf(part[i], (i & 2) ? f1 : f0, acc[i]);
-        };
+        for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = fmaf(part[i], (i & 2) ? f1 : f0, acc[i]);
+      };
+      if constexpr (kPromote == 1) {
+        // One set of partial sums, waited for at each k-block: the two consumer warpgroups
+        // drift apart, so one promotes while the other's products run. The scales of the next
+        // k-block are loaded a block ahead, so their latency hides behind this one's products.
+        float part[Cfg::kAcc];
+        float f0, f1, n0, n1;
+        block_scales(0, f0, f1);
+        for (int kb = 0; kb < num_kb; ++kb) {
+          block_scales(kb + 1, n0, n1);
+          uint64_t da, db;
+          stage_descs(kb, da, db);
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) {
+            wgmma_step<kKind, 0, 0, kBN>(part, da + kk * kAStep, db + kk * kBStep,
+                                         kk != 0 ? 1u : 0u);
+          }
+          wgmma_commit();
+          wgmma_wait<0>();
+          fence_accumulators(part);
+          release(stage);
+          promote(part, f0, f1);
+          f0 = n0;
+          f1 = n1;
+          advance();
+        }
+      } else if constexpr (kPromote == 2) {
+        // Two sets of partial sums: k-block kb is issued into one while the other, kb - 1's,
+        // is waited for, added to the float32 sum and its stage released. (ptxas serialises
+        // the products of this form: C7514.)
+        float part0[Cfg::kAcc], part1[Cfg::kAcc];
+        float pf0 = 1.f, pf1 = 1.f;  // the scales of the partial sums in flight
         auto step = [&](int kb, float (&cur)[Cfg::kAcc], float (&prev)[Cfg::kAcc]) {
           float f0, f1;
           block_scales(kb, f0, f1);
@@ -525,7 +569,7 @@ __global__ void __launch_bounds__(kGgThreads, 1)
           }
         }
       }
-      if constexpr (!kPromote) {
+      if constexpr (kPromote == 0) {
         wgmma_wait<0>();
         fence_accumulators(acc);
         if (num_kb > 0) release(prev_stage);

@@ -14,7 +14,7 @@
 namespace gemmt {
 namespace {
 
-template <int kKind, bool kAMn, bool kBMn, int kBN, bool kPromote, bool kBlock, int kCluster = 1>
+template <int kKind, bool kAMn, bool kBMn, int kBN, int kPromote, bool kBlock, int kCluster = 1>
 cudaError_t launch_grouped_instance(const sm90::GroupedLaunch& l, cudaStream_t stream) {
   constexpr auto kernel =
       sm90_grouped_gemm_kernel<kKind, kAMn, kBMn, kBN, kPromote, kBlock, kCluster>;
@@ -50,38 +50,44 @@ cudaError_t launch_grouped_instance(const sm90::GroupedLaunch& l, cudaStream_t s
 // of a split of the contraction dimension (the per-group weight gradient); 128- and 256-wide.
 template <int kKind>
 cudaError_t launch_grouped_16bit(const sm90::GroupedLaunch& l, cudaStream_t stream) {
-  if (l.promote || l.block) return cudaErrorInvalidValue;
+  if (l.promote != 0 || l.block) return cudaErrorInvalidValue;
   if (l.bn == 256) {
     if (!l.a_mn && !l.b_mn)
-      return launch_grouped_instance<kKind, false, false, 256, false, false>(l, stream);
+      return launch_grouped_instance<kKind, false, false, 256, 0, false>(l, stream);
     if (!l.a_mn && l.b_mn)
-      return launch_grouped_instance<kKind, false, true, 256, false, false>(l, stream);
+      return launch_grouped_instance<kKind, false, true, 256, 0, false>(l, stream);
     if (l.a_mn && l.b_mn)
-      return launch_grouped_instance<kKind, true, true, 256, false, false>(l, stream);
+      return launch_grouped_instance<kKind, true, true, 256, 0, false>(l, stream);
   } else {
     if (!l.a_mn && !l.b_mn)
-      return launch_grouped_instance<kKind, false, false, 128, false, false>(l, stream);
+      return launch_grouped_instance<kKind, false, false, 128, 0, false>(l, stream);
     if (!l.a_mn && l.b_mn)
-      return launch_grouped_instance<kKind, false, true, 128, false, false>(l, stream);
+      return launch_grouped_instance<kKind, false, true, 128, 0, false>(l, stream);
     if (l.a_mn && l.b_mn)
-      return launch_grouped_instance<kKind, true, true, 128, false, false>(l, stream);
+      return launch_grouped_instance<kKind, true, true, 128, 0, false>(l, stream);
   }
   return cudaErrorInvalidValue;
 }
 
 // The FP8 instances of one operand pair (one group, CTA pairs): the promoted sum (row/column
-// or block scales) on the 128-wide tile, fast accumulation on the 256- or 128-wide one.
+// or block scales) on the 128-wide tile with one or two sets of partial sums, fast
+// accumulation on the 256- or 128-wide one.
 template <int kKind>
 cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t stream) {
   if (l.a_mn || l.b_mn) return cudaErrorInvalidValue;
-  if (l.block) return launch_grouped_instance<kKind, false, false, 128, true, true, 2>(l, stream);
-  if (l.promote) {
-    return launch_grouped_instance<kKind, false, false, 128, true, false, 2>(l, stream);
+  if (l.promote == 1) {
+    if (l.block) return launch_grouped_instance<kKind, false, false, 128, 1, true, 2>(l, stream);
+    return launch_grouped_instance<kKind, false, false, 128, 1, false, 2>(l, stream);
   }
+  if (l.promote == 2) {
+    if (l.block) return launch_grouped_instance<kKind, false, false, 128, 2, true, 2>(l, stream);
+    return launch_grouped_instance<kKind, false, false, 128, 2, false, 2>(l, stream);
+  }
+  if (l.block) return cudaErrorInvalidValue;
   if (l.bn == 256) {
-    return launch_grouped_instance<kKind, false, false, 256, false, false, 2>(l, stream);
+    return launch_grouped_instance<kKind, false, false, 256, 0, false, 2>(l, stream);
   }
-  return launch_grouped_instance<kKind, false, false, 128, false, false, 2>(l, stream);
+  return launch_grouped_instance<kKind, false, false, 128, 0, false, 2>(l, stream);
 }
 
 }  // namespace

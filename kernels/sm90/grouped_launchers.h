@@ -39,7 +39,7 @@ struct GroupedLaunch {
   int grid;
   bool a_mn, b_mn;
   int bn;        // 128 or 256
-  bool promote;  // FP8: a float32 sum of 128-deep partial products
+  int promote;   // FP8: a float32 sum of 128-deep partial products, with 1 or 2 sets of them (0: none)
   bool block;    // FP8: with 1x128 / 128x128 block scales
   int cluster;   // 1, or 2: CTA pairs along M sharing B (FP8, one group)
 };
