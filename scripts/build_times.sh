@@ -18,7 +18,7 @@ configure=$(since "$t")
 t=$(now)
 cmake --build "$dir" -j "$jobs" >/dev/null
 echo "configure $configure s, cold build $(since "$t") s (-j$jobs)"
-for f in kernels/simt/ladder_3_register_blocked.cu kernels/simt/pipelined_f32_fat.cu \
+for f in kernels/simt/ladder_3_register_blocked.cu kernels/simt/pipelined_f32_fat_a_vecc.cu \
          kernels/sm90/gemm_sm90.cu kernels/elementwise.cu pytorch_wrapper/gemm_ops.cpp; do
   [ -f "$f" ] || continue
   touch "$f"

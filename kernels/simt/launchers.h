@@ -37,17 +37,18 @@ struct PipeKernel {
 PipeKernel pipe_kernel(ScalarType t, PipeTile tile, LoadMode a, LoadMode b, bool interior,
                        bool stream_k);
 // The instance translation units, one per dtype and tile (and interior form).
-PipeKernel pipe_kernel_f32_large(LoadMode a, LoadMode b, bool stream_k);
 PipeKernel pipe_kernel_f32_medium(LoadMode a, LoadMode b, bool stream_k);
 PipeKernel pipe_kernel_f32_medium_interior(LoadMode a, LoadMode b, bool stream_k);
 PipeKernel pipe_kernel_f32_small(LoadMode a, LoadMode b, bool stream_k);
-PipeKernel pipe_kernel_f32_fat(LoadMode a, LoadMode b, bool stream_k);
-PipeKernel pipe_kernel_f32_fat_interior(LoadMode a, LoadMode b, bool stream_k);
 PipeKernel pipe_kernel_f32_narrow(LoadMode a, LoadMode b, bool stream_k);
-PipeKernel pipe_kernel_f16_large(LoadMode a, LoadMode b);
 PipeKernel pipe_kernel_f16_small(LoadMode a, LoadMode b);
-PipeKernel pipe_kernel_bf16_large(LoadMode a, LoadMode b);
 PipeKernel pipe_kernel_bf16_small(LoadMode a, LoadMode b);
+// The heaviest sets (float32 Large and Fat, Fat's interior form, 16-bit Large) are split
+// further by A's loader mode, one translation unit each (pipelined_<dtype>_<tile>_a_<mode>.cu):
+// each whole set was one of the build's longest steps. Only the modes with instances
+// (pipe_instance_built for some B mode) are defined.
+template <ScalarType kT, PipeTile kTile, bool kInterior, int kAMode>
+PipeKernel pipe_kernel_a(LoadMode b, bool stream_k);
 
 // Step 6 (split_k_reduce.cu): C = alpha * (sum of `splits` float32 slices [splits][m][n]) +
 // beta * C, slices added in order.

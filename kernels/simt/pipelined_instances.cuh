@@ -67,32 +67,44 @@ PipeKernel instance(bool stream_k) {
                   : instance<T, TILE, AM, BM, INTERIOR, false>();
 }
 
+// The instance of (T, TILE, INTERIOR) and A's loader mode AM for B's loader mode b.
+template <class T, PipeTile TILE, bool INTERIOR, int AM>
+PipeKernel pipe_kernel_of_a(LoadMode b, bool stream_k) {
+  switch (b) {
+    case kVecC:
+      return instance<T, TILE, AM, kVecC, INTERIOR>(stream_k);
+    case kVecK:
+      return instance<T, TILE, AM, kVecK, INTERIOR>(stream_k);
+    default:
+      return instance<T, TILE, AM, kScalar, INTERIOR>(stream_k);
+  }
+}
+
 // The instance of (T, TILE, INTERIOR) for the loader modes a and b; an empty PipeKernel when
 // it is not compiled (pipe_instance_built).
 template <class T, PipeTile TILE, bool INTERIOR>
 PipeKernel pipe_kernel_of(LoadMode a, LoadMode b, bool stream_k) {
-  switch (a * kNumLoadModes + b) {
-    case kVecC* kNumLoadModes + kVecC:
-      return instance<T, TILE, kVecC, kVecC, INTERIOR>(stream_k);
-    case kVecC* kNumLoadModes + kVecK:
-      return instance<T, TILE, kVecC, kVecK, INTERIOR>(stream_k);
-    case kVecC* kNumLoadModes + kScalar:
-      return instance<T, TILE, kVecC, kScalar, INTERIOR>(stream_k);
-    case kVecK* kNumLoadModes + kVecC:
-      return instance<T, TILE, kVecK, kVecC, INTERIOR>(stream_k);
-    case kVecK* kNumLoadModes + kVecK:
-      return instance<T, TILE, kVecK, kVecK, INTERIOR>(stream_k);
-    case kVecK* kNumLoadModes + kScalar:
-      return instance<T, TILE, kVecK, kScalar, INTERIOR>(stream_k);
-    case kScalar* kNumLoadModes + kVecC:
-      return instance<T, TILE, kScalar, kVecC, INTERIOR>(stream_k);
-    case kScalar* kNumLoadModes + kVecK:
-      return instance<T, TILE, kScalar, kVecK, INTERIOR>(stream_k);
+  switch (a) {
+    case kVecC:
+      return pipe_kernel_of_a<T, TILE, INTERIOR, kVecC>(b, stream_k);
+    case kVecK:
+      return pipe_kernel_of_a<T, TILE, INTERIOR, kVecK>(b, stream_k);
     default:
-      return instance<T, TILE, kScalar, kScalar, INTERIOR>(stream_k);
+      return pipe_kernel_of_a<T, TILE, INTERIOR, kScalar>(b, stream_k);
   }
 }
 
 }  // namespace
+
+// The instances of one A loader mode (launchers.h: pipe_kernel_a), explicitly instantiated by
+// the pipelined_<dtype>_<tile>_a_<mode>.cu translation units.
+template <ScalarType kT, PipeTile kTile, bool kInterior, int kAMode>
+PipeKernel pipe_kernel_a(LoadMode b, bool stream_k) {
+  using T =
+      std::conditional_t<kT == ScalarType::kFloat32, float,
+                         std::conditional_t<kT == ScalarType::kFloat16, __half, __nv_bfloat16>>;
+  return pipe_kernel_of_a<T, kTile, kInterior, kAMode>(b, stream_k);
+}
+
 }  // namespace simt
 }  // namespace gemmt

@@ -64,23 +64,35 @@ cudaError_t bind_current_context() {
 
 namespace {
 
-// The instances of the plan's kind and tile width (instances_<kind>_<width>.cu).
+// The instances of the plan's tile width and the launch's cluster shape.
+template <int kKind, int kBN>
+cudaError_t launch_cluster(const Problem& pr, const Plan& plan, const Maps& maps, const Launch& l,
+                           cudaStream_t stream) {
+  if constexpr (kBN == kBNNarrow) {
+    return sm90::launch_width<kKind, kBN, 1>(pr, plan, maps, l, stream);
+  } else {
+    return l.cluster == 2 ? sm90::launch_width<kKind, kBN, 2>(pr, plan, maps, l, stream)
+                          : sm90::launch_width<kKind, kBN, 1>(pr, plan, maps, l, stream);
+  }
+}
+
+// The instances of the plan's kind and tile width (instances_<kind>_<width>[_pair].cu).
 template <int kKind>
 cudaError_t launch_kind(const Problem& pr, const Plan& plan, const Maps& maps, const Launch& l,
                         cudaStream_t stream) {
   switch (plan.bn) {
     case kBNNarrow:
-      return sm90::launch_width<kKind, kBNNarrow>(pr, plan, maps, l, stream);
+      return launch_cluster<kKind, kBNNarrow>(pr, plan, maps, l, stream);
     case kBNMedium:
-      return sm90::launch_width<kKind, kBNMedium>(pr, plan, maps, l, stream);
+      return launch_cluster<kKind, kBNMedium>(pr, plan, maps, l, stream);
     case kBNThreeQuarter:
       if constexpr (kKind == kTF32) {
         return cudaErrorNotSupported;  // 16-bit only (the planner never picks it for tf32)
       } else {
-        return sm90::launch_width<kKind, kBNThreeQuarter>(pr, plan, maps, l, stream);
+        return launch_cluster<kKind, kBNThreeQuarter>(pr, plan, maps, l, stream);
       }
     default:
-      return sm90::launch_width<kKind, kBNWide>(pr, plan, maps, l, stream);
+      return launch_cluster<kKind, kBNWide>(pr, plan, maps, l, stream);
   }
 }
 

@@ -5,9 +5,9 @@
 namespace gemmt {
 namespace sm90 {
 
-template cudaError_t launch_width<kBF16, kBNNarrow>(const Problem& pr, const Plan& plan,
-                                                    const Maps& maps, const Launch& l,
-                                                    cudaStream_t stream);
+template cudaError_t launch_width<kBF16, kBNNarrow, 1>(const Problem& pr, const Plan& plan,
+                                                       const Maps& maps, const Launch& l,
+                                                       cudaStream_t stream);
 
 }  // namespace sm90
 }  // namespace gemmt

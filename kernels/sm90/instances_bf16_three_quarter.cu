@@ -1,13 +1,13 @@
 // The Hopper GEMM kernel's 128x192 instances for bfloat16 operands: every operand layout,
-// single CTAs and CTA pairs.
+// single CTAs (the CTA pairs: _pair.cu).
 #include "sm90/launch.cuh"
 
 namespace gemmt {
 namespace sm90 {
 
-template cudaError_t launch_width<kBF16, kBNThreeQuarter>(const Problem& pr, const Plan& plan,
-                                                          const Maps& maps, const Launch& l,
-                                                          cudaStream_t stream);
+template cudaError_t launch_width<kBF16, kBNThreeQuarter, 1>(const Problem& pr, const Plan& plan,
+                                                             const Maps& maps, const Launch& l,
+                                                             cudaStream_t stream);
 
 }  // namespace sm90
 }  // namespace gemmt

@@ -33,7 +33,7 @@
 //
 // This header holds the main loop (the producer's TMA ring and the consumers' wgmma loop);
 // its parts are in ptx.cuh, scheduler.cuh and epilogue.cuh; the instances are compiled in
-// instances_<kind>_<width>.cu.
+// instances_<kind>_<width>[_pair].cu.
 #pragma once
 
 #include <cuda.h>

@@ -1,7 +1,7 @@
 // Launches of the Hopper GEMM kernel (kernel.cuh): the kernel parameters from a plan, the
-// cluster shape, and the instances for every operand layout of one kind and tile width (the
-// 128x192 tile for 16-bit kinds only). Included by instances_<kind>_<width>.cu only, so each
-// (kind, width) compiles in its own translation unit.
+// cluster shape, and the instances for every operand layout of one kind, tile width and
+// cluster shape (the 128x192 tile for 16-bit kinds only). Included by the instances_*.cu files
+// only, so each (kind, width, cluster) compiles in its own translation unit.
 #pragma once
 
 #include <cuda.h>
@@ -185,21 +185,20 @@ Params params_of(const Problem& pr, const Plan& plan, const Launch& l, SkSpread*
 
 namespace sm90 {
 
-// The product of a plan whose tile width is kBN: the instance for its layouts and cluster
-// shape. Defined for every (kind, width) the kernels have, each in its own translation unit
-// (instances_<kind>_<width>.cu), so that a parallel build compiles them side by side.
-template <int kKind, int kBN>
+// The product of a plan whose tile width is kBN and whose launch has kCluster CTAs per
+// cluster: the instance for its layouts. Defined for every (kind, width, cluster) the kernels
+// have, each in its own translation unit (instances_<kind>_<width>[_pair].cu), so that a
+// parallel build compiles them side by side.
+template <int kKind, int kBN, int kCluster>
 cudaError_t launch_width(const Problem& pr, const Plan& plan, const Maps& maps, const Launch& l,
                          cudaStream_t stream) {
+  static_assert(kCluster == 1 || (kCluster == 2 && kBN != kBNNarrow),
+                "the narrow tile runs in single CTAs only");
+  if (l.cluster != kCluster) return cudaErrorInvalidConfiguration;
   SkSpread skc = SkSpread::kOff;
   const Params p = params_of<kKind>(pr, plan, l, &skc);
   const int sm_count = pr.args.sm_count > 0 ? pr.args.sm_count : 1;
-  if constexpr (kBN == kBNNarrow) {
-    return launch_layout<kKind, 1, kBN>(plan, maps, p, sm_count, skc, stream);
-  } else {
-    return l.cluster == 2 ? launch_layout<kKind, 2, kBN>(plan, maps, p, sm_count, skc, stream)
-                          : launch_layout<kKind, 1, kBN>(plan, maps, p, sm_count, skc, stream);
-  }
+  return launch_layout<kKind, kCluster, kBN>(plan, maps, p, sm_count, skc, stream);
 }
 
 }  // namespace sm90

@@ -1,5 +1,5 @@
 // The Hopper GEMM's launchers, one translation unit per operand kind and tile width
-// (instances_<kind>_<width>.cu), called by gemm_sm90.cu with a plan of kernels/plan/sm90_plan.h.
+// (instances_<kind>_<width>[_pair].cu), called by gemm_sm90.cu with a plan of kernels/plan/sm90_plan.h.
 #pragma once
 
 #include <cuda.h>
@@ -23,10 +23,13 @@ struct Launch {
   float* partial = nullptr;
 };
 
-// The instances of one operand kind (TcKind) and tile width (kBNWide ... kBNNarrow), each pair
-// in its own translation unit, instances_<kind>_<width>.cu (the 128x192 width for 16-bit kinds
-// only).
-template <int kKind, int kBN>
+// The instances of one operand kind (TcKind), tile width (kBNWide ... kBNNarrow) and cluster
+// shape (1: single CTAs, 2: CTA pairs; l.cluster must match), for every operand layout. Each
+// is its own translation unit: instances_<kind>_<width>.cu for single CTAs and
+// instances_<kind>_<width>_pair.cu for pairs (no pairs for the narrow tile; the 128x192 width
+// for 16-bit kinds only). The pairs are a translation unit of their own because each of the
+// two halves was the longest step of the build.
+template <int kKind, int kBN, int kCluster>
 cudaError_t launch_width(const Problem& pr, const Plan& plan, const Maps& maps, const Launch& l,
                          cudaStream_t stream);
 

@@ -92,13 +92,20 @@ def replacements(env: dict[str, str] | None = None,
     return out
 
 
+def check_messages(compilers: list[str], loaded: str | None) -> list[str]:
+    """One warning line per compiler of ``compilers`` that does not link ``loaded`` (what
+    ``--check`` prints, and what the CMake configuration shows through cmake/torch_query.py)."""
+    return [f"{compiler} links {lib}, but torch's process loads {loaded}: the module "
+            "would crash at its first formatted message. Build with a compiler of the "
+            "system's GCC, e.g. CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++."
+            for compiler, lib in mismatched(compilers, loaded)]
+
+
 def _main(argv: list[str]) -> int:
     loaded = loaded_libstdcxx()
     if argv[:1] == ["--check"]:
-        for compiler, lib in mismatched(argv[1:], loaded):
-            print(f"{compiler} links {lib}, but torch's process loads {loaded}: the module "
-                  "would crash at its first formatted message. Build with a compiler of the "
-                  "system's GCC, e.g. CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++.")
+        for line in check_messages(argv[1:], loaded):
+            print(line)
         return 0
     for var, value in replacements(loaded=loaded).items():
         print(f"{var} ({os.environ[var]}) does not link the libstdc++ of torch's process "

@@ -1,0 +1,12 @@
+// Instances of the pipelined SIMT kernel: float32, PipeTile::kFat, whole-tiles (interior) form, A
+// read in vectors along K (kVecK).
+#include "simt/pipelined_instances.cuh"
+
+namespace gemmt {
+namespace simt {
+
+template PipeKernel pipe_kernel_a<ScalarType::kFloat32, PipeTile::kFat, true, kVecK>(LoadMode b,
+                                                                                     bool stream_k);
+
+}  // namespace simt
+}  // namespace gemmt

@@ -1,0 +1,13 @@
+// The Hopper GEMM kernel's 128x128 (ping-pong) instances for float32 with TF32 allowed operands:
+// every operand layout, CTA pairs (single CTAs: the file without _pair).
+#include "sm90/launch.cuh"
+
+namespace gemmt {
+namespace sm90 {
+
+template cudaError_t launch_width<kTF32, kBNMedium, 2>(const Problem& pr, const Plan& plan,
+                                                       const Maps& maps, const Launch& l,
+                                                       cudaStream_t stream);
+
+}  // namespace sm90
+}  // namespace gemmt
