@@ -66,6 +66,7 @@ struct DcCfg {
   static constexpr int kRedBytes = dc::kTileRows * kBN * 4;
   static constexpr int kRingBytes = kStages * (kABytes + kBBytes);
   static_assert(kRedBytes <= kRingBytes, "the partial sums must fit in the ring");
+  static_assert(kAcc % 2 == 0, "the reduction moves accumulator pairs");
   static constexpr int kSmemBytes = kRingBytes + 2 * kStages * 8 + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "exceeds the shared memory of one H100 CTA");
 };

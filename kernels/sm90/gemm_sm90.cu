@@ -202,6 +202,8 @@ cudaError_t run_with(const GemmArgs& args, int splits, int bn, Orientation orien
 }  // namespace
 
 bool gemm_sm90_supports(const GemmArgs& args) {
+  // The cluster decode kernel applies every epilogue itself (decode_cluster_plan.h).
+  if (decode_cluster::schedule_new() && gemm_decode_cluster_wanted(args)) return true;
   return problem_supported(problem_for(args), kKernelsBuilt);
 }
 
