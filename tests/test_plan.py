@@ -964,3 +964,89 @@ def test_grouped_plan_tile_bound_covers_every_split() -> None:
     assert plan["max_tiles"] == 8 * 2 * -(-384 // plan["tile_n"])
     # Nothing to write.
     assert lib.plan_grouped(0, 512, 256, 4, 1, 132)["max_tiles"] == 0
+
+
+# ---- The Hopper cluster decode GEMM (kernels/plan/decode_cluster_plan.cpp) -----------------------
+def decode_cluster(m: int, n: int, k: int, dtype: str = "bfloat16", cc_major: int = 9,
+                   offsets: tuple[int, int, int] = (0, 0, 0), a_k_major: bool = True,
+                   bias_per_row: bool = False, sms: int = SMS,
+                   device_info: dict[str, int] | None = None) -> dict[str, Any]:
+    """The cluster decode planner's answer for tokens (m x k, K-major) @ W.T (W: n x k)."""
+    a_strides = (k, 1) if a_k_major else (1, m)
+    return _native.load().plan_decode_cluster(dtype, m, n, k, a_strides, (1, k), n, offsets,
+                                              sms, cc_major, bias_per_row, device_info or {})
+
+
+def test_decode_cluster_takes_only_what_its_kernel_reads() -> None:
+    assert decode_cluster(1, 4096, 4096)["supported"]
+    assert decode_cluster(256, 4096, 4096)["supported"]
+    assert decode_cluster(255, 4104, 4104, dtype="float16")["supported"]  # odd tile counts
+    assert not decode_cluster(257, 4096, 4096)["supported"]  # wgmma's widest N
+    assert not decode_cluster(8, 4096, 4100)["supported"]  # k % 8: TMA row strides
+    assert not decode_cluster(8, 4096, 4096, dtype="float32")["supported"]
+    assert not decode_cluster(8, 4096, 4096, cc_major=8)["supported"]  # wgmma, clusters
+    assert not decode_cluster(8, 4096, 4096, offsets=(2, 0, 0))["supported"]  # 16-byte rows
+    assert not decode_cluster(8, 4096, 4096, a_k_major=False)["supported"]
+    assert not decode_cluster(8, 4096, 4096, bias_per_row=True)["supported"]
+
+
+# The decode sweep of `python -m gemmt bench tune` plus the square and MLP shapes of issue 50.
+CLUSTER_WEIGHTS = [(2048, 4096), (4096, 4096), (5120, 5120), (13824, 5120), (5120, 13824),
+                   (152064, 5120), (128256, 4096), (96, 64), (4104, 4104)]
+CLUSTER_TOKENS = [1, 2, 3, 8, 32, 64, 65, 100, 128, 129, 200, 255, 256]
+
+
+@pytest.mark.parametrize("description", [H100, H200], ids=["h100", "h200"])
+@pytest.mark.parametrize("n,k", CLUSTER_WEIGHTS)
+@pytest.mark.parametrize("m", CLUSTER_TOKENS)
+def test_decode_cluster_plan_covers_the_problem(m: int, n: int, k: int,
+                                                description: dict[str, int]) -> None:
+    """Every token fits the tile, every k-block belongs to exactly one CTA of the cluster and
+    none is empty, and the grid is one wave of 132 SMs wherever a cluster is used."""
+    p = decode_cluster(m, n, k, device_info=description)
+    assert p["supported"]
+    assert p["bn"] in (64, 128, 192, 256) and p["bn"] >= m and (p["bn"] == 64 or p["bn"] - 64 < m)
+    assert p["tiles"] == -(-n // 128)
+    assert p["num_kb"] == -(-k // p["block_k"])
+    assert 1 <= p["cluster"] <= 8
+    assert p["cluster"] * p["kb_per_cta"] >= p["num_kb"]
+    assert (p["cluster"] - 1) * p["kb_per_cta"] < p["num_kb"]  # the last CTA has k-blocks
+    assert p["ctas"] == p["tiles"] * p["cluster"]
+    if p["cluster"] > 1:
+        assert p["ctas"] <= SMS
+        assert p["kb_per_cta"] >= 4
+    # Stages of 16 KB of W and bn rows of 128 bytes of tokens, at least 64 KB of W in flight.
+    assert p["stages"] * (16384 + 128 * p["bn"]) <= 227 * 1024 and p["stages"] >= 4
+
+
+@pytest.mark.parametrize("description", [H100, H200], ids=["h100", "h200"])
+def test_decode_cluster_fills_the_sms_for_small_weights(description: dict[str, int]) -> None:
+    """The weights whose persistent plans split K through a second kernel (16-52 MB: 16-40
+    tiles of 128 rows) get clusters that put 120-128 CTAs on 132 SMs, in one launch."""
+    assert decode_cluster(8, 2048, 4096, device_info=description)["cluster"] == 8  # 16 tiles
+    assert decode_cluster(8, 4096, 4096, device_info=description)["cluster"] == 4  # 32 tiles
+    assert decode_cluster(8, 5120, 5120, device_info=description)["cluster"] == 3  # 40 tiles
+    assert decode_cluster(200, 5120, 5120, device_info=description)["ctas"] == 120
+    # 108 tiles: one wave already; 1002 tiles of a 128k vocabulary: several, unsplit.
+    assert decode_cluster(8, 13824, 5120, device_info=description)["cluster"] == 1
+    assert decode_cluster(8, 128256, 4096, device_info=description)["cluster"] == 1
+    # Few SMs: a smaller cluster, never more CTAs than SMs.
+    p = decode_cluster(8, 5120, 5120, sms=66, device_info=description)
+    assert p["cluster"] == 1 and p["ctas"] == 40
+
+
+@pytest.mark.parametrize("description", [H100, H200], ids=["h100", "h200"])
+def test_decode_cluster_wanted_where_the_persistent_kernel_falls_short(
+        description: dict[str, int]) -> None:
+    """The new schedule is the untuned choice where the persistent kernel splits K (cluster
+    >= 2) or runs 65-256 tokens on a weight of one wave of tiles; the 128k vocabulary (1002
+    tiles) and one-wave weights at <= 64 tokens keep the persistent kernel."""
+    for m in (2, 16, 64):
+        assert decode_cluster(m, 5120, 5120, device_info=description)["wanted"]
+        assert decode_cluster(m, 2048, 4096, device_info=description)["wanted"]
+        assert not decode_cluster(m, 13824, 5120, device_info=description)["wanted"]
+    for m in (65, 100, 200, 256):
+        assert decode_cluster(m, 5120, 5120, device_info=description)["wanted"]
+        assert decode_cluster(m, 13824, 5120, device_info=description)["wanted"]
+        assert not decode_cluster(m, 128256, 4096, device_info=description)["wanted"]
+        assert not decode_cluster(m, 152064, 5120, device_info=description)["wanted"]
