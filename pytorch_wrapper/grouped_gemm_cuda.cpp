@@ -32,7 +32,14 @@ void run(const char* op, GroupedGemmArgs& x, const at::Tensor& like) {
   TORCH_CHECK(grouped_gemm_sm90_supported(x, &why), op,
               ": the Hopper kernel cannot take these operands: ", why);
   x.sm_count = usable_sm_count(op);
-  check_launch(op, grouped_gemm_sm90(x, stream_for(like)));
+  const char* step = "";
+  const cudaError_t status = grouped_gemm_sm90(x, stream_for(like), &step);
+  if (status != cudaSuccess) (void)cudaGetLastError();  // not left for a later check to find
+  TORCH_CHECK(status == cudaSuccess, op, ": the Hopper grouped GEMM failed at ", step, " (",
+              cudaGetErrorString(status), "); m=", x.m, " n=", x.n, " k=", x.k,
+              " groups=", x.groups, " split=", static_cast<int>(x.split), " a strides (",
+              x.a_sg, ", ", x.a_sm, ", ", x.a_sk, ") b strides (", x.b_sg, ", ", x.b_sk, ", ",
+              x.b_sn, ")");
 }
 
 // a's strides as (g, rows, k) and b's as (g, k, cols), for 2-D and 3-D operands.

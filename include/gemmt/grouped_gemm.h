@@ -69,7 +69,10 @@ bool grouped_gemm_sm90_supported(const GroupedGemmArgs& args, const char** why);
 
 // Runs the product on `stream`. Call only where grouped_gemm_sm90_supported holds and the
 // device is a Hopper GPU (compute capability 9.0).
-cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& args, cudaStream_t stream);
+// On failure, *failed_step (when given) names the step that failed: a tensor map, the
+// instance choice or the launch itself.
+cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& args, cudaStream_t stream,
+                              const char** failed_step = nullptr);
 
 // The most groups a split product may have: the per-group tile table lives in shared memory.
 constexpr int kGroupedMaxGroups = 1024;

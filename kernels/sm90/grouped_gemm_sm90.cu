@@ -185,9 +185,11 @@ bool grouped_gemm_sm90_supported(const GroupedGemmArgs& x, const char** why) {
   return true;
 }
 
-cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream) {
-  const char* why = nullptr;
-  if (!grouped_gemm_sm90_supported(x, &why)) return cudaErrorInvalidValue;
+cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
+                              const char** failed_step) {
+  const char* unused = nullptr;
+  const char** step = failed_step != nullptr ? failed_step : &unused;
+  if (!grouped_gemm_sm90_supported(x, step)) return cudaErrorInvalidValue;
   // Nothing to write; or nothing to read (k == 0): the kernel then only stores the epilogue of
   // zero sums, and the maps must still be valid, so they point at C.
   if (x.m == 0 || x.n == 0) return cudaSuccess;
@@ -214,7 +216,12 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream) {
   l.promote = promote ? promote_sets(x.scale == ScaleKind::kBlock) : 0;
   l.block = x.scale == ScaleKind::kBlock;
   l.cluster = is_fp8_kind(x.kind) ? 2 : 1;
-  if (!encode_operand(&l.a, a, x.kind, 128) || !encode_operand(&l.b, b, x.kind, bn / l.cluster)) {
+  if (!encode_operand(&l.a, a, x.kind, 128)) {
+    *step = "encoding the tensor map of a";
+    return cudaErrorInvalidValue;
+  }
+  if (!encode_operand(&l.b, b, x.kind, bn / l.cluster)) {
+    *step = "encoding the tensor map of b";
     return cudaErrorInvalidValue;
   }
   sm90::GroupedParams& p = l.p;
@@ -245,6 +252,7 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream) {
   if (tiles == 0) return cudaSuccess;
   const int64_t units = l.cluster == 1 ? tiles : (static_cast<int64_t>(p.tiles_m) * p.tiles_n);
   l.grid = static_cast<int>(std::min<int64_t>(units, sms / l.cluster)) * l.cluster;
+  *step = "the launch of the kernel instance";
   if (x.kind == kBF16) return sm90::grouped_launch_bf16(x.kind, l, stream);
   if (x.kind == kF16) return sm90::grouped_launch_f16(x.kind, l, stream);
   return sm90::grouped_launch_fp8(x.kind, l, stream);
