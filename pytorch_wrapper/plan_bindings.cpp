@@ -14,7 +14,6 @@
 #include "common/copy_layout.h"
 #include "gemmt/gemm_args.h"
 #include "gemmt/gemm_variant.h"
-#include "plan/decode_cluster_plan.h"
 #include "plan/decode_plan.h"
 #include "plan/grouped_plan.h"
 #include "plan/plan_rules.h"
@@ -218,32 +217,6 @@ py::dict plan_decode(const std::string& dtype, int64_t m, int64_t n, int64_t k,
   return d;
 }
 
-py::dict plan_decode_cluster(const std::string& dtype, int64_t m, int64_t n, int64_t k,
-                             std::array<int64_t, 2> a_strides, std::array<int64_t, 2> b_strides,
-                             int64_t ldc, std::array<int64_t, 3> offsets, int sm_count,
-                             int cc_major, bool bias_per_row,
-                             const std::map<std::string, int64_t>& device_info) {
-  GemmArgs a = problem_args(dtype, m, n, k, a_strides, b_strides, ldc, offsets, sm_count);
-  a.cc_major = cc_major;
-  a.cc_minor = 0;
-  a.epilogue.bias_per_row = bias_per_row;
-  a.device = parse_device_info("plan_decode_cluster", device_info);
-  py::dict d;
-  d["supported"] = decode_cluster::supports(a);
-  if (!d["supported"].cast<bool>()) return d;
-  const decode_cluster::Plan pl = decode_cluster::plan(a);
-  d["wanted"] = decode_cluster::wanted(a);
-  d["bn"] = pl.bn;
-  d["tiles"] = pl.tiles;
-  d["cluster"] = pl.cluster;
-  d["kb_per_cta"] = pl.kb_per_cta;
-  d["num_kb"] = pl.num_kb;
-  d["ctas"] = pl.ctas;
-  d["stages"] = pl.stages;
-  d["block_k"] = decode_cluster::kBlockK;
-  return d;
-}
-
 py::dict plan_sm90(const std::string& dtype, int64_t m, int64_t n, int64_t k,
                    std::array<int64_t, 2> a_strides, std::array<int64_t, 2> b_strides, int64_t ldc,
                    std::array<int64_t, 3> offsets, int sm_count, bool allow_tf32, float beta,
@@ -401,13 +374,6 @@ void bind_plans(py::module_& m) {
         py::arg("dtype"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("a_strides"),
         py::arg("b_strides"), py::arg("ldc"), py::arg("offsets"), py::arg("sm_count"),
         py::arg("cc_major"), py::arg("device_info") = std::map<std::string, int64_t>{});
-  m.def("plan_decode_cluster", &plan_decode_cluster,
-        "The Hopper cluster decode GEMM's plan (kernels/plan/decode_cluster_plan.cpp) for one "
-        "problem; offsets in bytes from a 1 MiB address.",
-        py::arg("dtype"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("a_strides"),
-        py::arg("b_strides"), py::arg("ldc"), py::arg("offsets"), py::arg("sm_count"),
-        py::arg("cc_major") = 9, py::arg("bias_per_row") = false,
-        py::arg("device_info") = std::map<std::string, int64_t>{});
   m.def(
       "plan_grouped",
       [](int64_t m, int64_t n, int64_t k, int groups, int split, int sm_count) {

@@ -67,14 +67,6 @@ cudaError_t gemm_fp64_run(const GemmArgs& args, bool tensor_cores, cudaStream_t 
 bool gemm_decode_supports(const GemmArgs& args);
 cudaError_t gemm_decode_run(const GemmArgs& args, cudaStream_t stream);
 
-// Hopper cluster decode GEMM (kernels/sm90/decode_cluster.cu, planned by
-// kernels/plan/decode_cluster_plan.cpp): bf16 / fp16, 1 <= m <= 256 tokens, A and B K-major
-// with 16-byte aligned rows, k % 8 == 0; split-K inside a cluster, applies the epilogue, no
-// workspace. `wanted`: where gemm_sm90_run takes it under GEMMT_DECODE_SCHEDULE=new.
-bool gemm_decode_cluster_supports(const GemmArgs& args);
-bool gemm_decode_cluster_wanted(const GemmArgs& args);
-cudaError_t gemm_decode_cluster_run(const GemmArgs& args, cudaStream_t stream);
-
 // Hopper family (kernels/sm90/, planned by kernels/plan/sm90_plan.cpp): compiled to real code only
 // for sm_90a. Operands TMA cannot read in place (tf32 not K-major, unaligned base or row stride)
 // are copied K-major into the workspace first, and outputs with too few tiles for the GPU split k

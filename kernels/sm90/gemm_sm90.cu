@@ -21,7 +21,6 @@
 #include "gemmt/gemm_tc_hooks.h"
 #include "gemmt/launch.cuh"
 #include "gemmt/numeric.cuh"
-#include "plan/decode_cluster_plan.h"
 #include "plan/sm90_plan.h"
 #include "sm90/launchers.h"
 #include "sm90/tensor_map.h"
@@ -214,8 +213,6 @@ cudaError_t run_with(const GemmArgs& args, int splits, int bn, Orientation orien
 }  // namespace
 
 bool gemm_sm90_supports(const GemmArgs& args) {
-  // The cluster decode kernel applies every epilogue itself (decode_cluster_plan.h).
-  if (decode_cluster::schedule_new() && gemm_decode_cluster_wanted(args)) return true;
   return problem_supported(problem_for(args), kKernelsBuilt);
 }
 
@@ -228,11 +225,6 @@ std::size_t gemm_sm90_workspace_bytes(const GemmArgs& args) {
 }
 
 cudaError_t gemm_sm90_run(const GemmArgs& args, void* workspace, cudaStream_t stream) {
-  // The cluster decode schedule (plan/decode_cluster_plan.h), where it is switched on and
-  // planned to win; it needs no workspace, so the one sized for the plan below is unused.
-  if (decode_cluster::schedule_new() && gemm_decode_cluster_wanted(args)) {
-    return gemm_decode_cluster_run(args, stream);
-  }
   return run_with(args, 0, 0, Orientation::kAuto, workspace, stream);
 }
 

@@ -203,9 +203,6 @@ def main(argv: list[str] | None = None) -> int:
                        help="linear suite: which sections to run (comma separated; default "
                             "prefill,fp32,decode,fused,model); tune suite: decode,prefill; "
                             "fp8 suite: gemm,quant,decode,train; moe suite: grouped,layer,models")
-    bench.add_argument("--decode-ab", action="store_true",
-                       help="tune suite: time the old and new decode schedules "
-                            "(GEMMT_DECODE_SCHEDULE) and cuBLAS over the decode sweep, untuned")
     bench.add_argument("--tokens", default="512,2048,8192",
                        help="linear suite: token counts of the prefill section (comma separated)")
     args = parser.parse_args(argv)
@@ -241,8 +238,6 @@ def main(argv: list[str] | None = None) -> int:
 
             from gemmt import bench_tune
 
-            if args.decode_ab:
-                return bench_tune.run_decode_ab(Path(args.out), quick=args.quick)
             return bench_tune.run(Path(args.out), quick=args.quick,
                                   sections=args.sections or ",".join(bench_tune.SECTIONS))
         return bench_mod.run(args.suite, args.out, quick=args.quick,

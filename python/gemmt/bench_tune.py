@@ -8,12 +8,6 @@ Sections (``--sections``, comma separated; both by default):
 * ``prefill``: Linear forward products of Llama-style layers at 512, 2048 and 4096 tokens,
   bf16.
 
-``--decode-ab``: no tuning; the untuned plan under ``GEMMT_DECODE_SCHEDULE=old`` (the
-persistent wgmma kernel's plans) and ``=new`` (the cluster decode kernel where its planner
-wants it, kernels/plan/decode_cluster_plan.h), against cuBLAS, on the decode sweep with
-65 tokens and the 5120 / 13824 / 152064 shapes added. The variable is read at every launch,
-so the two graphs of one point hold the two schedules of the same build.
-
 Each point is tuned once (its cost in seconds is recorded from ``gemmt.tuning_stats()``),
 then three CUDA graphs of the same calls are timed in alternating rounds: the tuned plan,
 the untuned (default) plan and torch's ``F.linear`` (cuBLAS). Ratios are torch time over
@@ -23,7 +17,6 @@ gemmt time (above 1: gemmt faster). The JSON also holds each point's winning pla
 from __future__ import annotations
 
 import math
-import os
 import statistics
 from pathlib import Path
 from typing import Any
@@ -174,103 +167,5 @@ def run(out_dir: Path, quick: bool = False, sections: str = ",".join(SECTIONS)) 
               f"  {r['winner']}")
     for sec, s in summary.items():
         print(f"summary {sec}: {s}")
-    print(f"wrote {path}")
-    return 0
-
-
-# The --decode-ab sweep: (out_features, in_features) and tokens.
-AB_WEIGHTS = [(2048, 4096), (4096, 4096), (5120, 5120), (13824, 5120), (5120, 13824),
-              (128256, 4096), (152064, 5120)]
-AB_TOKENS = [1, 2, 4, 8, 16, 32, 64, 65, 100, 128, 200, 256]
-
-
-def _with_schedule(schedule: str, calls: list[Any]) -> _Replay:
-    """The calls captured under GEMMT_DECODE_SCHEDULE=schedule (read at every launch)."""
-    previous = os.environ.get("GEMMT_DECODE_SCHEDULE")
-    os.environ["GEMMT_DECODE_SCHEDULE"] = schedule
-    try:
-        return _Replay(calls)
-    finally:
-        if previous is None:
-            del os.environ["GEMMT_DECODE_SCHEDULE"]
-        else:
-            os.environ["GEMMT_DECODE_SCHEDULE"] = previous
-
-
-def _new_plan(x: torch.Tensor, w: torch.Tensor) -> dict[str, Any]:
-    """The cluster decode planner's answer for x @ w.T on this GPU."""
-    from gemmt import _native
-
-    m, k = x.shape
-    n = w.shape[0]
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    major = torch.cuda.get_device_capability(0)[0]
-    return dict(_native.load().plan_decode_cluster(
-        str(x.dtype).replace("torch.", ""), m, n, k, (k, 1), (1, k), n, (0, 0, 0), sms, major))
-
-
-def _ab_point(x: torch.Tensor, ws: list[torch.Tensor], rounds: int) -> dict[str, Any]:
-    calls = [lambda w=w: gemmt.linear(x, w) for w in ws]
-    old = _with_schedule("old", calls)
-    new = _with_schedule("new", calls)
-    ref = _Replay([lambda w=w: F.linear(x, w) for w in ws])
-    o_ms, n_ms, r_ms = _three_way(old, new, ref, rounds)
-    want = torch.mm(x.double(), ws[0].double().t())
-    errs = {}
-    for schedule in ("old", "new"):
-        os.environ["GEMMT_DECODE_SCHEDULE"] = schedule
-        out = gemmt.linear(x, ws[0]).double()
-        errs[schedule] = ((out - want).norm() / want.norm().clamp_min(1e-30)).item()
-    del os.environ["GEMMT_DECODE_SCHEDULE"]
-    plan = _new_plan(x, ws[0])
-    return dict(section="decode_ab", dtype=str(x.dtype).replace("torch.", ""),
-                tokens=x.shape[0], in_features=ws[0].shape[1], out_features=ws[0].shape[0],
-                weight_copies=len(ws), old_us=o_ms * 1e3, new_us=n_ms * 1e3,
-                cublas_us=r_ms * 1e3, old_vs_cublas=r_ms / o_ms, new_vs_cublas=r_ms / n_ms,
-                new_vs_old=o_ms / n_ms, old_rel_err=errs["old"], new_rel_err=errs["new"],
-                new_taken=bool(plan.get("wanted", False)),
-                new_plan={k: plan[k] for k in ("bn", "tiles", "cluster", "kb_per_cta", "ctas")
-                          if k in plan})
-
-
-def run_decode_ab(out_dir: Path, quick: bool = False) -> int:
-    """Entry point of ``python -m gemmt bench tune --decode-ab``: old and new decode schedules
-    and cuBLAS, untuned, on every (weight, tokens, dtype) of the sweep; writes JSON."""
-    env = environment()
-    previous = gemmt.tuning_state()
-    weights = AB_WEIGHTS[::2] if quick else AB_WEIGHTS
-    records: list[dict[str, Any]] = []
-    try:
-        with gemmt.tune(False):
-            for dtype in (torch.bfloat16, torch.float16):
-                for fout, fin in _progress(weights, f"decode A/B {dtype}"):
-                    wbytes = fin * fout * 2
-                    copies = max(2, math.ceil(3 * L2_BYTES / wbytes))
-                    ws = [(torch.randn(fout, fin, device="cuda") / math.sqrt(fin)).to(dtype)
-                          for _ in range(copies)]
-                    for m in AB_TOKENS:
-                        x = torch.randn(m, fin, device="cuda").to(dtype)
-                        records.append(_ab_point(x, ws, rounds=3 if quick else 5))
-                    del ws
-                    torch.cuda.empty_cache()
-    finally:
-        tuning._configure(previous["mode"], previous["cache"])
-    taken = [r for r in records if r["new_taken"]]
-    summary = dict(points=len(records), new_taken=len(taken))
-    for key in ("old_vs_cublas", "new_vs_cublas"):
-        vals = [r[key] for r in records]
-        summary[key + "_median"] = statistics.median(vals)
-        summary[key + "_min"] = min(vals)
-    if taken:
-        summary["new_vs_old_taken_median"] = statistics.median(r["new_vs_old"] for r in taken)
-        summary["new_vs_old_taken_min"] = min(r["new_vs_old"] for r in taken)
-    summary["new_max_rel_err"] = max(r["new_rel_err"] for r in records)
-    path = _write(out_dir, "decode_ab", env, records, {"summary": summary})
-    for r in records:
-        print(f"{r['dtype']:9s}{r['out_features']:>7}x{r['in_features']:<6}{r['tokens']:>4}  "
-              f"old {r['old_us']:8.1f}  new {r['new_us']:8.1f}  cuBLAS {r['cublas_us']:8.1f} us"
-              f"  old/cuBLAS {r['old_vs_cublas']:.3f}  new/cuBLAS {r['new_vs_cublas']:.3f}"
-              f"  {'new' if r['new_taken'] else '-'} {r['new_plan']}  err {r['new_rel_err']:.1e}")
-    print(f"summary: {summary}")
     print(f"wrote {path}")
     return 0
