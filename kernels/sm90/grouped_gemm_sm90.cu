@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 
 #include "common/gemm_tc_kind.h"
 #include "gemmt/cuda_check.h"
@@ -42,9 +41,12 @@ bool encode_map_3d(CUtensorMap* map, const void* ptr, int kind, uint64_t inner, 
   const cuuint64_t strides[2] = {outer_stride_bytes, batch_stride_bytes};
   const cuuint32_t box[3] = {box_inner, box_outer, 1};
   const cuuint32_t elem_strides[3] = {1, 1, 1};
-  return fn(map, dtype, 3, const_cast<void*>(ptr), dims, strides, box, elem_strides,
-            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return sm90::encode_with_context([&] {
+    return fn(map, dtype, 3, const_cast<void*>(ptr), dims, strides, box, elem_strides,
+              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+              CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  });
 }
 
 // An operand as the kernel reads it: `rows` (M of A, N of B) by `depth` (K), element (r, p)
@@ -113,14 +115,31 @@ OperandView b_view(const GroupedGemmArgs& x) {
   return {x.b, x.n, x.k, two_d ? 1 : x.groups, x.b_sn, x.b_sk, x.b_sg};
 }
 
-// The partial-sum sets of the promoted FP8 loop. One set waited for at each k-block runs
-// 1.10-1.17x faster than two with row / column scales, two sets 1.35-1.45x faster than one
-// with block scales (H200, docs/performance.md); GEMMT_FP8_PROMOTE_SETS=1 or 2 forces one
-// (read at each launch, to measure against).
+// The partial-sum sets of the promoted FP8 loop: one, waited for at each k-block, runs
+// 1.10-1.17x faster than two with row / column scales; two run 1.35-1.45x faster than one with
+// block scales (H200, docs/performance.md).
 int promote_sets(bool block) {
-  const char* v = std::getenv("GEMMT_FP8_PROMOTE_SETS");
-  if (v != nullptr && (v[0] == '1' || v[0] == '2')) return v[0] - '0';
   return block ? 2 : 1;
+}
+
+// The translation unit holding the instance of this kind and tile width.
+cudaError_t launch_instance(int kind, const sm90::GroupedLaunch& l, cudaStream_t stream) {
+  switch (kind) {
+    case kBF16:
+      return l.bn == 256 ? sm90::grouped_launch_bf16_256(l, stream)
+                         : sm90::grouped_launch_bf16_128(l, stream);
+    case kF16:
+      return l.bn == 256 ? sm90::grouped_launch_f16_256(l, stream)
+                         : sm90::grouped_launch_f16_128(l, stream);
+    case kE4M3:
+      return sm90::grouped_launch_e4m3(l, stream);
+    case kE5M2E4M3:
+      return sm90::grouped_launch_e5m2_e4m3(l, stream);
+    case kE4M3E5M2:
+      return sm90::grouped_launch_e4m3_e5m2(l, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
 }
 
 bool fits_int(int64_t v) {
@@ -253,9 +272,7 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   const int64_t units = l.cluster == 1 ? tiles : (static_cast<int64_t>(p.tiles_m) * p.tiles_n);
   l.grid = static_cast<int>(std::min<int64_t>(units, sms / l.cluster)) * l.cluster;
   *step = "the launch of the kernel instance";
-  if (x.kind == kBF16) return sm90::grouped_launch_bf16(x.kind, l, stream);
-  if (x.kind == kF16) return sm90::grouped_launch_f16(x.kind, l, stream);
-  return sm90::grouped_launch_fp8(x.kind, l, stream);
+  return launch_instance(x.kind, l, stream);
 }
 
 }  // namespace gemmt

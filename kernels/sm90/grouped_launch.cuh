@@ -46,47 +46,33 @@ cudaError_t launch_grouped_instance(const sm90::GroupedLaunch& l, cudaStream_t s
   }
 }
 
-// The 16-bit instances of one kind: K-major A with either B, and the M-major A with N-major B
-// of a split of the contraction dimension (the per-group weight gradient); 128- and 256-wide.
-template <int kKind>
+// The 16-bit instances of one kind and tile width: K-major A with either B, and the M-major A
+// with N-major B of a split of the contraction dimension (the per-group weight gradient).
+template <int kKind, int kBN>
 cudaError_t launch_grouped_16bit(const sm90::GroupedLaunch& l, cudaStream_t stream) {
-  if (l.promote != 0 || l.block) return cudaErrorInvalidValue;
-  if (l.bn == 256) {
-    if (!l.a_mn && !l.b_mn)
-      return launch_grouped_instance<kKind, false, false, 256, 0, false>(l, stream);
-    if (!l.a_mn && l.b_mn)
-      return launch_grouped_instance<kKind, false, true, 256, 0, false>(l, stream);
-    if (l.a_mn && l.b_mn)
-      return launch_grouped_instance<kKind, true, true, 256, 0, false>(l, stream);
-  } else {
-    if (!l.a_mn && !l.b_mn)
-      return launch_grouped_instance<kKind, false, false, 128, 0, false>(l, stream);
-    if (!l.a_mn && l.b_mn)
-      return launch_grouped_instance<kKind, false, true, 128, 0, false>(l, stream);
-    if (l.a_mn && l.b_mn)
-      return launch_grouped_instance<kKind, true, true, 128, 0, false>(l, stream);
-  }
+  if (l.promote != 0 || l.block || l.bn != kBN) return cudaErrorInvalidValue;
+  if (!l.a_mn && !l.b_mn)
+    return launch_grouped_instance<kKind, false, false, kBN, 0, false>(l, stream);
+  if (!l.a_mn && l.b_mn)
+    return launch_grouped_instance<kKind, false, true, kBN, 0, false>(l, stream);
+  if (l.a_mn && l.b_mn) return launch_grouped_instance<kKind, true, true, kBN, 0, false>(l, stream);
   return cudaErrorInvalidValue;
 }
 
-// The FP8 instances of one operand pair (one group, CTA pairs): the promoted sum (row/column
-// or block scales) on the 128-wide tile with one or two sets of partial sums, fast
-// accumulation on the 256- or 128-wide one.
+// The FP8 instances of one operand pair (one group, CTA pairs): the promoted sum on the
+// 128-wide tile (row / column scales from one set of partial sums, block scales from two),
+// fast accumulation on the 256- or 128-wide one.
 template <int kKind>
 cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t stream) {
   if (l.a_mn || l.b_mn) return cudaErrorInvalidValue;
-  if (l.promote == 1) {
-    if (l.block) return launch_grouped_instance<kKind, false, false, 128, 1, true, 2>(l, stream);
+  if (l.block) {
+    if (l.promote != 2) return cudaErrorInvalidValue;
+    return launch_grouped_instance<kKind, false, false, 128, 2, true, 2>(l, stream);
+  }
+  if (l.promote == 1)
     return launch_grouped_instance<kKind, false, false, 128, 1, false, 2>(l, stream);
-  }
-  if (l.promote == 2) {
-    if (l.block) return launch_grouped_instance<kKind, false, false, 128, 2, true, 2>(l, stream);
-    return launch_grouped_instance<kKind, false, false, 128, 2, false, 2>(l, stream);
-  }
-  if (l.block) return cudaErrorInvalidValue;
-  if (l.bn == 256) {
-    return launch_grouped_instance<kKind, false, false, 256, 0, false, 2>(l, stream);
-  }
+  if (l.promote != 0) return cudaErrorInvalidValue;
+  if (l.bn == 256) return launch_grouped_instance<kKind, false, false, 256, 0, false, 2>(l, stream);
   return launch_grouped_instance<kKind, false, false, 128, 0, false, 2>(l, stream);
 }
 

@@ -38,16 +38,21 @@ struct GroupedLaunch {
   GroupedParams p;
   int grid;
   bool a_mn, b_mn;
-  int bn;        // 128 or 256
-  int promote;   // FP8: a float32 sum of 128-deep partial products, with 1 or 2 sets of them (0: none)
-  bool block;    // FP8: with 1x128 / 128x128 block scales
-  int cluster;   // 1, or 2: CTA pairs along M sharing B (FP8, one group)
+  int bn;       // 128 or 256
+  int promote;  // FP8: a float32 sum of 128-deep partial products, from 1 or 2 sets (0: none)
+  bool block;   // FP8: with 1x128 / 128x128 block scales
+  int cluster;  // 1, or 2: CTA pairs along M sharing B (FP8, one group)
 };
 
-// One per kind family, each in its own translation unit.
-cudaError_t grouped_launch_bf16(int kind, const GroupedLaunch& l, cudaStream_t stream);
-cudaError_t grouped_launch_f16(int kind, const GroupedLaunch& l, cudaStream_t stream);
-cudaError_t grouped_launch_fp8(int kind, const GroupedLaunch& l, cudaStream_t stream);
+// One per kind and tile width (16-bit) or operand pair (float8), each in its own translation
+// unit (grouped_instances_*.cu), so that they compile side by side.
+cudaError_t grouped_launch_bf16_128(const GroupedLaunch& l, cudaStream_t stream);
+cudaError_t grouped_launch_bf16_256(const GroupedLaunch& l, cudaStream_t stream);
+cudaError_t grouped_launch_f16_128(const GroupedLaunch& l, cudaStream_t stream);
+cudaError_t grouped_launch_f16_256(const GroupedLaunch& l, cudaStream_t stream);
+cudaError_t grouped_launch_e4m3(const GroupedLaunch& l, cudaStream_t stream);
+cudaError_t grouped_launch_e5m2_e4m3(const GroupedLaunch& l, cudaStream_t stream);
+cudaError_t grouped_launch_e4m3_e5m2(const GroupedLaunch& l, cudaStream_t stream);
 
 }  // namespace sm90
 }  // namespace gemmt

@@ -35,6 +35,21 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
+// Runs `encode` (a tensor-map encoding, which returns whether the driver took it), retried once
+// after making the current device's primary context current: the encoder is a driver call and
+// needs a context on the calling thread, which a thread that has made no runtime call yet (an
+// autograd backward thread) may not have.
+template <typename Encode>
+bool encode_with_context(Encode&& encode) {
+  if (encode()) return true;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return encode();
+}
+
 // The 2-D map of an operand of kind `kind` (gemm_tc_kind.h) with the 128-byte swizzle the
 // kernel's stages and staging buffers use; false when the driver refuses it.
 inline bool encode_map(CUtensorMap* map, const void* ptr, const MapShape& s, int kind) {
@@ -47,10 +62,12 @@ inline bool encode_map(CUtensorMap* map, const void* ptr, const MapShape& s, int
   const cuuint64_t strides[1] = {s.stride_bytes};
   const cuuint32_t box[2] = {s.box[0], s.box[1]};
   const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = fn(map, dtype, 2, const_cast<void*>(ptr), dims, strides, box, elem_strides,
-                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS;
+  return encode_with_context([&] {
+    return fn(map, dtype, 2, const_cast<void*>(ptr), dims, strides, box, elem_strides,
+              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+              CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  });
 }
 
 }  // namespace sm90
