@@ -466,6 +466,17 @@ __global__ void __launch_bounds__(kGgThreads, 1)
 #pragma unroll
         for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = fmaf(part[i], (i & 2) ? f1 : f0, acc[i]);
       };
+      // k-block kb's products issued into fresh partial sums (its stage waited for first).
+      auto issue_partial = [&](int kb, float (&part)[Cfg::kAcc]) {
+        uint64_t da, db;
+        stage_descs(kb, da, db);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          wgmma_step<kKind, 0, 0, kBN>(part, da + kk * kAStep, db + kk * kBStep, kk != 0 ? 1u : 0u);
+        }
+        wgmma_commit();
+      };
       if constexpr (kPromote == 1) {
         // One set of partial sums, waited for at each k-block: the two consumer warpgroups
         // drift apart, so one promotes while the other's products run. The scales of the next
@@ -475,15 +486,7 @@ __global__ void __launch_bounds__(kGgThreads, 1)
         block_scales(0, f0, f1);
         for (int kb = 0; kb < num_kb; ++kb) {
           block_scales(kb + 1, n0, n1);
-          uint64_t da, db;
-          stage_descs(kb, da, db);
-          wgmma_fence();
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk) {
-            wgmma_step<kKind, 0, 0, kBN>(part, da + kk * kAStep, db + kk * kBStep,
-                                         kk != 0 ? 1u : 0u);
-          }
-          wgmma_commit();
+          issue_partial(kb, part);
           wgmma_wait<0>();
           fence_accumulators(part);
           release(stage);
@@ -501,15 +504,7 @@ __global__ void __launch_bounds__(kGgThreads, 1)
         auto step = [&](int kb, float (&cur)[Cfg::kAcc], float (&prev)[Cfg::kAcc]) {
           float f0, f1;
           block_scales(kb, f0, f1);
-          uint64_t da, db;
-          stage_descs(kb, da, db);
-          wgmma_fence();
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk) {
-            wgmma_step<kKind, 0, 0, kBN>(cur, da + kk * kAStep, db + kk * kBStep,
-                                         kk != 0 ? 1u : 0u);
-          }
-          wgmma_commit();
+          issue_partial(kb, cur);
           if (kb > 0) {
             wgmma_wait<1>();
             fence_accumulators(prev);
