@@ -8,6 +8,7 @@ lead's to read.)"""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import math
@@ -23,6 +24,21 @@ from gemmt import bench_fp8, bench_moe
 
 from conftest import rel_err
 
+
+
+@functools.lru_cache(maxsize=None)
+def _torch_cpu_modes() -> frozenset[str]:
+    """The scaling modes this torch's CPU ``_scaled_mm`` runs: tensorwise always; rowwise from
+    torch 2.13 (2.11 refuses it on the CPU)."""
+    a = torch.ones(16, 32).to(torch.float8_e4m3fn)
+    b = torch.ones(16, 32).to(torch.float8_e4m3fn).t()
+    modes = {"tensorwise"}
+    try:
+        torch._scaled_mm(a, b, torch.ones(16, 1), torch.ones(1, 16), out_dtype=torch.bfloat16)
+        modes.add("rowwise")
+    except (RuntimeError, ValueError, NotImplementedError):
+        pass
+    return frozenset(modes)
 
 def _finite_positive(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
@@ -98,8 +114,8 @@ def test_fp8_gemm_records(fp8_doc: dict[str, Any]) -> None:
         assert r["gemmt_tflops"] == pytest.approx(flops / r["gemmt_ms"] / 1e9)
         # FP8 against the unquantised bf16 product: e4m3's rounding, a few percent.
         assert 0 < r["rel_diff_vs_bf16"] < 0.08, r
-        if r["mode"] in ("tensorwise", "rowwise"):
-            # torch's CPU _scaled_mm has both: same operands, same scales, the same product.
+        if r["mode"] in _torch_cpu_modes():
+            # torch's CPU _scaled_mm has the mode: same operands, same scales, the same product.
             assert r["torch_supported"] and _finite_positive(r["gemmt_vs_torch"]), r
             assert r["rel_diff_vs_torch"] < 1e-3, r
         else:
@@ -141,6 +157,10 @@ def test_fp8_decode_and_train_records(fp8_doc: dict[str, Any]) -> None:
                            ("gemmt_fp8_vs_gemmt_bf16", "gemmt_bf16_us"),
                            ("gemmt_fp8_vs_torch_bf16", "torch_bf16_us")):
             _check_ratio(r, ratio, num, "gemmt_us")
+            if ratio == "gemmt_vs_torch" and r["mode"] not in _torch_cpu_modes():
+                # This torch's CPU _scaled_mm refuses the mode: recorded, not timed.
+                assert r[ratio] is None and r["torch_us"] is None and r["torch_error"], r
+                continue
             assert _finite_positive(r[ratio]), (ratio, r)
     train = {r["variant"]: r for r in fp8_doc["records"] if r["section"] == "train"}
     assert set(train) == {"bf16_eager", *(f"gemmt_{x}" for x in bench_fp8.TRAIN_RECIPES),
