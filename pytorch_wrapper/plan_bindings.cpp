@@ -220,8 +220,21 @@ py::dict plan_decode(const std::string& dtype, int64_t m, int64_t n, int64_t k,
 py::dict plan_sm90(const std::string& dtype, int64_t m, int64_t n, int64_t k,
                    std::array<int64_t, 2> a_strides, std::array<int64_t, 2> b_strides, int64_t ldc,
                    std::array<int64_t, 3> offsets, int sm_count, bool allow_tf32, float beta,
-                   int cc_major, bool kernels_built, bool bias, int tile_n,
+                   int cc_major, bool kernels_built, bool bias, int tile_n, int splits, int orient,
                    const std::map<std::string, int64_t>& device_info) {
+  if (orient < 0 || orient > 2) {
+    throw std::invalid_argument(
+        "plan_sm90: argument 'orient' expected 0 (the planner's), 1 (as "
+        "given) or 2 (swapped), got " +
+        std::to_string(orient));
+  }
+  if (splits < -4) {
+    throw std::invalid_argument(
+        "plan_sm90: argument 'splits' expected a slice count, 0 (the "
+        "model's) or -1 to -4 (stream-k), got " +
+        std::to_string(splits));
+  }
+  const auto orientation = static_cast<sm90::Orientation>(orient);
   GemmArgs a = problem_args(dtype, m, n, k, a_strides, b_strides, ldc, offsets, sm_count);
   a.device = parse_device_info("plan_sm90", device_info);
   if (bias) a.epilogue.bias = fake_ptr(0);
@@ -238,12 +251,12 @@ py::dict plan_sm90(const std::string& dtype, int64_t m, int64_t n, int64_t k,
   std::size_t ws = 0;
   {
     py::gil_scoped_release release;
-    pr = sm90::problem_with(a, tile_n);
+    pr = sm90::problem_with(a, tile_n, orientation);
     supported = sm90::problem_supported(pr, kernels_built);
     if (supported) {
       st = sm90::staging_for(pr.args);
-      sp = sm90::split_plan_or_auto(pr, 0);
-      ws = sm90::workspace_bytes_with(a, 0, tile_n, sm90::Orientation::kAuto, kernels_built);
+      sp = sm90::split_plan_or_auto(pr, splits);
+      ws = sm90::workspace_bytes_with(a, splits, tile_n, orientation, kernels_built);
       sm90::Problem staged = pr;
       staged.args = sm90::staged_args(pr.args, st, planning_workspace());
       planned = sm90::make_plan(staged, &plan, kernels_built);
@@ -290,6 +303,7 @@ py::list plan_rule_table() {
     d["results"] = r.results;
     d["device"] = r.device;
     d["measured"] = r.measured;
+    d["tuner"] = r.tuner;
     out.append(d);
   }
   return out;
@@ -361,12 +375,16 @@ void bind_plans(py::module_& m) {
         "compute capability cc_major.0 with sm_count SMs; offsets in bytes from a 1 MiB "
         "address; kernels_built: whether the build holds the sm_90a kernels; bias: the "
         "product carries an epilogue (a bias); tile_n: a tile width to force (0: the model's); "
+        "splits and orient: a split count (0: the model's; -1 to -4: stream-k) and an "
+        "orientation (0: the planner's, 1: as given, 2: swapped) to force, as the tuner's "
+        "candidates do (gemmt/gemm_tc_hooks.h); "
         "device_info: the device's l2_bytes, memory_clock_khz, memory_bus_bits and sm_clock_khz "
         "(any left out: the reference H100's).",
         py::arg("dtype"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("a_strides"),
         py::arg("b_strides"), py::arg("ldc"), py::arg("offsets"), py::arg("sm_count"),
         py::arg("allow_tf32") = false, py::arg("beta") = 0.0f, py::arg("cc_major") = 9,
         py::arg("kernels_built") = true, py::arg("bias") = false, py::arg("tile_n") = 0,
+        py::arg("splits") = 0, py::arg("orient") = 0,
         py::arg("device_info") = std::map<std::string, int64_t>{});
   m.def("plan_decode", &plan_decode,
         "The decode GEMM's plan (kernels/plan/decode_plan.cpp) for one problem; offsets in "

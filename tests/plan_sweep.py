@@ -175,12 +175,12 @@ def rules_markdown(rules: list[dict[str, Any]]) -> str:
     between RULES_BEGIN and RULES_END."""
     lines = [RULES_BEGIN, "",
              "| Rule | Planner | Shape class | Decision | Why | Gain measured (H100) | Results "
-             "| Device properties read | Status |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| Device properties read | Status | Tuner's winners (h100_tune, h200_tune) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rules:
         cells = [f"`{r['name']}`", f"{r['planner']}: `{r['applied_in']}`", r["shape_class"],
                  r["decision"], r["reason"], r["gain"], r["results"], r["device"],
-                 "measured" if r["measured"] else "**to be measured**"]
+                 "measured" if r["measured"] else "**to be measured**", r["tuner"]]
         for c in cells:
             if "|" in c or "\n" in c:
                 raise ValueError(f"rule {r['name']}: a cell holds '|' or a line break: {c!r}")

@@ -21,6 +21,7 @@ from gemmt import _native
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import plan_sweep  # noqa: E402  (tests/plan_sweep.py: the sweep and the snapshot's reader)
+import tune_evidence  # noqa: E402  (tests/tune_evidence.py: the tuner's winners, replayed)
 
 SMS = 132
 OCCUPANCY = {"large": 2, "medium": 3, "small": 4, "fat": 1, "narrow": 3}
@@ -780,7 +781,8 @@ def test_rule_table_is_listed_in_the_architecture_doc() -> None:
         "regenerate them with `python tests/plan_sweep.py --rules`")
     names = [r["name"] for r in rules]
     assert len(names) == len(set(names)) and all(r["shape_class"] and r["decision"] and
-                                                 r["gain"] and r["results"] for r in rules)
+                                                 r["gain"] and r["results"] and r["tuner"]
+                                                 for r in rules)
     assert [r["name"] for r in rules if not r["measured"]] == ["batched_decode_roofline"]
 
 
@@ -897,6 +899,78 @@ def test_every_rule_has_a_test() -> None:
     assert names == set(RULE_CASES) | simt_tested
     with pytest.raises(ValueError, match="no planner rule named 'fast_path'"):
         applies("fast_path", 8, 8, 8)
+
+
+# ---- The rule table against the tuner's measured winners -----------------------------------
+# Each rule's class on the committed tune sweeps (benchmarks/results/h100_tune/, h200_tune/;
+# tests/tune_evidence.py): (a) it decides none of the default plans there, (b) every winner
+# where it decides keeps its decision, (c) every winner takes the plan without it (then the rule
+# is to be retired and its class given the model's plan), (d) both. A results refresh that moves
+# a rule to another class fails here: update the table's `tuner` entries (and this list) from
+# `python tests/tune_evidence.py`, and retire a rule that lands in (c) on both GPUs.
+TUNED_CLASSES = {
+    "swap_for_small_m": "d", "swap_for_tf32": "a", "streams_single_row": "d",
+    "narrow_weight_stream": "a", "batched_decode_roofline": "a",
+    "no_split_past_half_the_sms": "b", "stream_k_from_two_waves": "b",
+    "stream_k_tail_only": "a", "long_k_last_wave": "a", "short_k_ping_pong": "a",
+    "epilogue_takes_medium": "a", "stage_k_major_b_16_bit": "a",
+    "stage_k_major_b_float32": "a", "swap_k_major_b": "a", "simt_split_k": "a",
+    "gemv_l2_prefetch": "a", "gemv_warps_per_row": "b",
+}
+
+
+def test_the_tuners_candidates_are_replayed_on_cpu() -> None:
+    """The replay behind the rules' classes: at every point of both tune sweeps the candidate
+    list rebuilt from the CPU plan bindings has as many schedules as the tuner timed (none was
+    rejected or failed) and holds the winner, and the forced plans resolve."""
+    count = 0
+    for gpu in tune_evidence.GPUS:
+        for p in tune_evidence.points(gpu):
+            cands = tune_evidence.candidates(p)
+            assert len(cands) == p.candidates, (str(p), cands)
+            assert p.winner in cands, (str(p), p.winner)
+            assert tune_evidence.resolve(p, p.winner) is not None, (str(p), p.winner)
+            count += 1
+    assert count >= 100
+
+
+def test_rule_table_states_the_tuners_winners() -> None:
+    """Each rule's `tuner` entry starts with the class and counts the replayed sweeps give,
+    and no rule is contradicted by the winners wherever it decides (class c)."""
+    rules = _native.load().plan_rules()
+    assert {r["name"] for r in rules} == set(TUNED_CLASSES)
+    for r in rules:
+        tallies = tune_evidence.tally(r["name"])
+        cls = tune_evidence.classify(tallies)
+        assert cls == TUNED_CLASSES[r["name"]], (r["name"], cls, tallies)
+        assert cls != "c", f"{r['name']}: the tuner's winners take the plan without it everywhere"
+        expected = tune_evidence.sentence(r["name"], tallies)
+        assert r["tuner"].startswith(expected), (r["name"], r["tuner"], expected)
+    # The mixed rules' evidence: as given won at 4-64 tokens through 5120 x 5120 on the H100,
+    # and gemv won the one-token 4096 -> 128256 product there while the H200 kept the narrow tile.
+    swap = tune_evidence.tally("swap_for_small_m")
+    assert (swap["H100"].kept, swap["H100"].without) == (12, 6)
+    single = tune_evidence.tally("streams_single_row")
+    assert (single["H100"].without, single["H200"].kept) == (2, 4)
+
+
+def test_sm90_plans_with_forced_schedules() -> None:
+    """plan_sm90's splits and orient resolve the tuner's forced schedules as the launcher runs
+    them (problem_with, split_plan_or_auto)."""
+    auto = sm90(16, 11008, 4096, b_layout="col")
+    assert auto["c_trans"]
+    given = sm90(16, 11008, 4096, b_layout="col", orient=1)
+    assert not given["c_trans"]
+    assert sm90(16, 11008, 4096, b_layout="col", orient=2) == auto
+    three = sm90(16, 11008, 4096, b_layout="col", splits=3)
+    assert (three["c_trans"], three["splits"], three["kb_per_split"]) == (True, 3, 22)
+    sk = sm90(2048, 4096, 4096, b_layout="col", tile_n=256, splits=-4)
+    assert sk["stream_k"] and sk["stream_k_tail"] and sk["workspace_bytes"] > 0
+    assert not sm90(2048, 4096, 4096, b_layout="col", tile_n=128, splits=-1)["stream_k"]
+    with pytest.raises(ValueError, match="argument 'orient' expected 0"):
+        sm90(16, 4096, 4096, orient=3)
+    with pytest.raises(ValueError, match="argument 'splits' expected"):
+        sm90(16, 4096, 4096, splits=-5)
 
 
 def test_the_reference_device_is_the_h100_described_here() -> None:

@@ -43,14 +43,22 @@ constexpr PlanRule kRules[] = {
      "consumer warpgroup computes rows that do not exist",
      "decode of 4096 x 11008 weights: 0.47-0.74 of cuBLAS before; 0.96-1.2 of the copy "
      "bandwidth after",
-     "h100_2026-11-25_decode_swap (47295f1); rule f2b0c05", "-", true, &sm90::swap_for_small_m},
+     "h100_2026-11-25_decode_swap (47295f1); rule f2b0c05", "-", true, &sm90::swap_for_small_m,
+     "(d) mixed. h100_tune decides 20 points: the winner keeps it at 12, takes the product as "
+     "given at 6, neither at 2; the product as given timed at 20. h200_tune decides 64 points: "
+     "the winner keeps it at 53, takes the product as given at 11 (5 exactly the plan without "
+     "it); the product as given timed at 64. As given won by 5-12% at 4-64 tokens through 5120 x "
+     "5120 on the H100 (both dtypes) and by 0-9% at some of 2-64 tokens through 2048- to 5120-row "
+     "weights on the H200; elsewhere the swap held"},
     {"swap_for_tf32", "sm90", "problem_for",
      "tf32, n > 64, B not K-major (a row-major b), A not M-major",
      "run C^T = B^T A^T: B becomes an M-major A read through registers, A a K-major B",
      "tf32 wgmma reads B K-major only; swapped, neither operand is copied",
      "not timed on its own: it removes the staging pass over B, a bandwidth-bound copy of a "
      "few percent of the product",
-     "rule 1e32938", "-", true, &sm90::swap_for_tf32},
+     "rule 1e32938", "-", true, &sm90::swap_for_tf32,
+     "(a) decides none of the tuned plans. h100_tune in class at 0 points, deciding none. "
+     "h200_tune in class at 0 points, deciding none"},
     {"streams_single_row", "sm90", "gemm_pick (kernels/gemm_dispatch.cu)",
      "16-bit m == 1 without epilogue, a weight of at least 8192 rows from DRAM (over the L2 "
      "budget), unsplit, whose 128-row tiles fill their last wave to 80% or more",
@@ -59,7 +67,12 @@ constexpr PlanRule kRules[] = {
      "of 32 MB or less loses",
      "1-5% faster than gemv on the 8 of 22 weights it admits; 6-9% slower on the two with a "
      "second wave 9-12% full",
-     "h100_2026-11-27_gemv_rows (0b950b5)", "L2 size", true, &sm90::streams_single_row},
+     "h100_2026-11-27_gemv_rows (0b950b5)", "L2 size", true, &sm90::streams_single_row,
+     "(d) mixed. h100_tune decides 2 points: the winner keeps it at 0, takes gemv at 2; gemv "
+     "timed at 2. h200_tune decides 4 points: the winner keeps it at 4, takes gemv at 0; gemv "
+     "timed at 4. gemv, with its L2 prefetch, won 1 x 4096 -> 128256 by 1.3-2.4% on the H100 "
+     "(whose sweep, run with --quick, has no 13824- or 14336-row weight); the H200 kept the "
+     "narrow tile at 5120 -> 13824 and 4096 -> 128256"},
     {"narrow_weight_stream", "sm90", "choose_tile",
      "16-bit, m <= 128 (one row of tiles), a weight from DRAM (over the L2 budget), narrow "
      "tiles for at most half of the SMs, at least 8 k-blocks",
@@ -69,7 +82,9 @@ constexpr PlanRule kRules[] = {
      "128 tokens, 4096 x 11008 and 4096 x 14336: 49.5 and 58.3 us against 53.4-54.1 and "
      "61.8-62.5 us unsplit; decode 128 tokens 0.90-0.92 to 1.03-1.06 of cuBLAS",
      "gemm_tc_selftest --decode-sweep in docs/performance.md; rule 32cc471", "L2 size", true,
-     &sm90::narrow_weight_stream},
+     &sm90::narrow_weight_stream,
+     "(a) decides none of the tuned plans. h100_tune in class at 0 points, deciding none. "
+     "h200_tune in class at 0 points, deciding none"},
     {"batched_decode_roofline", "sm90", "best_splits (split_search_open)",
      "16-bit, 64 < m <= 256 tokens, a weight from DRAM (over the L2 budget), m under the "
      "roofline's ridge (ridge_tokens: 380 on the H100, 266 on the H200)",
@@ -81,7 +96,11 @@ constexpr PlanRule kRules[] = {
      "it. Moves no H100 plan; on the H200 e.g. 129 x 5120 x 5120 to 128x256 tiles in 3 slices",
      "to be measured (H100 0.67-0.97 and H200 0.65-0.81 of cuBLAS at 200 tokens before)",
      "issue 50, item 4", "L2 size, DRAM bandwidth, SM clock, SM count", false,
-     &sm90::batched_decode_roofline},
+     &sm90::batched_decode_roofline,
+     "(a) decides none of the tuned plans. h100_tune in class at 8 points, deciding none. "
+     "h200_tune in class at 24 points, deciding none. Where in class the model's plan stayed "
+     "unsplit, so the open search changed nothing; at 200 tokens through 5120 x 5120 the H200's "
+     "winner was the swapped wide tile in 3 slices, 6-7% faster"},
     {"no_split_past_half_the_sms", "sm90", "best_splits (split_search_open)",
      "products whose tiles at the chosen width fill more than half of the SMs (outside "
      "batched_decode_roofline)",
@@ -90,7 +109,12 @@ constexpr PlanRule kRules[] = {
      "86 narrow tiles of an 11008-row weight: 2.2 TB/s unsplit, 2.0 in 3 slices; 112 of a "
      "14336-row one: 2.3-2.4 against 1.9-2.2 in 7",
      "gemm_tc_selftest --decode-sweep; rule f2b0c05", "SM count", true,
-     &sm90::no_split_past_half_the_sms},
+     &sm90::no_split_past_half_the_sms,
+     "(b) not contradicted, its alternative untimed. h100_tune decides 14 points: the winner "
+     "keeps it at 12, takes a split there at 0, neither at 2; a split there timed at 0. h200_tune "
+     "decides 47 points: the winner keeps it at 47, takes a split there at 0; a split there timed "
+     "at 0. The tuner splits only tile widths whose tiles fill at most half of the SMs, the same "
+     "bound, so it cannot test the rule"},
     {"stream_k_from_two_waves", "sm90", "best_splits (stream_k_cost_us, kStreamKMargin)",
      "wide tiles of at least two waves with a partial last wave",
      "stream-k where the model prices it 3% or more below whole tiles",
@@ -99,7 +123,12 @@ constexpr PlanRule kRules[] = {
      "stream-k parts ran at 1.1-1.5 times their whole-tile time; 2048 x 8192 x 28672, "
      "modelled at 0.974, ran 16-21% slower as stream-k; 2048 x 11008 x 4096 (5.2 waves) gains",
      "h100_2026-11-27_stream_k_schedules (cb65e3a); rule d290f74", "SM count", true,
-     &sm90::stream_k_from_two_waves},
+     &sm90::stream_k_from_two_waves,
+     "(b) not contradicted, its alternative untimed. h100_tune decides 2 points: the winner keeps "
+     "it at 2, takes whole wide tiles at 0; whole wide tiles timed at 0. h200_tune decides 6 "
+     "points: the winner keeps it at 6, takes whole wide tiles at 0; whole wide tiles timed at 0. "
+     "The tuner times stream-k there but not whole 256-wide tiles; outside the class (512 x 4096 "
+     "-> 14336, 1.7 waves) the H200 took stream-k on the last wave, 0.3% faster when re-timed"},
     {"stream_k_tail_only", "sm90", "best_splits",
      "stream-k products of two to five waves of wide tiles",
      "spread the partial last wave alone; whole waves run as tiles",
@@ -107,7 +136,10 @@ constexpr PlanRule kRules[] = {
      "operand reuse",
      "faster on 14 of 16 products, by up to 15% (1536 x 7168 x 18432); 2048 tokens through "
      "5120 -> 13824 and its backward 8-9%",
-     "h100_2026-11-27_stream_k_tail (8c4dd9f)", "SM count", true, &sm90::stream_k_tail_only},
+     "h100_2026-11-27_stream_k_tail (8c4dd9f)", "SM count", true, &sm90::stream_k_tail_only,
+     "(a) decides none of the tuned plans. h100_tune in class at 26 points, deciding none. "
+     "h200_tune in class at 97 points, deciding none. No default plan of the sweeps runs stream-k "
+     "under five waves"},
     {"long_k_last_wave", "sm90", "best_splits",
      "16-bit, 5 to 32 waves of wide tiles, 128 to 320 k-blocks (K 8192-20480), last wave 40% "
      "to 90% full",
@@ -116,7 +148,9 @@ constexpr PlanRule kRules[] = {
      "tile in two at most",
      "0.985 of the planner's choice (median of 19, 17 faster); bench linear prefill 0.987-1.052 "
      "to 1.009-1.064 of cuBLAS",
-     "h100_2026-11-27_last_wave_long_k (e153bf7)", "SM count", true, &sm90::long_k_last_wave},
+     "h100_2026-11-27_last_wave_long_k (e153bf7)", "SM count", true, &sm90::long_k_last_wave,
+     "(a) decides none of the tuned plans. h100_tune in class at 0 points, deciding none. "
+     "h200_tune in class at 0 points, deciding none"},
     {"short_k_ping_pong", "sm90", "choose_tile",
      "16-bit, 5 to 8 k-blocks (K 320-512), medium tiles for two waves or more",
      "the ping-pong medium tile, whatever the model says",
@@ -124,28 +158,38 @@ constexpr PlanRule kRules[] = {
      "tile while the other warpgroup computes the next",
      "grad_weight 0.92-0.98 of the wide tiles' time (112 of 120 faster); bench linear "
      "512-token grad_weight 0.96-1.05 to 1.03-1.22 of cuBLAS",
-     "h100_2026-11-27_short_k_medium (f05de3e)", "SM count", true, &sm90::short_k_ping_pong},
+     "h100_2026-11-27_short_k_medium (f05de3e)", "SM count", true, &sm90::short_k_ping_pong,
+     "(a) decides none of the tuned plans. h100_tune in class at 0 points, deciding none. "
+     "h200_tune in class at 0 points, deciding none"},
     {"epilogue_takes_medium", "sm90", "problem_for",
      "a product with an epilogue that the model gives unsplit narrow tiles",
      "the medium tile instead",
      "only the staged store of the wider tiles (or a split's reduction) applies an epilogue; "
      "the narrow plan would hand the product to a slower family",
      "keeps fused-epilogue products on the Hopper kernel (no separate timing)", "rule 8783a0c", "-",
-     true, &sm90::epilogue_takes_medium},
+     true, &sm90::epilogue_takes_medium,
+     "(a) decides none of the tuned plans. h100_tune in class at 0 points, deciding none. "
+     "h200_tune in class at 0 points, deciding none"},
     {"stage_k_major_b_16_bit", "simt", "stages_b",
      "16-bit pipelined products (tensor cores unavailable) with a K-major B and m >= 2048",
      "copy B N-major into the workspace first",
      "a K-major B is the SIMT kernel's slowest read; the copy pays from m = 2048",
      "at 4096^3 a K-major B ran at 0.84 of cuBLAS, an N-major one at 0.94; the copy costs "
      "about 4% of the product at m = 2048",
-     "rule 149ffa8", "-", true, &stages_b_16_bit},
+     "rule 149ffa8", "-", true, &stages_b_16_bit,
+     "(a) decides none of the tuned plans (the sweeps' products run on the Hopper kernel). "
+     "h100_tune in class at 4 points, deciding none. h200_tune in class at 10 points, deciding "
+     "none"},
     {"stage_k_major_b_float32", "simt", "stages_b",
      "float32 with a K-major B where the copy's share, kStageCopyCost / m (82 on the H100), is "
      "under the in-place penalty (6% at a power-of-two k, 10% elsewhere)",
      "copy B N-major into the workspace first",
      "the copy's share falls as 1/m; reading B in place costs a fixed share of the rate",
      "held out (11 weights and token counts) the faster way within 1% in two runs",
-     "h100_2026-11-27_k_major_b (d5c871f)", "DRAM bandwidth, SM clock", true, &stages_b_float32},
+     "h100_2026-11-27_k_major_b (d5c871f)", "DRAM bandwidth, SM clock", true, &stages_b_float32,
+     "(a) decides none of the tuned plans (the sweeps' products run on the Hopper kernel). "
+     "h100_tune in class at 0 points, deciding none. h200_tune in class at 0 points, deciding "
+     "none"},
     {"swap_k_major_b", "simt", "plan_simt (swaps_operands)",
      "float32 pipelined with a K-major B whose A is M-major, or K-major with m < n and the "
      "transposed copy paying",
@@ -154,7 +198,10 @@ constexpr PlanRule kRules[] = {
      "0.95-1.00 of the N-major rate on 30 of 32 products (0.86-0.96 before); fp32 median "
      "0.970-0.971 of cuBLAS",
      "h100_2026-11-27_swapped_k_major (2062256); rule 9abe35d", "DRAM bandwidth, SM clock", true,
-     &simt::swaps_operands},
+     &simt::swaps_operands,
+     "(a) decides none of the tuned plans (the sweeps' products run on the Hopper kernel). "
+     "h100_tune in class at 0 points, deciding none. h200_tune in class at 0 points, deciding "
+     "none"},
     {"simt_split_k", "simt", "simt_wants_split_k (gemm_pick)",
      "at most half as many 128x128 tiles as SMs and k >= 4096, where the split-k planner "
      "gives more than one slice",
@@ -163,7 +210,10 @@ constexpr PlanRule kRules[] = {
      "stream-k last wave is faster",
      "letting the model alone decide made 1024^3 float32 give up its faster stream-k wave",
      "docs/performance.md, One split-k policy; rule 586d477", "SM count", true,
-     &simt::simt_split_k_class},
+     &simt::simt_split_k_class,
+     "(a) decides none of the tuned plans (the sweeps' products run on the Hopper kernel). "
+     "h100_tune in class at 22 points, deciding none. h200_tune in class at 62 points, deciding "
+     "none"},
     {"gemv_l2_prefetch", "simt", "plan_gemv (gemv_prefetch_blocks)",
      "16-bit row-dot gemv on sm_90+, unsplit, blocks of at most 16 KB, a matrix over the L2 "
      "budget",
@@ -173,14 +223,22 @@ constexpr PlanRule kRules[] = {
      "1.0-3.8% faster on 4096 x 14336 / 32000 / 128256 and 8192 x 8192 / 28672; a lead of "
      "16 x 132 blocks ran 20-51% slower",
      "h100_2026-11-27_gemv_rows/4_prefetch (0b950b5); rule dbb0b49", "L2 size, SM count", true,
-     &gemv_prefetches},
+     &gemv_prefetches,
+     "(a) decides none of the tuned plans. h100_tune in class at 0 points, deciding none. "
+     "h200_tune in class at 0 points, deciding none. The H100's gemv winners at 1 x 4096 -> "
+     "128256 prefetch under it"},
     {"gemv_warps_per_row", "simt", "plan_gemv (gemv_warps_per_row)",
      "row-dot gemv with dot products of 2048 elements or more",
      "2, 4 or 8 warps share a row (k >= 2048, 4096, 8192)",
      "each lane still streams several vectors of a long row",
      "a rule of at least eight vectors a lane ran over 0.3% slower on 19 of 32 weights, by up "
      "to 7%",
-     "h100_2026-11-27_gemv_rows (0b950b5)", "-", true, &gemv_shares_rows},
+     "h100_2026-11-27_gemv_rows (0b950b5)", "-", true, &gemv_shares_rows,
+     "(b) not contradicted, its alternative untimed. h100_tune decides 4 points: the winner keeps "
+     "it at 4, takes one warp a row at 0; one warp a row timed at 0. h200_tune decides 6 points: "
+     "the winner keeps it at 5, takes one warp a row at 0, neither at 1; one warp a row timed at "
+     "0. The tuner times gemv in one form only; the H200's bf16 1 x 5120 x 5120 winner was the "
+     "Hopper kernel"},
 };
 
 }  // namespace

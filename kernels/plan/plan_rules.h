@@ -24,6 +24,11 @@ struct PlanRule {
   bool measured;            // false: reasoned, to be measured
   // Whether a product (as the caller gives it) is in the rule's class.
   bool (*in_class)(const GemmArgs& args);
+  // What the tuner's measured winners said where the rule decides the default plan: its
+  // class ((a) decides none of them, (b) kept, (c) contradicted everywhere: to be retired,
+  // (d) mixed) and the counts per results folder, as tests/tune_evidence.py computes them
+  // (tests/test_plan.py checks the two agree), then a remark.
+  const char* tuner;
 };
 
 // The table, in the order docs/architecture.md lists it.
