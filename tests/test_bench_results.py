@@ -21,7 +21,7 @@ FOLDERS = {"h100_gemm": "gemm", "h100_memory": "memory", "h100_linear": "linear"
            "h100x2_mlp_tp": "mlp_tp_scaling", "h100x4_mlp_tp": "mlp_tp_scaling",
            "h100_mm": "mm", "h100_tune": "tune", "h100_gemm_fp64": "gemm_fp64",
            "h200_mm": "mm", "h200_tune": "tune", "h200_gemm_fp64": "gemm_fp64",
-           "h200_fp8": "fp8", "h200_moe": "moe"}
+           "h200_fp8": "fp8", "h200_moe": "moe", "cpu_fp8_convergence": "fp8_convergence"}
 COMMON = {"op", "dtype", "ours_ms", "ref_ms", "device_name", "torch_version", "date"}
 
 
@@ -123,7 +123,8 @@ def test_scaling_plot_redraws_from_committed_results(tmp_path: Path) -> None:
 
 
 def test_results_tree_is_one_folder_per_gpu_and_benchmark() -> None:
-    folders = {p.name for p in RESULTS.iterdir() if p.is_dir() and p.name[:4] in ("h100", "h200")}
+    folders = {p.name for p in RESULTS.iterdir()
+               if p.is_dir() and (p.name[:4] in ("h100", "h200") or p.name.startswith("cpu_"))}
     assert folders == set(FOLDERS), sorted(folders ^ set(FOLDERS))
     for name, suite in FOLDERS.items():
         folder = RESULTS / name
@@ -174,3 +175,23 @@ def test_mm_tune_and_fp64_plots_redraw_from_committed_results(tmp_path: Path) ->
     for f in sorted(RESULTS.glob("h*_gemm_fp64/gemm_fp64_*.json")):
         bench.plot_fp64(json.loads(f.read_text())["records"], tmp_path / "fp64.png")
         assert (tmp_path / "fp64.png").stat().st_size > 10_000
+
+
+def test_fp8_convergence_result_holds_what_it_claims() -> None:
+    # benchmarks/fp8_convergence.py: bf16 and the three recipes from the same start, each
+    # recipe's ratios and verdict as its losses give them.
+    for doc in _load("fp8_convergence"):
+        assert doc["steps"] >= 300 and doc["tolerance"] == 0.01
+        base, *fp8 = doc["runs"]
+        assert base["recipe"] == "bf16" and base["converted_linears"] == 0
+        assert [r["recipe"] for r in fp8] == ["tensorwise", "rowwise", "blockwise"]
+        for r in doc["runs"]:
+            assert len(r["losses"]) == doc["steps"]
+            assert r["final_train_loss"] == pytest.approx(statistics.mean(r["losses"][-20:]))
+            assert r["held_out_loss"] < r["losses"][0]  # it learned something
+        for r in fp8:
+            assert r["converted_linears"] == 16  # every block's four products; the head stays
+            for key in ("final_train_loss", "held_out_loss"):
+                assert r[f"{key}_vs_bf16"] == pytest.approx(r[key] / base[key] - 1)
+            assert r["within_tolerance"] == (abs(r["final_train_loss_vs_bf16"]) <= 0.01
+                                             and abs(r["held_out_loss_vs_bf16"]) <= 0.01)

@@ -5,8 +5,10 @@ torch.compile). The CUDA kernels' own tests against the CPU reference and float6
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -989,3 +991,22 @@ def test_bench_fp8_quant_bytes_and_cli(tmp_path: Any, monkeypatch: pytest.Monkey
     for r in records:
         assert r["ms"] > 0 and r["gbps"] > 0 and r["copy_gbps"] > 0
         assert r["ratio_to_copy"] == pytest.approx(r["gbps"] / r["copy_gbps"])
+
+
+def test_convergence_script_runs_and_compares(tmp_path: Path) -> None:
+    # benchmarks/fp8_convergence.py in two steps: every recipe converts the blocks' sixteen
+    # products (not the head), starts from the same weights and batches as bf16, and the
+    # verdict is the comparison of the losses it records.
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "fp8_convergence.py"
+    spec = importlib.util.spec_from_file_location("fp8_convergence", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    code = module.main(["--steps", "2", "--batch", "2", "--out", str(tmp_path)])
+    doc = json.loads(next(tmp_path.glob("fp8_convergence_cpu_*.json")).read_text())
+    base, *fp8 = doc["runs"]
+    assert [r["recipe"] for r in doc["runs"]] == ["bf16", "tensorwise", "rowwise", "blockwise"]
+    assert base["converted_linears"] == 0 and all(r["converted_linears"] == 16 for r in fp8)
+    for r in fp8:
+        # Same start, same first batch: the first losses differ by FP8's rounding only.
+        assert abs(r["losses"][0] / base["losses"][0] - 1) < 0.02, r["losses"]
+    assert code == (0 if all(r["within_tolerance"] for r in fp8) else 1)
