@@ -633,14 +633,8 @@ def test_sm90_narrow_slices_stream_a_weight_for_one_row_of_tiles() -> None:
 
 
 # ---- Plans from device properties ------------------------------------------------------------
-# Devices as the CUDA runtime describes them (gemmt/device_info.h): the H100 SXM the planners'
-# constants were measured on, and an H200 SXM from its data sheet (4.8 TB/s of HBM3e on a
-# 6144-bit bus, the H100's 50 MiB of L2 and clocks).
-H100 = {"l2_bytes": 52428800, "memory_clock_khz": 2619000, "memory_bus_bits": 5120,
-        "sm_clock_khz": 1980000}
-# As an H200 reported it (torch 2.11, driver 580): 60 MiB of L2, 3201 MHz x 6016 bits (4.8 TB/s).
-H200 = {"l2_bytes": 62914560, "memory_clock_khz": 3201000, "memory_bus_bits": 6016,
-        "sm_clock_khz": 1980000}
+# Devices as the CUDA runtime describes them (gemmt/device_info.h): tests/tune_evidence.py's.
+H100, H200 = tune_evidence.H100, tune_evidence.H200
 SNAPSHOT = Path(__file__).resolve().parent / "data" / "plan_snapshot_h100.json.xz"
 
 
