@@ -1006,6 +1006,9 @@ def test_moe_experts_cuda_backward_matches_cpu() -> None:
                           r.token_order, r.offsets)
         g = torch.linspace(-1, 1, out.numel(), dtype=torch.float64).reshape(out.shape)
         out.backward(g.to(dev))
+        missing = [name for name, t in zip(("x", "w_gate_up", "w_down", "logits"), leaves)
+                   if t.grad is None]
+        assert not missing, f"{dev}: no gradient reached {missing}"
         grads.append([t.grad.cpu() for t in leaves])
     for cpu_g, gpu_g in zip(*grads):
         assert rel_err(gpu_g, cpu_g) <= 1e-12

@@ -71,9 +71,11 @@ TORCHAO_RECIPES = ("tensorwise", "rowwise")
 # The same accumulation request for both libraries (torch's default).
 FAST_ACCUM = False
 
-# Tiny sizes of --smoke: every dimension a multiple of 128 (blockwise scaling).
-SMOKE_LAYERS = [(256, 128), (128, 256)]
-SMOKE_TOKENS = [128]
+# Tiny sizes of --smoke: every dimension a multiple of 128 (blockwise scaling), and at least
+# two blocks along each, in every layout: torch 2.11's CUDA blockwise product disagrees with
+# the bf16 reference (relative difference 0.99) when a scale has one block along K or N.
+SMOKE_LAYERS = [(256, 384), (384, 256)]
+SMOKE_TOKENS = [256]
 SMOKE_QUANT_SHAPE = (256, 384)
 SMOKE_DECODE_WEIGHTS = [(256, 128)]
 SMOKE_DECODE_TOKENS = [1, 16]
