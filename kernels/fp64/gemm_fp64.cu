@@ -455,7 +455,7 @@ __global__ void __launch_bounds__(kThreads, 1) fp64_gemm_kernel(const Params p) 
     for (int mi = 0; mi < 4; ++mi) {
 #pragma unroll
       for (int nj = 0; nj < 4; ++nj) {
-        const double(&d)[4] = acc[mi][nj];
+        const double (&d)[4] = acc[mi][nj];
         const int64_t x = a0 + warp_m * 64 + mi * 16;  // the block's first A-role row
         const int64_t y = b0 + warp_n * 32 + nj * 8 + 2 * t;
         if constexpr (kSwap) {
@@ -496,8 +496,7 @@ cudaError_t launch(Params p, cudaStream_t stream) {
 }
 
 // p.mma_a and p.mma_b hold A and B on entry.
-cudaError_t launch_layout(bool tensor_cores, Params& p, bool a_mn, bool b_mn,
-                          cudaStream_t stream) {
+cudaError_t launch_layout(bool tensor_cores, Params& p, bool a_mn, bool b_mn, cudaStream_t stream) {
   if (!tensor_cores) {
     if (a_mn) {
       return b_mn ? launch<false, true, true, false>(p, stream)
