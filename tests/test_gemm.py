@@ -411,7 +411,9 @@ def test_cuda_decode_variant(dtype: torch.dtype) -> None:
 
 # ---- float64 on CUDA: the dmma (FP64 tensor cores) and simt_fp64 kernels -----------------------
 FP64_SHAPES = [(1, 1, 1), (7, 9, 5), (33, 17, 65), (127, 129, 131), (128, 128, 16), (1, 300, 77),
-               (300, 1, 77), (257, 129, 1000), (64, 48, 4099), (513, 1000, 257)]
+               (300, 1, 77), (257, 129, 1000), (64, 48, 4099), (513, 1000, 257),
+               # every CTA tile and k-tile in range: only the kernels' unchecked copy path
+               (256, 384, 160)]
 
 
 def fp64_operand(shape: tuple[int, int], layout: str) -> torch.Tensor:

@@ -13,12 +13,26 @@
 //
 // Tiles keep the operand's contiguous direction (kernels/common/tc_operand_tiles.cuh), with
 // 16-byte chunks XOR-swizzled by row. ldmatrix has no 64-bit form, so fragments come out
-// through plain ld.shared. The k index inside a k8 step is relabelled: the MMA's k = t (and
-// t + 4) of lane t is the tile's k = 2t (and 2t + 1) for both operands, which leaves the
-// product unchanged and puts a lane's two k values of a K-major tile in one 16-byte load.
-// With the swizzle, a warp's fragment loads then take the minimum number of shared-memory
-// wavefronts: K-major tiles 4 per 16-byte load (512 bytes), MN-major tiles 2 per 8-byte
-// load (256 bytes; the rows 2t of the four lanes of a group fall in two bank halves).
+// through plain ld.shared, and mma.sync wants each fragment in consecutive registers: a load
+// whose two doubles are not neighbours in the fragment costs register moves (ptxas emitted
+// about eight 32-bit moves per DMMA for them). So both the MMA's k order and its row order
+// are relabelled, which leaves the product unchanged:
+//   * the MMA's k = t and t + 4 of lane t are the tile's k = 2t and 2t + 1, so the MMA's B
+//     fragment (two k of one column) is one 16-byte load from a K-major tile;
+//   * with an MN-major tile in the MMA's A role, its rows g and g + 8 are the tile's rows
+//     2g and 2g + 1, so each half of the A fragment is one 16-byte load.
+// The MMA's A role therefore goes to an MN-major operand when there is one, and its B role to
+// a K-major one: for C = A @ B with A K-major and B MN-major (row-major torch tensors) the
+// kernel computes C^T = B^T A^T tile by tile and writes the transpose. Any other pairing
+// falls back to loads plus moves (both K-major) or to 8-byte loads (both MN-major).
+// The swizzles keep every fragment load at the minimum number of shared-memory wavefronts
+// also when the hardware splits a 16-byte load by quarter warps: an MN-major tile XORs the
+// chunk with row & 7, a K-major one with a permutation of row & 7 that puts the rows g and
+// g + 1 of a quarter warp in opposite bank halves.
+//
+// The copy loop keeps one source pointer per operand and thread; interior k-tiles (the whole
+// CTA tile in range, 16-byte vectors) issue their cp.async without bounds arithmetic, and
+// only edge k-tiles take the checked, zero-filling path.
 //
 // Operands whose base or leading dimension breaks 16-byte alignment, or that have no unit
 // stride, are filled element by element into the same tiles: every stride runs here.
@@ -52,9 +66,18 @@ constexpr int kSmemBytes = kStages * kStageBytes;
 // A and B in L2.
 constexpr int kGroupM = 8;
 
+// The per-thread constants of the unchecked copy path of one operand tile (see Tile).
+struct CopySteps {
+  int64_t kt_step;    // bytes from one k-tile to the next
+  int64_t pass_step;  // bytes between a thread's successive chunks of one tile
+};
+
 struct Params {
   int64_t m, n, k;
-  tc::Operand a, b;
+  // The operands in the MMA's A and B roles: A and B, or B and A when the kernel computes
+  // the transpose (kSwap).
+  tc::Operand mma_a, mma_b;
+  CopySteps steps_a, steps_b;
   double* c;
   int64_t ldc;
   double alpha, beta;
@@ -64,18 +87,108 @@ struct Params {
 };
 
 // A tile's geometry: K-major (kMn false) is 128 rows (M or N) of 16 doubles, MN-major is 16
-// rows (K) of 128 doubles.
-template <bool kMn>
+// rows (K) of 128 doubles. The CTA copies it in kPasses passes of kRowsPerPass rows.
+// kPlainK: a K-major tile read by 8-byte fragment loads at the MMA's own k order (see
+// compute_stage_dmma).
+template <bool kMn, bool kPlainK = false>
 struct Tile {
   static constexpr int kRows = kMn ? kBK : 128;
   static constexpr int kRowBytes = kMn ? 128 * kElt : kBK * kElt;
+  static constexpr int kChunksPerRow = kRowBytes / 16;
+  static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
+  static constexpr int kPasses = kRows / kRowsPerPass;
+  static_assert(kRows % kRowsPerPass == 0, "tile must split evenly over the CTA");
+
+  // Byte offset of 16-byte chunk `chunk` of row `row`. The 16-byte fragment loads of a
+  // quarter warp read rows g and g + 1 (g even) of a K-major tile at chunks t (t < 4):
+  // mapping row & 7 to 0 4 1 5 2 6 3 7 sends those two rows to opposite bank halves. The
+  // 8-byte loads of a half warp (kPlainK) read rows g < 4 (or g >= 4) at chunks 0 and 1:
+  // 0 2 4 6 1 3 5 7 keeps those four rows apart. MN-major fragment loads read rows 2t (or
+  // 2t + 1) at chunks g and g + 1, which plain row & 7 already separates.
+  static __device__ __forceinline__ uint32_t chunk_offset(int row, int chunk) {
+    const int r = row & 7;
+    const int perm = kMn ? r : kPlainK ? (((r & 3) << 1) | (r >> 2)) : (((r & 1) << 2) | (r >> 1));
+    return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ perm) << 4));
+  }
 
   // Byte offset of element (x, p): x along M or N (0..127), p along K (0..kBK-1).
   static __device__ __forceinline__ uint32_t offset(int x, int p) {
     if constexpr (kMn) {
-      return tc::swz<kRowBytes>(p, x >> 1) + ((x & 1) << 3);
+      return chunk_offset(p, x >> 1) + ((x & 1) << 3);
     } else {
-      return tc::swz<kRowBytes>(x, p >> 1) + ((p & 1) << 3);
+      return chunk_offset(x, p >> 1) + ((p & 1) << 3);
+    }
+  }
+
+  // The copy-loop constants of an operand whose outer stride (in elements) is `os`.
+  static CopySteps steps(int64_t os) {
+    CopySteps s;
+    s.kt_step = (kMn ? kBK * os : kBK) * kElt;  // K-major tiles advance along the inner index
+    s.pass_step = static_cast<int64_t>(kRowsPerPass) * os * kElt;
+    return s;
+  }
+
+  // Thread tid's first chunk at k-tile 0 of the tile whose M or N origin is x0. Only
+  // dereferenced on the unchecked path, where every chunk is in range.
+  static __device__ __forceinline__ const uint8_t* first_source(const tc::Operand& op, int64_t x0,
+                                                                int tid) {
+    const int64_t row = tid / kChunksPerRow;
+    const int64_t inner = (tid % kChunksPerRow) * (16 / kElt);
+    const int64_t outer0 = kMn ? row : x0 + row;
+    const int64_t inner0 = kMn ? x0 + inner : inner;
+    return op.ptr + (outer0 * op.outer_stride + inner0) * kElt;
+  }
+
+  // The unchecked copy: every chunk of the tile is in range and 16-byte aligned.
+  static __device__ __forceinline__ void load_fast(uint32_t tile, const uint8_t* src,
+                                                   const CopySteps& s, int tid) {
+    const int row = tid / kChunksPerRow;
+    const int ch = tid % kChunksPerRow;
+#pragma unroll
+    for (int it = 0; it < kPasses; ++it) {
+      cp_async_16(tile + chunk_offset(row + it * kRowsPerPass, ch), src + it * s.pass_step);
+    }
+  }
+
+  // The checked copy (edge tiles, operands without 16-byte vectors): out-of-range elements
+  // are zero; operands without vectors are read element by element into the same layout.
+  static __device__ __forceinline__ void load_checked(uint32_t tile, const tc::Operand& op,
+                                                      int64_t outer0, int64_t inner0, int tid) {
+    constexpr int kVec = 16 / kElt;
+    const int row0 = tid / kChunksPerRow;
+    const int ch = tid % kChunksPerRow;
+    const int64_t in = inner0 + static_cast<int64_t>(ch) * kVec;
+    if (op.vec) {
+#pragma unroll
+      for (int it = 0; it < kPasses; ++it) {
+        const int row = row0 + it * kRowsPerPass;
+        const int64_t o = outer0 + row;
+        const int64_t rem = op.inner_size - in;
+        int bytes = 0;
+        const uint8_t* src = op.ptr;  // never read when bytes == 0
+        if (o < op.outer_size && rem > 0) {
+          bytes = static_cast<int>(rem < kVec ? rem : kVec) * kElt;
+          src = op.ptr + (o * op.outer_stride + in) * kElt;
+        }
+        cp_async_16_zfill(tile + chunk_offset(row, ch), src, bytes);
+      }
+    } else {
+#pragma unroll 1
+      for (int it = 0; it < kPasses; ++it) {
+        const int row = row0 + it * kRowsPerPass;
+        const int64_t o = outer0 + row;
+        uint2 w[kVec] = {};
+        if (o < op.outer_size) {
+          const int64_t row_off = o * op.outer_stride;
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) {
+            if (in + e < op.inner_size) {
+              w[e] = reinterpret_cast<const uint2*>(op.ptr)[row_off + (in + e) * op.inner_stride];
+            }
+          }
+        }
+        st_shared_v4(tile + chunk_offset(row, ch), w[0].x, w[0].y, w[1].x, w[1].y);
+      }
     }
   }
 };
@@ -131,29 +244,85 @@ __device__ __forceinline__ void dmma_16x8x8(double (&d)[4], const double (&a)[4]
 #endif
 }
 
-// One stage of the dmma form: kBK / 8 steps of k8 for the warp's 4 x 4 blocks.
-template <bool kAMn, bool kBMn>
-__device__ __forceinline__ void compute_stage_dmma(uint32_t sA, uint32_t sB, double (&acc)[4][4][4],
-                                                   int warp_m, int warp_n, int lane) {
+// The MMA's A fragment of the 16-row block at tile row x0 for the k8 step at tile k = p0
+// (see the file comment for the relabelling).
+template <bool kMn>
+__device__ __forceinline__ void load_a_fragment(uint32_t tile, int x0, int p0, int g, int t,
+                                                double (&a)[4]) {
+  if constexpr (kMn) {
+    // Rows g and g + 8 are the tile's rows 2g and 2g + 1: one 16-byte load per k.
+    ld_shared_v2_f64(tile + Tile<true>::offset(x0 + 2 * g, p0 + 2 * t), a[0], a[1]);
+    ld_shared_v2_f64(tile + Tile<true>::offset(x0 + 2 * g, p0 + 2 * t + 1), a[2], a[3]);
+  } else {
+    load_k_pair<false>(tile, x0 + g, p0 + 2 * t, a[0], a[2]);
+    load_k_pair<false>(tile, x0 + g + 8, p0 + 2 * t, a[1], a[3]);
+  }
+}
+
+// The tile row (within its 16-row block) of the MMA's row g (half 0) or g + 8 (half 1).
+template <bool kMn>
+__device__ __forceinline__ int a_row(int g, int half) {
+  return kMn ? 2 * g + half : g + 8 * half;
+}
+
+// Both roles K-major: no relabelling puts a whole A fragment half in one 16-byte load, so
+// every fragment element is one 8-byte load at the MMA's own k order (Tile<false, true>).
+// A warp's 8-byte load then covers all 32 banks of each half warp: no moves, no conflicts.
+__device__ __forceinline__ void compute_stage_dmma_plain_k(uint32_t sA, uint32_t sB,
+                                                           double (&acc)[4][4][4], int warp_m,
+                                                           int warp_n, int lane) {
+  using T = Tile<false, true>;
   const int g = lane >> 2;
   const int t = lane & 3;
 #pragma unroll
   for (int ks = 0; ks < kBK / 8; ++ks) {
-    // The MMA's k = t and t + 4 are the tile's k = 2t and 2t + 1 (see the file comment).
-    const int p = ks * 8 + 2 * t;
-    // B's fragments for the step, then A's block by block: with 128 registers of
-    // accumulators, all of A's 16 doubles at once would leave too few for addresses.
+    const int p = ks * 8 + t;
     double bf[4][2];
 #pragma unroll
     for (int nj = 0; nj < 4; ++nj) {
-      load_k_pair<kBMn>(sB, warp_n * 32 + nj * 8 + g, p, bf[nj][0], bf[nj][1]);
+      const int x = warp_n * 32 + nj * 8 + g;
+      bf[nj][0] = ld_shared_f64(sB + T::offset(x, p));
+      bf[nj][1] = ld_shared_f64(sB + T::offset(x, p + 4));
     }
 #pragma unroll
     for (int mi = 0; mi < 4; ++mi) {
       const int x = warp_m * 64 + mi * 16 + g;
       double af[4];
-      load_k_pair<kAMn>(sA, x, p, af[0], af[2]);
-      load_k_pair<kAMn>(sA, x + 8, p, af[1], af[3]);
+      af[0] = ld_shared_f64(sA + T::offset(x, p));
+      af[1] = ld_shared_f64(sA + T::offset(x + 8, p));
+      af[2] = ld_shared_f64(sA + T::offset(x, p + 4));
+      af[3] = ld_shared_f64(sA + T::offset(x + 8, p + 4));
+#pragma unroll
+      for (int nj = 0; nj < 4; ++nj) dmma_16x8x8(acc[mi][nj], af, bf[nj]);
+    }
+  }
+}
+
+// One stage of the dmma form: kBK / 8 steps of k8 for the warp's 4 x 4 blocks. sA and sB
+// are the tiles in the MMA's A and B roles.
+template <bool kAMn, bool kBMn>
+__device__ __forceinline__ void compute_stage_dmma(uint32_t sA, uint32_t sB, double (&acc)[4][4][4],
+                                                   int warp_m, int warp_n, int lane) {
+  if constexpr (!kAMn && !kBMn) {
+    compute_stage_dmma_plain_k(sA, sB, acc, warp_m, warp_n, lane);
+    return;
+  }
+  const int g = lane >> 2;
+  const int t = lane & 3;
+#pragma unroll
+  for (int ks = 0; ks < kBK / 8; ++ks) {
+    const int p0 = ks * 8;
+    // B's fragments for the step, then A's block by block: with 128 registers of
+    // accumulators, all of A's 16 doubles at once would leave too few for addresses.
+    double bf[4][2];
+#pragma unroll
+    for (int nj = 0; nj < 4; ++nj) {
+      load_k_pair<kBMn>(sB, warp_n * 32 + nj * 8 + g, p0 + 2 * t, bf[nj][0], bf[nj][1]);
+    }
+#pragma unroll
+    for (int mi = 0; mi < 4; ++mi) {
+      double af[4];
+      load_a_fragment<kAMn>(sA, warp_m * 64 + mi * 16, p0, g, t, af);
 #pragma unroll
       for (int nj = 0; nj < 4; ++nj) dmma_16x8x8(acc[mi][nj], af, bf[nj]);
     }
@@ -190,23 +359,6 @@ __device__ __forceinline__ void compute_stage_simt(uint32_t sA, uint32_t sB, dou
   }
 }
 
-template <bool kAMn, bool kBMn>
-__device__ __forceinline__ void load_stage(uint32_t stage, const Params& p, int64_t m0, int64_t n0,
-                                           int64_t k0, int tid) {
-  using TA = Tile<kAMn>;
-  using TB = Tile<kBMn>;
-  if constexpr (kAMn) {
-    tc::load_tile<kElt, TA::kRows, TA::kRowBytes, kThreads>(stage, p.a, k0, m0, tid);
-  } else {
-    tc::load_tile<kElt, TA::kRows, TA::kRowBytes, kThreads>(stage, p.a, m0, k0, tid);
-  }
-  if constexpr (kBMn) {
-    tc::load_tile<kElt, TB::kRows, TB::kRowBytes, kThreads>(stage + kTileBytes, p.b, k0, n0, tid);
-  } else {
-    tc::load_tile<kElt, TB::kRows, TB::kRowBytes, kThreads>(stage + kTileBytes, p.b, n0, k0, tid);
-  }
-}
-
 // Writes C[row, col] and C[row, col + 1].
 __device__ __forceinline__ void store_pair(const Params& p, int64_t row, int64_t col, double v0,
                                            double v1) {
@@ -216,20 +368,31 @@ __device__ __forceinline__ void store_pair(const Params& p, int64_t row, int64_t
                        row, col);
 }
 
-template <bool kTensorCores, bool kAMn, bool kBMn>
+// kAMn / kBMn: the layouts of the tiles in the MMA's A and B roles (for the simt form, of A
+// and B). kSwap: those roles hold B and A, and the accumulators are tiles of C^T.
+template <bool kTensorCores, bool kAMn, bool kBMn, bool kSwap>
 __global__ void __launch_bounds__(kThreads, 1) fp64_gemm_kernel(const Params p) {
+  static_assert(!kSwap || (kTensorCores && kAMn), "the transposed form needs an MN-major A role");
+  constexpr bool kPlainK = kTensorCores && !kAMn && !kBMn;  // compute_stage_dmma_plain_k
+  using TA = Tile<kAMn, kPlainK>;
+  using TB = Tile<kBMn, kPlainK>;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t smem_base = smem_addr(smem);
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
-  const int warp_m = warp >> 2;  // 0..1
-  const int warp_n = warp & 3;   // 0..3
+  const int warp_m = warp >> 2;  // 0..1, along the MMA's A role
+  const int warp_n = warp & 3;   // 0..3, along its B role
 
   const tc::TileIndex tile = tc::grouped_tile(blockIdx.x, p.tiles_m, p.tiles_n, kGroupM);
   const int64_t m0 = static_cast<int64_t>(tile.m) * kBM;
   const int64_t n0 = static_cast<int64_t>(tile.n) * kBN;
+  // Origins of the CTA tile along the MMA's A and B roles (kBM == kBN).
+  const int64_t a0 = kSwap ? n0 : m0;
+  const int64_t b0 = kSwap ? m0 : n0;
+  const int64_t a_extent = kSwap ? p.n : p.m;
+  const int64_t b_extent = kSwap ? p.m : p.n;
 
   // 64 accumulators a thread in either form, arranged as the form writes them out.
   using Acc = std::conditional_t<kTensorCores, double[4][4][4], double[8][4][2]>;
@@ -238,26 +401,74 @@ __global__ void __launch_bounds__(kThreads, 1) fp64_gemm_kernel(const Params p) 
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc_flat[i] = 0.0;
 
+  // k-tiles whose every chunk is in range and vectorised skip the bounds arithmetic.
+  const bool interior = p.mma_a.vec && p.mma_b.vec && a0 + kBM <= a_extent && b0 + kBN <= b_extent;
+  const int64_t full_ktiles = interior ? p.k / kBK : 0;
+  const uint8_t* const src_a = TA::first_source(p.mma_a, a0, tid);
+  const uint8_t* const src_b = TB::first_source(p.mma_b, b0, tid);
+
+  auto load = [&](int slot, int64_t kt) {
+    const uint32_t stage = smem_base + static_cast<uint32_t>(slot) * kStageBytes;
+    if (kt < full_ktiles) {
+      TA::load_fast(stage, src_a + kt * p.steps_a.kt_step, p.steps_a, tid);
+      TB::load_fast(stage + kTileBytes, src_b + kt * p.steps_b.kt_step, p.steps_b, tid);
+    } else {
+      const int64_t k0 = kt * kBK;
+      TA::load_checked(stage, p.mma_a, kAMn ? k0 : a0, kAMn ? a0 : k0, tid);
+      TB::load_checked(stage + kTileBytes, p.mma_b, kBMn ? k0 : b0, kBMn ? b0 : k0, tid);
+    }
+  };
+
+  // A ring of kStages shared-memory stages filled by cp.async, kStages - 1 k-tiles in flight
+  // ahead of the one being computed.
   const int64_t ktiles = (p.k + kBK - 1) / kBK;
-  tc::cp_async_ring<kStages>(
-      ktiles,
-      [&](int slot, auto kt) {
-        load_stage<kAMn, kBMn>(smem_base + static_cast<uint32_t>(slot) * kStageBytes, p, m0, n0,
-                               kt * kBK, tid);
-      },
-      [&](int slot) {
-        const uint32_t stage = smem_base + static_cast<uint32_t>(slot) * kStageBytes;
-        if constexpr (kTensorCores) {
-          compute_stage_dmma<kAMn, kBMn>(stage, stage + kTileBytes, acc, warp_m, warp_n, lane);
-        } else {
-          compute_stage_simt<kAMn, kBMn>(stage, stage + kTileBytes, acc, tid);
-        }
-      });
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < ktiles) load(s, s);
+    cp_async_commit();
+  }
+  int slot = 0;
+  int next_slot = kStages - 1;
+#pragma unroll 1
+  for (int64_t kt = 0; kt < ktiles; ++kt) {
+    cp_async_wait<kStages - 2>();
+    // Publishes k-tile kt to every warp and proves that all warps are done with the slot the
+    // prefetch below overwrites (it was consumed in iteration kt - 1).
+    __syncthreads();
+    if (kt + kStages - 1 < ktiles) load(next_slot, kt + kStages - 1);
+    cp_async_commit();
+    const uint32_t stage = smem_base + static_cast<uint32_t>(slot) * kStageBytes;
+    if constexpr (kTensorCores) {
+      compute_stage_dmma<kAMn, kBMn>(stage, stage + kTileBytes, acc, warp_m, warp_n, lane);
+    } else {
+      compute_stage_simt<kAMn, kBMn>(stage, stage + kTileBytes, acc, tid);
+    }
+    slot = slot == kStages - 1 ? 0 : slot + 1;
+    next_slot = next_slot == kStages - 1 ? 0 : next_slot + 1;
+  }
+  cp_async_wait<0>();
 
   if constexpr (kTensorCores) {
-    tc::for_each_mma_pair(
-        acc, m0 + warp_m * 64, n0 + warp_n * 32, lane,
-        [&](int64_t row, int64_t col, double v0, double v1) { store_pair(p, row, col, v0, v1); });
+    const int g = lane >> 2;
+    const int t = lane & 3;
+#pragma unroll
+    for (int mi = 0; mi < 4; ++mi) {
+#pragma unroll
+      for (int nj = 0; nj < 4; ++nj) {
+        const double (&d)[4] = acc[mi][nj];
+        const int64_t x = a0 + warp_m * 64 + mi * 16;  // the block's first A-role row
+        const int64_t y = b0 + warp_n * 32 + nj * 8 + 2 * t;
+        if constexpr (kSwap) {
+          // d[h] and d[h + 2] are A-role rows 2g and 2g + 1 (columns of C) of B-role column
+          // y + h (a row of C): neighbours in C's row.
+          store_pair(p, y, x + 2 * g, d[0], d[2]);
+          store_pair(p, y + 1, x + 2 * g, d[1], d[3]);
+        } else {
+          store_pair(p, x + a_row<kAMn>(g, 0), y, d[0], d[1]);
+          store_pair(p, x + a_row<kAMn>(g, 1), y, d[2], d[3]);
+        }
+      }
+    }
   } else {
     const int tm = tid >> 4;
     const int tn = tid & 15;
@@ -273,23 +484,39 @@ __global__ void __launch_bounds__(kThreads, 1) fp64_gemm_kernel(const Params p) 
 
 // ---- Host side ---------------------------------------------------------------------
 
-template <bool kTensorCores, bool kAMn, bool kBMn>
-cudaError_t launch(const Params& p, cudaStream_t stream) {
-  constexpr auto kernel = fp64_gemm_kernel<kTensorCores, kAMn, kBMn>;
+template <bool kTensorCores, bool kAMn, bool kBMn, bool kSwap>
+cudaError_t launch(Params p, cudaStream_t stream) {
+  constexpr auto kernel = fp64_gemm_kernel<kTensorCores, kAMn, kBMn, kSwap>;
   GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(kSmemBytes));
+  p.steps_a = Tile<kAMn>::steps(p.mma_a.outer_stride);
+  p.steps_b = Tile<kBMn>::steps(p.mma_b.outer_stride);
   const unsigned grid = static_cast<unsigned>(p.tiles_m) * static_cast<unsigned>(p.tiles_n);
   kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
   GEMMT_RETURN_LAUNCH_ERROR();
 }
 
-template <bool kTensorCores>
-cudaError_t launch_layout(const Params& p, bool a_mn, bool b_mn, cudaStream_t stream) {
-  if (a_mn) {
-    return b_mn ? launch<kTensorCores, true, true>(p, stream)
-                : launch<kTensorCores, true, false>(p, stream);
+// p.mma_a and p.mma_b hold A and B on entry.
+cudaError_t launch_layout(bool tensor_cores, Params& p, bool a_mn, bool b_mn, cudaStream_t stream) {
+  if (!tensor_cores) {
+    if (a_mn) {
+      return b_mn ? launch<false, true, true, false>(p, stream)
+                  : launch<false, true, false, false>(p, stream);
+    }
+    return b_mn ? launch<false, false, true, false>(p, stream)
+                : launch<false, false, false, false>(p, stream);
   }
-  return b_mn ? launch<kTensorCores, false, true>(p, stream)
-              : launch<kTensorCores, false, false>(p, stream);
+  if (a_mn) {
+    return b_mn ? launch<true, true, true, false>(p, stream)
+                : launch<true, true, false, false>(p, stream);
+  }
+  if (b_mn) {
+    // A K-major and B MN-major: B takes the MMA's A role (see the file comment).
+    const tc::Operand a = p.mma_a;
+    p.mma_a = p.mma_b;
+    p.mma_b = a;
+    return launch<true, true, false, true>(p, stream);
+  }
+  return launch<true, false, false, false>(p, stream);
 }
 
 }  // namespace
@@ -319,8 +546,10 @@ cudaError_t gemm_fp64_run(const GemmArgs& args, bool tensor_cores, cudaStream_t 
   p.n = args.n;
   p.k = args.k;
   bool a_mn = false, b_mn = false;
-  p.a = tc::describe_operand(args.a, args.m, args.a_stride_m, args.k, args.a_stride_k, kElt, &a_mn);
-  p.b = tc::describe_operand(args.b, args.n, args.b_stride_n, args.k, args.b_stride_k, kElt, &b_mn);
+  p.mma_a =
+      tc::describe_operand(args.a, args.m, args.a_stride_m, args.k, args.a_stride_k, kElt, &a_mn);
+  p.mma_b =
+      tc::describe_operand(args.b, args.n, args.b_stride_n, args.k, args.b_stride_k, kElt, &b_mn);
   p.c = static_cast<double*>(args.c);
   p.ldc = args.ldc;
   p.alpha = args.alpha;
@@ -330,8 +559,7 @@ cudaError_t gemm_fp64_run(const GemmArgs& args, bool tensor_cores, cudaStream_t 
       (reinterpret_cast<uintptr_t>(args.c) % (2 * kElt)) == 0 && (args.ldc % 2 == 0 || args.m == 1);
   p.tiles_m = static_cast<int>((args.m + kBM - 1) / kBM);
   p.tiles_n = static_cast<int>((args.n + kBN - 1) / kBN);
-  return tensor_cores ? launch_layout<true>(p, a_mn, b_mn, stream)
-                      : launch_layout<false>(p, a_mn, b_mn, stream);
+  return launch_layout(tensor_cores, p, a_mn, b_mn, stream);
 }
 
 }  // namespace gemmt
