@@ -157,8 +157,8 @@ bool encode_c_map(CUtensorMap* map, const GroupedGemmArgs& x) {
                                  batch > 1 ? static_cast<cuuint64_t>(x.c_sg) * 2 : 16};
   const cuuint32_t box[3] = {64, 16, 1};
   const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUtensorMapDataType dtype = x.out == OutKind::kF16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                           : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const CUtensorMapDataType dtype =
+      x.out == OutKind::kF16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   return sm90::encode_with_context([&] {
     return fn(map, dtype, 3, x.c, dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,

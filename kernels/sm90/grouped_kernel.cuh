@@ -320,7 +320,8 @@ __device__ __forceinline__ void gg_store_staged(const CUtensorMap* map, uint32_t
 #pragma unroll
   for (int j = 0; j < kAcc / 4; j += 2) {
     const int chunk = j + half;
-    const uint32_t addr = buf + (chunk >> 3) * (16 * 128) + r * 128 + (((chunk & 7) ^ (r & 7)) << 4);
+    const uint32_t addr =
+        buf + (chunk >> 3) * (16 * 128) + r * 128 + (((chunk & 7) ^ (r & 7)) << 4);
     stmatrix_x4(addr, pack_c_pair<T>(acc[4 * j], acc[4 * j + 1]),
                 pack_c_pair<T>(acc[4 * j + 2], acc[4 * j + 3]),
                 pack_c_pair<T>(acc[4 * j + 4], acc[4 * j + 5]),
