@@ -9,10 +9,13 @@
 // captured in a CUDA graph. Empty groups have no tiles (a split of the contraction dimension
 // still writes its zeros).
 //
-// The CTA is the dense Hopper kernel's (kernel.cuh) without its clusters, stream-k and
-// staged stores: one producer warp fills a TMA ring; two consumer warpgroups each own 64 rows
-// of a 128 x kBN tile (wgmma from shared memory) and write C from registers with the group's
-// row and column bounds, the scales, the bias and the activation applied.
+// The CTA is the dense Hopper kernel's (kernel.cuh) without its clusters and stream-k: one
+// producer warp fills a TMA ring; two consumer warpgroups each own 64 rows of a 128 x kBN tile
+// (wgmma from shared memory) and write C from registers with the group's row and column
+// bounds, the scales, the bias and the activation applied; or, where the host asks for it (the
+// weight gradient, whose tiles are a few k-blocks deep and bound by their stores), each warp
+// stages its 16 lines in shared memory and leaves them to TMA stores that run on while the
+// next tile computes (gg_store_staged).
 //
 // FP8 (K-major operands only, 128 of K a stage): without fast accumulation each 128-deep
 // partial product is issued into fresh accumulators and added to the float32 sum, scaled by
@@ -218,8 +221,9 @@ __device__ __forceinline__ void zero_k_tail(uint32_t base, int boxes, int valid,
 }
 
 // A consumer's 64 x kBN block of C from its accumulators, straight from registers: scales,
-// bias, activation, the group's bounds. (Staged through shared memory into 16-byte stores it
-// ran 10-30% slower: docs/performance.md, tried and not kept.)
+// bias, activation, the group's bounds. (Staged through shared memory by warpgroup rounds with
+// barriers and written back by the threads it ran 10-30% slower: docs/performance.md, tried and
+// not kept. gg_store_staged has no barrier beyond the warp and does not wait for its stores.)
 template <typename T, int kAcc>
 __device__ __forceinline__ void gg_store(const GgParams& p, const GgUnit& u,
                                          const float (&acc)[kAcc], int row0, int col0, int warp,
