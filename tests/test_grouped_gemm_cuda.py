@@ -321,13 +321,18 @@ def close_elementwise(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) 
 
 
 def poisoned_call(fn, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """fn() with its output allocated where a NaN-filled tensor of the same size was just freed
-    (the caching allocator hands the block back), so that an element the kernel skips stays
-    NaN."""
-    poison = torch.full(shape, float("nan"), device="cuda", dtype=dtype)
-    ptr = poison.data_ptr()
-    del poison
-    out = fn()
+    """fn() with its output allocated where a NaN-filled tensor of the same size was just freed,
+    so that an element the kernel skips stays NaN. A private memory pool makes the reuse
+    certain: the poison is its first and only block, and the output (the op's first
+    allocation) takes it back."""
+    pool = torch.cuda.MemPool()
+    with torch.cuda.use_mem_pool(pool):
+        poison = torch.full(shape, float("nan"), device="cuda", dtype=dtype)
+        torch.cuda.synchronize()
+        ptr = poison.data_ptr()
+        del poison
+        out = fn()
+    torch.cuda.synchronize()
     assert out.data_ptr() == ptr, "the output did not reuse the poisoned block"
     return out
 
