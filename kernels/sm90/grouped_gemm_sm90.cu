@@ -170,9 +170,9 @@ bool encode_c_map(CUtensorMap* map, const GroupedGemmArgs& x) {
 // weight gradient (a split of the contraction dimension: a few k-blocks a tile, then a whole
 // tile to write), where 16-byte register stores per row left DRAM mostly idle. Elsewhere the
 // register epilogue keeps the ring a stage deeper, for the products whose main loop is long
-// (the staged way there is an A/B to be measured). The staged way
-// needs a 16-bit C with nothing to apply and rows and matrices at 16-byte multiples.
-// GEMMT_GROUPED_TMA_STORE=0 / 1 forces either way where it can run (for A/B runs).
+// (the staged way there is an A/B to be measured). The staged way needs a 16-bit C with
+// nothing to apply and rows and matrices at 16-byte multiples. GEMMT_GROUPED_TMA_STORE=0 / 1
+// forces either way where it can run (read at each call, for A/B runs in one process).
 bool use_staged_c(const GroupedGemmArgs& x) {
   if (is_fp8_kind(x.kind) || x.out == OutKind::kF32) return false;
   if (x.scale != ScaleKind::kNone || x.bias != nullptr || x.act != Activation::kNone) return false;
