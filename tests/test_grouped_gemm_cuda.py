@@ -303,3 +303,139 @@ def test_grouped_offsets_checked_on_request() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=300)
     assert "REFUSED" in out.stdout and "non-decreasing" in out.stdout, out.stdout + out.stderr
+
+
+# The two epilogues of the Hopper grouped GEMM: C staged through shared memory and written by
+# TMA stores (the default of the weight gradient), and the register stores with per-element
+# bounds (the other layouts' default, and every tile the staged way cannot take).
+# GEMMT_GROUPED_TMA_STORE=1 / 0 forces either where it can run; the accumulators are the same,
+# so both must give the same bits.
+STORE_PATHS = ["1", "0"]
+
+
+def close_elementwise(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> None:
+    """Every element within its own rounding of the float64 reference (a relative norm over the
+    whole output would let one wrong partial tile through)."""
+    o, r = out.double().cpu(), ref.double().cpu()
+    assert torch.isfinite(o).all(), "non-finite outputs (unwritten NaN poison?)"
+    rtol = 8e-3 if dtype == torch.bfloat16 else 1.5e-3
+    atol = 1e-4 * max(r.abs().max().item(), 1.0)
+    bad = ((o - r).abs() > atol + rtol * r.abs()).nonzero()
+    assert bad.numel() == 0, f"{bad.shape[0]} elements off, first at {bad[:4].tolist()}"
+
+
+def poisoned_call(fn, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """fn() with its output allocated where a NaN-filled tensor of the same size was just freed,
+    so that an element the kernel skips stays NaN. A private memory pool makes the reuse
+    certain: the poison is its first and only block, and the output (the op's first
+    allocation) takes it back."""
+    pool = torch.cuda.MemPool()
+    with torch.cuda.use_mem_pool(pool):
+        poison = torch.full(shape, float("nan"), device="cuda", dtype=dtype)
+        torch.cuda.synchronize()
+        ptr = poison.data_ptr()
+        del poison
+        out = fn()
+    torch.cuda.synchronize()
+    assert out.data_ptr() == ptr, "the output did not reuse the poisoned block"
+    return out
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("mn", [(200, 328), (256, 512), (72, 120), (130, 1000)])
+@pytest.mark.parametrize("sizes", [[0, 1, 17, 64, 0, 130, 1], [16] * 9, [512, 3]])
+def test_grouped_2d2d_store_paths(dtype: torch.dtype, mn: tuple[int, int], sizes: list[int],
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The weight gradient through both epilogues: partial row tiles (200, 72, 130 rows), a
+    partial 64-column box and a box wholly past C's edge (328, 120, 1000 columns), 128- and
+    256-wide tiles, groups of 0 / 1 / 17 tokens, NaN-poisoned outputs, float64 references."""
+    m, n = mn
+    total = sum(sizes)
+    a = torch.randn(total, m, device="cuda", dtype=dtype).t()
+    b = torch.randn(total, n, device="cuda", dtype=dtype)
+    offs = offsets(sizes)
+    ref = ref_grouped(a, b, offs)
+    outs = {}
+    for path in STORE_PATHS:
+        monkeypatch.setenv("GEMMT_GROUPED_TMA_STORE", path)
+        out = poisoned_call(lambda: torch.ops.gemmt.grouped_mm(a, b, offs), (len(sizes), m, n),
+                            dtype)
+        torch.cuda.synchronize()
+        close_elementwise(out, ref, dtype)
+        for g, s in enumerate(sizes):
+            if s == 0:
+                assert (out[g] == 0).all(), f"group {g} has no tokens and must be zero"
+        outs[path] = out
+    assert torch.equal(outs["1"], outs["0"]), "the two epilogues differ"
+
+
+@needs_hopper
+def test_grouped_2d2d_store_unaligned_c_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """C's rows of 100 bf16 (200 bytes) cannot be a tensor map: the register path writes them,
+    even when the staged one is asked for."""
+    sizes = [17, 0, 40]
+    m, n = 136, 100
+    a = torch.randn(sum(sizes), m, device="cuda", dtype=torch.bfloat16).t()
+    b = torch.randn(sum(sizes), n, device="cuda", dtype=torch.bfloat16)
+    offs = offsets(sizes)
+    monkeypatch.setenv("GEMMT_GROUPED_TMA_STORE", "1")
+    out = poisoned_call(lambda: torch.ops.gemmt.grouped_mm(a, b, offs), (len(sizes), m, n),
+                        torch.bfloat16)
+    close_elementwise(out, ref_grouped(a, b, offs), torch.bfloat16)
+
+
+@needs_hopper
+@pytest.mark.parametrize("sizes", [[0, 300, 0, 17, 1], [5] * 40, [128, 64, 200]])
+def test_grouped_2d3d_store_paths(sizes: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A split of rows through the staged epilogue (forced): warps whose 16 lines cross a
+    group's end inside C take the checked path; the rows past the last offset are zeros."""
+    g, k, n = len(sizes), 192, 328
+    total = sum(sizes) + 7
+    a = torch.randn(total, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(g, k, n, device="cuda", dtype=torch.bfloat16) / k ** 0.5
+    offs = offsets(sizes)
+    ref = ref_grouped(a, b, offs)
+    outs = {}
+    for path in STORE_PATHS:
+        monkeypatch.setenv("GEMMT_GROUPED_TMA_STORE", path)
+        out = poisoned_call(lambda: torch.ops.gemmt.grouped_mm(a, b, offs), (total, n),
+                            torch.bfloat16)
+        close_elementwise(out, ref, torch.bfloat16)
+        assert (out[sum(sizes):] == 0).all()
+        outs[path] = out
+    assert torch.equal(outs["1"], outs["0"])
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_grouped_3d3d_store_paths(dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One C a group (a 3-D map) through both epilogues, with partial tiles on both edges."""
+    a = torch.randn(5, 200, 320, device="cuda", dtype=dtype)
+    b = torch.randn(5, 320, 264, device="cuda", dtype=dtype) / 320 ** 0.5
+    ref = ref_grouped(a, b, None)
+    outs = {}
+    for path in STORE_PATHS:
+        monkeypatch.setenv("GEMMT_GROUPED_TMA_STORE", path)
+        out = poisoned_call(lambda: torch.ops.gemmt.grouped_mm(a, b), (5, 200, 264), dtype)
+        close_elementwise(out, ref, dtype)
+        outs[path] = out
+    assert torch.equal(outs["1"], outs["0"])
+
+
+@needs_hopper
+@pytest.mark.parametrize("act", ["none", "relu"])
+def test_grouped_store_with_bias_or_float_out(act: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bias, an activation or a float32 C has the staged epilogue asked for but cannot take it:
+    the register path applies them."""
+    sizes = [33, 0, 190, 64]
+    g, k, n = len(sizes), 256, 264
+    a = torch.randn(sum(sizes), k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(g, k, n, device="cuda", dtype=torch.bfloat16) / k ** 0.5
+    bias = torch.randn(g, n, device="cuda", dtype=torch.bfloat16)
+    offs = offsets(sizes)
+    monkeypatch.setenv("GEMMT_GROUPED_TMA_STORE", "1")
+    out = torch.ops.gemmt.grouped_mm(a, b, offs, bias, None, act)
+    close_elementwise(out, ref_grouped(a, b, offs, bias, act), torch.bfloat16)
+    out32 = torch.ops.gemmt.grouped_mm(a, b, offs, None, torch.float32, act)
+    check(out32, ref_grouped(a, b, offs, None, act), torch.bfloat16)

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "common/gemm_tc_kind.h"
 #include "gemmt/cuda_check.h"
@@ -142,6 +144,49 @@ cudaError_t launch_instance(int kind, const sm90::GroupedLaunch& l, cudaStream_t
   }
 }
 
+// C's 3-D map (columns, rows, matrix) for the staged epilogue: boxes of 16 rows by 64
+// columns in the 128-byte swizzle the kernel stages them in. A split of rows or columns writes
+// ranges of one C (one matrix); the others one C a group.
+bool encode_c_map(CUtensorMap* map, const GroupedGemmArgs& x) {
+  PFN_cuTensorMapEncodeTiled_v12000 fn = sm90::tensor_map_encoder();
+  if (fn == nullptr) return false;
+  const bool one_c = x.split == GroupSplit::kRows || x.split == GroupSplit::kCols;
+  const uint64_t batch = one_c ? 1 : static_cast<uint64_t>(x.groups);
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(x.n), static_cast<cuuint64_t>(x.m), batch};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(x.ldc) * 2,
+                                 batch > 1 ? static_cast<cuuint64_t>(x.c_sg) * 2 : 16};
+  const cuuint32_t box[3] = {64, 16, 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUtensorMapDataType dtype =
+      x.out == OutKind::kF16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  return sm90::encode_with_context([&] {
+    return fn(map, dtype, 3, x.c, dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  });
+}
+
+// Whether C goes out through shared memory and TMA stores. The store-bound layout is the
+// weight gradient (a split of the contraction dimension: a few k-blocks a tile, then a whole
+// tile to write), where 16-byte register stores per row left DRAM mostly idle. Elsewhere the
+// register epilogue keeps the ring a stage deeper, for the products whose main loop is long
+// (the staged way there is an A/B to be measured). The staged way needs a 16-bit C with
+// nothing to apply and rows and matrices at 16-byte multiples. GEMMT_GROUPED_TMA_STORE=0 / 1
+// forces either way where it can run (read at each call, for A/B runs in one process).
+bool use_staged_c(const GroupedGemmArgs& x) {
+  if (is_fp8_kind(x.kind) || x.out == OutKind::kF32) return false;
+  if (x.scale != ScaleKind::kNone || x.bias != nullptr || x.act != Activation::kNone) return false;
+  if (x.split == GroupSplit::kCols) return false;
+  const bool one_c = x.split == GroupSplit::kRows;
+  if (reinterpret_cast<uintptr_t>(x.c) % 16 != 0 || (x.ldc * 2) % 16 != 0 || x.ldc < x.n) {
+    return false;
+  }
+  if (!one_c && x.groups > 1 && ((x.c_sg * 2) % 16 != 0 || x.c_sg < x.ldc * x.m)) return false;
+  const char* env = std::getenv("GEMMT_GROUPED_TMA_STORE");
+  if (env != nullptr && env[0] != '\0') return std::strcmp(env, "0") != 0;
+  return x.split == GroupSplit::kDepth;
+}
+
 bool fits_int(int64_t v) {
   return v >= 0 && v < (int64_t{1} << 31);
 }
@@ -267,6 +312,15 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   p.bias = x.bias;
   p.bias_sg = x.bias_sg;
   p.act = x.act;
+  // The ring at its deepest, or a stage shorter with C's tile staged beside it.
+  p.store_c = 0;
+  p.stages = bn == 256 ? 4 : 6;
+  std::memset(&l.c, 0, sizeof(l.c));
+  // A C the driver will not map (strides past its limits) is written from registers.
+  if (use_staged_c(x) && encode_c_map(&l.c, x)) {
+    p.store_c = 1;
+    p.stages = bn == 256 ? 3 : 5;
+  }
   const int64_t tiles = grouped_plan::max_tiles(shape, bn);
   if (tiles == 0) return cudaSuccess;
   const int64_t units = l.cluster == 1 ? tiles : (static_cast<int64_t>(p.tiles_m) * p.tiles_n);

@@ -9,10 +9,13 @@
 // captured in a CUDA graph. Empty groups have no tiles (a split of the contraction dimension
 // still writes its zeros).
 //
-// The CTA is the dense Hopper kernel's (kernel.cuh) without its clusters, stream-k and
-// staged stores: one producer warp fills a TMA ring; two consumer warpgroups each own 64 rows
-// of a 128 x kBN tile (wgmma from shared memory) and write C from registers with the group's
-// row and column bounds, the scales, the bias and the activation applied.
+// The CTA is the dense Hopper kernel's (kernel.cuh) without its clusters and stream-k: one
+// producer warp fills a TMA ring; two consumer warpgroups each own 64 rows of a 128 x kBN tile
+// (wgmma from shared memory) and write C from registers with the group's row and column
+// bounds, the scales, the bias and the activation applied; or, where the host asks for it (the
+// weight gradient, whose tiles are a few k-blocks deep and bound by their stores), each warp
+// stages its 16 lines in shared memory and leaves them to TMA stores that run on while the
+// next tile computes (gg_store_staged).
 //
 // FP8 (K-major operands only, 128 of K a stage): without fast accumulation each 128-deep
 // partial product is issued into fresh accumulators and added to the float32 sum, scaled by
@@ -25,6 +28,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/gemm_epilogue.cuh"
 #include "common/gemm_tc_kind.h"
@@ -48,16 +52,25 @@ struct GgCfg {
   static_assert(kBN == 128 || kBN == 256, "grouped tiles: 128 x 128 and 128 x 256");
   static constexpr int kElt = is_fp8_kind(kKind) ? 1 : 2;
   static constexpr int kBK = 128 / kElt;  // K per stage: one 128-byte row
-  static constexpr int kStages = kBN == 256 ? 4 : 6;
+  // The ring's depth is a launch parameter: C staged through shared memory (16-bit C, one
+  // 128 x kBN tile) takes the room of a stage or two.
+  static constexpr int kMaxStages = kBN == 256 ? 4 : 6;
+  static constexpr int kStagedStages = kBN == 256 ? 3 : 5;
   static constexpr int kABytes = kGgBM * 128;
   static constexpr int kBBytes = kBN * 128;
   static constexpr int kAcc = kBN / 2;
+  static constexpr int kCBytes = kGgBM * kBN * 2;
   // first tile of each group, then each group's first row / column / k of its split range
   // (each with the tail group and an end entry)
   static constexpr int kTableBytes = 2 * (kGroupedMaxGroups + 2) * 4;
-  static constexpr int kBarrierBytes = 2 * kStages * 8;
-  static constexpr int kSmemBytes =
-      kStages * (kABytes + kBBytes) + kTableBytes + kBarrierBytes + 1024;
+  static constexpr int kBarrierBytes = 2 * kMaxStages * 8;
+  static constexpr int smem_bytes(int stages, bool staged_c) {
+    return stages * (kABytes + kBBytes) + (staged_c ? kCBytes : 0) + kTableBytes + kBarrierBytes +
+           1024;
+  }
+  static constexpr int kSmemBytes = smem_bytes(kMaxStages, false) > smem_bytes(kStagedStages, true)
+                                        ? smem_bytes(kMaxStages, false)
+                                        : smem_bytes(kStagedStages, true);
   static_assert(kSmemBytes <= 227 * 1024, "exceeds the shared memory of one H100 CTA");
 };
 
@@ -208,8 +221,9 @@ __device__ __forceinline__ void zero_k_tail(uint32_t base, int boxes, int valid,
 }
 
 // A consumer's 64 x kBN block of C from its accumulators, straight from registers: scales,
-// bias, activation, the group's bounds. (Staged through shared memory into 16-byte stores it
-// ran 10-30% slower: docs/performance.md, tried and not kept.)
+// bias, activation, the group's bounds. (Staged through shared memory by warpgroup rounds with
+// barriers and written back by the threads it ran 10-30% slower: docs/performance.md, tried and
+// not kept. gg_store_staged has no barrier beyond the warp and does not wait for its stores.)
 template <typename T, int kAcc>
 __device__ __forceinline__ void gg_store(const GgParams& p, const GgUnit& u,
                                          const float (&acc)[kAcc], int row0, int col0, int warp,
@@ -279,6 +293,55 @@ __device__ __forceinline__ void gg_store_any(const GgParams& p, const GgUnit& u,
   }
 }
 
+// Two values of C's 16-bit type in one register, the first in the low half.
+template <typename T>
+__device__ __forceinline__ uint32_t pack_c_pair(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return static_cast<uint32_t>(__half_as_ushort(__float2half_rn(lo))) |
+           (static_cast<uint32_t>(__half_as_ushort(__float2half_rn(hi))) << 16);
+  } else {
+    return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
+           (static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
+  }
+}
+
+// A warp's 16 x (2 kAcc) lines of C (rows `row`.., columns `col0`.. of matrix `batch` of the
+// map), staged in the warp's own buffer and written by TMA stores that overlap whatever the
+// warp does next: the rows leave as whole 128-byte lines instead of the register path's 16-byte
+// pieces, and the map clips C's edges. The buffer holds kAcc / 32 boxes of 16 x 64, each in
+// the 128-byte swizzle of the map (16-byte chunk c of row r at chunk c ^ (r % 8)), so that the
+// eight rows of each stmatrix land in distinct banks. Nothing is applied: the caller sends only
+// tiles without scales, bias or activation here.
+template <typename T, int kAcc>
+__device__ __forceinline__ void gg_store_staged(const CUtensorMap* map, uint32_t buf,
+                                                const float (&acc)[kAcc], int row, int col0,
+                                                int batch, int cols, int lane) {
+  // The warp's previous tile has left the buffer (long since, in the common case).
+  if (lane == 0) bulk_wait_read_all();
+  __syncwarp();
+  const int r = (lane & 7) + (lane & 8);  // the row this lane addresses
+  const int half = lane >> 4;             // which of the two 16-byte chunks
+#pragma unroll
+  for (int j = 0; j < kAcc / 4; j += 2) {
+    const int chunk = j + half;
+    const uint32_t addr =
+        buf + (chunk >> 3) * (16 * 128) + r * 128 + (((chunk & 7) ^ (r & 7)) << 4);
+    stmatrix_x4(addr, pack_c_pair<T>(acc[4 * j], acc[4 * j + 1]),
+                pack_c_pair<T>(acc[4 * j + 2], acc[4 * j + 3]),
+                pack_c_pair<T>(acc[4 * j + 4], acc[4 * j + 5]),
+                pack_c_pair<T>(acc[4 * j + 6], acc[4 * j + 7]));
+  }
+  fence_proxy_async_smem();
+  __syncwarp();
+  if (lane == 0) {
+#pragma unroll
+    for (int b = 0; b < kAcc / 32; ++b) {
+      if (col0 + 64 * b < cols) tma_store_3d(map, buf + b * (16 * 128), col0 + 64 * b, row, batch);
+    }
+    bulk_commit();
+  }
+}
+
 #endif  // GEMMT_SM90_DEVICE_CODE
 
 // kAMn / kBMn: M-major A, N-major B (16-bit kinds only). kPromote (1: one set of partial sums,
@@ -290,10 +353,15 @@ __device__ __forceinline__ void gg_store_any(const GgParams& p, const GgUnit& u,
 template <int kKind, bool kAMn, bool kBMn, int kBN, int kPromote, bool kBlock, int kCluster>
 __global__ void __launch_bounds__(kGgThreads, 1)
     sm90_grouped_gemm_kernel(const __grid_constant__ CUtensorMap tma_a,
-                             const __grid_constant__ CUtensorMap tma_b, const GgParams p) {
+                             const __grid_constant__ CUtensorMap tma_b,
+                             const __grid_constant__ CUtensorMap tma_c, const GgParams p) {
 #if defined(GEMMT_SM90_DEVICE_CODE)
   using Cfg = GgCfg<kKind, kBN>;
-  constexpr int kStages = Cfg::kStages;
+  // C through shared memory and TMA (16-bit kinds only; the host sets it for a 16-bit C with
+  // nothing to apply and a mappable C). The ring is then p.stages deep, the staging after it.
+  constexpr bool kCanStage = !is_fp8_kind(kKind);
+  const bool staged_c = kCanStage && p.store_c != 0;
+  const int stages = p.stages;
   constexpr int kBK = Cfg::kBK;
   constexpr int kMnBox = 64 * 128;  // an MN-major box: 64 of M/N by 64 rows of K (16-bit)
   static_assert(!is_fp8_kind(kKind) || (!kAMn && !kBMn), "fp8 wgmma reads K-major operands");
@@ -303,20 +371,21 @@ __global__ void __launch_bounds__(kGgThreads, 1)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const uint32_t smem_a = base;
-  const uint32_t smem_b = base + kStages * Cfg::kABytes;
-  const uint32_t bars = smem_b + kStages * Cfg::kBBytes;
+  const uint32_t smem_b = base + stages * Cfg::kABytes;
+  const uint32_t smem_c = smem_b + stages * Cfg::kBBytes;
+  const uint32_t bars = smem_c + (staged_c ? Cfg::kCBytes : 0);
   int* const first_tile =
       reinterpret_cast<int*>(smem_raw + (bars + Cfg::kBarrierBytes - smem_addr(smem_raw)));
   int* const group_begin = first_tile + kGroupedMaxGroups + 2;
   auto full_bar = [&](int s) { return bars + 8u * s; };
-  auto empty_bar = [&](int s) { return bars + 8u * (kStages + s); };
+  auto empty_bar = [&](int s) { return bars + 8u * (stages + s); };
 
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x >> 7), 0);
   const int warp_in_wg = (threadIdx.x >> 5) & 3;
   const int lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
 #pragma unroll
-    for (int s = 0; s < kStages; ++s) {
+    for (int s = 0; s < stages; ++s) {
       mbar_init(full_bar(s), 1);
       mbar_init(empty_bar(s), kConsumerWarps * kCluster);
     }
@@ -347,6 +416,7 @@ __global__ void __launch_bounds__(kGgThreads, 1)
       if (leader) {
         prefetch_tmap(&tma_a);
         prefetch_tmap(&tma_b);
+        if (staged_c) prefetch_tmap(&tma_c);
       }
       int stage = 0;
       uint32_t phase = 0;
@@ -389,7 +459,7 @@ __global__ void __launch_bounds__(kGgThreads, 1)
               }
             }
           }
-          if (++stage == kStages) {
+          if (++stage == stages) {
             stage = 0;
             phase ^= 1u;
           }
@@ -445,7 +515,7 @@ __global__ void __launch_bounds__(kGgThreads, 1)
       };
       auto advance = [&]() {
         prev_stage = stage;
-        if (++stage == kStages) {
+        if (++stage == stages) {
           stage = 0;
           phase ^= 1u;
         }
@@ -558,7 +628,7 @@ __global__ void __launch_bounds__(kGgThreads, 1)
             release(prev_stage);
           }
           prev_stage = stage;
-          if (++stage == kStages) {
+          if (++stage == stages) {
             stage = 0;
             phase ^= 1u;
           }
@@ -569,9 +639,32 @@ __global__ void __launch_bounds__(kGgThreads, 1)
         fence_accumulators(acc);
         if (num_kb > 0) release(prev_stage);
       }
-      gg_store_any(p, u, acc, u.tm * kGgBM + cw * 64, u.tn * kBN, warp_in_wg, lane);
+      const int row0 = u.tm * kGgBM + cw * 64;
+      bool stored = false;
+      if constexpr (kCanStage) {
+        const bool split_rows = p.split == static_cast<int>(GroupSplit::kRows);
+        const int wrow = row0 + warp_in_wg * 16;
+        // The map clips at C's last row, not at a group's: a split of rows sends a warp whose
+        // lines cross its group's end (unless that is C's end) to the checked path.
+        if (staged_c && (!split_rows || wrow + 16 <= u.rows || u.begin + u.rows == p.m)) {
+          const uint32_t buf = smem_c + (cw * 4 + warp_in_wg) * (16 * kBN * 2);
+          const int row = (split_rows ? u.begin : 0) + wrow;
+          const int batch = split_rows ? 0 : u.g;
+          if (row < p.m) {
+            if (p.out == static_cast<int>(OutKind::kF16)) {
+              gg_store_staged<__half>(&tma_c, buf, acc, row, u.tn * kBN, batch, p.n, lane);
+            } else {
+              gg_store_staged<__nv_bfloat16>(&tma_c, buf, acc, row, u.tn * kBN, batch, p.n, lane);
+            }
+          }
+          stored = true;
+        }
+      }
+      if (!stored) gg_store_any(p, u, acc, row0, u.tn * kBN, warp_in_wg, lane);
       fence_accumulators(acc);
     }
+    // C's last stores complete before the CTA (and its shared memory) goes.
+    if (staged_c && lane == 0) bulk_wait_all();
   }
   // No CTA may leave while its peer can still multicast into it or arrive on its barriers.
   if constexpr (kCluster > 1) cluster_sync();

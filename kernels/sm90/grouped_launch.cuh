@@ -18,10 +18,18 @@ template <int kKind, bool kAMn, bool kBMn, int kBN, int kPromote, bool kBlock, i
 cudaError_t launch_grouped_instance(const sm90::GroupedLaunch& l, cudaStream_t stream) {
   constexpr auto kernel =
       sm90_grouped_gemm_kernel<kKind, kAMn, kBMn, kBN, kPromote, kBlock, kCluster>;
-  constexpr int smem = GgCfg<kKind, kBN>::kSmemBytes;
-  GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(smem));
+  using Cfg = GgCfg<kKind, kBN>;
+  // The ring's depth and the staging buffer are launch parameters; the kernel trusts them.
+  const bool staged = l.p.store_c != 0;
+  if (staged && is_fp8_kind(kKind)) return cudaErrorInvalidValue;
+  if (l.p.stages < 1 || l.p.stages > (staged ? Cfg::kStagedStages : Cfg::kMaxStages)) {
+    return cudaErrorInvalidValue;
+  }
+  const int smem = Cfg::smem_bytes(l.p.stages, staged);
+  GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(Cfg::kSmemBytes));
   if constexpr (kCluster == 1) {
-    return launch_programmatic<kernel>(dim3(l.grid), dim3(kGgThreads), smem, stream, l.a, l.b, l.p);
+    return launch_programmatic<kernel>(dim3(l.grid), dim3(kGgThreads), smem, stream, l.a, l.b, l.c,
+                                       l.p);
   } else {
     if (l.cluster != kCluster || l.grid % kCluster != 0) return cudaErrorInvalidValue;
     cudaLaunchAttribute attr[2];
@@ -42,7 +50,7 @@ cudaError_t launch_grouped_instance(const sm90::GroupedLaunch& l, cudaStream_t s
     } else if (occ != cudaSuccess) {
       (void)cudaGetLastError();
     }
-    return cudaLaunchKernelEx(&cfg, kernel, l.a, l.b, l.p);
+    return cudaLaunchKernelEx(&cfg, kernel, l.a, l.b, l.c, l.p);
   }
 }
 

@@ -31,10 +31,13 @@ struct GroupedParams {
   const void* bias;
   int64_t bias_sg;
   Activation act;
+  int stages;   // the depth of the operand ring (GgCfg: kMaxStages, or kStagedStages when staged)
+  int store_c;  // 1: C leaves through shared memory and TMA stores (the map c), 16-bit kinds
 };
 
 struct GroupedLaunch {
   CUtensorMap a, b;
+  CUtensorMap c;  // C's 3-D map (columns, rows, matrix) when p.store_c; unused otherwise
   GroupedParams p;
   int grid;
   bool a_mn, b_mn;
