@@ -426,7 +426,8 @@ def fp64_operand(shape: tuple[int, int], layout: str) -> torch.Tensor:
     odd)."""
     rows, cols = shape
     if layout == "p":
-        return torch.randn(cols, rows + 1 + rows % 2, dtype=torch.float64, device="cuda")[:, :rows].t()
+        wide = torch.randn(cols, rows + 1 + rows % 2, dtype=torch.float64, device="cuda")
+        return wide[:, :rows].t()
     if layout == "m":
         return torch.randn(rows * cols + 1, dtype=torch.float64, device="cuda")[1:].view(rows, cols)
     if layout == "o":
@@ -504,11 +505,14 @@ def test_cuda_float64_output_layouts_and_edges(variant: str) -> None:
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt", "oo", "op", "po", "pp", "mm", "ss"])
-def test_cuda_float64_switches_agree_bitwise(monkeypatch: pytest.MonkeyPatch, layout: str) -> None:
+@pytest.mark.parametrize("layout",
+                         ["nn", "nt", "tn", "tt", "oo", "op", "po", "pp", "pt", "mm", "ss"])
+def test_cuda_float64_switches_agree_bitwise(monkeypatch: pytest.MonkeyPatch,
+                                             layout: str) -> None:
     """The dmma kernel's host switches (a persistent grid, 8-byte copies of misaligned rows,
-    L2 256-byte fetches) change only how tiles are scheduled and copied, never the arithmetic:
-    each result equals the one with the switch off, bit for bit, and matches the CPU."""
+    L2 256-byte fetches, the raster along N) change only how tiles are scheduled and copied,
+    never the arithmetic: each result equals the one with the switch off, bit for bit, and
+    matches the CPU."""
     if "dmma" not in fp64_variants():
         pytest.skip("needs FP64 tensor cores (sm_80+)")
     sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
@@ -520,7 +524,8 @@ def test_cuda_float64_switches_agree_bitwise(monkeypatch: pytest.MonkeyPatch, la
     c0 = torch.randn(m, n, dtype=torch.float64, device="cuda")
     expected = cpu_reference64(c0, a, b, 0.75, -0.5)
     results = {}
-    for switch in ("", "GEMMT_FP64_PERSISTENT", "GEMMT_FP64_COPY8", "GEMMT_FP64_L2_256B"):
+    for switch in ("", "GEMMT_FP64_PERSISTENT", "GEMMT_FP64_COPY8", "GEMMT_FP64_L2_256B",
+                   "GEMMT_FP64_RASTER_N"):
         with monkeypatch.context() as mp:
             if switch:
                 mp.setenv(switch, "0")

@@ -92,6 +92,9 @@ struct Params {
   int copy_a, copy_b;  // CopyMode of mma_a and mma_b
   // 16-byte copies of K-major tiles ask the L2 for the whole 256-byte block (cp_async_16_l2_256).
   bool l2_prefetch;
+  // The grouped raster walks down groups of kGroupM tile columns instead of tile rows: the
+  // CTAs of a wave then share fewer panels of B, for when B is the only K-major operand.
+  bool raster_n;
   double* c;
   int64_t ldc;
   double alpha, beta;
@@ -463,9 +466,11 @@ __global__ void __launch_bounds__(kThreads, 1) fp64_gemm_kernel(const Params p) 
     const uint8_t* src_b;
   };
   auto start_tile = [&](int64_t t) {
-    const tc::TileIndex tile = tc::grouped_tile(static_cast<int>(t), p.tiles_m, p.tiles_n, kGroupM);
-    const int64_t m0 = static_cast<int64_t>(tile.m) * kBM;
-    const int64_t n0 = static_cast<int64_t>(tile.n) * kBN;
+    const tc::TileIndex tile =
+        p.raster_n ? tc::grouped_tile(static_cast<int>(t), p.tiles_n, p.tiles_m, kGroupM)
+                   : tc::grouped_tile(static_cast<int>(t), p.tiles_m, p.tiles_n, kGroupM);
+    const int64_t m0 = static_cast<int64_t>(p.raster_n ? tile.n : tile.m) * kBM;
+    const int64_t n0 = static_cast<int64_t>(p.raster_n ? tile.m : tile.n) * kBN;
     TileState s;
     s.a0 = kSwap ? n0 : m0;
     s.b0 = kSwap ? m0 : n0;
@@ -633,8 +638,11 @@ cudaError_t launch_layout(bool tensor_cores, Params& p, bool a_mn, bool b_mn, cu
                 : launch<false, false, false, false>(p, stream);
   }
   if (a_mn) {
-    return b_mn ? launch<true, true, true, false>(p, stream)
-                : launch<true, true, false, false>(p, stream);
+    if (b_mn) return launch<true, true, true, false>(p, stream);
+    // B is the only K-major operand: its tiles read 128 bytes from each of 128 rows, so a
+    // wave should cover as few B panels as it can.
+    p.raster_n = env_flag("GEMMT_FP64_RASTER_N", true);
+    return launch<true, true, false, false>(p, stream);
   }
   if (b_mn) {
     // A K-major and B MN-major: B takes the MMA's A role (see the file comment).
@@ -659,8 +667,8 @@ bool gemm_fp64_simt_supports(const GemmArgs& args) {
   if (args.ldc < args.n && args.m > 1) return false;
   const int64_t tiles_m = (args.m + kBM - 1) / kBM;
   const int64_t tiles_n = (args.n + kBN - 1) / kBN;
-  // The raster works in 32-bit tile indices.
-  return tiles_m * tiles_n <= INT32_MAX - kGroupM * tiles_n;
+  // The raster works in 32-bit tile indices, grouped along either direction.
+  return tiles_m * tiles_n <= INT32_MAX - kGroupM * (tiles_m > tiles_n ? tiles_m : tiles_n);
 }
 
 bool gemm_fp64_dmma_supports(const GemmArgs& args) {
@@ -690,6 +698,7 @@ cudaError_t gemm_fp64_run(const GemmArgs& args, bool tensor_cores, cudaStream_t 
   p.copy_a = copy_mode(p.mma_a);
   p.copy_b = copy_mode(p.mma_b);
   p.l2_prefetch = env_flag("GEMMT_FP64_L2_256B", true);
+  p.raster_n = false;
   p.tiles_m = static_cast<int>((args.m + kBM - 1) / kBM);
   p.tiles_n = static_cast<int>((args.n + kBN - 1) / kBN);
   return launch_layout(tensor_cores, p, a_mn, b_mn, stream);
