@@ -413,14 +413,21 @@ def test_cuda_decode_variant(dtype: torch.dtype) -> None:
 FP64_SHAPES = [(1, 1, 1), (7, 9, 5), (33, 17, 65), (127, 129, 131), (128, 128, 16), (1, 300, 77),
                (300, 1, 77), (257, 129, 1000), (64, 48, 4099), (513, 1000, 257),
                # every CTA tile and k-tile in range: only the kernels' unchecked copy path
-               (256, 384, 160)]
+               (256, 384, 160),
+               # interior tiles with K not a multiple of 16 (a checked last k-tile), and more
+               # output tiles than an H100 or H200 has SMs (the dmma CTAs walk several tiles)
+               (384, 256, 40), (2100, 1300, 24)]
 
 
 def fp64_operand(shape: tuple[int, int], layout: str) -> torch.Tensor:
     """A float64 CUDA matrix: "n", "t", "s" as operand(); "m" misaligned (a storage offset of
     one element: 8-byte but not 16-byte aligned); "o" rows of odd length (a view of a wider
-    matrix whose row stride is odd)."""
+    matrix whose row stride is odd); "p" the transposed view of such a matrix (column stride
+    odd)."""
     rows, cols = shape
+    if layout == "p":
+        wide = torch.randn(cols, rows + 1 + rows % 2, dtype=torch.float64, device="cuda")
+        return wide[:, :rows].t()
     if layout == "m":
         return torch.randn(rows * cols + 1, dtype=torch.float64, device="cuda")[1:].view(rows, cols)
     if layout == "o":
@@ -446,7 +453,8 @@ def cpu_reference64(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: fl
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("variant", fp64_variants())
-@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt", "ss", "mn", "nm", "oo", "to"])
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt", "ss", "mn", "nm", "oo", "to", "op",
+                                    "po", "pp", "mt", "tm"])
 def test_cuda_float64(variant: str, layout: str) -> None:
     for m, n, k in FP64_SHAPES:
         a = fp64_operand((m, k), layout[0])
@@ -494,6 +502,39 @@ def test_cuda_float64_output_layouts_and_edges(variant: str) -> None:
     c = torch.empty(70, 33, dtype=torch.float64, device="cuda")
     gemmt.gemm(c, a_nan, b, variant=variant)
     assert c[3].isnan().all() and not c[:3].isnan().any() and not c[4:].isnan().any()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layout",
+                         ["nn", "nt", "tn", "tt", "oo", "op", "po", "pp", "pt", "mm", "ss"])
+def test_cuda_float64_switches_agree_bitwise(monkeypatch: pytest.MonkeyPatch,
+                                             layout: str) -> None:
+    """The dmma kernel's host switches (a persistent grid, 8-byte copies of misaligned rows,
+    L2 256-byte fetches, the raster along N) change only how tiles are scheduled and copied,
+    never the arithmetic: each result equals the one with the switch off, bit for bit, and
+    matches the CPU."""
+    if "dmma" not in fp64_variants():
+        pytest.skip("needs FP64 tensor cores (sm_80+)")
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    # 5 x tiles_n output tiles, more than twice the SM count, edges in M, N and K.
+    tiles_n = (2 * sms) // 5 + 2
+    m, n, k = 5 * 128 - 7, tiles_n * 128 - 3, 72
+    a = fp64_operand((m, k), layout[0])
+    b = fp64_operand((k, n), layout[1])
+    c0 = torch.randn(m, n, dtype=torch.float64, device="cuda")
+    expected = cpu_reference64(c0, a, b, 0.75, -0.5)
+    results = {}
+    for switch in ("", "GEMMT_FP64_PERSISTENT", "GEMMT_FP64_COPY8", "GEMMT_FP64_L2_256B",
+                   "GEMMT_FP64_RASTER_N"):
+        with monkeypatch.context() as mp:
+            if switch:
+                mp.setenv(switch, "0")
+            c = c0.clone()
+            gemmt.gemm(c, a, b, 0.75, -0.5, variant="dmma")
+            results[switch] = c
+    assert rel_err(results[""], expected) <= 1e-12, layout
+    for switch, c in results.items():
+        assert torch.equal(c, results[""]), (layout, switch)
 
 
 @pytest.mark.cuda

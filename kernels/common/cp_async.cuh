@@ -35,6 +35,32 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src) {
 #endif
 }
 
+// As cp_async_16, and the L2 also fetches the rest of the 256-byte block around src: for
+// tiles that read 128 bytes of each of many rows (K-major operands), the next k-tile's bytes
+// of every row arrive with this one's, in one DRAM access instead of two.
+__device__ __forceinline__ void cp_async_16_l2_256(uint32_t dst, const void* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(dst),
+               "l"(__cvta_generic_to_global(src))
+               : "memory");
+#else
+  cp_async_16(dst, src);
+#endif
+}
+
+// 8 in-range bytes (cp.async.cg has no 8-byte form). For 8-byte elements whose rows break
+// 16-byte alignment: dst and src 8-byte aligned.
+__device__ __forceinline__ void cp_async_8(uint32_t dst, const void* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst),
+               "l"(__cvta_generic_to_global(src))
+               : "memory");
+#else
+  const uint2 v = *static_cast<const uint2*>(src);
+  asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(dst), "r"(v.x), "r"(v.y) : "memory");
+#endif
+}
+
 // 4 in-range bytes through L1: the transposing loaders fetch four neighbouring floats of one
 // row with four of these, so the second to fourth hit the line the first brought in.
 __device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src) {

@@ -31,14 +31,20 @@
 // g + 1 of a quarter warp in opposite bank halves.
 //
 // The copy loop keeps one source pointer per operand and thread; interior k-tiles (the whole
-// CTA tile in range, 16-byte vectors) issue their cp.async without bounds arithmetic, and
-// only edge k-tiles take the checked, zero-filling path.
+// CTA tile in range) issue their cp.async without bounds arithmetic, and only edge k-tiles
+// take the checked, zero-filling path. Rows with a unit stride stream by 16-byte cp.async,
+// or by 8-byte ones (same tile layout) when the base or leading dimension breaks 16-byte
+// alignment (an odd number of columns); only operands without a unit stride are filled
+// element by element into the same tiles: every stride runs here. 16-byte copies of K-major
+// tiles, which read 128 bytes of each of 128 rows, have the L2 fetch 256-byte blocks, so
+// that every other k-tile of those rows is already in L2.
 //
-// Operands whose base or leading dimension breaks 16-byte alignment, or that have no unit
-// stride, are filled element by element into the same tiles: every stride runs here.
+// The dmma form launches at most one CTA per SM, each walking output tiles; a CTA issues the
+// first k-tiles of its next tile before the epilogue of the current one.
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 #include "common/cp_async.cuh"
@@ -67,6 +73,11 @@ constexpr int kSmemBytes = kStages * kStageBytes;
 constexpr int kGroupM = 8;
 
 // The per-thread constants of the unchecked copy path of one operand tile (see Tile).
+// How an operand's tiles are filled: 16-byte cp.async (unit stride, 16-byte aligned rows),
+// 8-byte cp.async (unit stride, rows that break 16-byte alignment: an odd leading dimension
+// or storage offset), or element by element (no unit stride).
+enum CopyMode : int { kCopyElements = 0, kCopy8 = 1, kCopy16 = 2 };
+
 struct CopySteps {
   int64_t kt_step;    // bytes from one k-tile to the next
   int64_t pass_step;  // bytes between a thread's successive chunks of one tile
@@ -78,6 +89,12 @@ struct Params {
   // the transpose (kSwap).
   tc::Operand mma_a, mma_b;
   CopySteps steps_a, steps_b;
+  int copy_a, copy_b;  // CopyMode of mma_a and mma_b
+  // 16-byte copies of K-major tiles ask the L2 for the whole 256-byte block (cp_async_16_l2_256).
+  bool l2_prefetch;
+  // The grouped raster walks down groups of kGroupM tile columns instead of tile rows: the
+  // CTAs of a wave then share fewer panels of B, for when B is the only K-major operand.
+  bool raster_n;
   double* c;
   int64_t ldc;
   double alpha, beta;
@@ -130,35 +147,81 @@ struct Tile {
 
   // Thread tid's first chunk at k-tile 0 of the tile whose M or N origin is x0. Only
   // dereferenced on the unchecked path, where every chunk is in range.
+  // With 8-byte copies the thread starts at element `chunk` of the row (load_fast).
   static __device__ __forceinline__ const uint8_t* first_source(const tc::Operand& op, int64_t x0,
-                                                                int tid) {
+                                                                int copy, int tid) {
     const int64_t row = tid / kChunksPerRow;
-    const int64_t inner = (tid % kChunksPerRow) * (16 / kElt);
+    const int64_t inner = (tid % kChunksPerRow) * (copy == kCopy16 ? 16 / kElt : 1);
     const int64_t outer0 = kMn ? row : x0 + row;
     const int64_t inner0 = kMn ? x0 + inner : inner;
     return op.ptr + (outer0 * op.outer_stride + inner0) * kElt;
   }
 
-  // The unchecked copy: every chunk of the tile is in range and 16-byte aligned.
+  // The unchecked copy: every element of the tile is in range. With 8-byte copies a thread
+  // copies elements `ch` and `ch + kChunksPerRow` of its rows, so that each copy instruction of
+  // a warp reads one contiguous run of every row it touches (half a row); the pair of
+  // instructions fills the same chunks as the 16-byte form, at the same row swizzle, and a
+  // warp's stores still cover each bank at most twice per 256 bytes.
   static __device__ __forceinline__ void load_fast(uint32_t tile, const uint8_t* src,
-                                                   const CopySteps& s, int tid) {
+                                                   const CopySteps& s, int copy, bool l2_prefetch,
+                                                   int tid) {
     const int row = tid / kChunksPerRow;
     const int ch = tid % kChunksPerRow;
+    if (copy == kCopy16) {
+      if (!kMn && l2_prefetch) {
 #pragma unroll
-    for (int it = 0; it < kPasses; ++it) {
-      cp_async_16(tile + chunk_offset(row + it * kRowsPerPass, ch), src + it * s.pass_step);
+        for (int it = 0; it < kPasses; ++it) {
+          cp_async_16_l2_256(tile + chunk_offset(row + it * kRowsPerPass, ch),
+                             src + it * s.pass_step);
+        }
+      } else {
+#pragma unroll
+        for (int it = 0; it < kPasses; ++it) {
+          cp_async_16(tile + chunk_offset(row + it * kRowsPerPass, ch), src + it * s.pass_step);
+        }
+      }
+    } else {
+      const uint32_t half = static_cast<uint32_t>(ch & 1) * kElt;
+#pragma unroll
+      for (int it = 0; it < kPasses; ++it) {
+        const int r = row + it * kRowsPerPass;
+        const uint8_t* const p = src + it * s.pass_step;
+        cp_async_8(tile + chunk_offset(r, ch >> 1) + half, p);
+        cp_async_8(tile + chunk_offset(r, (ch >> 1) + kChunksPerRow / 2) + half, p + kRowBytes / 2);
+      }
     }
   }
 
   // The checked copy (edge tiles, operands without 16-byte vectors): out-of-range elements
   // are zero; operands without vectors are read element by element into the same layout.
   static __device__ __forceinline__ void load_checked(uint32_t tile, const tc::Operand& op,
-                                                      int64_t outer0, int64_t inner0, int tid) {
+                                                      int copy, int64_t outer0, int64_t inner0,
+                                                      int tid) {
     constexpr int kVec = 16 / kElt;
     const int row0 = tid / kChunksPerRow;
     const int ch = tid % kChunksPerRow;
     const int64_t in = inner0 + static_cast<int64_t>(ch) * kVec;
-    if (op.vec) {
+    if (copy == kCopy8) {
+      // load_fast's element order; an element out of range is a zero store (8-byte elements
+      // are either wholly in range or not at all).
+      const uint32_t half = static_cast<uint32_t>(ch & 1) * kElt;
+#pragma unroll
+      for (int it = 0; it < kPasses; ++it) {
+        const int row = row0 + it * kRowsPerPass;
+        const int64_t o = outer0 + row;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int c = ch + e * kChunksPerRow;  // element of the tile row
+          const int64_t i = inner0 + c;
+          const uint32_t dst = tile + chunk_offset(row, c >> 1) + half;
+          if (o < op.outer_size && i < op.inner_size) {
+            cp_async_8(dst, op.ptr + (o * op.outer_stride + i) * kElt);
+          } else {
+            asm volatile("st.shared.v2.u32 [%0], {%1, %1};\n" ::"r"(dst), "r"(0u) : "memory");
+          }
+        }
+      }
+    } else if (copy == kCopy16) {
 #pragma unroll
       for (int it = 0; it < kPasses; ++it) {
         const int row = row0 + it * kRowsPerPass;
@@ -385,104 +448,157 @@ __global__ void __launch_bounds__(kThreads, 1) fp64_gemm_kernel(const Params p) 
   const int warp_m = warp >> 2;  // 0..1, along the MMA's A role
   const int warp_n = warp & 3;   // 0..3, along its B role
 
-  const tc::TileIndex tile = tc::grouped_tile(blockIdx.x, p.tiles_m, p.tiles_n, kGroupM);
-  const int64_t m0 = static_cast<int64_t>(tile.m) * kBM;
-  const int64_t n0 = static_cast<int64_t>(tile.n) * kBN;
-  // Origins of the CTA tile along the MMA's A and B roles (kBM == kBN).
-  const int64_t a0 = kSwap ? n0 : m0;
-  const int64_t b0 = kSwap ? m0 : n0;
+  // The CTA walks the output tiles blockIdx.x, blockIdx.x + gridDim.x, ... (one tile each when
+  // the grid covers them all). Before a tile's epilogue, which works from registers and global
+  // memory only, the CTA issues the first k-tiles of its next tile, so their DRAM latency runs
+  // under the stores instead of after them.
+  const int64_t tiles = static_cast<int64_t>(p.tiles_m) * p.tiles_n;
+  const int64_t ktiles = (p.k + kBK - 1) / kBK;
   const int64_t a_extent = kSwap ? p.n : p.m;
   const int64_t b_extent = kSwap ? p.m : p.n;
+
+  // The per-tile copy state: origins along the MMA's A and B roles (kBM == kBN), how many
+  // k-tiles skip the bounds arithmetic (all whole ones when the CTA tile is in range and both
+  // operands stream by cp.async), and each thread's first source chunk.
+  struct TileState {
+    int64_t a0, b0, full_ktiles;
+    const uint8_t* src_a;
+    const uint8_t* src_b;
+  };
+  auto start_tile = [&](int64_t t) {
+    const tc::TileIndex tile =
+        p.raster_n ? tc::grouped_tile(static_cast<int>(t), p.tiles_n, p.tiles_m, kGroupM)
+                   : tc::grouped_tile(static_cast<int>(t), p.tiles_m, p.tiles_n, kGroupM);
+    const int64_t m0 = static_cast<int64_t>(p.raster_n ? tile.n : tile.m) * kBM;
+    const int64_t n0 = static_cast<int64_t>(p.raster_n ? tile.m : tile.n) * kBN;
+    TileState s;
+    s.a0 = kSwap ? n0 : m0;
+    s.b0 = kSwap ? m0 : n0;
+    const bool interior = p.copy_a != kCopyElements && p.copy_b != kCopyElements &&
+                          s.a0 + kBM <= a_extent && s.b0 + kBN <= b_extent;
+    s.full_ktiles = interior ? p.k / kBK : 0;
+    s.src_a = TA::first_source(p.mma_a, s.a0, p.copy_a, tid);
+    s.src_b = TB::first_source(p.mma_b, s.b0, p.copy_b, tid);
+    return s;
+  };
+  auto load = [&](const TileState& s, int slot, int64_t kt) {
+    const uint32_t stage = smem_base + static_cast<uint32_t>(slot) * kStageBytes;
+    if (kt < s.full_ktiles) {
+      TA::load_fast(stage, s.src_a + kt * p.steps_a.kt_step, p.steps_a, p.copy_a, p.l2_prefetch,
+                    tid);
+      TB::load_fast(stage + kTileBytes, s.src_b + kt * p.steps_b.kt_step, p.steps_b, p.copy_b,
+                    p.l2_prefetch, tid);
+    } else {
+      const int64_t k0 = kt * kBK;
+      TA::load_checked(stage, p.mma_a, p.copy_a, kAMn ? k0 : s.a0, kAMn ? s.a0 : k0, tid);
+      TB::load_checked(stage + kTileBytes, p.mma_b, p.copy_b, kBMn ? k0 : s.b0, kBMn ? s.b0 : k0,
+                       tid);
+    }
+  };
+  // Fills ring slots 0 .. kStages - 2 with a tile's first k-tiles.
+  auto prologue = [&](const TileState& s) {
+#pragma unroll
+    for (int st = 0; st < kStages - 1; ++st) {
+      if (st < ktiles) load(s, st, st);
+      cp_async_commit();
+    }
+  };
 
   // 64 accumulators a thread in either form, arranged as the form writes them out.
   using Acc = std::conditional_t<kTensorCores, double[4][4][4], double[8][4][2]>;
   Acc acc;
   double* const acc_flat = &acc[0][0][0];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) acc_flat[i] = 0.0;
 
-  // k-tiles whose every chunk is in range and vectorised skip the bounds arithmetic.
-  const bool interior = p.mma_a.vec && p.mma_b.vec && a0 + kBM <= a_extent && b0 + kBN <= b_extent;
-  const int64_t full_ktiles = interior ? p.k / kBK : 0;
-  const uint8_t* const src_a = TA::first_source(p.mma_a, a0, tid);
-  const uint8_t* const src_b = TB::first_source(p.mma_b, b0, tid);
-
-  auto load = [&](int slot, int64_t kt) {
-    const uint32_t stage = smem_base + static_cast<uint32_t>(slot) * kStageBytes;
-    if (kt < full_ktiles) {
-      TA::load_fast(stage, src_a + kt * p.steps_a.kt_step, p.steps_a, tid);
-      TB::load_fast(stage + kTileBytes, src_b + kt * p.steps_b.kt_step, p.steps_b, tid);
-    } else {
-      const int64_t k0 = kt * kBK;
-      TA::load_checked(stage, p.mma_a, kAMn ? k0 : a0, kAMn ? a0 : k0, tid);
-      TB::load_checked(stage + kTileBytes, p.mma_b, kBMn ? k0 : b0, kBMn ? b0 : k0, tid);
-    }
-  };
-
-  // A ring of kStages shared-memory stages filled by cp.async, kStages - 1 k-tiles in flight
-  // ahead of the one being computed.
-  const int64_t ktiles = (p.k + kBK - 1) / kBK;
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < ktiles) load(s, s);
-    cp_async_commit();
-  }
-  int slot = 0;
-  int next_slot = kStages - 1;
+  int64_t t = blockIdx.x;
+  TileState cur = start_tile(t);
+  prologue(cur);
 #pragma unroll 1
-  for (int64_t kt = 0; kt < ktiles; ++kt) {
-    cp_async_wait<kStages - 2>();
-    // Publishes k-tile kt to every warp and proves that all warps are done with the slot the
-    // prefetch below overwrites (it was consumed in iteration kt - 1).
-    __syncthreads();
-    if (kt + kStages - 1 < ktiles) load(next_slot, kt + kStages - 1);
-    cp_async_commit();
-    const uint32_t stage = smem_base + static_cast<uint32_t>(slot) * kStageBytes;
-    if constexpr (kTensorCores) {
-      compute_stage_dmma<kAMn, kBMn>(stage, stage + kTileBytes, acc, warp_m, warp_n, lane);
-    } else {
-      compute_stage_simt<kAMn, kBMn>(stage, stage + kTileBytes, acc, tid);
+  for (;;) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc_flat[i] = 0.0;
+    // A ring of kStages shared-memory stages filled by cp.async, kStages - 1 k-tiles in
+    // flight ahead of the one being computed.
+    int slot = 0;
+    int next_slot = kStages - 1;
+#pragma unroll 1
+    for (int64_t kt = 0; kt < ktiles; ++kt) {
+      cp_async_wait<kStages - 2>();
+      // Publishes k-tile kt to every warp and proves that all warps are done with the slot the
+      // prefetch below overwrites (it was consumed in iteration kt - 1).
+      __syncthreads();
+      if (kt + kStages - 1 < ktiles) load(cur, next_slot, kt + kStages - 1);
+      cp_async_commit();
+      const uint32_t stage = smem_base + static_cast<uint32_t>(slot) * kStageBytes;
+      if constexpr (kTensorCores) {
+        compute_stage_dmma<kAMn, kBMn>(stage, stage + kTileBytes, acc, warp_m, warp_n, lane);
+      } else {
+        compute_stage_simt<kAMn, kBMn>(stage, stage + kTileBytes, acc, tid);
+      }
+      slot = slot == kStages - 1 ? 0 : slot + 1;
+      next_slot = next_slot == kStages - 1 ? 0 : next_slot + 1;
     }
-    slot = slot == kStages - 1 ? 0 : slot + 1;
-    next_slot = next_slot == kStages - 1 ? 0 : next_slot + 1;
-  }
-  cp_async_wait<0>();
+    // Only empty groups can be pending here (the loop issues no k-tile past the last).
+    cp_async_wait<0>();
 
-  if constexpr (kTensorCores) {
-    const int g = lane >> 2;
-    const int t = lane & 3;
+    const int64_t a0 = cur.a0;
+    const int64_t b0 = cur.b0;
+    t += gridDim.x;
+    // The simt form (GPUs without FP64 tensor cores) runs one tile a CTA: carrying the next
+    // tile's copy state through its epilogue costs it spills.
+    const bool more = kTensorCores && t < tiles;
+    if (more) {
+      // Every warp is done reading the ring before the next tile's first k-tiles overwrite it.
+      __syncthreads();
+      cur = start_tile(t);
+      prologue(cur);
+    }
+
+    if constexpr (kTensorCores) {
+      const int g = lane >> 2;
+      const int tq = lane & 3;
 #pragma unroll
-    for (int mi = 0; mi < 4; ++mi) {
+      for (int mi = 0; mi < 4; ++mi) {
 #pragma unroll
-      for (int nj = 0; nj < 4; ++nj) {
-        const double (&d)[4] = acc[mi][nj];
-        const int64_t x = a0 + warp_m * 64 + mi * 16;  // the block's first A-role row
-        const int64_t y = b0 + warp_n * 32 + nj * 8 + 2 * t;
-        if constexpr (kSwap) {
-          // d[h] and d[h + 2] are A-role rows 2g and 2g + 1 (columns of C) of B-role column
-          // y + h (a row of C): neighbours in C's row.
-          store_pair(p, y, x + 2 * g, d[0], d[2]);
-          store_pair(p, y + 1, x + 2 * g, d[1], d[3]);
-        } else {
-          store_pair(p, x + a_row<kAMn>(g, 0), y, d[0], d[1]);
-          store_pair(p, x + a_row<kAMn>(g, 1), y, d[2], d[3]);
+        for (int nj = 0; nj < 4; ++nj) {
+          const double (&d)[4] = acc[mi][nj];
+          const int64_t x = a0 + warp_m * 64 + mi * 16;  // the block's first A-role row
+          const int64_t y = b0 + warp_n * 32 + nj * 8 + 2 * tq;
+          if constexpr (kSwap) {
+            // d[h] and d[h + 2] are A-role rows 2g and 2g + 1 (columns of C) of B-role column
+            // y + h (a row of C): neighbours in C's row.
+            store_pair(p, y, x + 2 * g, d[0], d[2]);
+            store_pair(p, y + 1, x + 2 * g, d[1], d[3]);
+          } else {
+            store_pair(p, x + a_row<kAMn>(g, 0), y, d[0], d[1]);
+            store_pair(p, x + a_row<kAMn>(g, 1), y, d[2], d[3]);
+          }
+        }
+      }
+    } else {
+      const int tm = tid >> 4;
+      const int tn = tid & 15;
+      const int64_t m0 = kSwap ? b0 : a0;
+      const int64_t n0 = kSwap ? a0 : b0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          store_pair(p, m0 + tm + 16 * i, n0 + 2 * tn + 32 * j, acc[i][j][0], acc[i][j][1]);
         }
       }
     }
-  } else {
-    const int tm = tid >> 4;
-    const int tn = tid & 15;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        store_pair(p, m0 + tm + 16 * i, n0 + 2 * tn + 32 * j, acc[i][j][0], acc[i][j][1]);
-      }
-    }
+    if (!more) break;
   }
 }
 
 // ---- Host side ---------------------------------------------------------------------
+
+// Switches that keep the previous behaviour reachable for A/B timing: "0" turns a feature off.
+bool env_flag(const char* name, bool fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  return !(v[0] == '0' && v[1] == '\0');
+}
 
 template <bool kTensorCores, bool kAMn, bool kBMn, bool kSwap>
 cudaError_t launch(Params p, cudaStream_t stream) {
@@ -490,9 +606,25 @@ cudaError_t launch(Params p, cudaStream_t stream) {
   GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(kSmemBytes));
   p.steps_a = Tile<kAMn>::steps(p.mma_a.outer_stride);
   p.steps_b = Tile<kBMn>::steps(p.mma_b.outer_stride);
-  const unsigned grid = static_cast<unsigned>(p.tiles_m) * static_cast<unsigned>(p.tiles_n);
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
+  const int64_t tiles = static_cast<int64_t>(p.tiles_m) * p.tiles_n;
+  int64_t grid = tiles;
+  if (kTensorCores && env_flag("GEMMT_FP64_PERSISTENT", true)) {
+    // One CTA per SM (the kernel's shared memory and registers allow no more).
+    int sms = 0;
+    GEMMT_RETURN_IF_ERROR(current_device_sm_count(&sms));
+    if (sms > 0 && sms < grid) grid = sms;
+  }
+  kernel<<<static_cast<unsigned>(grid), kThreads, kSmemBytes, stream>>>(p);
   GEMMT_RETURN_LAUNCH_ERROR();
+}
+
+// The copy mode of an operand described by tc::describe_operand: its element-wise fallback
+// still streams by 8-byte cp.async when the tile rows run along a unit stride.
+int copy_mode(const tc::Operand& op) {
+  if (op.vec) return kCopy16;
+  const bool unit = op.inner_stride == 1 || op.inner_size == 1;
+  const bool aligned = reinterpret_cast<uintptr_t>(op.ptr) % kElt == 0;
+  return unit && aligned && env_flag("GEMMT_FP64_COPY8", true) ? kCopy8 : kCopyElements;
 }
 
 // p.mma_a and p.mma_b hold A and B on entry.
@@ -506,14 +638,20 @@ cudaError_t launch_layout(bool tensor_cores, Params& p, bool a_mn, bool b_mn, cu
                 : launch<false, false, false, false>(p, stream);
   }
   if (a_mn) {
-    return b_mn ? launch<true, true, true, false>(p, stream)
-                : launch<true, true, false, false>(p, stream);
+    if (b_mn) return launch<true, true, true, false>(p, stream);
+    // B is the only K-major operand: its tiles read 128 bytes from each of 128 rows, so a
+    // wave should cover as few B panels as it can.
+    p.raster_n = env_flag("GEMMT_FP64_RASTER_N", true);
+    return launch<true, true, false, false>(p, stream);
   }
   if (b_mn) {
     // A K-major and B MN-major: B takes the MMA's A role (see the file comment).
     const tc::Operand a = p.mma_a;
     p.mma_a = p.mma_b;
     p.mma_b = a;
+    const int copy = p.copy_a;
+    p.copy_a = p.copy_b;
+    p.copy_b = copy;
     return launch<true, true, false, true>(p, stream);
   }
   return launch<true, false, false, false>(p, stream);
@@ -529,8 +667,8 @@ bool gemm_fp64_simt_supports(const GemmArgs& args) {
   if (args.ldc < args.n && args.m > 1) return false;
   const int64_t tiles_m = (args.m + kBM - 1) / kBM;
   const int64_t tiles_n = (args.n + kBN - 1) / kBN;
-  // The raster works in 32-bit tile indices.
-  return tiles_m * tiles_n <= INT32_MAX - kGroupM * tiles_n;
+  // The raster works in 32-bit tile indices, grouped along either direction.
+  return tiles_m * tiles_n <= INT32_MAX - kGroupM * (tiles_m > tiles_n ? tiles_m : tiles_n);
 }
 
 bool gemm_fp64_dmma_supports(const GemmArgs& args) {
@@ -557,6 +695,10 @@ cudaError_t gemm_fp64_run(const GemmArgs& args, bool tensor_cores, cudaStream_t 
   p.epi = make_epilogue_params(args.epilogue);
   p.c_pair =
       (reinterpret_cast<uintptr_t>(args.c) % (2 * kElt)) == 0 && (args.ldc % 2 == 0 || args.m == 1);
+  p.copy_a = copy_mode(p.mma_a);
+  p.copy_b = copy_mode(p.mma_b);
+  p.l2_prefetch = env_flag("GEMMT_FP64_L2_256B", true);
+  p.raster_n = false;
   p.tiles_m = static_cast<int>((args.m + kBM - 1) / kBM);
   p.tiles_n = static_cast<int>((args.n + kBN - 1) / kBN);
   return launch_layout(tensor_cores, p, a_mn, b_mn, stream);
