@@ -31,6 +31,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cfloat>
 #include <cstdint>
 #include <type_traits>
@@ -411,13 +412,18 @@ __global__ void __launch_bounds__(kBlockThreads, 4)
 // 2-D grid: y over rows, x over the chunks of 8 within a row.
 
 constexpr int kStreamThreads = 256;
+// Chunks loaded at once per thread: 64 bytes of x in flight.
+template <typename T>
+constexpr int stream_unroll() {
+  return sizeof(T) == 2 ? 4 : 2;
+}
 
 template <typename T>
 __global__ void __launch_bounds__(kStreamThreads)
     tensor_amax_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, int64_t ld, bool vec_in,
                        unsigned int* __restrict__ amax_bits) {
   __shared__ float partial[kStreamThreads / 32];
-  constexpr int kUnroll = 4;  // loads in flight per thread
+  constexpr int kUnroll = stream_unroll<T>();
   const int64_t chunks = ceil_div(cols, kChunk);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   float m = 0.0f;
@@ -459,7 +465,7 @@ __global__ void __launch_bounds__(kStreamThreads)
     tensor_cast_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, int64_t ld, bool vec_in,
                        bool vec_out, Fp8Format format, const unsigned int* __restrict__ amax_bits,
                        uint8_t* __restrict__ q, float* __restrict__ scale) {
-  constexpr int kUnroll = 4;
+  constexpr int kUnroll = stream_unroll<T>();
   const float top = fp8_top(format);
   const __nv_fp8_interpretation_t interp = fp8_interp(format);
   const float mult = scale_mult(__uint_as_float(*amax_bits), top);
@@ -472,25 +478,26 @@ __global__ void __launch_bounds__(kStreamThreads)
     uint8_t* qr = q + r * cols;
     for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < chunks;
          k += kUnroll * stride) {
+      // Chunk k + u * stride of the forward walk is chunk kr - u * stride from the end.
+      const int64_t kr = chunks - 1 - k;
       Chunk<T> raw[kUnroll];
-      int n[kUnroll];
-      int64_t c[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const int64_t kf = k + u * stride;
-        c[u] = (chunks - 1 - kf) * kChunk;  // negative past the start: n is 0
-        n[u] = kf < chunks ? chunk_len(cols, c[u]) : 0;
-        if (n[u] > 0) {
-          load_chunk(xr + c[u], n[u], vec_in, raw[u]);
+        const int64_t c = (kr - u * stride) * kChunk;  // negative past the start
+        const int n = c >= 0 ? chunk_len(cols, c) : 0;
+        if (n > 0) {
+          load_chunk(xr + c, n, vec_in, raw[u]);
         } else {
           zero_chunk(raw[u]);
         }
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
+        const int64_t c = (kr - u * stride) * kChunk;
+        const int n = c >= 0 ? chunk_len(cols, c) : 0;
         float v[kChunk];
         widen_chunk(raw[u], v);
-        if (n[u] > 0) store8(qr + c[u], n[u], vec_out, quantize8(v, mult, top, interp));
+        if (n > 0) store8(qr + c, n, vec_out, quantize8(v, mult, top, interp));
       }
     }
   }
@@ -866,12 +873,25 @@ cudaError_t launch_rows(const Fp8QuantizeArgs& a, int64_t ld, bool vec_in, bool 
   GEMMT_RETURN_LAUNCH_ERROR();
 }
 
-// The tensor kernels' 2-D grid: 8 CTAs of 256 threads per SM, the whole GPU resident at
-// once, x over a row's chunks and y over the rows; every thread loops.
+// CTAs of kKernel (kStreamThreads threads each) resident per SM, asked of the runtime once
+// per device.
+template <auto kKernel>
+cudaError_t stream_ctas_per_sm(int* ctas) {
+  static std::atomic<int> cache[kMaxCachedDevices] = {};
+  return cached_per_device(cache, ctas, [](int /*device*/, int* n) {
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, kKernel, kStreamThreads, 0);
+  });
+}
+
+// A tensor kernel's 2-D grid, x over a row's chunks and y over the rows, every thread
+// looping: as many CTAs as are resident at once on the whole GPU, no more. Every CTA has the
+// same share of x, so a CTA left for a second wave would double the time of its share.
+template <auto kKernel>
 cudaError_t resident_stream_grid(int64_t rows, int64_t cols, dim3* grid) {
-  int sms = 0;
+  int sms = 0, per_sm = 0;
   GEMMT_RETURN_IF_ERROR(current_device_sm_count(&sms));
-  const int64_t target = static_cast<int64_t>(sms) * 8;
+  GEMMT_RETURN_IF_ERROR(stream_ctas_per_sm<kKernel>(&per_sm));
+  const int64_t target = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
   const int64_t gx = grid_1d(ceil_div(ceil_div(cols, kChunk), kStreamThreads), 1, target);
   int64_t gy = target / gx;
   if (gy > rows) gy = rows;
@@ -911,13 +931,14 @@ cudaError_t run_typed(const Fp8QuantizeArgs& a, cudaStream_t stream) {
       const bool fvec_in = is_aligned<16>(x) && (rows == 1 || (fld * sizeof(T)) % 16 == 0);
       const bool fvec_out = is_aligned<8>(a.q) && (rows == 1 || cols % kChunk == 0);
       dim3 grid;
-      GEMMT_RETURN_IF_ERROR(resident_stream_grid(rows, cols, &grid));
+      GEMMT_RETURN_IF_ERROR(resident_stream_grid<tensor_amax_kernel<T>>(rows, cols, &grid));
       tensor_amax_kernel<T><<<grid, kStreamThreads, 0, stream>>>(x, rows, cols, fld, fvec_in, amax);
       GEMMT_RETURN_IF_ERROR(cudaGetLastError());
       if (transpose) {
         tp.row_amax = amax;
         return launch_tiles<TileMode::kGlobal, true, T>(tp, stream);
       }
+      GEMMT_RETURN_IF_ERROR(resident_stream_grid<tensor_cast_kernel<T>>(rows, cols, &grid));
       tensor_cast_kernel<T><<<grid, kStreamThreads, 0, stream>>>(
           x, rows, cols, fld, fvec_in, fvec_out, a.format, amax, a.q, a.scale);
       GEMMT_RETURN_LAUNCH_ERROR();
