@@ -495,10 +495,12 @@ def test_cuda_tensors_get_a_clear_error() -> None:
 
 # Odd and empty shapes, and the widths at which the row kernel changes form (a team of up to
 # 256 threads holding 8 elements each, 2 or 4 chunks per thread, 512-thread teams, and rows
-# read twice beyond 16384 columns).
+# read twice beyond 16384 columns). Rows a multiple of 16 over several 128-row tiles (the
+# transpose's 16-byte stores, a partial last tile among them) and a multiple of 4 only.
 CUDA_SHAPES = [(1, 1), (1, 7), (3, 130), (257, 4099), (0, 128), (128, 0), (0, 0), (128, 128),
                (129, 257), (200, 384), (5, 3), (1000, 9), (2, 4096), (3, 5000), (2, 8192),
-               (2, 12288), (2, 16384), (2, 17000), (1, 40000), (40000, 1)]
+               (2, 12288), (2, 16384), (2, 17000), (1, 40000), (40000, 1), (272, 4100),
+               (384, 1000), (516, 260)]
 
 
 def cuda_input(shape: tuple[int, int], x_dtype: torch.dtype) -> torch.Tensor:

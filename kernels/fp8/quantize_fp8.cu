@@ -5,17 +5,23 @@
 //   row            one pass: a team of threads per row keeps the row in registers (cols up
 //                  to 16384) between its amax and its cast; longer rows are read twice, the
 //                  second time mostly from L2.
-//   block (1x128)  one pass: 16 threads per 128-element group, 16 rows per CTA.
+//   block (1x128)  one pass: 16 threads per 128-element group, 16 rows per CTA, four groups
+//                  of those rows per CTA with all their loads issued first.
 //   block_128x128  one pass: a CTA per 128x128 tile holds the tile in registers.
 //   tensor         a grid-wide amax (atomicMax on the float bits of non-negative values,
 //                  which order as unsigned integers) into the workspace, then the cast, whose
 //                  CTAs turn that amax into the multiplier themselves: no host round trip.
-// With the transpose, the tile kernel writes qt through a shared-memory tile of the bytes:
+//                  The cast walks x backwards, so that it starts on the part of x the amax
+//                  pass read last, which L2 still holds.
+// With the transpose, the tile kernel writes qt through a shared-memory tile of the bytes
+// (swizzled: no bank conflicts either way), 16 bytes per thread:
 //   tensor, 128x128  qt is q transposed (each element keeps its scale);
 //   block            one pass: a 128x128 tile holds both the 1x128 groups of q (its rows)
 //                    and those of qt (its columns);
 //   row              two passes: one tile pass gathers the row and column amaxes into the
-//                    workspace, a second writes q and qt.
+//                    workspace, a second (backwards, as the tensor cast) writes q and qt.
+// What a thread holds between an amax and its cast is x's own bits (Chunk below), half the
+// registers of float values for a 2-byte x: more of x in flight per SM.
 //
 // Every thread loads 8 consecutive elements of a row at once (16 bytes of bfloat16, two or
 // four 16-byte loads for float32 and float64) when x's rows are 16-byte aligned, element by
@@ -25,6 +31,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cfloat>
 #include <cstdint>
 #include <type_traits>
@@ -57,30 +64,13 @@ __device__ __forceinline__ __nv_fp8_interpretation_t fp8_interp(Fp8Format f) {
 __device__ __forceinline__ float nan_with_sign(bool negative) {
   return __uint_as_float(0x7fc00000u | (negative ? 0x80000000u : 0u));
 }
-__device__ __forceinline__ float widen(float v) {
-  return v;
-}
 __device__ __forceinline__ float widen(__half v) {
   const float f = __half2float(v);
   return f == f ? f : nan_with_sign((__half_as_ushort(v) & 0x8000u) != 0);
 }
-__device__ __forceinline__ float widen(__nv_bfloat16 v) {
-  return __uint_as_float(static_cast<unsigned int>(__bfloat16_as_ushort(v)) << 16);
-}
 __device__ __forceinline__ float widen(double v) {
   const float f = __double2float_rn(v);
   return v == v ? f : nan_with_sign(__double2hiint(v) < 0);
-}
-
-template <typename T>
-__device__ __forceinline__ T from_bits(unsigned short b);
-template <>
-__device__ __forceinline__ __half from_bits<__half>(unsigned short b) {
-  return __ushort_as_half(b);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_bits<__nv_bfloat16>(unsigned short b) {
-  return __ushort_as_bfloat16(b);
 }
 
 // |v| when finite, else 0: a non-finite element sets no scale.
@@ -146,40 +136,94 @@ __device__ __forceinline__ int chunk_len(int64_t cols, int64_t c) {
   return left >= kChunk ? kChunk : (left > 0 ? static_cast<int>(left) : 0);
 }
 
-// v[0..n) = float(p[0..n)), the rest 0 (which changes no amax). vec: p is 16-byte aligned.
+// Eight elements of x in x's own bits (float64: converted to float already, which is all the
+// semantics use of them). Kept this way between a group's amax and its cast, a chunk of
+// bfloat16 or float16 occupies 4 registers rather than the 8 of its float values: twice the
+// bytes of x in flight for the same registers.
 template <typename T>
-__device__ __forceinline__ void load8(const T* p, int n, bool vec, float (&v)[kChunk]) {
-  if (vec && n == kChunk) {
-    if constexpr (std::is_same_v<T, float>) {
-      const float4 a = reinterpret_cast<const float4*>(p)[0];
-      const float4 b = reinterpret_cast<const float4*>(p)[1];
-      v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
-      v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-    } else if constexpr (std::is_same_v<T, double>) {
+struct Chunk {
+  static constexpr int kWords = kChunk * (sizeof(T) == 2 ? 2 : 4) / 4;
+  unsigned int u[kWords];
+};
+
+template <typename T>
+__device__ __forceinline__ void zero_chunk(Chunk<T>& c) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const double2 d = reinterpret_cast<const double2*>(p)[i];
-        v[2 * i] = widen(d.x);
-        v[2 * i + 1] = widen(d.y);
-      }
-    } else {
-      const uint4 u = *reinterpret_cast<const uint4*>(p);
-      const unsigned int w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        v[2 * i] = widen(from_bits<T>(static_cast<unsigned short>(w[i] & 0xffffu)));
-        v[2 * i + 1] = widen(from_bits<T>(static_cast<unsigned short>(w[i] >> 16)));
-      }
-    }
+  for (int i = 0; i < Chunk<T>::kWords; ++i) c.u[i] = 0u;
+}
+
+// Element e's bits into a chunk whose words started at 0.
+template <typename T>
+__device__ __forceinline__ void set_element(Chunk<T>& c, int e, T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    c.u[e] = __float_as_uint(v);
+  } else if constexpr (std::is_same_v<T, double>) {
+    c.u[e] = __float_as_uint(widen(v));
   } else {
-#pragma unroll
-    for (int e = 0; e < kChunk; ++e) v[e] = e < n ? widen(p[e]) : 0.0f;
+    unsigned int b;
+    if constexpr (std::is_same_v<T, __half>) {
+      b = __half_as_ushort(v);
+    } else {
+      b = __bfloat16_as_ushort(v);
+    }
+    c.u[e >> 1] |= (e & 1) ? (b << 16) : b;
   }
 }
 
-__device__ __forceinline__ void zero8(float (&v)[kChunk]) {
+// float(element e), as the reference's x.to(float) gives it (bfloat16: the bits shifted up).
+template <typename T>
+__device__ __forceinline__ float element(const Chunk<T>& c, int e) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    return __uint_as_float(c.u[e]);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const unsigned int w = c.u[e >> 1];
+    return __uint_as_float((e & 1) ? (w & 0xffff0000u) : (w << 16));
+  } else {
+    const unsigned int w = c.u[e >> 1];
+    return widen(
+        __ushort_as_half(static_cast<unsigned short>((e & 1) ? (w >> 16) : (w & 0xffffu))));
+  }
+}
+
+// c = p[0..n), the rest 0 (which changes no amax). vec: p is 16-byte aligned.
+template <typename T>
+__device__ __forceinline__ void load_chunk(const T* p, int n, bool vec, Chunk<T>& c) {
+  if (vec && n == kChunk) {
+    if constexpr (std::is_same_v<T, double>) {
 #pragma unroll
-  for (int e = 0; e < kChunk; ++e) v[e] = 0.0f;
+      for (int i = 0; i < kChunk / 2; ++i) {
+        const double2 d = reinterpret_cast<const double2*>(p)[i];
+        c.u[2 * i] = __float_as_uint(widen(d.x));
+        c.u[2 * i + 1] = __float_as_uint(widen(d.y));
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < Chunk<T>::kWords / 4; ++i) {
+        const uint4 w = reinterpret_cast<const uint4*>(p)[i];
+        c.u[4 * i] = w.x, c.u[4 * i + 1] = w.y, c.u[4 * i + 2] = w.z, c.u[4 * i + 3] = w.w;
+      }
+    }
+  } else {
+    zero_chunk(c);
+#pragma unroll
+    for (int e = 0; e < kChunk; ++e) {
+      if (e < n) set_element(c, e, p[e]);
+    }
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void widen_chunk(const Chunk<T>& c, float (&v)[kChunk]) {
+#pragma unroll
+  for (int e = 0; e < kChunk; ++e) v[e] = element(c, e);
+}
+
+// v[0..n) = float(p[0..n)), the rest 0. vec: p is 16-byte aligned.
+template <typename T>
+__device__ __forceinline__ void load8(const T* p, int n, bool vec, float (&v)[kChunk]) {
+  Chunk<T> c;
+  load_chunk(p, n, vec, c);
+  widen_chunk(c, v);
 }
 
 // p[0..n) = the first n bytes of b. vec: p is 8-byte aligned.
@@ -198,6 +242,14 @@ __device__ __forceinline__ float max_mag8(const float (&v)[kChunk]) {
   float m = 0.0f;
 #pragma unroll
   for (int e = 0; e < kChunk; ++e) m = fmaxf(m, finite_mag(v[e]));
+  return m;
+}
+
+template <typename T>
+__device__ __forceinline__ float max_mag_chunk(const Chunk<T>& c) {
+  float m = 0.0f;
+#pragma unroll
+  for (int e = 0; e < kChunk; ++e) m = fmaxf(m, finite_mag(element(c, e)));
   return m;
 }
 
@@ -248,24 +300,27 @@ __global__ void __launch_bounds__(512)
     float m = 0.0f;
     float mult;
     if constexpr (kIters > 0) {
-      float v[kIters][kChunk];
+      Chunk<T> raw[kIters];
 #pragma unroll
       for (int it = 0; it < kIters; ++it) {
         const int64_t c = it * span + lane * kChunk;
         const int n = active ? chunk_len(cols, c) : 0;
         if (n > 0) {
-          load8(xr + c, n, vec_in, v[it]);
+          load_chunk(xr + c, n, vec_in, raw[it]);
         } else {
-          zero8(v[it]);
+          zero_chunk(raw[it]);
         }
-        m = fmaxf(m, max_mag8(v[it]));
       }
+#pragma unroll
+      for (int it = 0; it < kIters; ++it) m = fmaxf(m, max_mag_chunk(raw[it]));
       mult = scale_mult(team_max(m, team, partial), top);
 #pragma unroll
       for (int it = 0; it < kIters; ++it) {
         const int64_t c = it * span + lane * kChunk;
         const int n = active ? chunk_len(cols, c) : 0;
-        if (n > 0) store8(qr + c, n, vec_out, quantize8(v[it], mult, top, interp));
+        float v[kChunk];
+        widen_chunk(raw[it], v);
+        if (n > 0) store8(qr + c, n, vec_out, quantize8(v, mult, top, interp));
       }
     } else {
       if (active) {
@@ -289,13 +344,18 @@ __global__ void __launch_bounds__(512)
   }
 }
 
-// ---- block (1x128): 16 threads per group, 16 rows of one 128-column slice per CTA ----
+// ---- block (1x128): 16 threads per group, 16 rows of 128-column slices per CTA ----
+// A work item is 16 rows of one 128-column slice (one 16-byte load per thread); a CTA takes
+// kBlockItems consecutive items (the same 16 rows, adjacent slices) and issues all their
+// loads before it reduces any, so that each thread has 64 bytes of x in flight rather than
+// 16 and each row's reads are 1 KB runs.
 
 constexpr int kBlockThreads = 256;
 constexpr int kBlockRows = kBlockThreads / (kGroup / kChunk);
+constexpr int kBlockItems = 4;
 
 template <typename T>
-__global__ void __launch_bounds__(kBlockThreads)
+__global__ void __launch_bounds__(kBlockThreads, 4)
     quantize_blocks_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, int64_t ld,
                            bool vec_in, bool vec_out, Fp8Format format, uint8_t* __restrict__ q,
                            float* __restrict__ scale) {
@@ -305,24 +365,45 @@ __global__ void __launch_bounds__(kBlockThreads)
   const __nv_fp8_interpretation_t interp = fp8_interp(format);
   const int64_t groups = ceil_div(cols, kGroup);
   const int64_t work = ceil_div(rows, kBlockRows) * groups;
-  for (int64_t w = blockIdx.x; w < work; w += gridDim.x) {
-    const int64_t rt = w / groups;
-    const int64_t kb = w - rt * groups;
-    const int64_t r = rt * kBlockRows + sub;
-    const int64_t c = kb * kGroup + lane * kChunk;
-    const int n = r < rows ? chunk_len(cols, c) : 0;
-    float v[kChunk];
-    if (n > 0) {
-      load8(x + r * ld + c, n, vec_in, v);
-    } else {
-      zero8(v);
-    }
-    float m = max_mag8(v);
+  const int64_t batches = ceil_div(work, kBlockItems);
+  for (int64_t b = blockIdx.x; b < batches; b += gridDim.x) {
+    Chunk<T> raw[kBlockItems];
+    int64_t r[kBlockItems], kb[kBlockItems];
+    int n[kBlockItems];
+    const int64_t w0 = b * kBlockItems;
+    int64_t rt = w0 / groups;
+    int64_t kbu = w0 - rt * groups;
 #pragma unroll
-    for (int off = 8; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-    const float mult = scale_mult(m, top);
-    if (n > 0) store8(q + r * cols + c, n, vec_out, quantize8(v, mult, top, interp));
-    if (lane == 0 && r < rows) scale[r + kb * rows] = dequant_scale(mult);
+    for (int u = 0; u < kBlockItems; ++u) {
+      const int64_t w = w0 + u;
+      if (u > 0 && ++kbu == groups) {
+        kbu = 0;
+        ++rt;
+      }
+      kb[u] = kbu;
+      r[u] = rt * kBlockRows + sub;
+      const int64_t c = kb[u] * kGroup + lane * kChunk;
+      n[u] = (w < work && r[u] < rows) ? chunk_len(cols, c) : 0;
+      if (n[u] > 0) {
+        load_chunk(x + r[u] * ld + c, n[u], vec_in, raw[u]);
+      } else {
+        zero_chunk(raw[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kBlockItems; ++u) {
+      float m = max_mag_chunk(raw[u]);
+#pragma unroll
+      for (int off = 8; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+      const float mult = scale_mult(m, top);
+      float v[kChunk];
+      widen_chunk(raw[u], v);
+      const int64_t c = kb[u] * kGroup + lane * kChunk;
+      if (n[u] > 0) store8(q + r[u] * cols + c, n[u], vec_out, quantize8(v, mult, top, interp));
+      if (lane == 0 && n[u] > 0) {
+        scale[r[u] + kb[u] * rows] = dequant_scale(mult);
+      }
+    }
   }
 }
 
@@ -331,13 +412,18 @@ __global__ void __launch_bounds__(kBlockThreads)
 // 2-D grid: y over rows, x over the chunks of 8 within a row.
 
 constexpr int kStreamThreads = 256;
+// Chunks loaded at once per thread: 64 bytes of x in flight.
+template <typename T>
+constexpr int stream_unroll() {
+  return sizeof(T) == 2 ? 4 : 2;
+}
 
 template <typename T>
 __global__ void __launch_bounds__(kStreamThreads)
     tensor_amax_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, int64_t ld, bool vec_in,
                        unsigned int* __restrict__ amax_bits) {
   __shared__ float partial[kStreamThreads / 32];
-  constexpr int kUnroll = 4;  // loads in flight per thread
+  constexpr int kUnroll = stream_unroll<T>();
   const int64_t chunks = ceil_div(cols, kChunk);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   float m = 0.0f;
@@ -345,19 +431,19 @@ __global__ void __launch_bounds__(kStreamThreads)
     const T* xr = x + r * ld;
     for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < chunks;
          k += kUnroll * stride) {
-      float v[kUnroll][kChunk];
+      Chunk<T> raw[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = (k + u * stride) * kChunk;
         const int n = chunk_len(cols, c);
         if (n > 0) {
-          load8(xr + c, n, vec_in, v[u]);
+          load_chunk(xr + c, n, vec_in, raw[u]);
         } else {
-          zero8(v[u]);
+          zero_chunk(raw[u]);
         }
       }
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) m = fmaxf(m, max_mag8(v[u]));
+      for (int u = 0; u < kUnroll; ++u) m = fmaxf(m, max_mag_chunk(raw[u]));
     }
   }
 #pragma unroll
@@ -371,40 +457,47 @@ __global__ void __launch_bounds__(kStreamThreads)
 }
 
 // A resident grid looping over the chunks: the multiplier (a division in double) is worked
-// out once per thread, not once per 8 elements.
+// out once per thread, not once per 8 elements. It walks x backwards, rows and chunks both:
+// the amax pass read x forwards, so the end of x is what L2 still holds when this pass
+// starts, and some of the second read of x comes from L2 rather than from memory.
 template <typename T>
 __global__ void __launch_bounds__(kStreamThreads)
     tensor_cast_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, int64_t ld, bool vec_in,
                        bool vec_out, Fp8Format format, const unsigned int* __restrict__ amax_bits,
                        uint8_t* __restrict__ q, float* __restrict__ scale) {
-  constexpr int kUnroll = 2;
+  constexpr int kUnroll = stream_unroll<T>();
   const float top = fp8_top(format);
   const __nv_fp8_interpretation_t interp = fp8_interp(format);
   const float mult = scale_mult(__uint_as_float(*amax_bits), top);
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) scale[0] = dequant_scale(mult);
   const int64_t chunks = ceil_div(cols, kChunk);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+  for (int64_t rf = blockIdx.y; rf < rows; rf += gridDim.y) {
+    const int64_t r = rows - 1 - rf;
     const T* xr = x + r * ld;
     uint8_t* qr = q + r * cols;
     for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < chunks;
          k += kUnroll * stride) {
-      float v[kUnroll][kChunk];
-      int n[kUnroll];
+      // Chunk k + u * stride of the forward walk is chunk kr - u * stride from the end.
+      const int64_t kr = chunks - 1 - k;
+      Chunk<T> raw[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const int64_t c = (k + u * stride) * kChunk;
-        n[u] = chunk_len(cols, c);
-        if (n[u] > 0) {
-          load8(xr + c, n[u], vec_in, v[u]);
+        const int64_t c = (kr - u * stride) * kChunk;  // negative past the start
+        const int n = c >= 0 ? chunk_len(cols, c) : 0;
+        if (n > 0) {
+          load_chunk(xr + c, n, vec_in, raw[u]);
         } else {
-          zero8(v[u]);
+          zero_chunk(raw[u]);
         }
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const int64_t c = (k + u * stride) * kChunk;
-        if (n[u] > 0) store8(qr + c, n[u], vec_out, quantize8(v[u], mult, top, interp));
+        const int64_t c = (kr - u * stride) * kChunk;
+        const int n = c >= 0 ? chunk_len(cols, c) : 0;
+        float v[kChunk];
+        widen_chunk(raw[u], v);
+        if (n > 0) store8(qr + c, n, vec_out, quantize8(v, mult, top, interp));
       }
     }
   }
@@ -427,7 +520,7 @@ constexpr int kTileWarps = kTileThreads / 32;
 struct TileParams {
   const void* x;
   int64_t rows, cols, ld;
-  bool vec_in, vec_out, vec_out_t;
+  bool vec_in, vec_out, vec_out_t, vec16_out_t;
   Fp8Format format;
   uint8_t* q;
   float* scale;
@@ -437,10 +530,30 @@ struct TileParams {
   unsigned int* col_amax;  // kAmaxOnly, kFromAmax: cols entries
 };
 
+// CTAs per SM the tile kernel is built for. Held in x's own bits, a tile of a 2-byte x leaves
+// room for a third CTA (40 registers a thread) where one multiplier covers the tile or no
+// output is written; more CTAs overlap one tile's reduction and stores with another's loads.
+// The per-row and per-column casts keep 8 more multipliers and spill at 40.
+template <typename T, TileMode kMode>
+constexpr int tile_min_blocks() {
+  return sizeof(T) == 2 && (kMode == TileMode::kWhole || kMode == TileMode::kGlobal ||
+                            kMode == TileMode::kAmaxOnly)
+             ? 3
+             : 2;
+}
+
+// Where word w (rows 4 w .. 4 w + 3 of the tile) of qt's row j sits in qt_tile[j]: XOR-ed
+// with bits of j, so that the 32 lanes of a warp storing one word each (16 columns 8 apart,
+// two values of w) hit 32 different banks, and the 16-byte reads of a row stay whole.
+__device__ __forceinline__ int qt_swizzle(int j) {
+  return ((j >> 3) & 15) << 1;
+}
+
 // Thread (ty, tx) of the 32 x 16 grid holds rows 4 ty .. 4 ty + 3 and columns 8 tx .. 8 tx + 7
 // of the tile: for each of its 8 columns, 4 consecutive rows, one 32-bit word of qt.
 template <typename T, TileMode kMode, bool kTranspose>
-__global__ void __launch_bounds__(kTileThreads, 2) quantize_tiles_kernel(TileParams p) {
+__global__ void __launch_bounds__(kTileThreads, tile_min_blocks<T, kMode>())
+    quantize_tiles_kernel(TileParams p) {
   constexpr bool kSameScale = kMode == TileMode::kWhole || kMode == TileMode::kGlobal;
   constexpr bool kPerRowCol = kMode == TileMode::kRowsCols || kMode == TileMode::kFromAmax;
   constexpr bool kTileReduce = kMode == TileMode::kRowsCols || kMode == TileMode::kAmaxOnly;
@@ -448,7 +561,7 @@ __global__ void __launch_bounds__(kTileThreads, 2) quantize_tiles_kernel(TilePar
   __shared__ float row_val[kGroup];  // row amax, then row multiplier
   __shared__ float col_val[kGroup];  // column amax, then column multiplier
   __shared__ float tile_part[kTileWarps];
-  __shared__ unsigned int qt_tile[kTranspose ? kGroup : 1][kGroup / 4 + 1];
+  __shared__ __align__(16) unsigned int qt_tile[kTranspose ? kGroup : 1][kGroup / 4];
 
   const T* __restrict__ x = static_cast<const T*>(p.x);
   const int tx = threadIdx.x & 15;
@@ -470,7 +583,12 @@ __global__ void __launch_bounds__(kTileThreads, 2) quantize_tiles_kernel(TilePar
     }
   }
 
-  for (int64_t w = blockIdx.x; w < row_tiles * col_tiles; w += gridDim.x) {
+  // The second pass over x (the tensor amax, the row and column amaxes came first) walks the
+  // tiles backwards, starting where the first pass ended: on what L2 still holds of x.
+  constexpr bool kBackwards = kMode == TileMode::kGlobal || kMode == TileMode::kFromAmax;
+  const int64_t tiles = row_tiles * col_tiles;
+  for (int64_t wf = blockIdx.x; wf < tiles; wf += gridDim.x) {
+    const int64_t w = kBackwards ? tiles - 1 - wf : wf;
     const int64_t rb = w / col_tiles;
     const int64_t kb = w - rb * col_tiles;
     const int64_t r0 = rb * kGroup;
@@ -478,24 +596,27 @@ __global__ void __launch_bounds__(kTileThreads, 2) quantize_tiles_kernel(TilePar
     const int64_t c = c0 + tx * kChunk;
     const int ncol = chunk_len(p.cols, c);
 
-    float v[kTileRowsPerThread][kChunk];
+    Chunk<T> raw[kTileRowsPerThread];
     float rmax[kTileRowsPerThread];
     float cmax[kChunk];
-#pragma unroll
-    for (int e = 0; e < kChunk; ++e) cmax[e] = 0.0f;
 #pragma unroll
     for (int i = 0; i < kTileRowsPerThread; ++i) {
       const int64_t r = r0 + ty * kTileRowsPerThread + i;
       const int n = r < p.rows ? ncol : 0;
       if (n > 0) {
-        load8(x + r * p.ld + c, n, p.vec_in, v[i]);
+        load_chunk(x + r * p.ld + c, n, p.vec_in, raw[i]);
       } else {
-        zero8(v[i]);
+        zero_chunk(raw[i]);
       }
+    }
+#pragma unroll
+    for (int e = 0; e < kChunk; ++e) cmax[e] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kTileRowsPerThread; ++i) {
       rmax[i] = 0.0f;
 #pragma unroll
       for (int e = 0; e < kChunk; ++e) {
-        const float a = finite_mag(v[i][e]);
+        const float a = finite_mag(element(raw[i], e));
         rmax[i] = fmaxf(rmax[i], a);
         cmax[e] = fmaxf(cmax[e], a);
       }
@@ -607,37 +728,70 @@ __global__ void __launch_bounds__(kTileThreads, 2) quantize_tiles_kernel(TilePar
         const int row = ty * kTileRowsPerThread + i;
         const int64_t r = r0 + row;
         const float m = kSameScale ? mult : row_val[row];
-        const uint2 b = quantize8(v[i], m, top, interp);
+        float v[kChunk];
+        widen_chunk(raw[i], v);
+        const uint2 b = quantize8(v, m, top, interp);
         const int n = r < p.rows ? ncol : 0;
         if (n > 0) store8(p.q + r * p.cols + c, n, p.vec_out, b);
         if constexpr (kTranspose) {
           if constexpr (kSameScale) {
             bt[i] = b;
           } else {
-            bt[i] = quantize8(v[i], col_mult, top, interp);
+            bt[i] = quantize8(v, col_mult, top, interp);
           }
         }
       }
       if constexpr (kTranspose) {
+        // A 4 x 4 byte transpose of each half of bt: word e holds byte e of bt[0..3], the
+        // column's 4 rows in order.
+        unsigned int word[kChunk];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const unsigned int r0w = h == 0 ? bt[0].x : bt[0].y;
+          const unsigned int r1w = h == 0 ? bt[1].x : bt[1].y;
+          const unsigned int r2w = h == 0 ? bt[2].x : bt[2].y;
+          const unsigned int r3w = h == 0 ? bt[3].x : bt[3].y;
+          const unsigned int lo01 = __byte_perm(r0w, r1w, 0x5140);  // a0 b0 a1 b1
+          const unsigned int hi01 = __byte_perm(r0w, r1w, 0x7362);  // a2 b2 a3 b3
+          const unsigned int lo23 = __byte_perm(r2w, r3w, 0x5140);
+          const unsigned int hi23 = __byte_perm(r2w, r3w, 0x7362);
+          word[4 * h + 0] = __byte_perm(lo01, lo23, 0x5410);
+          word[4 * h + 1] = __byte_perm(lo01, lo23, 0x7632);
+          word[4 * h + 2] = __byte_perm(hi01, hi23, 0x5410);
+          word[4 * h + 3] = __byte_perm(hi01, hi23, 0x7632);
+        }
 #pragma unroll
         for (int e = 0; e < kChunk; ++e) {
-          qt_tile[tx * kChunk + e][ty] = byte_of(bt[0], e) | (byte_of(bt[1], e) << 8) |
-                                         (byte_of(bt[2], e) << 16) | (byte_of(bt[3], e) << 24);
+          const int j = tx * kChunk + e;
+          qt_tile[j][ty ^ qt_swizzle(j)] = word[e];
         }
         __syncthreads();
-        // A warp per row of qt (a column of the tile): 32 words, 128 contiguous bytes.
-        const int64_t rr = r0 + lane * 4;
-        for (int j = warp; j < kGroup; j += kTileWarps) {
+        // Eight lanes per row of qt (a column of the tile), 16 bytes (16 rows of x) each: a
+        // warp writes 4 rows of qt at once, the CTA 64.
+        const int piece = lane & 7;
+        const int64_t rr = r0 + piece * 16;
+        for (int j = warp * 4 + (lane >> 3); j < kGroup; j += kTileWarps * 4) {
           const int64_t cc = c0 + j;
-          if (cc >= p.cols) break;
-          const unsigned int word = qt_tile[j][lane];
+          if (cc >= p.cols) continue;
+          const int sw = qt_swizzle(j);
+          uint4 got = *reinterpret_cast<const uint4*>(&qt_tile[j][4 * (piece ^ (sw >> 2))]);
+          if (sw & 2) got = make_uint4(got.z, got.w, got.x, got.y);
           uint8_t* dst = p.qt + cc * p.rows + rr;
-          if (p.vec_out_t && rr + 4 <= p.rows) {
-            *reinterpret_cast<unsigned int*>(dst) = word;
+          if (p.vec16_out_t && rr + 16 <= p.rows) {
+            *reinterpret_cast<uint4*>(dst) = got;
           } else {
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              if (rr + i < p.rows) dst[i] = static_cast<uint8_t>(word >> (8 * i));
+            for (int k = 0; k < 4; ++k) {
+              const unsigned int gw = k == 0 ? got.x : k == 1 ? got.y : k == 2 ? got.z : got.w;
+              const int64_t rk = rr + 4 * k;
+              if (p.vec_out_t && rk + 4 <= p.rows) {
+                *reinterpret_cast<unsigned int*>(dst + 4 * k) = gw;
+              } else {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                  if (rk + i < p.rows) dst[4 * k + i] = static_cast<uint8_t>(gw >> (8 * i));
+                }
+              }
             }
           }
         }
@@ -719,12 +873,25 @@ cudaError_t launch_rows(const Fp8QuantizeArgs& a, int64_t ld, bool vec_in, bool 
   GEMMT_RETURN_LAUNCH_ERROR();
 }
 
-// The tensor kernels' 2-D grid: 8 CTAs of 256 threads per SM, the whole GPU resident at
-// once, x over a row's chunks and y over the rows; every thread loops.
+// CTAs of kKernel (kStreamThreads threads each) resident per SM, asked of the runtime once
+// per device.
+template <auto kKernel>
+cudaError_t stream_ctas_per_sm(int* ctas) {
+  static std::atomic<int> cache[kMaxCachedDevices] = {};
+  return cached_per_device(cache, ctas, [](int /*device*/, int* n) {
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, kKernel, kStreamThreads, 0);
+  });
+}
+
+// A tensor kernel's 2-D grid, x over a row's chunks and y over the rows, every thread
+// looping: as many CTAs as are resident at once on the whole GPU, no more. Every CTA has the
+// same share of x, so a CTA left for a second wave would double the time of its share.
+template <auto kKernel>
 cudaError_t resident_stream_grid(int64_t rows, int64_t cols, dim3* grid) {
-  int sms = 0;
+  int sms = 0, per_sm = 0;
   GEMMT_RETURN_IF_ERROR(current_device_sm_count(&sms));
-  const int64_t target = static_cast<int64_t>(sms) * 8;
+  GEMMT_RETURN_IF_ERROR(stream_ctas_per_sm<kKernel>(&per_sm));
+  const int64_t target = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
   const int64_t gx = grid_1d(ceil_div(ceil_div(cols, kChunk), kStreamThreads), 1, target);
   int64_t gy = target / gx;
   if (gy > rows) gy = rows;
@@ -742,11 +909,13 @@ cudaError_t run_typed(const Fp8QuantizeArgs& a, cudaStream_t stream) {
   const bool vec_in = is_aligned<16>(x) && (a.rows == 1 || (ld * sizeof(T)) % 16 == 0);
   const bool vec_out = is_aligned<8>(a.q) && (a.rows == 1 || a.cols % kChunk == 0);
   const bool vec_out_t = transpose && is_aligned<4>(a.qt) && (a.cols == 1 || a.rows % 4 == 0);
+  const bool vec16_out_t = transpose && is_aligned<16>(a.qt) && (a.cols == 1 || a.rows % 16 == 0);
 
   TileParams tp{};
   tp.x = x;
   tp.rows = a.rows, tp.cols = a.cols, tp.ld = ld;
   tp.vec_in = vec_in, tp.vec_out = vec_out, tp.vec_out_t = vec_out_t;
+  tp.vec16_out_t = vec16_out_t;
   tp.format = a.format;
   tp.q = a.q, tp.scale = a.scale, tp.qt = a.qt, tp.scale_t = a.scale_t;
 
@@ -762,13 +931,14 @@ cudaError_t run_typed(const Fp8QuantizeArgs& a, cudaStream_t stream) {
       const bool fvec_in = is_aligned<16>(x) && (rows == 1 || (fld * sizeof(T)) % 16 == 0);
       const bool fvec_out = is_aligned<8>(a.q) && (rows == 1 || cols % kChunk == 0);
       dim3 grid;
-      GEMMT_RETURN_IF_ERROR(resident_stream_grid(rows, cols, &grid));
+      GEMMT_RETURN_IF_ERROR(resident_stream_grid<tensor_amax_kernel<T>>(rows, cols, &grid));
       tensor_amax_kernel<T><<<grid, kStreamThreads, 0, stream>>>(x, rows, cols, fld, fvec_in, amax);
       GEMMT_RETURN_IF_ERROR(cudaGetLastError());
       if (transpose) {
         tp.row_amax = amax;
         return launch_tiles<TileMode::kGlobal, true, T>(tp, stream);
       }
+      GEMMT_RETURN_IF_ERROR(resident_stream_grid<tensor_cast_kernel<T>>(rows, cols, &grid));
       tensor_cast_kernel<T><<<grid, kStreamThreads, 0, stream>>>(
           x, rows, cols, fld, fvec_in, fvec_out, a.format, amax, a.q, a.scale);
       GEMMT_RETURN_LAUNCH_ERROR();
@@ -785,7 +955,7 @@ cudaError_t run_typed(const Fp8QuantizeArgs& a, cudaStream_t stream) {
     case Fp8Granularity::kBlock: {
       if (transpose) return launch_tiles<TileMode::kRowsCols, true, T>(tp, stream);
       const int64_t work = ceil_div(a.rows, kBlockRows) * ceil_div(a.cols, kGroup);
-      quantize_blocks_kernel<T><<<grid_1d(work, 1), kBlockThreads, 0, stream>>>(
+      quantize_blocks_kernel<T><<<grid_1d(work, kBlockItems), kBlockThreads, 0, stream>>>(
           x, a.rows, a.cols, ld, vec_in, vec_out, a.format, a.q, a.scale);
       GEMMT_RETURN_LAUNCH_ERROR();
     }
