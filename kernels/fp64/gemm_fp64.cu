@@ -44,7 +44,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include "common/cp_async.cuh"
@@ -90,11 +89,6 @@ struct Params {
   tc::Operand mma_a, mma_b;
   CopySteps steps_a, steps_b;
   int copy_a, copy_b;  // CopyMode of mma_a and mma_b
-  // 16-byte copies of K-major tiles ask the L2 for the whole 256-byte block (cp_async_16_l2_256).
-  bool l2_prefetch;
-  // The grouped raster walks down groups of kGroupM tile columns instead of tile rows: the
-  // CTAs of a wave then share fewer panels of B, for when B is the only K-major operand.
-  bool raster_n;
   double* c;
   int64_t ldc;
   double alpha, beta;
@@ -163,12 +157,12 @@ struct Tile {
   // instructions fills the same chunks as the 16-byte form, at the same row swizzle, and a
   // warp's stores still cover each bank at most twice per 256 bytes.
   static __device__ __forceinline__ void load_fast(uint32_t tile, const uint8_t* src,
-                                                   const CopySteps& s, int copy, bool l2_prefetch,
-                                                   int tid) {
+                                                   const CopySteps& s, int copy, int tid) {
     const int row = tid / kChunksPerRow;
     const int ch = tid % kChunksPerRow;
     if (copy == kCopy16) {
-      if (!kMn && l2_prefetch) {
+      // K-major tiles ask the L2 for the whole 256-byte block: the next k-tile of each row.
+      if (!kMn) {
 #pragma unroll
         for (int it = 0; it < kPasses; ++it) {
           cp_async_16_l2_256(tile + chunk_offset(row + it * kRowsPerPass, ch),
@@ -467,10 +461,9 @@ __global__ void __launch_bounds__(kThreads, 1) fp64_gemm_kernel(const Params p) 
   };
   auto start_tile = [&](int64_t t) {
     const tc::TileIndex tile =
-        p.raster_n ? tc::grouped_tile(static_cast<int>(t), p.tiles_n, p.tiles_m, kGroupM)
-                   : tc::grouped_tile(static_cast<int>(t), p.tiles_m, p.tiles_n, kGroupM);
-    const int64_t m0 = static_cast<int64_t>(p.raster_n ? tile.n : tile.m) * kBM;
-    const int64_t n0 = static_cast<int64_t>(p.raster_n ? tile.m : tile.n) * kBN;
+        tc::grouped_tile(static_cast<int>(t), p.tiles_m, p.tiles_n, kGroupM);
+    const int64_t m0 = static_cast<int64_t>(tile.m) * kBM;
+    const int64_t n0 = static_cast<int64_t>(tile.n) * kBN;
     TileState s;
     s.a0 = kSwap ? n0 : m0;
     s.b0 = kSwap ? m0 : n0;
@@ -484,10 +477,9 @@ __global__ void __launch_bounds__(kThreads, 1) fp64_gemm_kernel(const Params p) 
   auto load = [&](const TileState& s, int slot, int64_t kt) {
     const uint32_t stage = smem_base + static_cast<uint32_t>(slot) * kStageBytes;
     if (kt < s.full_ktiles) {
-      TA::load_fast(stage, s.src_a + kt * p.steps_a.kt_step, p.steps_a, p.copy_a, p.l2_prefetch,
-                    tid);
+      TA::load_fast(stage, s.src_a + kt * p.steps_a.kt_step, p.steps_a, p.copy_a, tid);
       TB::load_fast(stage + kTileBytes, s.src_b + kt * p.steps_b.kt_step, p.steps_b, p.copy_b,
-                    p.l2_prefetch, tid);
+                    tid);
     } else {
       const int64_t k0 = kt * kBK;
       TA::load_checked(stage, p.mma_a, p.copy_a, kAMn ? k0 : s.a0, kAMn ? s.a0 : k0, tid);
@@ -593,13 +585,6 @@ __global__ void __launch_bounds__(kThreads, 1) fp64_gemm_kernel(const Params p) 
 
 // ---- Host side ---------------------------------------------------------------------
 
-// Switches that keep the previous behaviour reachable for A/B timing: "0" turns a feature off.
-bool env_flag(const char* name, bool fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  return !(v[0] == '0' && v[1] == '\0');
-}
-
 template <bool kTensorCores, bool kAMn, bool kBMn, bool kSwap>
 cudaError_t launch(Params p, cudaStream_t stream) {
   constexpr auto kernel = fp64_gemm_kernel<kTensorCores, kAMn, kBMn, kSwap>;
@@ -608,7 +593,7 @@ cudaError_t launch(Params p, cudaStream_t stream) {
   p.steps_b = Tile<kBMn>::steps(p.mma_b.outer_stride);
   const int64_t tiles = static_cast<int64_t>(p.tiles_m) * p.tiles_n;
   int64_t grid = tiles;
-  if (kTensorCores && env_flag("GEMMT_FP64_PERSISTENT", true)) {
+  if (kTensorCores) {
     // One CTA per SM (the kernel's shared memory and registers allow no more).
     int sms = 0;
     GEMMT_RETURN_IF_ERROR(current_device_sm_count(&sms));
@@ -624,7 +609,7 @@ int copy_mode(const tc::Operand& op) {
   if (op.vec) return kCopy16;
   const bool unit = op.inner_stride == 1 || op.inner_size == 1;
   const bool aligned = reinterpret_cast<uintptr_t>(op.ptr) % kElt == 0;
-  return unit && aligned && env_flag("GEMMT_FP64_COPY8", true) ? kCopy8 : kCopyElements;
+  return unit && aligned ? kCopy8 : kCopyElements;
 }
 
 // p.mma_a and p.mma_b hold A and B on entry.
@@ -638,11 +623,8 @@ cudaError_t launch_layout(bool tensor_cores, Params& p, bool a_mn, bool b_mn, cu
                 : launch<false, false, false, false>(p, stream);
   }
   if (a_mn) {
-    if (b_mn) return launch<true, true, true, false>(p, stream);
-    // B is the only K-major operand: its tiles read 128 bytes from each of 128 rows, so a
-    // wave should cover as few B panels as it can.
-    p.raster_n = env_flag("GEMMT_FP64_RASTER_N", true);
-    return launch<true, true, false, false>(p, stream);
+    return b_mn ? launch<true, true, true, false>(p, stream)
+                : launch<true, true, false, false>(p, stream);
   }
   if (b_mn) {
     // A K-major and B MN-major: B takes the MMA's A role (see the file comment).
@@ -697,8 +679,6 @@ cudaError_t gemm_fp64_run(const GemmArgs& args, bool tensor_cores, cudaStream_t 
       (reinterpret_cast<uintptr_t>(args.c) % (2 * kElt)) == 0 && (args.ldc % 2 == 0 || args.m == 1);
   p.copy_a = copy_mode(p.mma_a);
   p.copy_b = copy_mode(p.mma_b);
-  p.l2_prefetch = env_flag("GEMMT_FP64_L2_256B", true);
-  p.raster_n = false;
   p.tiles_m = static_cast<int>((args.m + kBM - 1) / kBM);
   p.tiles_n = static_cast<int>((args.n + kBN - 1) / kBN);
   return launch_layout(tensor_cores, p, a_mn, b_mn, stream);
