@@ -70,9 +70,12 @@ def _size_flags() -> list[str]:
         major, minor = (int(v) for v in cuda.split(".")[:2])
     except ValueError:
         return flags
-    if (major, minor) >= (12, 1):
-        # One translation unit optimised in several threads: the same code, sooner.
-        flags.append(f"--split-compile={min(8, os.cpu_count() or 1)}")
+    cores = os.cpu_count() or 1
+    if (major, minor) >= (12, 1) and cores > 1:
+        # One translation unit optimised in several threads: the same code, sooner. Each
+        # thread costs CPU time while the other files wait for cores, so as many as the CMake
+        # build gives (CMakeLists.txt, GEMMT_SPLIT_COMPILE): a sixteenth of the cores, 2 to 8.
+        flags.append(f"--split-compile={max(2, min(8, cores // 16))}")
     if (major, minor) >= (12, 8):
         flags.append("--compress-mode=size")
     return flags
