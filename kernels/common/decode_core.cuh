@@ -27,7 +27,8 @@
 //   Elem                    the element type of W and of the tokens (its size sets the
 //                           slice's element count: kSliceBytes / sizeof(Elem));
 //   Params                  the kernel's argument, with a DecodeCore member `core`;
-//   min_blocks(kTiles)      CTAs per SM the registers must allow (__launch_bounds__);
+//   min_blocks(kTiles)      CTAs per SM the registers must allow (__launch_bounds__; 0
+//                           asks for none);
 //   slice<kTiles>(p, w, kk, row, g, q, acc)
 //                           adds the products of the lane's W piece `w` (rows `row` and
 //                           row + 8, from element kk) with every token tile's piece at kk;
