@@ -234,12 +234,12 @@ def test_decode_is_deterministic() -> None:
 def test_decode_nan_and_zero_propagation() -> None:
     """A NaN weight byte poisons its output column only, a NaN token byte its row only."""
     case = Case(6, 300, 512, "row")
-    w = case.w.cpu()
+    w = case.w.cpu().clone()
     w[17, 100] = float("nan")
-    a = case.a.cpu()
+    a = case.a.cpu().clone()
     a[4, 3] = float("nan")
-    out = torch.ops.gemmt.scaled_mm(a.cuda(), w.cuda().t(), case.sa, case.sb, None,
-                                    torch.float32, "none", False)
+    out = torch.ops.gemmt.scaled_mm(a.to(case.a.device), w.to(case.a.device).t(), case.sa,
+                                    case.sb, None, torch.float32, "none", False)
     nan = torch.isnan(out).cpu()
     expect = torch.zeros_like(nan)
     expect[:, 17] = True
