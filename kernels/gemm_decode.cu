@@ -42,6 +42,7 @@ struct HalfOp {
   // 0: no minimum asked of ptxas. Every instance fits two per SM as it is (<= 128
   // registers); asking for it, or for one, changes its allocation.
   static constexpr int min_blocks(int /*tiles*/) { return 0; }
+  static constexpr int in_flight(int /*tiles*/) { return decode::kInFlight; }
 
   // All token tiles' products with one W slice (32 elements). The A fragment of the first
   // k16 half takes W bytes 0-7 of each row, the second half bytes 8-15; each token's 16 bytes

@@ -29,6 +29,7 @@
 //   Params                  the kernel's argument, with a DecodeCore member `core`;
 //   min_blocks(kTiles)      CTAs per SM the registers must allow (__launch_bounds__; 0
 //                           asks for none);
+//   in_flight(kTiles)       slices of W a warp keeps loading ahead of its mmas;
 //   slice<kTiles>(p, w, kk, row, g, q, acc)
 //                           adds the products of the lane's W piece `w` (rows `row` and
 //                           row + 8, from element kk) with every token tile's piece at kk;
@@ -51,7 +52,7 @@ namespace gemmt {
 namespace decode {
 
 constexpr int kThreads = 32 * kWarps;
-constexpr int kInFlight = 4;     // slices of W a warp keeps loading ahead of the mmas
+constexpr int kInFlight = 4;     // slices of W a warp keeps loading ahead (the usual choice)
 constexpr int kPieceBytes = 16;  // one lane's bytes of a W row (or token row) per slice
 static_assert(4 * kPieceBytes == kSliceBytes, "four lanes cover a slice of a row");
 static_assert(kSliceK * 2 == kSliceBytes, "the 16-bit slice is 64 bytes");
@@ -165,6 +166,7 @@ __global__ void __launch_bounds__(kThreads, Op::min_blocks(kTiles))
   constexpr int kPiece = kPieceBytes / static_cast<int>(sizeof(Elem));  // elements a lane loads
   constexpr int kSlice = 4 * kPiece;
   constexpr int kKWarps = kWarps / kRowWarps;
+  constexpr int kFlight = Op::in_flight(kTiles);
   // Partial sums of each warp, laid out by (K warp, row warp, tile, lane) so that a lane reads
   // exactly the values of its own fragment positions, in this CTA and in its peers.
   __shared__ __align__(16) float partial[kWarps * kTiles * 128];
@@ -190,23 +192,23 @@ __global__ void __launch_bounds__(kThreads, Op::min_blocks(kTiles))
 #pragma unroll
   for (int t = 0; t < kTiles; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
 
-  // This warp's slices: first + k_warp, then every kKWarps-th. kInFlight of them are loaded
-  // ahead; each slot is refilled with the slice kInFlight steps later once it is used.
+  // This warp's slices: first + k_warp, then every kKWarps-th. kFlight of them are loaded
+  // ahead; each slot is refilled with the slice kFlight steps later once it is used.
   const int step = kKWarps;
   auto slice_k = [&](int s) { return static_cast<int64_t>(s) * kSlice + kPiece * q; };
-  WSlice ring[kInFlight];
+  WSlice ring[kFlight];
 #pragma unroll
-  for (int u = 0; u < kInFlight; ++u) {
+  for (int u = 0; u < kFlight; ++u) {
     const int s = first + k_warp + u * step;
     ring[u] = s < last ? load_w<Elem>(d, row0 + g, slice_k(s)) : WSlice{};
   }
-  for (int s0 = first + k_warp; s0 < last; s0 += kInFlight * step) {
+  for (int s0 = first + k_warp; s0 < last; s0 += kFlight * step) {
 #pragma unroll
-    for (int u = 0; u < kInFlight; ++u) {
+    for (int u = 0; u < kFlight; ++u) {
       const int s = s0 + u * step;
       if (s < last) {
         Op::template slice<kTiles>(p, ring[u], slice_k(s), row0 + g, g, q, acc);
-        const int next = s + kInFlight * step;
+        const int next = s + kFlight * step;
         ring[u] = next < last ? load_w<Elem>(d, row0 + g, slice_k(next)) : WSlice{};
       }
     }

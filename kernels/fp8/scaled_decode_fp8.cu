@@ -124,10 +124,15 @@ template <bool kWE5, bool kAE5, bool kBlock>
 struct Fp8Op {
   using Elem = uint8_t;
   using Params = Fp8Params;
-  // Two CTAs per SM (<= 128 registers) up to 32 tokens; 64 tokens' accumulators with the
-  // widened W and the loads in flight need more (about 146) and run one CTA per SM, which
-  // the plan is told (fp8_decode_run).
-  static constexpr int min_blocks(int tiles) { return tiles >= 8 ? 1 : 2; }
+  // Two CTAs per SM (<= 128 registers), with four slices in flight per warp up to 32 tokens.
+  // 64 tokens' accumulators beside the widened W leave room for three slices (124
+  // registers, no spills; two CTAs of three slices keep more of W in flight per SM than one
+  // of four); with block scales they do not fit (ptxas spills), so those run one CTA per SM
+  // with four. The plan is told the CTAs per SM (fp8_decode_run).
+  static constexpr int min_blocks(int tiles) { return tiles >= 8 && kBlock ? 1 : 2; }
+  static constexpr int in_flight(int tiles) {
+    return tiles >= 8 && !kBlock ? 3 : decode::kInFlight;
+  }
 
   template <int kTiles>
   __device__ __forceinline__ static void slice(const Params& p, const WSlice& w, int64_t kk,
@@ -277,7 +282,9 @@ cudaError_t fp8_decode_run(const Fp8DecodeArgs& x, cudaStream_t stream) {
   if (!fp8_decode_supported(x)) return cudaErrorNotSupported;
   const int64_t slices = (x.k + decode::kSliceBytes - 1) / decode::kSliceBytes;
   DecodePlan pl = decode::plan_decode_slices(x.m, x.n, slices, x.sm_count, x.cc_major);
-  const int resident = Fp8Op<false, false, false>::min_blocks(pl.tiles);
+  const bool block = x.scale == Fp8DecodeScale::kBlock;
+  const int resident = block ? Fp8Op<false, false, true>::min_blocks(pl.tiles)
+                             : Fp8Op<false, false, false>::min_blocks(pl.tiles);
   if (resident != decode::kCtasPerSm) {
     pl = decode::plan_decode_slices(x.m, x.n, slices, x.sm_count, x.cc_major, resident);
   }
@@ -306,7 +313,6 @@ cudaError_t fp8_decode_run(const Fp8DecodeArgs& x, cudaStream_t stream) {
   p.bias_dtype = x.bias_dtype;
   p.bias_stride = x.bias_stride;
   p.act = x.act;
-  const bool block = x.scale == Fp8DecodeScale::kBlock;
   if (x.b_e5m2) return launch_formats<true, false>(pl, p, block, stream);
   if (x.a_e5m2) return launch_formats<false, true>(pl, p, block, stream);
   return launch_formats<false, false>(pl, p, block, stream);
