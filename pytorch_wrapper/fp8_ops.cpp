@@ -2,8 +2,8 @@
 // applied after the product) and quantize_fp8 / quantize_fp8_with_transpose (amax-scaled,
 // saturating casts to float8). Argument checks shared by every backend, the CPU reference
 // kernels, the Meta kernels, the CUDA kernels of the quantisation (kernels/fp8/, bit for bit
-// the reference's), scaled_mm's on the Hopper grouped / scaled GEMM (grouped_gemm_cuda.cpp)
-// and the Autograd kernels.
+// the reference's), scaled_mm's on the Hopper grouped / scaled GEMM (grouped_gemm_cuda.cpp;
+// decode-sized products on their own kernel, fp8_decode_cuda.cpp) and the Autograd kernels.
 //
 // Scales are dequantisation scales, as torch._scaled_mm takes them: a's real value is
 // float(a) * scale_a. The scale layouts follow torch._scaled_mm (torch 2.13, its meta

@@ -1,6 +1,7 @@
 // The tensors of gemmt::grouped_mm and gemmt::scaled_mm as the Hopper grouped / scaled GEMM
 // takes them: strides, offsets and scales passed as they are (the offsets never leave the
-// GPU), operands copied only when no layout of the kernel can read them.
+// GPU), operands copied only when no layout of the kernel can read them. scaled_mm's
+// decode-sized products go to their own kernel first (fp8_decode_cuda.cpp).
 #include "grouped_gemm_cuda.h"
 
 #ifdef GEMMT_WITH_CUDA
@@ -10,6 +11,7 @@
 
 #include "common.h"
 #include "common/gemm_tc_kind.h"
+#include "fp8_decode_cuda.h"
 #include "gemmt/grouped_gemm.h"
 
 namespace gemmt::wrapper {
@@ -148,6 +150,11 @@ at::Tensor scaled_mm_cuda_run(const char* op, const at::Tensor& a_in, const at::
                               Activation act, const Fp8Scaling& scaling, bool fast_accum) {
   TORCH_CHECK(a_in.is_cuda(), op, ": the CUDA kernel expected CUDA tensors, got ", describe(a_in));
   const c10::cuda::CUDAGuard guard(a_in.device());
+  // Decode-sized products (m <= 64 against a K-major weight) on their own kernel.
+  if (std::optional<at::Tensor> out =
+          scaled_mm_decode_cuda(op, a_in, b_in, sa, sb, bias, out_dtype, act, scaling)) {
+    return *out;
+  }
   check_hopper(op, a_in);
   TORCH_CHECK(scaling.kind != 2 || (!scaling.a_square_blocks && scaling.b_square_blocks), op,
               ": the CUDA kernel takes the blockwise pairing of 1x128 scales for a with 128x128 "

@@ -122,8 +122,8 @@ at::Tensor normalize_volume_cpu_reference(const at::Tensor& vol, double max_val)
 std::string build_info_json();
 
 // ---- FP8 (fp8_ops.cpp): scaled_mm and quantize_fp8. CPU: the reference; CUDA: the
-// quantisation kernels (scaled_mm's refuses until its kernel exists); Autograd: refuses
-// inputs that require grad. ----
+// quantisation kernels, scaled_mm's decode kernel (m <= 64) and Hopper kernel; Autograd:
+// refuses inputs that require grad. ----
 at::Tensor scaled_mm_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
                          const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
                          at::ScalarType out_dtype, std::string_view activation,

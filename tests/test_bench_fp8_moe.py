@@ -153,6 +153,14 @@ def test_fp8_decode_and_train_records(fp8_doc: dict[str, Any]) -> None:
     assert {r["mode"] for r in decode} == set(bench_fp8.DECODE_MODES)
     for r in decode:
         assert r["weight_copies"] >= 2
+        # Weight bytes over the time, against a device copy's bandwidth.
+        nk = r["out_features"] * r["in_features"]
+        assert _finite_positive(r["copy_gbps"])
+        assert r["gemmt_weight_gbps"] == pytest.approx(nk / r["gemmt_us"] / 1e3, rel=1e-12)
+        assert r["gemmt_bf16_weight_gbps"] == pytest.approx(2 * nk / r["gemmt_bf16_us"] / 1e3,
+                                                            rel=1e-12)
+        assert r["gemmt_vs_copy_bandwidth"] == pytest.approx(r["gemmt_weight_gbps"]
+                                                             / r["copy_gbps"])
         for ratio, num in (("gemmt_vs_torch", "torch_us"),
                            ("gemmt_fp8_vs_gemmt_bf16", "gemmt_bf16_us"),
                            ("gemmt_fp8_vs_torch_bf16", "torch_bf16_us")):

@@ -1,7 +1,8 @@
 """FP8: scaled_mm and quantize_fp8 against float64 references and torch._scaled_mm's CPU
 implementation, every bad input, opcheck, and Float8Linear / convert_to_float8 (eager and
 torch.compile). The CUDA kernels' own tests against the CPU reference and float64 are here
-(quantisation) and in test_grouped_gemm_cuda.py (scaled_mm)."""
+(quantisation), in test_grouped_gemm_cuda.py (scaled_mm) and in test_fp8_decode.py (scaled_mm's
+decode path)."""
 
 from __future__ import annotations
 

@@ -33,13 +33,18 @@ bool decode_supports(const GemmArgs& a) {
 }
 
 DecodePlan plan_decode(const GemmArgs& a, int ctas_per_sm) {
+  return plan_decode_slices(a.m, a.n, ceil_div(a.k, kSliceK), a.sm_count, a.cc_major, ctas_per_sm);
+}
+
+DecodePlan plan_decode_slices(int64_t m, int64_t n, int64_t slices, int sm_count, int cc_major,
+                              int ctas_per_sm) {
   DecodePlan best;
-  const int64_t slots = std::max(1, a.sm_count) * std::max(1, ctas_per_sm);
-  const int64_t total_slices = ceil_div(a.k, kSliceK);
-  const int max_cluster = a.cc_major >= 9 ? kMaxCluster : 1;
+  const int64_t slots = std::max(1, sm_count) * std::max(1, ctas_per_sm);
+  const int64_t total_slices = slices;
+  const int max_cluster = cc_major >= 9 ? kMaxCluster : 1;
   double best_score = -1.0;
   for (int rw : {8, 4, 2}) {
-    const int64_t blocks = ceil_div(a.n, 16 * rw);
+    const int64_t blocks = ceil_div(n, 16 * rw);
     const int k_warps = kWarps / rw;
     for (int cl = 1; cl <= max_cluster; ++cl) {
       const int64_t per_cta = ceil_div(total_slices, cl);
@@ -59,7 +64,7 @@ DecodePlan plan_decode(const GemmArgs& a, int ctas_per_sm) {
       }
     }
   }
-  best.tiles = token_tiles(a.m);
+  best.tiles = token_tiles(m);
   return best;
 }
 

@@ -9,10 +9,11 @@
 namespace gemmt {
 namespace decode {
 
-constexpr int kWarps = 8;       // warps per CTA
-constexpr int kSliceK = 32;     // K elements per slice: 16 bytes per lane-quarter
-constexpr int kMaxCluster = 8;  // portable cluster size
-constexpr int kMaxTokens = 64;  // m limit: 8 token tiles of 8
+constexpr int kWarps = 8;        // warps per CTA
+constexpr int kSliceBytes = 64;  // bytes of a W row per slice: 16 per lane-quarter
+constexpr int kSliceK = 32;      // K elements per slice of the 16-bit types
+constexpr int kMaxCluster = 8;   // portable cluster size
+constexpr int kMaxTokens = 64;   // m limit: 8 token tiles of 8
 // Two CTAs of 256 threads per SM: registers allow it for every instance (<= 128 per thread),
 // and the shared memory of the partial sums (<= 32 KB) does too.
 constexpr int kCtasPerSm = 2;
@@ -33,6 +34,12 @@ bool decode_supports(const GemmArgs& a);
 // as few waves as possible, the widest row block first (more W rows share each token load),
 // each CTA keeping at least 8 slices per K warp so its loads reach a steady state.
 DecodePlan plan_decode(const GemmArgs& a, int ctas_per_sm = kCtasPerSm);
+
+// The same split for m tokens against n weight rows of `slices` K slices, on `sm_count` SMs of
+// compute capability `cc_major` (clusters from 9): what the FP8 decode kernel
+// (kernels/fp8/scaled_decode_fp8.cu), whose slices hold twice the elements, plans with.
+DecodePlan plan_decode_slices(int64_t m, int64_t n, int64_t slices, int sm_count, int cc_major,
+                              int ctas_per_sm = kCtasPerSm);
 
 }  // namespace decode
 }  // namespace gemmt

@@ -18,7 +18,8 @@ Sections (``--only``, comma separated; all by default):
 * ``decode``: 1..64 tokens through a few weights, rowwise and tensorwise: gemmt
   ``scaled_mm`` against ``torch._scaled_mm``, and against the bf16 products (``gemmt.mm``,
   ``torch.matmul``). Enough copies of each weight are used in turn (more bytes than twice
-  the L2 cache) that every call reads its weight from HBM.
+  the L2 cache) that every call reads its weight from HBM; the weight's bytes over the time
+  are set against a device copy's bandwidth (bytes read plus written, far past the L2).
 * ``train``: one forward + backward step (no optimizer) of four MLP blocks
   (4096 -> 14336 -> 4096, SiLU, residual; 8192 tokens; bf16 master weights): bf16 eager,
   ``gemmt.nn.convert_to_float8`` per recipe, and torchao's ``Float8Linear`` (tensorwise and
@@ -267,10 +268,21 @@ def _expand(scale: torch.Tensor, shape: torch.Size) -> torch.Tensor:
 
 
 # ---- decode -------------------------------------------------------------------------------
+def copy_bandwidth(device: str, nbytes: int, timing: dict[str, Any]) -> float | None:
+    """GB/s of a device copy of `nbytes` (bytes read plus bytes written over the time): the
+    bandwidth a product that streams its weight from memory can hope to reach."""
+    src = torch.empty(nbytes // 2, device=device, dtype=_BF16).normal_()
+    dst = torch.empty_like(src)
+    ms, _ = kit.time_candidates({"copy": lambda: dst.copy_(src)}, device, **timing)
+    return 2 * nbytes / ms["copy"] / 1e6 if ms["copy"] else None
+
+
 def run_decode(device: str, weights: list[tuple[int, int]], tokens: list[int],
                timing: dict[str, Any]) -> list[dict[str, Any]]:
     records = []
     l2 = kit.l2_bytes(device)
+    # Far past the L2 (both buffers), so that the copy runs at the memory's bandwidth.
+    copy_gbps = copy_bandwidth(device, max(4 * l2, 64 << 20), timing)
     for n, k in _progress(weights, "fp8 decode"):
         copies = max(2, math.ceil(2 * l2 / (n * k)))  # float8 bytes past twice the L2
         ws = [torch.randn(n, k, device=device, dtype=_BF16).mul_(k ** -0.5) for _ in range(copies)]
@@ -301,6 +313,11 @@ def run_decode(device: str, weights: list[tuple[int, int]], tokens: list[int],
                     gemmt_fp8_vs_gemmt_bf16=kit.ratio(us["gemmt_bf16"], g),
                     gemmt_fp8_vs_torch_bf16=kit.ratio(us["torch_bf16"], g),
                     gemmt_weight_gbps=(n * k / g / 1e3) if g else None,
+                    gemmt_bf16_weight_gbps=(2 * n * k / us["gemmt_bf16"] / 1e3
+                                            if us["gemmt_bf16"] else None),
+                    copy_gbps=copy_gbps,
+                    gemmt_vs_copy_bandwidth=kit.ratio((n * k / g / 1e3) if g else None,
+                                                      copy_gbps),
                     gemmt_error=err.get(f"gemmt_{mode}"), torch_error=err.get(f"torch_{mode}"),
                     gemmt_bf16_error=err.get("gemmt_bf16"), torch_bf16_error=err.get("torch_bf16")))
         del ws, wq
@@ -429,7 +446,9 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         out["decode"] = {mode: {
             "gemmt_vs_torch": kit.stats([r["gemmt_vs_torch"] for r in decode if r["mode"] == mode]),
             "gemmt_fp8_vs_gemmt_bf16": kit.stats(
-                [r["gemmt_fp8_vs_gemmt_bf16"] for r in decode if r["mode"] == mode])}
+                [r["gemmt_fp8_vs_gemmt_bf16"] for r in decode if r["mode"] == mode]),
+            "gemmt_vs_copy_bandwidth": kit.stats(
+                [r["gemmt_vs_copy_bandwidth"] for r in decode if r["mode"] == mode])}
             for mode in DECODE_MODES}
     train = [r for r in records if r["section"] == "train"]
     if train:
@@ -463,6 +482,8 @@ def plot(doc: dict[str, Any], path: Path) -> None:
             rs = [r for r in dec if r["mode"] == mode]
             series[f"{mode} vs torch fp8"] = [r["gemmt_vs_torch"] for r in rs]
             series[f"{mode} vs gemmt bf16"] = [r["gemmt_fp8_vs_gemmt_bf16"] for r in rs]
+            series[f"{mode} fraction of copy bandwidth"] = [r["gemmt_vs_copy_bandwidth"]
+                                                            for r in rs]
         panels.append(("FP8 decode (weights from HBM)", labels, series, "other time / gemmt fp8"))
     quant = [r for r in recs if r["section"] == "quant"]
     if quant:
@@ -498,9 +519,15 @@ def readme(doc: dict[str, Any]) -> str:
               str(s["torch_unsupported"])] for mode, s in summ["gemm"].items()])
     if "decode" in summ:
         lines += kit.md_table(
-            ["decode mode", "gemmt / torch fp8: median (worst)", "gemmt fp8 / gemmt bf16: median"],
+            ["decode mode", "gemmt / torch fp8: median (worst)",
+             "gemmt fp8 / gemmt bf16: median (worst)",
+             "weight bandwidth / copy bandwidth: median (worst)"],
             [[mode, f"{f(s['gemmt_vs_torch']['median'])} ({f(s['gemmt_vs_torch']['worst'])})",
-              f(s["gemmt_fp8_vs_gemmt_bf16"]["median"])] for mode, s in summ["decode"].items()])
+              f"{f(s['gemmt_fp8_vs_gemmt_bf16']['median'])} "
+              f"({f(s['gemmt_fp8_vs_gemmt_bf16']['worst'])})",
+              f"{f(s['gemmt_vs_copy_bandwidth']['median'])} "
+              f"({f(s['gemmt_vs_copy_bandwidth']['worst'])})"]
+             for mode, s in summ["decode"].items()])
     if "quant" in summ:
         lines += kit.md_table(
             ["quantisation", "fraction of copy bandwidth", "vs eager torch"],

@@ -185,8 +185,10 @@ def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Tens
     not grow with K. ``use_fast_accum`` is accepted for compatibility and has no effect on
     the CPU reference.
 
-    Implemented on CPU (the reference). A CUDA tensor raises: the Hopper kernels are not
-    built yet. Not differentiable: train through :class:`gemmt.nn.Float8Linear`.
+    Implemented on CPU (the reference) and on CUDA: 1-64 rows of ``a`` against a K-major
+    ``b`` (``W.t()``) run on the FP8 decode kernel (compute capability 8.9+, float32
+    accumulation, ``use_fast_accum`` ignored), everything else on the Hopper kernel (sm_90a;
+    other GPUs raise). Not differentiable: train through :class:`gemmt.nn.Float8Linear`.
     """
     return _ops().scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum)
 

@@ -1,0 +1,311 @@
+"""scaled_mm's FP8 decode path on CUDA (kernels/fp8/scaled_decode_fp8.cu): 1-64 tokens against
+a K-major float8 weight (b = W.t()), in every scaling, with bias, activations and the three
+output dtypes, against a float64 product of the dequantised inputs with an elementwise error
+bound, against torch._scaled_mm, on outputs whose memory was filled with NaN first."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import gemmt  # noqa: F401  (registers torch.ops.gemmt)
+from conftest import HAS_CUDA
+
+pytestmark = pytest.mark.cuda
+
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+BLOCK = 128
+U32 = 2.0 ** -24  # float32 unit roundoff
+# Unit roundoff of one rounding to the output dtype (half an ulp, relative: 2^-p for p
+# significant bits).
+OUT_U = {torch.float32: 2.0 ** -24, torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+OUT_TINY = {torch.float32: 1e-30, torch.bfloat16: 1e-30, torch.float16: 2.0 ** -24}
+
+
+def _fp8_capable() -> bool:
+    return HAS_CUDA and torch.cuda.get_device_capability() >= (8, 9)
+
+
+def _hopper() -> bool:
+    return HAS_CUDA and torch.cuda.get_device_capability()[0] == 9
+
+
+needs_fp8 = pytest.mark.skipif(not _fp8_capable(), reason="needs an sm_89+ CUDA GPU")
+needs_hopper = pytest.mark.skipif(not _hopper(), reason="needs a Hopper GPU (sm_90)")
+
+
+class Case:
+    """Float8 tokens a (m, k), weight W (n, k) with b = W.t(), and their dequantisation
+    scales in the layout of one scaling; full float64 scales for the reference."""
+
+    def __init__(self, m: int, n: int, k: int, scaling: str, fa: torch.dtype = E4M3,
+                 fw: torch.dtype = E4M3, pairing: str = "1x128,128x128") -> None:
+        dev = "cuda"
+        self.m, self.n, self.k, self.scaling = m, n, k, scaling
+        # Values spread over the formats' range, quantised by a plain cast (the kernel takes
+        # any float8 bytes; no quantiser is under test here).
+        x = torch.randn(m, k, device=dev) * 3
+        w = torch.randn(n, k, device=dev) * 3
+        self.a = x.clamp(-400, 400).to(fa)
+        self.w = w.clamp(-400, 400).to(fw)
+        self.b = self.w.t()
+        kb, nb, mb = k // BLOCK, -(-n // BLOCK), -(-m // BLOCK)
+
+        def pos(*shape: int) -> torch.Tensor:
+            return torch.rand(*shape, device=dev) * 0.03 + 0.005
+
+        if scaling == "tensor":
+            self.sa, self.sb = pos(()), pos(())
+            self.SA = self.sa.double().expand(m, k)
+            self.SB = self.sb.double().expand(k, n)
+        elif scaling == "row":
+            self.sa, self.sb = pos(m, 1), pos(1, n)
+            self.SA = self.sa.double().expand(m, k)
+            self.SB = self.sb.double().expand(k, n)
+        else:
+            a_sq = pairing.startswith("128x128")
+            b_sq = pairing.endswith("128x128")
+            # torch's layouts: 1x128 scales column-major, 128x128 of b the transpose of a
+            # contiguous (nb, kb) tensor.
+            self.sa = pos(mb, kb) if a_sq else pos(kb, m).t()
+            self.sb = pos(nb, kb).t() if b_sq else pos(kb, n)
+            sa_rows = self.sa.double().repeat_interleave(BLOCK, 0)[:m] if a_sq else self.sa.double()
+            sb_cols = (self.sb.double().repeat_interleave(BLOCK, 1)[:, :n] if b_sq
+                       else self.sb.double())
+            self.SA = sa_rows.repeat_interleave(BLOCK, 1)
+            self.SB = sb_cols.repeat_interleave(BLOCK, 0)
+
+    def dot(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The float64 product of the dequantised operands and the same of their magnitudes
+        (the scale of a float32 sum's rounding error)."""
+        A = self.a.double() * self.SA
+        B = self.b.double() * self.SB
+        return A @ B, A.abs() @ B.abs()
+
+
+def act_ref(z: torch.Tensor, act: str) -> torch.Tensor:
+    return {"none": lambda t: t, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
+            "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}[act](z)
+
+
+def poisoned_run(fn, m: int, n: int, out_dtype: torch.dtype) -> torch.Tensor:
+    """fn() after a freed NaN tensor of the output's size: the caching allocator hands its
+    block to the output, so an element the kernel never writes stays NaN."""
+    junk = torch.full((m, n), float("nan"), device="cuda", dtype=out_dtype)
+    del junk
+    return fn()
+
+
+def check(case: Case, out: torch.Tensor, out_dtype: torch.dtype, bias: torch.Tensor | None = None,
+          act: str = "none") -> None:
+    """Every element within a float32 accumulation's bound plus one rounding to out_dtype."""
+    assert out.shape == (case.m, case.n) and out.dtype == out_dtype
+    assert torch.isfinite(out).all(), "an output element is NaN / inf (unwritten or wrong)"
+    z, mag = case.dot()
+    bound_z = (case.k + 16) * U32 * mag
+    if bias is not None:
+        z = z + bias.double()
+        bound_z = bound_z + 4 * U32 * z.abs()
+    ref = act_ref(z, act)
+    # The activations' slopes are at most 1.13 (GELU) in magnitude.
+    bound = 1.2 * bound_z + (OUT_U[out_dtype] + 8 * U32) * ref.abs() + OUT_TINY[out_dtype]
+    err = (out.double() - ref).abs()
+    bad = err > bound
+    assert not bad.any(), (
+        f"{int(bad.sum())} of {bad.numel()} elements outside the bound; worst excess "
+        f"{float((err / bound.clamp_min(1e-300)).max()):.3g} x bound")
+
+
+def run(case: Case, out_dtype: torch.dtype = torch.float32, bias: torch.Tensor | None = None,
+        act: str = "none") -> torch.Tensor:
+    return poisoned_run(lambda: torch.ops.gemmt.scaled_mm(
+        case.a, case.b, case.sa, case.sb, bias, out_dtype, act, False), case.m, case.n, out_dtype)
+
+
+TOKENS = [1, 3, 5, 8, 9, 15, 17, 31, 33, 47, 63, 64]
+# (n, k): n tails (not a multiple of 16 or 128), k tails (not a multiple of 64 or 128).
+SHAPES = [(256, 512), (1000, 1040), (24, 16), (130, 208), (7, 4096), (4096, 1024)]
+
+
+@needs_fp8
+@pytest.mark.parametrize("m", TOKENS)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+def test_decode_against_float64(m: int, shape: tuple[int, int], scaling: str) -> None:
+    n, k = shape
+    case = Case(m, n, k, scaling)
+    check(case, run(case), torch.float32)
+
+
+@needs_fp8
+@pytest.mark.parametrize("m", [1, 7, 16, 33, 64])
+@pytest.mark.parametrize("shape", [(256, 512), (1000, 1024), (130, 128), (4096, 2048)])
+@pytest.mark.parametrize("pairing", ["1x128,128x128", "1x128,128x1", "128x128,128x1"])
+def test_decode_blockwise_against_float64(m: int, shape: tuple[int, int], pairing: str) -> None:
+    n, k = shape
+    case = Case(m, n, k, "block", pairing=pairing)
+    check(case, run(case), torch.float32)
+
+
+@needs_fp8
+@pytest.mark.parametrize("m", [1, 4, 16, 32, 64])
+@pytest.mark.parametrize("shape", [(14336, 4096), (4096, 14336)])
+@pytest.mark.parametrize("scaling", ["tensor", "row", "block"])
+def test_decode_model_sizes(m: int, shape: tuple[int, int], scaling: str) -> None:
+    """The layer sizes of a 7-8B model: the widest cluster splits and the longest K."""
+    n, k = shape
+    case = Case(m, n, k, scaling)
+    check(case, run(case, torch.bfloat16), torch.bfloat16)
+
+
+@needs_fp8
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("bias_dtype", [None, torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("act", ["none", "relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("scaling", ["tensor", "row", "block"])
+def test_decode_epilogue(out_dtype: torch.dtype, bias_dtype: torch.dtype | None, act: str,
+                         scaling: str) -> None:
+    case = Case(13, 520, 640 if scaling != "block" else 768, scaling)
+    bias = None if bias_dtype is None else (torch.randn(case.n, device="cuda") * 20).to(bias_dtype)
+    check(case, run(case, out_dtype, bias, act), out_dtype, bias, act)
+
+
+@needs_fp8
+@pytest.mark.parametrize("pair", [(E4M3, E5M2), (E5M2, E4M3)])
+@pytest.mark.parametrize("scaling", ["tensor", "row", "block"])
+@pytest.mark.parametrize("m", [1, 9, 64])
+def test_decode_mixed_formats(pair: tuple[torch.dtype, torch.dtype], scaling: str, m: int) -> None:
+    case = Case(m, 384, 1024, scaling, fa=pair[0], fw=pair[1])
+    check(case, run(case, torch.float32), torch.float32)
+
+
+@needs_fp8
+def test_decode_refuses_two_e5m2_operands_as_before() -> None:
+    case = Case(4, 64, 128, "tensor", fa=E5M2, fw=E5M2)
+    with pytest.raises(RuntimeError, match=r"gemmt::scaled_mm.*at most one Float8_e5m2"):
+        torch.ops.gemmt.scaled_mm(case.a, case.b, case.sa, case.sb, None, torch.float32, "none",
+                                  False)
+
+
+@needs_fp8
+def test_decode_strided_operands_and_bias() -> None:
+    """Token rows that are not aligned (copied), aligned views read in place (tokens and the
+    weight), a weight that is not K-major (the general path), a strided bias."""
+    m, n, k = 5, 200, 320
+    case = Case(m, n, k, "row")
+    bias_full = torch.randn(2 * n, device="cuda")
+    bias = bias_full[::2]
+    # Rows of the tokens and the weight inside wider matrices (16-byte aligned strides).
+    a_wide = torch.zeros(m, k + 48, device="cuda").to(E4M3)
+    a_wide[:, :k] = case.a
+    w_wide = torch.zeros(n, k + 32, device="cuda").to(E4M3)
+    w_wide[:, :k] = case.w
+    # Token rows at an odd byte stride: the op copies them.
+    a_odd = torch.zeros(m, k + 3, device="cuda").to(E4M3)
+    a_odd[:, :k] = case.a
+    variants = {
+        "plain": (case.a, case.b),
+        "a in a wider matrix": (a_wide[:, :k], case.b),
+        "W in a wider matrix": (case.a, w_wide[:, :k].t()),
+        "a at an odd stride": (a_odd[:, :k], case.b),
+        "b not K-major": (case.a, case.b.contiguous()),
+    }
+    for name, (a, b) in variants.items():
+        if name == "b not K-major" and not _hopper():
+            continue
+        out = poisoned_run(lambda: torch.ops.gemmt.scaled_mm(
+            a, b, case.sa, case.sb, bias, torch.float32, "none", False), m, n, torch.float32)
+        try:
+            check(case, out, torch.float32, bias)
+        except AssertionError as e:
+            raise AssertionError(f"{name}: {e}") from e
+
+
+@needs_fp8
+def test_decode_is_deterministic() -> None:
+    case = Case(33, 4096, 4096, "row")
+    first = run(case)
+    for _ in range(3):
+        assert torch.equal(run(case), first)
+
+
+@needs_fp8
+def test_decode_nan_and_zero_propagation() -> None:
+    """A NaN weight byte poisons its output column only, a NaN token byte its row only."""
+    case = Case(6, 300, 512, "row")
+    w = case.w.cpu().clone()
+    w[17, 100] = float("nan")
+    a = case.a.cpu().clone()
+    a[4, 3] = float("nan")
+    out = torch.ops.gemmt.scaled_mm(a.to(case.a.device), w.to(case.a.device).t(), case.sa,
+                                    case.sb, None, torch.float32, "none", False)
+    nan = torch.isnan(out).cpu()
+    expect = torch.zeros_like(nan)
+    expect[:, 17] = True
+    expect[4, :] = True
+    assert torch.equal(nan, expect)
+    zeros = torch.ops.gemmt.scaled_mm(torch.zeros_like(case.a), case.b, case.sa, case.sb, None,
+                                      torch.float32, "none", False)
+    assert torch.equal(zeros, torch.zeros_like(zeros))
+
+
+@needs_fp8
+@pytest.mark.parametrize("scaling", ["tensor", "block"])
+def test_decode_long_k_accumulates_in_float32(scaling: str) -> None:
+    """K = 16384: float32-grade sums (relative error ~1e-6), where a sum kept in fewer bits
+    (the tensor cores' own accumulator over a long chain, or bf16) would be at 1e-4 or more."""
+    case = Case(16, 512, 16384, scaling)
+    out = run(case)
+    z, _ = case.dot()
+    err = ((out.double() - z).norm() / z.norm()).item()
+    assert err < 1e-5, err
+
+
+@needs_fp8
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+@pytest.mark.parametrize("m", [1, 16, 31, 64])
+@pytest.mark.parametrize("shape", [(4096, 4096), (1024, 2048)])
+def test_decode_agrees_with_torch_scaled_mm(scaling: str, m: int, shape: tuple[int, int]) -> None:
+    n, k = shape
+    case = Case(m, n, k, scaling)
+    theirs = None
+    for out_dtype in (torch.float32, torch.bfloat16):  # torch's rowwise may want bf16
+        try:
+            theirs = torch._scaled_mm(case.a, case.b, case.sa, case.sb, out_dtype=out_dtype)
+            break
+        except (RuntimeError, NotImplementedError) as e:
+            why = str(e)
+    if theirs is None:
+        pytest.skip(f"torch._scaled_mm does not take this case here: {why}")
+    mine = run(case, out_dtype)
+    check(case, mine, out_dtype)
+    z, mag = case.dot()
+    # Both are float32 sums of the same exact products, rounded once to out_dtype: within a
+    # few float32 sum bounds and two roundings of each other.
+    bound = (4 * (k + 16) * U32 * mag + 2 * OUT_U[out_dtype] * z.abs()
+             + OUT_TINY[out_dtype])
+    diff = (mine.double() - theirs.double()).abs()
+    assert (diff <= bound).all(), float((diff / bound).max())
+
+
+@needs_fp8
+def test_decode_kernel_is_the_one_that_runs() -> None:
+    """m <= 64 with a K-major weight launches the decode kernel; m = 65 does not."""
+    from torch.profiler import ProfilerActivity, profile
+
+    def kernels(m: int) -> list[str]:
+        case = Case(m, 512, 512, "row")
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            torch.ops.gemmt.scaled_mm(case.a, case.b, case.sa, case.sb, None, torch.bfloat16,
+                                      "none", False)
+            torch.cuda.synchronize()
+        return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+    names = kernels(8)
+    if not names:
+        pytest.skip("the profiler recorded no CUDA kernels here")
+    assert any("decode_kernel" in s and "Fp8Op" in s for s in names), names
+    if _hopper():
+        assert not any("Fp8Op" in s for s in kernels(65))
