@@ -4,10 +4,34 @@
 #include "fp8_decode_cuda.h"
 
 #ifdef GEMMT_WITH_CUDA
+#include <cstdlib>
+#include <string_view>
+
 #include "common.h"
 #include "gemmt/fp8_decode.h"
 
 namespace gemmt::wrapper {
+namespace {
+
+// The most tokens the decode kernel takes. It widens each float8 element to fp16 for
+// mma.sync, so its work grows with the tokens while the weight's bytes do not: on an H200 it
+// streams W at 1.10-1.24x gemmt's bf16 decode for 1-4 tokens, 0.82-0.84x at 16, and falls
+// behind the Hopper scaled GEMM (wgmma on float8, 0.62-0.88x bf16) from 32 tokens on. Block
+// scales stay on it up to 64 tokens: it takes every pairing torch accepts, the Hopper path
+// one. GEMMT_FP8_DECODE=off never takes it, =always takes it up to 64 tokens (A/B timing).
+int64_t decode_max_tokens(const Fp8Scaling& scaling) {
+  // Read on every call (a few hundred nanoseconds against a product's microseconds), so
+  // that one process can time both paths.
+  const char* env = std::getenv("GEMMT_FP8_DECODE");
+  const std::string_view mode = env == nullptr ? std::string_view() : std::string_view(env);
+  if (mode == "off") return 0;
+  if (mode == "always" || scaling.kind == 2) return 64;
+  TORCH_CHECK(mode.empty() || mode == "auto",
+              "gemmt::scaled_mm: GEMMT_FP8_DECODE expected auto, off or always, got '", mode, "'");
+  return 16;
+}
+
+}  // namespace
 
 std::optional<at::Tensor> scaled_mm_decode_cuda(const char* op, const at::Tensor& a_in,
                                                 const at::Tensor& b, const at::Tensor& sa,
@@ -17,8 +41,8 @@ std::optional<at::Tensor> scaled_mm_decode_cuda(const char* op, const at::Tensor
                                                 const Fp8Scaling& scaling) {
   const int64_t m = a_in.size(0), k = a_in.size(1), n = b.size(1);
   constexpr int64_t kAlign = 16;
+  if (m < 1 || m > decode_max_tokens(scaling) || n < 1 || k < kAlign) return std::nullopt;
   // The weight must already be K-major with aligned rows (b = W.t(), W contiguous).
-  if (m < 1 || m > 64 || n < 1 || k < kAlign) return std::nullopt;
   if (b.stride(0) != 1 || (n > 1 && b.stride(1) % kAlign != 0)) return std::nullopt;
   // The tokens are small: made contiguous when their rows are not aligned K-major ones.
   const bool a_ok = a_in.stride(1) == 1 && (m == 1 || a_in.stride(0) % kAlign == 0) &&

@@ -14,9 +14,9 @@ namespace gemmt::wrapper {
 
 #ifdef GEMMT_WITH_CUDA
 // The product into a new (m, n) tensor of out_dtype when the decode kernel takes it (1 <= m
-// <= 64, b K-major with 16-byte aligned rows, a kernel built for the device); nullopt
-// otherwise, for the caller's general path. Arguments as scaled_mm's checks accepted them,
-// on the current device (the caller's guard).
+// <= 16, or 64 with block scales or GEMMT_FP8_DECODE=always; b K-major with 16-byte aligned
+// rows; a kernel built for the device); nullopt otherwise, for the caller's general path. Arguments
+// as scaled_mm's checks accepted them, on the current device (the caller's guard).
 std::optional<at::Tensor> scaled_mm_decode_cuda(const char* op, const at::Tensor& a,
                                                 const at::Tensor& b, const at::Tensor& scale_a,
                                                 const at::Tensor& scale_b,

@@ -35,6 +35,13 @@ needs_fp8 = pytest.mark.skipif(not _fp8_capable(), reason="needs an sm_89+ CUDA 
 needs_hopper = pytest.mark.skipif(not _hopper(), reason="needs a Hopper GPU (sm_90)")
 
 
+@pytest.fixture(autouse=True)
+def _decode_path_up_to_64_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    # By default the kernel takes 1-16 tokens (64 with block scales); these tests hold it to
+    # its whole range. test_decode_kernel_is_the_one_that_runs checks the default routing.
+    monkeypatch.setenv("GEMMT_FP8_DECODE", "always")
+
+
 class Case:
     """Float8 tokens a (m, k), weight W (n, k) with b = W.t(), and their dequantisation
     scales in the layout of one scaling; full float64 scales for the reference."""
@@ -290,12 +297,14 @@ def test_decode_agrees_with_torch_scaled_mm(scaling: str, m: int, shape: tuple[i
 
 
 @needs_fp8
-def test_decode_kernel_is_the_one_that_runs() -> None:
-    """m <= 64 with a K-major weight launches the decode kernel; m = 65 does not."""
+def test_decode_kernel_is_the_one_that_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """By default, m <= 16 with a K-major weight launches the decode kernel (m <= 64 with block
+    scales); more tokens do not. GEMMT_FP8_DECODE=always takes it up to 64 tokens, =off
+    never."""
     from torch.profiler import ProfilerActivity, profile
 
-    def kernels(m: int) -> list[str]:
-        case = Case(m, 512, 512, "row")
+    def kernels(m: int, scaling: str = "row") -> list[str]:
+        case = Case(m, 512, 512, scaling)
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             torch.ops.gemmt.scaled_mm(case.a, case.b, case.sa, case.sb, None, torch.bfloat16,
@@ -303,9 +312,18 @@ def test_decode_kernel_is_the_one_that_runs() -> None:
             torch.cuda.synchronize()
         return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
 
+    def decodes(names: list[str]) -> bool:
+        return any("decode_kernel" in s and "Fp8Op" in s for s in names)
+
+    monkeypatch.setenv("GEMMT_FP8_DECODE", "auto")
     names = kernels(8)
     if not names:
         pytest.skip("the profiler recorded no CUDA kernels here")
-    assert any("decode_kernel" in s and "Fp8Op" in s for s in names), names
+    assert decodes(names), names
+    assert decodes(kernels(16)) and decodes(kernels(64, "block"))
     if _hopper():
-        assert not any("Fp8Op" in s for s in kernels(65))
+        assert not decodes(kernels(17)) and not decodes(kernels(65))
+        monkeypatch.setenv("GEMMT_FP8_DECODE", "always")
+        assert decodes(kernels(64)) and not decodes(kernels(65))
+        monkeypatch.setenv("GEMMT_FP8_DECODE", "off")
+        assert not decodes(kernels(8))
