@@ -5,8 +5,10 @@
 // The CPU kernels are the reference the CUDA kernels are measured against: a loop of ATen
 // products over the groups, written into one output. On CUDA, the routing (moe_route,
 // moe_permute) runs gemmt's kernels in kernels/moe/, and moe_experts is composed of the gather
-// kernel, grouped_mm, swiglu and the combine kernel; grouped_mm runs the Hopper grouped GEMM
-// (grouped_gemm_cuda.cpp) for 16-bit operands, never a detour through torch._grouped_mm.
+// kernel, grouped_mm, swiglu and the combine kernel, recorded as such under autograd for 16-bit
+// tensors (the gather and combine as nodes whose backward passes are kernels too); grouped_mm
+// runs the Hopper grouped GEMM (grouped_gemm_cuda.cpp) for 16-bit operands, never a detour
+// through torch._grouped_mm.
 //
 // Offsets are data. The CPU kernels read and check them; the Meta kernels never do (their
 // output shapes follow from the operands' shapes alone), so a CUDA kernel can take them on
@@ -28,6 +30,8 @@
 #include "ops.h"
 
 #ifdef GEMMT_WITH_CUDA
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+
 #include "gemmt/moe.h"
 #endif
 
@@ -775,6 +779,177 @@ at::Tensor moe_experts_cpu(const at::Tensor& x, const at::Tensor& w_gate_up,
   return moe_experts_composite(x, w_gate_up, w_down, weights, token_order, offsets);
 }
 
+// ---- moe_experts under autograd on CUDA ----
+// For 16-bit tensors the recorded layer is gemmt's gather and combine kernels, each its own
+// autograd node, around the recorded grouped products and swiglu. The composite's ATen steps
+// would instead materialise a float32 copy of the whole down product, sum it with atomics,
+// and in the backward run a float32 multiply, a reduction and an atomic index_add over the
+// (slots, hidden) rows. Here the combine's backward is one pass (moe_combine_backward_run)
+// and the gather's is the combine kernel with unit weights.
+#ifdef GEMMT_WITH_CUDA
+namespace {
+
+// GEMMT_MOE_FUSED_BACKWARD=0 records the ATen composite instead. Read on every call, so one
+// process can time both.
+bool fused_backward_enabled() {
+  const char* v = std::getenv("GEMMT_MOE_FUSED_BACKWARD");
+  return v == nullptr || std::string_view(v) != "0";
+}
+
+// Tensors with real device memory, and nothing tracing the calls: fake and functional
+// tensors (torch.compile) have no data for a kernel, and a dispatch mode would not see the
+// kernels launched directly. Those cases record the composite, made of registered ops.
+bool fused_path_applies(const at::Tensor& x, const at::Tensor& w_gate_up, const at::Tensor& w_down,
+                        const at::Tensor& weights, const at::Tensor& token_order) {
+  if (!fused_backward_enabled() || !x.is_cuda() || !reduced_float(x.scalar_type())) return false;
+  if (x.numel() == 0 || weights.numel() == 0) return false;
+  if (c10::impl::TorchDispatchModeTLS::stack_len() > 0) return false;
+  for (const at::Tensor* t : {&x, &w_gate_up, &w_down, &weights, &token_order}) {
+    const auto keys = t->key_set();
+    if (keys.has(c10::DispatchKey::Python) || keys.has(c10::DispatchKey::Functionalize)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+at::Tensor cols_contiguous(const at::Tensor& t) {
+  return t.stride(1) == 1 ? t : t.contiguous();
+}
+
+// xs[p] = x[order[p] / top_k] (the gather kernel), and inverse (where each slot went; not
+// differentiable). Backward: grad_x[t] = sum over k of grad_xs[inverse[t * top_k + k]], the
+// combine kernel with unit weights (float32 sum, one rounding; no atomics).
+class MoeGatherFunction : public torch::autograd::Function<MoeGatherFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& order,
+                               int64_t top_k) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    const int64_t tokens = x.size(0), hidden = x.size(1), slots = order.numel();
+    at::Tensor xs = at::empty({slots, hidden}, x.options());
+    at::Tensor inverse = at::empty({slots}, order.options());
+    check_launch(
+        kMoeExperts,
+        moe_gather_run(to_kernel_dtype(x.scalar_type()), x.const_data_ptr(), tokens, hidden,
+                       x.stride(0), x.stride(1), order.const_data_ptr<int64_t>(), slots, top_k,
+                       xs.data_ptr(), inverse.data_ptr<int64_t>(), stream_for(x)));
+    ctx->mark_non_differentiable({inverse});
+    ctx->save_for_backward({order, inverse});
+    ctx->saved_data["tokens"] = tokens;
+    ctx->saved_data["top_k"] = top_k;
+    return {xs, inverse};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    if (!ctx->needs_input_grad(0)) return {at::Tensor(), at::Tensor(), at::Tensor()};
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &order = saved[0], &inverse = saved[1];
+    const int64_t tokens = ctx->saved_data["tokens"].toInt();
+    const int64_t top_k = ctx->saved_data["top_k"].toInt();
+    const at::Tensor& g = grads[0];
+    const int64_t hidden = g.size(1);
+    if (at::GradMode::is_enabled()) {
+      // Recorded backward (create_graph): the composite's differentiable form.
+      const at::Tensor token = at::div(order, top_k, "floor");
+      const at::Tensor sum = at::zeros({tokens, hidden}, g.options().dtype(at::kFloat))
+                                 .index_add(0, token, as_dtype(g, at::kFloat));
+      return {as_dtype(sum, g.scalar_type()), at::Tensor(), at::Tensor()};
+    }
+    const at::cuda::CUDAGuard device(g.device());
+    const at::Tensor gc = cols_contiguous(g);
+    at::Tensor gx = at::empty({tokens, hidden}, g.options());
+    check_launch(kMoeExperts,
+                 moe_combine_run(to_kernel_dtype(gc.scalar_type()), gc.const_data_ptr(), gc.size(0),
+                                 gc.stride(0), hidden, /*weights=*/nullptr,
+                                 inverse.const_data_ptr<int64_t>(), tokens, top_k, gx.data_ptr(),
+                                 stream_for(gc)));
+    return {gx, at::Tensor(), at::Tensor()};
+  }
+};
+
+// out[t] = sum over k of weights[t, k] * o[inverse[t * top_k + k]] (the combine kernel).
+// Backward: one pass of moe_combine_backward_run for both grad_o and grad_weights.
+class MoeCombineFunction : public torch::autograd::Function<MoeCombineFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& o, const at::Tensor& weights,
+                            const at::Tensor& inverse, const at::Tensor& order) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    const int64_t tokens = weights.size(0), top_k = weights.size(1), hidden = o.size(1);
+    const at::Tensor y = cols_contiguous(o);
+    const at::Tensor w = as_dtype(weights, at::kFloat).contiguous();
+    at::Tensor out = at::empty({tokens, hidden}, o.options());
+    check_launch(kMoeExperts, moe_combine_run(to_kernel_dtype(y.scalar_type()), y.const_data_ptr(),
+                                              y.size(0), y.stride(0), hidden, w.const_data_ptr(),
+                                              inverse.const_data_ptr<int64_t>(), tokens, top_k,
+                                              out.data_ptr(), stream_for(y)));
+    ctx->save_for_backward({o, weights, inverse, order});
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const bool need_o = ctx->needs_input_grad(0), need_w = ctx->needs_input_grad(1);
+    if (!need_o && !need_w) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &o = saved[0], &weights = saved[1], &inverse = saved[2], &order = saved[3];
+    const int64_t tokens = weights.size(0), top_k = weights.size(1), hidden = o.size(1);
+    const int64_t slots = tokens * top_k;
+    const at::Tensor& go = grads[0];
+    at::Tensor grad_o, grad_w;
+    if (at::GradMode::is_enabled()) {
+      // Recorded backward (create_graph): the same gradients from differentiable ATen ops,
+      // rows in expert order (row p is slot order[p] of token order[p] / top_k).
+      const at::Tensor token = at::div(order, top_k, "floor");
+      const at::Tensor g = as_dtype(go, at::kFloat).index_select(0, token);
+      if (need_o) {
+        const at::Tensor w_rows = as_dtype(weights, at::kFloat).reshape(-1).index_select(0, order);
+        grad_o = as_dtype(g * w_rows.unsqueeze(1), o.scalar_type());
+      }
+      if (need_w) {
+        const at::Tensor dots = (g * as_dtype(o, at::kFloat)).sum(1);
+        grad_w = as_dtype(at::zeros({slots}, dots.options()).index_copy(0, order, dots),
+                          weights.scalar_type())
+                     .view(weights.sizes());
+      }
+      return {grad_o, grad_w, at::Tensor(), at::Tensor()};
+    }
+    const at::cuda::CUDAGuard device(go.device());
+    const at::Tensor g = cols_contiguous(go);
+    const at::Tensor y = cols_contiguous(o);
+    const at::Tensor w = as_dtype(weights, at::kFloat).contiguous();
+    if (need_o) grad_o = at::empty({slots, hidden}, o.options());
+    if (need_w) grad_w = at::empty({tokens, top_k}, w.options());
+    check_launch(kMoeExperts,
+                 moe_combine_backward_run(
+                     to_kernel_dtype(g.scalar_type()), g.const_data_ptr(), g.stride(0),
+                     need_w ? y.const_data_ptr() : nullptr, y.stride(0), hidden, w.const_data_ptr(),
+                     inverse.const_data_ptr<int64_t>(), order.const_data_ptr<int64_t>(), tokens,
+                     top_k, need_o ? grad_o.data_ptr() : nullptr,
+                     need_w ? grad_w.data_ptr() : nullptr, stream_for(g)));
+    if (need_w) grad_w = as_dtype(grad_w, weights.scalar_type());
+    return {grad_o, grad_w, at::Tensor(), at::Tensor()};
+  }
+};
+
+// The recorded layer: gather node, grouped products and swiglu (each recorded by its own
+// autograd kernel), combine node. The forward runs the kernels moe_experts_cuda runs, in the
+// same order, so its result is bitwise the no-grad result.
+at::Tensor moe_experts_fused(const at::Tensor& x, const at::Tensor& w_gate_up,
+                             const at::Tensor& w_down, const at::Tensor& weights,
+                             const at::Tensor& token_order, const at::Tensor& offsets) {
+  const at::cuda::CUDAGuard guard(x.device());
+  const int64_t top_k = weights.size(1), inter = w_down.size(2);
+  const at::Tensor order = as_dtype(token_order, at::kLong).contiguous();
+  const variable_list gathered = MoeGatherFunction::apply(x, order, top_k);
+  const at::Tensor &xs = gathered[0], &inverse = gathered[1];
+  const at::Tensor h = call_grouped_mm(xs, w_gate_up.transpose(1, 2), offsets);
+  const at::Tensor act = call_swiglu(h.narrow(1, 0, inter), h.narrow(1, inter, inter));
+  const at::Tensor o = call_grouped_mm(act, w_down.transpose(1, 2), offsets);
+  return MoeCombineFunction::apply(o, weights, inverse, order);
+}
+
+}  // namespace
+#endif
+
 at::Tensor moe_experts_autograd(const at::Tensor& x, const at::Tensor& w_gate_up,
                                 const at::Tensor& w_down, const at::Tensor& weights,
                                 const at::Tensor& expert_ids, const at::Tensor& token_order,
@@ -791,6 +966,11 @@ at::Tensor moe_experts_autograd(const at::Tensor& x, const at::Tensor& w_gate_up
     at::AutoDispatchBelowADInplaceOrView guard;
     check_moe_routing_values(expert_ids, token_order, offsets, w_gate_up.size(0));
   }
+#ifdef GEMMT_WITH_CUDA
+  if (fused_path_applies(x, w_gate_up, w_down, weights, token_order)) {
+    return moe_experts_fused(x, w_gate_up, w_down, weights, token_order, offsets);
+  }
+#endif
   return moe_experts_composite(x, w_gate_up, w_down, weights, token_order, offsets);
 }
 

@@ -1016,6 +1016,245 @@ def test_moe_experts_cuda_backward_matches_cpu() -> None:
         assert rel_err(gpu_g, cpu_g) <= 1e-12
 
 
+# The recorded layer on CUDA for 16-bit tensors: gemmt's gather and combine kernels as autograd
+# nodes (the combine's backward is moe_combine_backward.cu, the gather's the combine kernel
+# with unit weights); GEMMT_MOE_FUSED_BACKWARD=0 records the ATen composite instead. Both are
+# measured against the float64 composite on the CPU: the new path's error may be at most
+# twice the composite's own 16-bit error.
+
+_FUSED_ENV = "GEMMT_MOE_FUSED_BACKWARD"
+
+
+def _routing_logits(kind: str, tokens: int, experts: int) -> torch.Tensor:
+    """Router logits: random, or skewed so that some experts get no token and one many, or
+    every token to expert 3 first."""
+    logits = torch.randn(tokens, experts)
+    if kind == "uneven":
+        logits[:, 0] -= 50.0  # never chosen
+        logits[:, experts - 1] -= 50.0  # never chosen
+        logits[:, 2] += 2.0  # most tokens
+    elif kind == "one_expert":
+        logits = torch.full((tokens, experts), -5.0)
+        logits[:, 3] = 5.0
+    return logits
+
+
+def _recorded_experts(x: torch.Tensor, wgu: torch.Tensor, wd: torch.Tensor, weights: torch.Tensor,
+                      r: Any, g: torch.Tensor, device: str
+                      ) -> tuple[torch.Tensor, list[torch.Tensor], Any]:
+    """The layer's output, recorded, and the gradients of (x, w_gate_up, w_down, weights) for
+    the output gradient g (fresh leaves on `device`), and the output's grad_fn."""
+    leaves = [t.detach().to(device).requires_grad_() for t in (x, wgu, wd, weights)]
+    if device == "cuda":
+        _poison_cuda_cache()
+    out = moe_experts(*leaves, r.expert_ids.to(device), r.token_order.to(device),
+                      r.offsets.to(device))
+    grad_fn = out.grad_fn
+    out.backward(g.to(device))
+    grads = [t.grad for t in leaves]
+    missing = [n for n, t in zip(("x", "w_gate_up", "w_down", "weights"), grads) if t is None]
+    assert not missing, f"no gradient reached {missing}"
+    return out.detach(), grads, grad_fn
+
+
+_FUSED_CASES = [
+    # (routing, tokens, hidden, intermediate, experts, top_k)
+    ("random", 257, 64, 32, 16, 4),
+    ("uneven", 300, 64, 48, 8, 2),  # two experts get no token
+    ("one_expert", 65, 64, 32, 6, 1),  # every token to one expert, five empty
+    ("random", 129, 128, 32, 8, 1),  # top-1
+    ("random", 97, 64, 32, 16, 8),  # top-8: one pass of the kernel's eight slots
+    ("random", 33, 64, 16, 32, 12),  # top-12: two passes
+    ("random", 53, 12, 10, 6, 2),  # hidden 12: rows not 16-byte multiples (element path)
+    ("uneven", 41, 20, 16, 5, 3),  # hidden 20, empty experts
+    ("random", 1, 16, 8, 8, 8),  # one token
+]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", _FUSED_CASES, ids=lambda c: "-".join(map(str, c)))
+def test_moe_experts_cuda_fused_backward_matches_float64(case: tuple, dtype: torch.dtype,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    kind, tokens, hidden, inter, experts, top_k = case
+    x, wgu, wd, _ = _experts_inputs(tokens, hidden, inter, experts, top_k, dtype)
+    r = moe_route(_routing_logits(kind, tokens, experts), top_k)
+    if kind != "random":
+        counts = torch.diff(r.offsets, prepend=r.offsets.new_zeros(1))
+        assert (counts == 0).any(), "the routing was meant to leave experts empty"
+    weights = r.weights.clone()
+    g = torch.randn(tokens, hidden).to(dtype)
+    ref_out, ref, _ = _recorded_experts(x.double(), wgu.double(), wd.double(), weights.double(),
+                                        r, g.double(), "cpu")
+    monkeypatch.setenv(_FUSED_ENV, "0")
+    _, old, old_fn = _recorded_experts(x, wgu, wd, weights, r, g, "cuda")
+    monkeypatch.setenv(_FUSED_ENV, "1")
+    out, new, new_fn = _recorded_experts(x, wgu, wd, weights, r, g, "cuda")
+    # The switch picks the path: gemmt's combine node, or the composite's last step.
+    assert "MoeCombineFunction" in new_fn.name(), new_fn.name()
+    assert "MoeCombineFunction" not in old_fn.name(), old_fn.name()
+    assert rel_err(out, ref_out) <= 2e-2
+    for name, mine, theirs, exact in zip(("x", "w_gate_up", "w_down", "weights"), new, old, ref):
+        assert mine.dtype == theirs.dtype and mine.shape == theirs.shape, name
+        assert torch.isfinite(mine).all(), f"{name}: non-finite gradient (an unwritten element?)"
+        e_new, e_old = rel_err(mine, exact), rel_err(theirs, exact)
+        assert e_new <= 2 * e_old + 1e-6, f"{name}: {e_new:.3e} vs the composite's {e_old:.3e}"
+        assert e_new <= 2e-2, f"{name}: {e_new:.3e}"
+        assert rel_err(mine, theirs) <= 2e-2, name
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_moe_experts_cuda_fused_forward_is_the_no_grad_forward(dtype: torch.dtype,
+                                                               monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    monkeypatch.setenv(_FUSED_ENV, "1")
+    for kind, tokens, hidden, inter, experts, top_k in _FUSED_CASES:
+        x, wgu, wd, _ = _experts_inputs(tokens, hidden, inter, experts, top_k, dtype)
+        r = moe_route(_routing_logits(kind, tokens, experts).cuda(), top_k)
+        args = [t.cuda() for t in (x, wgu, wd)] + [r.weights, r.expert_ids, r.token_order,
+                                                    r.offsets]
+        with torch.no_grad():
+            plain = moe_experts(*args)
+        _poison_cuda_cache()
+        recorded = moe_experts(args[0].requires_grad_(), *args[1:])
+        assert recorded.requires_grad
+        assert torch.equal(recorded.detach(), plain), (kind, tokens, hidden, top_k)
+
+
+@pytest.mark.cuda
+def test_moe_experts_cuda_fused_backward_is_deterministic(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(_FUSED_ENV, "1")
+    for kind, tokens, hidden, inter, experts, top_k in (("random", 2048, 256, 64, 16, 8),
+                                                         ("uneven", 1500, 136, 40, 8, 2),
+                                                         ("random", 300, 12, 10, 6, 3)):
+        x, wgu, wd, _ = _experts_inputs(tokens, hidden, inter, experts, top_k, torch.bfloat16)
+        r = moe_route(_routing_logits(kind, tokens, experts), top_k)
+        g = torch.randn(tokens, hidden).bfloat16()
+        _, first, _ = _recorded_experts(x, wgu, wd, r.weights, r, g, "cuda")
+        _, second, _ = _recorded_experts(x, wgu, wd, r.weights, r, g, "cuda")
+        for name, a, b in zip(("x", "w_gate_up", "w_down", "weights"), first, second):
+            assert torch.equal(a, b), f"{name}: two runs differ ({kind}, top_k {top_k})"
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_moe_experts_cuda_fused_backward_reaches_the_router(dtype: torch.dtype,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    tokens, hidden, inter, experts, top_k = 200, 64, 32, 16, 4
+    x, wgu, wd, logits = _experts_inputs(tokens, hidden, inter, experts, top_k, dtype)
+    g = torch.randn(tokens, hidden)
+
+    def run(device: str, to: torch.dtype) -> list[torch.Tensor]:
+        leaves = [t.detach().to(device, to).requires_grad_() for t in (x, wgu, wd)]
+        # float64 scores on both devices: the same experts chosen, no near-tie decided by
+        # rounding.
+        lg = logits.detach().to(device, torch.float64).requires_grad_()
+        r = moe_route(lg, top_k)
+        out = moe_experts(*leaves, r.weights, r.expert_ids, r.token_order, r.offsets)
+        out.backward(g.to(device, to))
+        assert all(t.grad is not None for t in (*leaves, lg))
+        return [t.grad for t in (*leaves, lg)]
+
+    ref = run("cpu", torch.float64)
+    monkeypatch.setenv(_FUSED_ENV, "0")
+    old = run("cuda", dtype)
+    monkeypatch.setenv(_FUSED_ENV, "1")
+    new = run("cuda", dtype)
+    for name, mine, theirs, exact in zip(("x", "w_gate_up", "w_down", "logits"), new, old, ref):
+        assert torch.isfinite(mine).all(), name
+        e_new, e_old = rel_err(mine, exact), rel_err(theirs, exact)
+        assert e_new <= 2 * e_old + 1e-6, f"{name}: {e_new:.3e} vs the composite's {e_old:.3e}"
+        assert rel_err(mine, theirs) <= 2e-2, name
+
+
+@pytest.mark.cuda
+def test_moe_experts_cuda_fused_partial_gradients_and_wide_dtypes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(_FUSED_ENV, "1")
+    tokens, hidden, inter, experts, top_k = 120, 64, 32, 8, 2
+    x, wgu, wd, logits = _experts_inputs(tokens, hidden, inter, experts, top_k, torch.bfloat16)
+    r = moe_route(logits.cuda(), top_k)
+    xc, wguc, wdc = x.cuda(), wgu.cuda(), wd.cuda()
+    g = torch.randn(tokens, hidden, device="cuda").bfloat16()
+    ref = [t.detach().double().requires_grad_() for t in (x, wgu, wd, r.weights.cpu())]
+    ref_experts(*ref, r.expert_ids.cpu()).backward(g.double().cpu())
+    # Only the routing weights need a gradient: the kernel computes grad_weights alone.
+    w = r.weights.detach().clone().requires_grad_()
+    out = moe_experts(xc, wguc, wdc, w, r.expert_ids, r.token_order, r.offsets)
+    assert "MoeCombineFunction" in out.grad_fn.name()
+    out.backward(g)
+    assert rel_err(w.grad, ref[3].grad) <= 2e-2
+    # Only x: grad_o alone, then the gather's backward.
+    xl = xc.clone().requires_grad_()
+    moe_experts(xl, wguc, wdc, r.weights, r.expert_ids, r.token_order, r.offsets).backward(g)
+    assert rel_err(xl.grad, ref[0].grad) <= 2e-2
+    # A strided x (every other column of a wider tensor) and an expanded output gradient.
+    wide = torch.randn(tokens, 2 * hidden, device="cuda").bfloat16()
+    xs = wide[:, ::2].requires_grad_()
+    out = moe_experts(xs, wguc, wdc, r.weights, r.expert_ids, r.token_order, r.offsets)
+    out.sum().backward()
+    monkeypatch.setenv(_FUSED_ENV, "0")
+    xs0 = wide[:, ::2].detach().requires_grad_()
+    moe_experts(xs0, wguc, wdc, r.weights, r.expert_ids, r.token_order, r.offsets).sum().backward()
+    assert rel_err(xs.grad, xs0.grad) <= 2e-2
+    monkeypatch.setenv(_FUSED_ENV, "1")
+    # float32 keeps the composite.
+    x32 = xc.float().requires_grad_()
+    out32 = moe_experts(x32, wguc.float(), wdc.float(), r.weights, r.expert_ids, r.token_order,
+                        r.offsets)
+    assert "MoeCombineFunction" not in out32.grad_fn.name()
+
+
+@pytest.mark.cuda
+def test_moe_experts_cuda_fused_double_backward(monkeypatch: pytest.MonkeyPatch) -> None:
+    tokens, hidden, inter, experts, top_k = 64, 32, 16, 4, 2
+    x, wgu, wd, logits = _experts_inputs(tokens, hidden, inter, experts, top_k, torch.bfloat16)
+    r = moe_route(logits.cuda(), top_k)
+    g = torch.randn(tokens, hidden, device="cuda").bfloat16()
+
+    def second_order(flag: str) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        monkeypatch.setenv(_FUSED_ENV, flag)
+        leaves = [t.cuda().requires_grad_() for t in (x, wgu, wd)]
+        w = r.weights.detach().clone().requires_grad_()
+        out = moe_experts(*leaves, w, r.expert_ids, r.token_order, r.offsets)
+        first = torch.autograd.grad(out, [*leaves, w], g, create_graph=True)
+        penalty = sum((t.float() ** 2).sum() for t in first)
+        second = torch.autograd.grad(penalty, [*leaves, w])
+        return [t.detach() for t in first], list(second)
+
+    first1, second1 = second_order("1")
+    first0, second0 = second_order("0")
+    for a, b in zip(first1, first0):
+        assert rel_err(a, b) <= 2e-2
+    for a, b in zip(second1, second0):
+        assert torch.isfinite(a).all()
+        assert rel_err(a, b) <= 5e-2
+
+
+@pytest.mark.cuda
+def test_moe_experts_cuda_fused_under_torch_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Fake tensors have no memory: tracing records the composite, and the compiled backward
+    # agrees with the eager one.
+    monkeypatch.setenv(_FUSED_ENV, "1")
+    tokens, hidden, inter, experts, top_k = 96, 64, 32, 8, 2
+    x, wgu, wd, logits = _experts_inputs(tokens, hidden, inter, experts, top_k, torch.bfloat16)
+    r = moe_route(logits.cuda(), top_k)
+
+    def layer(x: torch.Tensor, wgu: torch.Tensor, wd: torch.Tensor, w: torch.Tensor
+              ) -> torch.Tensor:
+        return moe_experts(x, wgu, wd, w, r.expert_ids, r.token_order, r.offsets)
+
+    grads = []
+    for fn in (layer, torch.compile(layer, backend="aot_eager", fullgraph=True)):
+        leaves = [t.detach().cuda().requires_grad_() for t in (x, wgu, wd, r.weights)]
+        (fn(*leaves).float() ** 2).sum().backward()
+        grads.append([t.grad for t in leaves])
+    for a, b in zip(*grads):
+        assert rel_err(a, b) <= 2e-2
+
+
 @pytest.mark.cuda
 def test_nn_moe_cuda_matches_cpu() -> None:
     moe = gemmt.nn.MoE(16, 8, 8, 2, score="sigmoid", n_group=4, topk_group=2,

@@ -1,6 +1,6 @@
 // Launch interface of the mixture-of-experts routing kernels (kernels/moe/): the top-k
 // router, the stable counting sort of the routed (token, slot) pairs by expert, the gather of
-// token rows into expert order and the weighted combine back to token order.
+// token rows into expert order, the weighted combine back to token order and its backward.
 //
 // Nothing here synchronises with the host or reads device data on the host: every size comes
 // from the arguments, so the launches can be captured in a CUDA graph. Scratch memory is the
@@ -69,11 +69,33 @@ cudaError_t moe_gather_run(ScalarType dtype, const void* x, std::int64_t tokens,
 // out[t, :] = sum over k of weights[t, k] * y[inverse[t * top_k + k], :], accumulated in
 // float32 (float64 for kFloat64) in k order and rounded once to `dtype`. y has `dtype`
 // elements and row stride y_row_stride (columns contiguous); weights (tokens, top_k) are
-// contiguous float32 (float64 for kFloat64); out (tokens, cols) contiguous. A slot whose
-// inverse entry is outside [0, y_rows) adds nothing.
+// contiguous float32 (float64 for kFloat64), or nullptr for unit weights (a plain sum: the
+// gather's backward); out (tokens, cols) contiguous. A slot whose inverse entry is outside
+// [0, y_rows) adds nothing.
 cudaError_t moe_combine_run(ScalarType dtype, const void* y, std::int64_t y_rows,
                             std::int64_t y_row_stride, std::int64_t cols, const void* weights,
                             const std::int64_t* inverse, std::int64_t tokens, std::int64_t top_k,
                             void* out, cudaStream_t stream);
+
+// The backward of moe_combine_run over the expert layer's y of tokens * top_k rows. For each
+// token t and k < top_k, with s = t * top_k + k and p = inverse[s] (skipped unless
+// 0 <= p < tokens * top_k):
+//   grad_y[p, :] = weights[s] * grad_out[t, :], computed in float32 (float64 for kFloat64)
+//                  and rounded once to `dtype`;
+//   grad_weights[s] = sum over c of grad_out[t, c] * y[p, c] in float32 (float64), in a fixed
+//                  order (deterministic, no atomics); 0 for a skipped slot.
+// grad_out and y have `dtype` elements, contiguous columns and the given row strides;
+// weights and grad_weights are (tokens, top_k) contiguous in the accumulation type; grad_y is
+// (tokens * top_k, cols) contiguous. order is the gather's (slots int64): rows of grad_y that
+// no slot maps to (inverse[order[r]] != r, routing that is not a permutation) are zeroed, so
+// every row is written. grad_y nullptr: not computed (weights and order may then be null);
+// grad_weights nullptr: not computed (y is then not read and may be null).
+cudaError_t moe_combine_backward_run(ScalarType dtype, const void* grad_out,
+                                     std::int64_t grad_out_row_stride, const void* y,
+                                     std::int64_t y_row_stride, std::int64_t cols,
+                                     const void* weights, const std::int64_t* inverse,
+                                     const std::int64_t* order, std::int64_t tokens,
+                                     std::int64_t top_k, void* grad_y, void* grad_weights,
+                                     cudaStream_t stream);
 
 }  // namespace gemmt

@@ -2,7 +2,8 @@
 // y[inverse[t * top_k + k]], y being the down product's rows in expert order. One thread per
 // output element; the sum runs in float32 (float64 for float64) in k order with pinned
 // roundings (no fused multiply-add), and is rounded once to the output dtype, as the CPU
-// reference's float32 index_add is.
+// reference's float32 index_add is. Without weights it is a plain sum of the top_k rows: the
+// backward of the gather (each token's gradient gathered from its slots' rows).
 #include <cstdint>
 
 #include <cuda_runtime.h>
@@ -33,7 +34,8 @@ __global__ void __launch_bounds__(kBlock)
     for (std::int64_t k = 0; k < top_k; ++k) {
       const std::int64_t p = inverse[t * top_k + k];
       if (p >= 0 && p < y_rows) {
-        acc = add_rn(acc, mul_rn(to_opmath(y[p * y_row_stride + c]), weights[t * top_k + k]));
+        const A v = to_opmath(y[p * y_row_stride + c]);
+        acc = add_rn(acc, weights != nullptr ? mul_rn(v, weights[t * top_k + k]) : v);
       }
     }
     out[i] = from_opmath<T>(acc);
