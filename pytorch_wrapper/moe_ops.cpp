@@ -834,6 +834,8 @@ class MoeGatherFunction : public torch::autograd::Function<MoeGatherFunction> {
                        x.stride(0), x.stride(1), order.const_data_ptr<int64_t>(), slots, top_k,
                        xs.data_ptr(), inverse.data_ptr<int64_t>(), stream_for(x)));
     ctx->mark_non_differentiable({inverse});
+    // No zeros made up for the inverse's (never defined) gradient.
+    ctx->set_materialize_grads(false);
     ctx->save_for_backward({order, inverse});
     ctx->saved_data["tokens"] = tokens;
     ctx->saved_data["top_k"] = top_k;
@@ -841,7 +843,9 @@ class MoeGatherFunction : public torch::autograd::Function<MoeGatherFunction> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    if (!ctx->needs_input_grad(0)) return {at::Tensor(), at::Tensor(), at::Tensor()};
+    if (!ctx->needs_input_grad(0) || !grads[0].defined()) {
+      return {at::Tensor(), at::Tensor(), at::Tensor()};
+    }
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &order = saved[0], &inverse = saved[1];
     const int64_t tokens = ctx->saved_data["tokens"].toInt();
