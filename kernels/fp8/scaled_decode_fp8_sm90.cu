@@ -94,6 +94,28 @@ struct WdParams {
   Activation act;
 };
 
+#if defined(GEMMT_SM90_DEVICE_CODE)
+// mbar_wait (sm90/ptx.cuh) with a bound: a load that never lands (a tensor map the driver
+// accepted but the copy engine cannot serve) stops the kernel with an error after about
+// four seconds instead of hanging the process. A healthy wait lasts microseconds.
+__device__ __forceinline__ void wd_wait(uint32_t bar, uint32_t parity) {
+  const long long start = clock64();
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    if (!done && clock64() - start > (8ll << 30)) __trap();
+  } while (!done);
+}
+#endif
+
 // kKind: the wgmma operand pair (A = W's format, B = the tokens'), gemm_tc_kind.h.
 template <int kKind>
 __global__ void __launch_bounds__(kWdThreads, 2)
@@ -143,7 +165,7 @@ __global__ void __launch_bounds__(kWdThreads, 2)
     int stage = 0;
     uint32_t phase = 0;
     for (int kb = kb_first; kb < kb_last; ++kb) {
-      mbar_wait(empty_bar(stage), phase ^ 1u);
+      wd_wait(empty_bar(stage), phase ^ 1u);
       if (leader) {
         const uint32_t fb = full_bar(stage);
         mbar_arrive_expect_tx(fb, kWdWBytes + kWdTBytes);
@@ -163,7 +185,7 @@ __global__ void __launch_bounds__(kWdThreads, 2)
     uint32_t phase = 0;
     float part[kWdAcc];
     for (int kb = kb_first; kb < kb_last; ++kb) {
-      mbar_wait(full_bar(stage), phase);
+      wd_wait(full_bar(stage), phase);
       const uint64_t da =
           make_desc(smem_w + stage * kWdWBytes, 16, 1024) + cw * ((kWdWBytes / 2) >> 4);
       const uint64_t db = make_desc(smem_t + stage * kWdTBytes, 16, 1024);
