@@ -305,6 +305,23 @@ def test_decode_long_k_accumulates_in_float32(scaling: str) -> None:
 
 
 @needs_fp8
+@pytest.mark.parametrize("k", [32, 128, 4096])
+def test_decode_small_products_beside_a_large_one(k: int) -> None:
+    """448 + (k - 1) * 2^-6 is exact in float32: a sum whose small terms are aligned to the
+    largest one and cut to a few bits (a float8 tensor-core sum of one instruction) returns
+    448 or a little more instead. Every product here is exact."""
+    m, n = 3, 24
+    a = torch.full((m, k), 2.0 ** -6, device="cuda")
+    a[:, 0] = 448.0
+    w = torch.ones(n, k, device="cuda")
+    a8, w8 = a.to(E4M3), w.to(E4M3)
+    one = torch.ones((), device="cuda")
+    out = torch.ops.gemmt.scaled_mm(a8, w8.t(), one, one, None, torch.float32, "none", False)
+    expect = torch.full((m, n), 448.0 + (k - 1) * 2.0 ** -6, device="cuda")
+    assert torch.equal(out, expect), (out[0, 0].item(), expect[0, 0].item())
+
+
+@needs_fp8
 @pytest.mark.parametrize("scaling", ["tensor", "row"])
 @pytest.mark.parametrize("m", [1, 16, 31, 64])
 @pytest.mark.parametrize("shape", [(4096, 4096), (1024, 2048)])
