@@ -216,12 +216,14 @@ __global__ void __launch_bounds__(kWdThreads, 2)
   if (p.cluster > 1) {
     // The ring is drained: every load was waited for by both warpgroups, whose products have
     // completed. Its first 32 KB take this CTA's partial totals, a float4 per thread and
-    // group of four, interleaved so that a warp's stores are contiguous.
+    // group of four, interleaved so that a warp's stores are contiguous. Group j holds
+    // tokens 8 j .. 8 j + 7 only: the groups past m are padding and cross no CTA.
     float* const partial = reinterpret_cast<float*>(smem_raw + (base - smem_addr(smem_raw)));
     if (consumer) {
       named_barrier_sync(1, 32 * kWdConsumerWarps);
 #pragma unroll
       for (int j = 0; j < kWdAcc / 4; ++j) {
+        if (8 * j >= p.m) break;
         *reinterpret_cast<float4*>(partial + (j * 256 + tid) * 4) =
             make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
       }
@@ -231,6 +233,7 @@ __global__ void __launch_bounds__(kWdThreads, 2)
       for (int r = 1; r < p.cluster; ++r) {
 #pragma unroll
         for (int j = 0; j < kWdAcc / 4; ++j) {
+          if (8 * j >= p.m) break;
           const float4 v =
               decode::load_peer(partial + (j * 256 + tid) * 4, static_cast<uint32_t>(r));
           acc[4 * j] += v.x;
