@@ -13,22 +13,34 @@
 namespace gemmt::wrapper {
 namespace {
 
-// The most tokens the decode kernel takes. It widens each float8 element to fp16 for
-// mma.sync, so its work grows with the tokens while the weight's bytes do not: on an H200 it
-// streams W at 1.10-1.24x gemmt's bf16 decode for 1-4 tokens, 0.82-0.84x at 16, and falls
-// behind the Hopper scaled GEMM (wgmma on float8, 0.62-0.88x bf16) from 32 tokens on. Block
-// scales stay on it up to 64 tokens: it takes every pairing torch accepts, the Hopper path
-// one. GEMMT_FP8_DECODE=off never takes it, =always takes it up to 64 tokens (A/B timing).
-int64_t decode_max_tokens(const Fp8Scaling& scaling) {
-  // Read on every call (a few hundred nanoseconds against a product's microseconds), so
-  // that one process can time both paths.
+// Which decode kernel takes a product, from GEMMT_FP8_DECODE (read on every call, a few
+// hundred nanoseconds against a product's microseconds, so that one process can time every
+// path):
+//   auto (default)  tensorwise / rowwise scales, 1-64 tokens, on sm_90: the Hopper kernel
+//                   (fp8_decode_wgmma_*: float8 wgmma on W as it is, no conversion, so its
+//                   work does not grow with the tokens); where it cannot run (another GPU, a
+//                   layout its tensor maps do not take), the mma.sync kernel up to 16 tokens.
+//                   Block scales: the mma.sync kernel up to 64 tokens (it takes every pairing
+//                   torch accepts, the Hopper GEMM one). More tokens: the Hopper scaled GEMM.
+//   wgmma           the same as auto today: the Hopper kernel wherever it can run.
+//   mma (always)    the mma.sync kernel (fp8_decode_*, W widened to fp16 in registers) up to
+//                   64 tokens in every scaling, the Hopper kernel never. On an H200 it
+//                   streams W at 1.10-1.24x gemmt's bf16 decode for 1-4 tokens and 0.82-0.84x
+//                   at 16, and falls behind the Hopper scaled GEMM from 32 tokens on.
+//   off             neither decode kernel.
+enum class DecodeRoute { kAuto, kWgmma, kMma, kOff };
+
+DecodeRoute decode_route() {
   const char* env = std::getenv("GEMMT_FP8_DECODE");
   const std::string_view mode = env == nullptr ? std::string_view() : std::string_view(env);
-  if (mode == "off") return 0;
-  if (mode == "always" || scaling.kind == 2) return 64;
-  TORCH_CHECK(mode.empty() || mode == "auto",
-              "gemmt::scaled_mm: GEMMT_FP8_DECODE expected auto, off or always, got '", mode, "'");
-  return 16;
+  if (mode.empty() || mode == "auto") return DecodeRoute::kAuto;
+  if (mode == "wgmma") return DecodeRoute::kWgmma;
+  if (mode == "mma" || mode == "always") return DecodeRoute::kMma;
+  if (mode == "off") return DecodeRoute::kOff;
+  TORCH_CHECK(false,
+              "gemmt::scaled_mm: GEMMT_FP8_DECODE expected auto, wgmma, mma, always or off, got '",
+              mode, "'");
+  return DecodeRoute::kOff;
 }
 
 }  // namespace
@@ -41,7 +53,13 @@ std::optional<at::Tensor> scaled_mm_decode_cuda(const char* op, const at::Tensor
                                                 const Fp8Scaling& scaling) {
   const int64_t m = a_in.size(0), k = a_in.size(1), n = b.size(1);
   constexpr int64_t kAlign = 16;
-  if (m < 1 || m > decode_max_tokens(scaling) || n < 1 || k < kAlign) return std::nullopt;
+  constexpr int64_t kMaxTokens = 64;
+  const DecodeRoute route = decode_route();
+  if (route == DecodeRoute::kOff) return std::nullopt;
+  if (m < 1 || m > kMaxTokens || n < 1 || k < kAlign) return std::nullopt;
+  const bool block = scaling.kind == 2;
+  // The mma.sync kernel's reach when the Hopper kernel does not take the product.
+  const int64_t mma_max = route == DecodeRoute::kMma || block ? kMaxTokens : 16;
   // The weight must already be K-major with aligned rows (b = W.t(), W contiguous).
   if (b.stride(0) != 1 || (n > 1 && b.stride(1) % kAlign != 0)) return std::nullopt;
   // The tokens are small: made contiguous when their rows are not aligned K-major ones.
@@ -80,11 +98,13 @@ std::optional<at::Tensor> scaled_mm_decode_cuda(const char* op, const at::Tensor
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(a.get_device());
   x.cc_major = prop->major;
   x.sm_count = usable_sm_count(op);
-  if (!fp8_decode_supported(x)) return std::nullopt;
+  const bool wgmma = route != DecodeRoute::kMma && !block && fp8_decode_wgmma_supported(x);
+  if (!wgmma && (m > mma_max || !fp8_decode_supported(x))) return std::nullopt;
 
   at::Tensor out = at::empty({m, n}, a.options().dtype(out_dtype));
   x.c = out.data_ptr();
-  check_launch(op, fp8_decode_run(x, stream_for(a)));
+  const cudaStream_t stream = stream_for(a);
+  check_launch(op, wgmma ? fp8_decode_wgmma_run(x, stream) : fp8_decode_run(x, stream));
   return out;
 }
 

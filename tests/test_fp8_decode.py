@@ -1,7 +1,10 @@
-"""scaled_mm's FP8 decode path on CUDA (kernels/fp8/scaled_decode_fp8.cu): 1-64 tokens against
-a K-major float8 weight (b = W.t()), in every scaling, with bias, activations and the three
-output dtypes, against a float64 product of the dequantised inputs with an elementwise error
-bound, against torch._scaled_mm, on outputs whose memory was filled with NaN first."""
+"""scaled_mm's FP8 decode path on CUDA: 1-64 tokens against a K-major float8 weight
+(b = W.t()), in every scaling, with bias, activations and the three output dtypes, against a
+float64 product of the dequantised inputs with an elementwise error bound, against
+torch._scaled_mm, on outputs whose memory was filled with NaN first. Every test runs on both
+decode kernels: the mma.sync one (kernels/fp8/scaled_decode_fp8.cu, every scaling) and the
+Hopper wgmma one (kernels/fp8/scaled_decode_fp8_sm90.cu, tensorwise and rowwise scales; block
+scales stay on the mma.sync kernel there)."""
 
 from __future__ import annotations
 
@@ -35,11 +38,43 @@ needs_fp8 = pytest.mark.skipif(not _fp8_capable(), reason="needs an sm_89+ CUDA 
 needs_hopper = pytest.mark.skipif(not _hopper(), reason="needs a Hopper GPU (sm_90)")
 
 
-@pytest.fixture(autouse=True)
-def _decode_path_up_to_64_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
-    # By default the kernel takes 1-16 tokens (64 with block scales); these tests hold it to
-    # its whole range. test_decode_kernel_is_the_one_that_runs checks the default routing.
-    monkeypatch.setenv("GEMMT_FP8_DECODE", "always")
+DECODE_PATHS = ["mma", "wgmma"]
+MMA_KERNEL, WGMMA_KERNEL = "mma.sync decode kernel", "wgmma decode kernel"
+
+
+@pytest.fixture(autouse=True, params=DECODE_PATHS)
+def decode_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The decode kernel under test, chosen through GEMMT_FP8_DECODE: "mma" holds the mma.sync
+    kernel to its whole range (1-64 tokens, every scaling), "wgmma" sends tensorwise and
+    rowwise products to the Hopper kernel (test_wgmma_path_runs_the_wgmma_kernel checks that it
+    is the one that runs for these tests' operands). test_decode_kernel_is_the_one_that_runs
+    checks the default routing."""
+    if request.param == "wgmma" and HAS_CUDA and not _hopper():
+        pytest.skip("the wgmma decode kernel needs a Hopper GPU (sm_90)")
+    monkeypatch.setenv("GEMMT_FP8_DECODE", request.param)
+    return request.param
+
+
+def kernel_names(fn) -> list[str]:
+    """The CUDA kernels that fn() launches, by the profiler's names."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def decode_kernels(names: list[str]) -> set[str]:
+    """Which of the two decode kernels appear among the kernel names."""
+    found = set()
+    for s in names:
+        if "decode_kernel" in s and "Fp8Op" in s:
+            found.add(MMA_KERNEL)
+        if "fp8_decode_wgmma_kernel" in s:
+            found.add(WGMMA_KERNEL)
+    return found
 
 
 class Case:
@@ -270,6 +305,23 @@ def test_decode_long_k_accumulates_in_float32(scaling: str) -> None:
 
 
 @needs_fp8
+@pytest.mark.parametrize("k", [32, 128, 4096])
+def test_decode_small_products_beside_a_large_one(k: int) -> None:
+    """448 + (k - 1) * 2^-6 is exact in float32: a sum whose small terms are aligned to the
+    largest one and cut to a few bits (a float8 tensor-core sum of one instruction) returns
+    448 or a little more instead. Every product here is exact."""
+    m, n = 3, 24
+    a = torch.full((m, k), 2.0 ** -6, device="cuda")
+    a[:, 0] = 448.0
+    w = torch.ones(n, k, device="cuda")
+    a8, w8 = a.to(E4M3), w.to(E4M3)
+    one = torch.ones((), device="cuda")
+    out = torch.ops.gemmt.scaled_mm(a8, w8.t(), one, one, None, torch.float32, "none", False)
+    expect = torch.full((m, n), 448.0 + (k - 1) * 2.0 ** -6, device="cuda")
+    assert torch.equal(out, expect), (out[0, 0].item(), expect[0, 0].item())
+
+
+@needs_fp8
 @pytest.mark.parametrize("scaling", ["tensor", "row"])
 @pytest.mark.parametrize("m", [1, 16, 31, 64])
 @pytest.mark.parametrize("shape", [(4096, 4096), (1024, 2048)])
@@ -297,33 +349,106 @@ def test_decode_agrees_with_torch_scaled_mm(scaling: str, m: int, shape: tuple[i
 
 
 @needs_fp8
-def test_decode_kernel_is_the_one_that_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """By default, m <= 16 with a K-major weight launches the decode kernel (m <= 64 with block
-    scales); more tokens do not. GEMMT_FP8_DECODE=always takes it up to 64 tokens, =off
-    never."""
-    from torch.profiler import ProfilerActivity, profile
+def test_decode_kernel_is_the_one_that_runs(decode_path: str,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """By default (auto) on Hopper, tensorwise and rowwise products of 1-64 tokens run the
+    wgmma decode kernel and block scales the mma.sync one up to 64 tokens; on other GPUs the
+    mma.sync kernel takes up to 16 tokens (64 with block scales). GEMMT_FP8_DECODE=mma (and
+    its alias always) holds the mma.sync kernel to 64 tokens in every scaling, =wgmma takes the
+    Hopper kernel, =off neither; 65 tokens never take a decode kernel."""
+    if decode_path != DECODE_PATHS[0]:
+        pytest.skip("the routing is checked once, with its own settings")
 
-    def kernels(m: int, scaling: str = "row") -> list[str]:
+    def ran(m: int, scaling: str = "row") -> set[str]:
         case = Case(m, 512, 512, scaling)
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            torch.ops.gemmt.scaled_mm(case.a, case.b, case.sa, case.sb, None, torch.bfloat16,
-                                      "none", False)
-            torch.cuda.synchronize()
-        return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        names = kernel_names(lambda: torch.ops.gemmt.scaled_mm(
+            case.a, case.b, case.sa, case.sb, None, torch.bfloat16, "none", False))
+        if not names:
+            pytest.skip("the profiler recorded no CUDA kernels here")
+        return decode_kernels(names)
 
-    def decodes(names: list[str]) -> bool:
-        return any("decode_kernel" in s and "Fp8Op" in s for s in names)
-
+    MMA, WG = {MMA_KERNEL}, {WGMMA_KERNEL}
     monkeypatch.setenv("GEMMT_FP8_DECODE", "auto")
-    names = kernels(8)
-    if not names:
-        pytest.skip("the profiler recorded no CUDA kernels here")
-    assert decodes(names), names
-    assert decodes(kernels(16)) and decodes(kernels(64, "block"))
-    if _hopper():
-        assert not decodes(kernels(17)) and not decodes(kernels(65))
-        monkeypatch.setenv("GEMMT_FP8_DECODE", "always")
-        assert decodes(kernels(64)) and not decodes(kernels(65))
-        monkeypatch.setenv("GEMMT_FP8_DECODE", "off")
-        assert not decodes(kernels(8))
+    if not _hopper():
+        assert ran(8) == MMA and ran(16, "tensor") == MMA and ran(64, "block") == MMA
+        return
+    for m in (1, 8, 16, 17, 33, 64):
+        for scaling in ("tensor", "row"):
+            assert ran(m, scaling) == WG, (m, scaling)
+    assert ran(1, "block") == MMA and ran(64, "block") == MMA
+    assert ran(65) == set() and ran(65, "block") == set()
+    monkeypatch.delenv("GEMMT_FP8_DECODE")  # unset is auto
+    assert ran(8) == WG and ran(8, "block") == MMA
+    for mode in ("mma", "always"):
+        monkeypatch.setenv("GEMMT_FP8_DECODE", mode)
+        assert ran(1) == MMA and ran(64) == MMA and ran(64, "tensor") == MMA, mode
+        assert ran(64, "block") == MMA and ran(65) == set(), mode
+    monkeypatch.setenv("GEMMT_FP8_DECODE", "wgmma")
+    assert ran(1, "tensor") == WG and ran(64) == WG and ran(64, "block") == MMA
+    assert ran(65) == set()
+    monkeypatch.setenv("GEMMT_FP8_DECODE", "off")
+    assert ran(8) == set() and ran(8, "block") == set()
+    monkeypatch.setenv("GEMMT_FP8_DECODE", "sometimes")
+    case = Case(4, 256, 256, "row")
+    with pytest.raises(RuntimeError, match=r"GEMMT_FP8_DECODE expected auto, wgmma, mma"):
+        torch.ops.gemmt.scaled_mm(case.a, case.b, case.sa, case.sb, None, torch.bfloat16,
+                                  "none", False)
+
+
+# Shapes whose K is split over clusters of 2-8 CTAs on the wgmma kernel (132 SMs), evenly
+# and not, with tails in N (not a multiple of 64 or 128) and in K (a multiple of 16, not of
+# 128).
+SPLIT_SHAPES = [(1000, 4096), (300, 4752), (4096, 1040), (520, 2064), (136, 640), (64, 16)]
+
+
+@needs_fp8
+@pytest.mark.parametrize("m", [1, 7, 8, 9, 33, 64])
+@pytest.mark.parametrize("shape", SPLIT_SHAPES)
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+def test_decode_split_k_and_tails(m: int, shape: tuple[int, int], scaling: str) -> None:
+    n, k = shape
+    case = Case(m, n, k, scaling)
+    check(case, run(case), torch.float32)
+    out = run(case, torch.bfloat16)
+    check(case, out, torch.bfloat16)
+
+
+@needs_hopper
+def test_wgmma_path_runs_the_wgmma_kernel(decode_path: str) -> None:
+    """With GEMMT_FP8_DECODE=wgmma, the operands of this file's tensorwise / rowwise tests run
+    the wgmma kernel (not the mma.sync one it would fall back to where it cannot run)."""
+    if decode_path != "wgmma":
+        pytest.skip("checks the wgmma path")
+
+    def only_wgmma(fn, what: str) -> None:
+        names = kernel_names(fn)
+        if not names:
+            pytest.skip("the profiler recorded no CUDA kernels here")
+        assert decode_kernels(names) == {WGMMA_KERNEL}, (what, names)
+
+    shapes = SHAPES + SPLIT_SHAPES + [(14336, 4096), (4096, 14336), (512, 16384)]
+    for n, k in shapes:
+        for m in (1, 7, 33, 64):
+            for scaling in ("tensor", "row"):
+                case = Case(m, n, k, scaling)
+                only_wgmma(lambda: run(case), f"{m} x {n} x {k} {scaling}")
+    case = Case(13, 520, 640, "row")
+    bias = torch.randn(case.n, device="cuda").to(torch.bfloat16)
+    for out_dtype in (torch.float32, torch.bfloat16, torch.float16):
+        only_wgmma(lambda: run(case, out_dtype, bias, "gelu"), f"epilogue {out_dtype}")
+    for pair in [(E4M3, E5M2), (E5M2, E4M3)]:
+        mixed = Case(9, 384, 1024, "tensor", fa=pair[0], fw=pair[1])
+        only_wgmma(lambda: run(mixed), f"formats {pair}")
+    m, n, k = 5, 200, 320
+    case = Case(m, n, k, "row")
+    a_wide = torch.zeros(m, k + 48, device="cuda").to(E4M3)
+    a_wide[:, :k] = case.a
+    w_wide = torch.zeros(n, k + 32, device="cuda").to(E4M3)
+    w_wide[:, :k] = case.w
+    a_odd = torch.zeros(m, k + 3, device="cuda").to(E4M3)
+    a_odd[:, :k] = case.a
+    for name, (a, b) in {"a in a wider matrix": (a_wide[:, :k], case.b),
+                         "W in a wider matrix": (case.a, w_wide[:, :k].t()),
+                         "a at an odd stride": (a_odd[:, :k], case.b)}.items():
+        only_wgmma(lambda: torch.ops.gemmt.scaled_mm(a, b, case.sa, case.sb, None, torch.float32,
+                                                     "none", False), name)

@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "common/decode_core.cuh"
+#include "fp8/decode_epilogue.cuh"
 #include "gemmt/activation.h"
 #include "gemmt/fp8_decode.h"
 #include "gemmt/launch.cuh"
@@ -89,33 +90,6 @@ __device__ __forceinline__ void widen16(const uint4& v, uint32_t (&f)[8]) {
   widen<kE5>(v.y, f[2], f[3]);
   widen<kE5>(v.z, f[4], f[5]);
   widen<kE5>(v.w, f[6], f[7]);
-}
-
-__device__ __forceinline__ float load_bias(const Fp8Params& p, int row) {
-  const int64_t i = static_cast<int64_t>(row) * p.bias_stride;
-  switch (p.bias_dtype) {
-    case ScalarType::kBFloat16:
-      return to_float(static_cast<const __nv_bfloat16*>(p.bias)[i]);
-    case ScalarType::kFloat16:
-      return to_float(static_cast<const __half*>(p.bias)[i]);
-    default:
-      return static_cast<const float*>(p.bias)[i];
-  }
-}
-
-__device__ __forceinline__ void store_out(const Fp8Params& p, int token, int row, float v) {
-  const int64_t i = static_cast<int64_t>(token) * p.ldc + row;
-  switch (p.out) {
-    case ScalarType::kBFloat16:
-      static_cast<__nv_bfloat16*>(p.c)[i] = from_float<__nv_bfloat16>(v);
-      break;
-    case ScalarType::kFloat16:
-      static_cast<__half*>(p.c)[i] = from_float<__half>(v);
-      break;
-    default:
-      static_cast<float*>(p.c)[i] = v;
-      break;
-  }
 }
 
 // kWE5 / kAE5: the weight's / the tokens' format is e5m2 (else e4m3fn). kBlock: per-128-K
@@ -188,7 +162,8 @@ struct Fp8Op {
       const int row = row0 + g + 8 * h;
       if (row >= p.core.n) continue;
       const float sb = kBlock ? 1.f : __ldg(p.sb + (row >> p.b_shift) * p.sb_s1);
-      const float bias = p.bias != nullptr ? load_bias(p, row) : 0.f;
+      const float bias =
+          p.bias != nullptr ? fp8_decode::load_bias(p.bias, p.bias_dtype, p.bias_stride, row) : 0.f;
 #pragma unroll
       for (int t = 0; t < kTiles; ++t) {
 #pragma unroll
@@ -198,7 +173,7 @@ struct Fp8Op {
           float v = acc[t][2 * h + e];
           if (!kBlock) v = v * __ldg(p.sa + (token >> p.a_shift) * p.sa_s0) * sb;
           v += bias;
-          store_out(p, token, row, apply_activation(p.act, v));
+          fp8_decode::store_out(p.c, p.out, p.ldc, token, row, apply_activation(p.act, v));
         }
       }
     }

@@ -1,0 +1,405 @@
+// The FP8 decode product on Hopper (include/gemmt/fp8_decode.h, fp8_decode_wgmma_*): a few
+// float8 tokens against a float8 weight W (n x k, K-major), C = act(sa * sb * (a W^T) + bias).
+// Its time is W's bytes over the memory bandwidth; the mma.sync kernel
+// (scaled_decode_fp8.cu) widens every W element to fp16 in registers and issues an mma per 8
+// tokens, so its instruction work grows with the tokens. Here W is never converted:
+// float8 wgmma takes it as is.
+//
+// Roles. W is wgmma's 64-row operand A (output features), the tokens are operand B, padded to
+// 64 columns (TMA fills the rows past m with zeros, without reading memory), so one
+// m64n64k32 instruction covers every token whatever m is. Both are K-major in shared memory
+// with the 128-byte swizzle, a stage holding 128 of K (one 128-byte line a row): 128 rows of
+// W (16 KB) and the 64-row token tile (8 KB). A CTA is two consumer warpgroups (64 rows of W
+// each, sharing the token tile) and a producer warp that keeps a ring of kStages stages full
+// by TMA (the grouped kernel's ring: full / empty mbarriers, kernels/sm90/grouped_kernel.cuh).
+// Two CTAs fit on an SM, so one's start and reduction overlap the other's streaming.
+//
+// Accumulation. The tensor cores sum float8 products in fewer bits than float32 and keep the
+// accumulator they are given in fewer bits still, so a chain of wgmmas on one accumulator
+// loses accuracy with K. Each k32 step (kPromoteSteps of them) is issued into fresh partial
+// sums (scale-d 0: the accumulator is not read) and added to a float32 total once it is done,
+// so the only sums the tensor cores keep are those of one instruction's products.
+//
+// Work split. K is split over a cluster of up to 8 CTAs (rank r takes k-blocks
+// [r kb / cl, (r + 1) kb / cl)) so that even a 4096-row W spreads over every SM; the grid is
+// (row blocks of 128) x cl. The partial totals meet in the ring's shared memory, rank 0 adds
+// its peers' through distributed shared memory in rank order (deterministic, one launch, no
+// workspace: kernels/common/decode_core.cuh does the same) and applies the epilogue: the row
+// (token) and column (W row) scales, the bias, the activation, one rounding to C's dtype.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "common/decode_core.cuh"
+#include "common/gemm_tc_kind.h"
+#include "common/shared_memory.cuh"
+#include "fp8/decode_epilogue.cuh"
+#include "gemmt/activation.h"
+#include "gemmt/cuda_check.h"
+#include "gemmt/fp8_decode.h"
+#include "gemmt/launch.cuh"
+#include "sm90/config.cuh"
+#include "sm90/ptx.cuh"
+#include "sm90/tensor_map.h"
+
+namespace gemmt {
+namespace {
+
+#if defined(GEMMT_HAS_SM90A)
+constexpr bool kWgmmaDecodeBuilt = true;
+#else
+constexpr bool kWgmmaDecodeBuilt = false;
+#endif
+
+constexpr int kWdBM = 128;                    // W rows of a CTA: two warpgroups of 64
+constexpr int kWdTokens = 64;                 // token columns of every wgmma (m padded)
+constexpr int kWdBK = 128;                    // K of a stage: one 128-byte line a row
+constexpr int kWdWBytes = kWdBM * kWdBK;      // 16 KB
+constexpr int kWdTBytes = kWdTokens * kWdBK;  // 8 KB
+constexpr int kWdStages = 4;
+constexpr int kWdConsumerWarps = 8;
+constexpr int kWdThreads = 32 * kWdConsumerWarps + 32;  // two warpgroups + the producer warp
+constexpr int kWdAcc = kWdTokens / 2;                   // float32 sums a consumer thread holds
+constexpr int kWdMaxCluster = 8;
+constexpr int kWdMinBlocksPerRank = 4;  // k-blocks a cluster rank streams at least
+// k32 steps summed on the tensor cores before their partial sums join the float32 total
+// (1..4); 1 keeps no tensor-core accumulator across instructions.
+constexpr int kPromoteSteps = 1;
+static_assert(kPromoteSteps >= 1 && 4 % kPromoteSteps == 0, "k32 steps per promotion: 1, 2, 4");
+constexpr int kWdRingBytes = kWdStages * (kWdWBytes + kWdTBytes);
+// + 1 KB to align the ring to the swizzle's 1024-byte period; the barriers after it.
+constexpr int kWdSmemBytes = kWdRingBytes + 1024 + 2 * kWdStages * 8;
+// The consumers' partial totals, laid over the ring once it is drained.
+static_assert(2 * 128 * kWdAcc * 4 <= kWdRingBytes, "partial sums fit in the ring");
+// Two CTAs an SM (228 KB of shared memory, 1 KB reserved a CTA).
+static_assert(2 * (kWdSmemBytes + 1024) <= 228 * 1024, "two CTAs fit on an SM");
+
+struct WdParams {
+  int m, n, k;
+  int kblocks;  // ceil(k / 128)
+  int cluster;  // CTAs along K
+  void* c;
+  int64_t ldc;
+  ScalarType out;
+  const float* sa;
+  int64_t sa_s0;
+  const float* sb;
+  int64_t sb_s1;
+  const void* bias;
+  ScalarType bias_dtype;
+  int64_t bias_stride;
+  Activation act;
+};
+
+#if defined(GEMMT_SM90_DEVICE_CODE)
+// mbar_wait (sm90/ptx.cuh) with a bound: a load that never lands (a tensor map the driver
+// accepted but the copy engine cannot serve) stops the kernel with an error after about
+// four seconds instead of hanging the process. A healthy wait lasts microseconds.
+__device__ __forceinline__ void wd_wait(uint32_t bar, uint32_t parity) {
+  const long long start = clock64();
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    if (!done && clock64() - start > (8ll << 30)) __trap();
+  } while (!done);
+}
+#endif
+
+// kKind: the wgmma operand pair (A = W's format, B = the tokens'), gemm_tc_kind.h.
+template <int kKind>
+__global__ void __launch_bounds__(kWdThreads, 2)
+    fp8_decode_wgmma_kernel(const __grid_constant__ CUtensorMap tma_w,
+                            const __grid_constant__ CUtensorMap tma_t, const WdParams p) {
+#if defined(GEMMT_SM90_DEVICE_CODE)
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const uint32_t smem_w = base;
+  const uint32_t smem_t = base + kWdStages * kWdWBytes;
+  const uint32_t bars = base + kWdRingBytes;
+  auto full_bar = [&](int s) { return bars + 8u * s; };
+  auto empty_bar = [&](int s) { return bars + 8u * (kWdStages + s); };
+
+  const int warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x >> 5), 0);
+  const int lane = threadIdx.x & 31;
+  const int rank = p.cluster > 1 ? static_cast<int>(cluster_ctarank()) : 0;
+  const int row_block = static_cast<int>(blockIdx.x) / p.cluster;
+  const int kb_first = static_cast<int>(static_cast<int64_t>(rank) * p.kblocks / p.cluster);
+  const int kb_last = static_cast<int>(static_cast<int64_t>(rank + 1) * p.kblocks / p.cluster);
+
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < kWdStages; ++s) {
+      mbar_init(full_bar(s), 1);
+      mbar_init(empty_bar(s), kWdConsumerWarps);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+  // A programmatic launch (gemmt/launch.cuh) may start this block before the previous kernel
+  // has finished: no global access above this line.
+  grid_dependency_wait();
+  allow_dependent_launch();
+
+  float acc[kWdAcc];
+#pragma unroll
+  for (int i = 0; i < kWdAcc; ++i) acc[i] = 0.f;
+
+  if (warp == kWdConsumerWarps) {
+    // The producer: one elected lane issues the loads of this rank's k-blocks.
+    const bool leader = elect_one();
+    if (leader) {
+      prefetch_tmap(&tma_w);
+      prefetch_tmap(&tma_t);
+    }
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int kb = kb_first; kb < kb_last; ++kb) {
+      wd_wait(empty_bar(stage), phase ^ 1u);
+      if (leader) {
+        const uint32_t fb = full_bar(stage);
+        mbar_arrive_expect_tx(fb, kWdWBytes + kWdTBytes);
+        tma_load(smem_w + stage * kWdWBytes, &tma_w, fb, kb * kWdBK, row_block * kWdBM);
+        tma_load(smem_t + stage * kWdTBytes, &tma_t, fb, kb * kWdBK, 0);
+      }
+      __syncwarp();
+      if (++stage == kWdStages) {
+        stage = 0;
+        phase ^= 1u;
+      }
+    }
+  } else {
+    const int cw = warp >> 2;  // consumer warpgroup: W rows 64 cw .. 64 cw + 63 of the block
+    constexpr uint32_t kStep = 32 >> 4;  // one k32 step: 32 bytes along the swizzled line
+    int stage = 0;
+    uint32_t phase = 0;
+    float part[kWdAcc];
+    for (int kb = kb_first; kb < kb_last; ++kb) {
+      wd_wait(full_bar(stage), phase);
+      const uint64_t da =
+          make_desc(smem_w + stage * kWdWBytes, 16, 1024) + cw * ((kWdWBytes / 2) >> 4);
+      const uint64_t db = make_desc(smem_t + stage * kWdTBytes, 16, 1024);
+#pragma unroll
+      for (int k0 = 0; k0 < 4; k0 += kPromoteSteps) {
+        wgmma_fence();
+#pragma unroll
+        for (int kk = k0; kk < k0 + kPromoteSteps; ++kk) {
+          wgmma_m64n64<kKind, 0, 0>(part, da + kk * kStep, db + kk * kStep, kk != k0 ? 1u : 0u);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_accumulators(part);
+#pragma unroll
+        for (int i = 0; i < kWdAcc; ++i) acc[i] += part[i];
+      }
+      // Every wgmma of this warpgroup that read the stage has completed.
+      if (lane == 0) mbar_arrive_local(empty_bar(stage));
+      if (++stage == kWdStages) {
+        stage = 0;
+        phase ^= 1u;
+      }
+    }
+  }
+
+  const bool consumer = warp < kWdConsumerWarps;
+  const int tid = static_cast<int>(threadIdx.x);  // 0..255 on the consumers
+  if (p.cluster > 1) {
+    // The ring is drained: every load was waited for by both warpgroups, whose products have
+    // completed. Its first 32 KB take this CTA's partial totals, a float4 per thread and
+    // group of four, interleaved so that a warp's stores are contiguous. Group j holds
+    // tokens 8 j .. 8 j + 7 only: the groups past m are padding and cross no CTA.
+    float* const partial = reinterpret_cast<float*>(smem_raw + (base - smem_addr(smem_raw)));
+    if (consumer) {
+      named_barrier_sync(1, 32 * kWdConsumerWarps);
+#pragma unroll
+      for (int j = 0; j < kWdAcc / 4; ++j) {
+        if (8 * j >= p.m) break;
+        *reinterpret_cast<float4*>(partial + (j * 256 + tid) * 4) =
+            make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
+      }
+    }
+    cluster_sync();  // every rank's totals are in its shared memory
+    if (rank == 0 && consumer) {
+      for (int r = 1; r < p.cluster; ++r) {
+#pragma unroll
+        for (int j = 0; j < kWdAcc / 4; ++j) {
+          if (8 * j >= p.m) break;
+          const float4 v =
+              decode::load_peer(partial + (j * 256 + tid) * 4, static_cast<uint32_t>(r));
+          acc[4 * j] += v.x;
+          acc[4 * j + 1] += v.y;
+          acc[4 * j + 2] += v.z;
+          acc[4 * j + 3] += v.w;
+        }
+      }
+    }
+    cluster_sync();  // the peers' shared memory outlives rank 0's reads
+  }
+  if (rank != 0 || !consumer) return;
+
+  // The epilogue from the accumulator layout: acc[4 j + 2 h + e] is W row (output column)
+  // 16 w + g + 8 h of the warpgroup's 64 and token (output row) 8 j + 2 q + e.
+  const int g = lane >> 2, q = lane & 3;
+  const int row_base = row_block * kWdBM + (warp >> 2) * 64 + (warp & 3) * 16 + g;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row_base + 8 * h;
+    if (row >= p.n) continue;
+    const float sb = __ldg(p.sb + static_cast<int64_t>(row) * p.sb_s1);
+    const float bias =
+        p.bias != nullptr ? fp8_decode::load_bias(p.bias, p.bias_dtype, p.bias_stride, row) : 0.f;
+#pragma unroll
+    for (int j = 0; j < kWdTokens / 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int token = 8 * j + 2 * q + e;
+        if (token >= p.m) continue;
+        float v = acc[4 * j + 2 * h + e];
+        v = v * __ldg(p.sa + static_cast<int64_t>(token) * p.sa_s0) * sb;
+        v += bias;
+        fp8_decode::store_out(p.c, p.out, p.ldc, token, row, apply_activation(p.act, v));
+      }
+    }
+  }
+#endif  // GEMMT_SM90_DEVICE_CODE
+}
+
+// ---- Host side ----------------------------------------------------------------------------
+
+bool wd_fail(const char** why, const char* what) {
+  if (why != nullptr) *why = what;
+  return false;
+}
+
+bool wd_aligned16(const void* ptr) {
+  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
+}
+
+// A 2-D map of float8 rows (`rows` of `k` bytes, `stride` bytes apart) in boxes of
+// `box_rows` x 128 bytes with the 128-byte swizzle; rows and K past the ends read as zeros.
+bool encode_rows(CUtensorMap* map, const void* ptr, int64_t k, int64_t rows, int64_t stride,
+                 uint32_t box_rows) {
+  PFN_cuTensorMapEncodeTiled_v12000 fn = sm90::tensor_map_encoder();
+  if (fn == nullptr) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kWdBK), box_rows};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  return sm90::encode_with_context([&] {
+    return fn(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(ptr), dims, strides, box,
+              elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+              CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  });
+}
+
+// CTAs along K: enough row blocks x ranks for every SM to stream W, each rank keeping at
+// least kWdMinBlocksPerRank k-blocks so that its ring reaches a steady state.
+int plan_cluster(int64_t n, int64_t k, int sm_count) {
+  const int64_t row_blocks = (n + kWdBM - 1) / kWdBM;
+  const int64_t kblocks = (k + kWdBK - 1) / kWdBK;
+  const int64_t sms = std::max(1, sm_count);
+  int64_t cl = row_blocks >= sms ? 1 : (sms + row_blocks - 1) / row_blocks;
+  cl = std::min<int64_t>(cl, kWdMaxCluster);
+  cl = std::min<int64_t>(cl, std::max<int64_t>(1, kblocks / kWdMinBlocksPerRank));
+  return static_cast<int>(std::max<int64_t>(cl, 1));
+}
+
+template <int kKind>
+cudaError_t launch_kind(const CUtensorMap& w, const CUtensorMap& t, const WdParams& p, int ctas,
+                        cudaStream_t stream) {
+  constexpr auto kernel = fp8_decode_wgmma_kernel<kKind>;
+  GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(kWdSmemBytes));
+  // All of the unified L1 as shared memory, so that two CTAs fit on an SM (a hint the driver
+  // may otherwise settle below what two need); set once per device.
+  static std::atomic<int> carveout[kMaxCachedDevices] = {};
+  int done = 0;
+  GEMMT_RETURN_IF_ERROR(cached_per_device(carveout, &done, [](int, int* value) {
+    *value = 1;
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                cudaSharedmemCarveoutMaxShared);
+  }));
+  cudaLaunchAttribute attr[2];
+  cudaLaunchConfig_t cfg = cluster_launch_config(
+      dim3(static_cast<unsigned>(ctas)), dim3(kWdThreads), kWdSmemBytes, stream, p.cluster, attr);
+  add_programmatic_launch<kernel>(cfg, attr);
+  GEMMT_RETURN_IF_ERROR(cudaLaunchKernelEx(&cfg, kernel, w, t, p));
+  GEMMT_RETURN_LAUNCH_ERROR();
+}
+
+}  // namespace
+
+bool fp8_decode_wgmma_supported(const Fp8DecodeArgs& x, const char** why) {
+  if (!kWgmmaDecodeBuilt) return wd_fail(why, "the sm_90a kernels are not in this build");
+  if (x.cc_major != 9) return wd_fail(why, "wgmma needs compute capability 9.0");
+  if (x.scale != Fp8DecodeScale::kRowCol) return wd_fail(why, "block scales");
+  if (x.m < 1 || x.m > kWdTokens) return wd_fail(why, "m outside 1..64");
+  if (x.n < 1 || x.n > (int64_t{1} << 30)) return wd_fail(why, "n outside 1..2^30");
+  if (x.k < 16 || x.k > (int64_t{1} << 30) || x.k % 16 != 0) {
+    return wd_fail(why, "k not a multiple of 16 in 16..2^30");
+  }
+  if (x.a_e5m2 && x.b_e5m2) return wd_fail(why, "both operands e5m2");
+  if (x.out != ScalarType::kBFloat16 && x.out != ScalarType::kFloat16 &&
+      x.out != ScalarType::kFloat32) {
+    return wd_fail(why, "output dtype not bfloat16, float16 or float32");
+  }
+  if (x.bias != nullptr && x.bias_dtype != ScalarType::kBFloat16 &&
+      x.bias_dtype != ScalarType::kFloat16 && x.bias_dtype != ScalarType::kFloat32) {
+    return wd_fail(why, "bias dtype not bfloat16, float16 or float32");
+  }
+  if (!wd_aligned16(x.a) || !wd_aligned16(x.w)) return wd_fail(why, "operands not 16-byte aligned");
+  // Tensor maps: 16-byte multiples as row strides, rows that do not overlap.
+  if ((x.m > 1 && (x.lda % 16 != 0 || x.lda < x.k)) ||
+      (x.n > 1 && (x.ldw % 16 != 0 || x.ldw < x.k))) {
+    return wd_fail(why, "operand rows not 16-byte aligned or overlapping");
+  }
+  if (x.m > 1 && x.ldc < x.n) return wd_fail(why, "ldc < n");
+  if (x.sa == nullptr || x.sb == nullptr) return wd_fail(why, "missing scales");
+  if (x.sm_count < 1) return wd_fail(why, "no SM count");
+  return true;
+}
+
+cudaError_t fp8_decode_wgmma_run(const Fp8DecodeArgs& x, cudaStream_t stream) {
+  if (!fp8_decode_wgmma_supported(x)) return cudaErrorNotSupported;
+  CUtensorMap map_w, map_t;
+  if (!encode_rows(&map_w, x.w, x.k, x.n, x.n > 1 ? x.ldw : x.k, kWdBM) ||
+      !encode_rows(&map_t, x.a, x.k, x.m, x.m > 1 ? x.lda : x.k, kWdTokens)) {
+    return cudaErrorNotSupported;
+  }
+  WdParams p;
+  p.m = static_cast<int>(x.m);
+  p.n = static_cast<int>(x.n);
+  p.k = static_cast<int>(x.k);
+  p.kblocks = static_cast<int>((x.k + kWdBK - 1) / kWdBK);
+  p.cluster = plan_cluster(x.n, x.k, x.sm_count);
+  p.c = x.c;
+  p.ldc = x.ldc;
+  p.out = x.out;
+  p.sa = x.sa;
+  p.sa_s0 = x.sa_s0;
+  p.sb = x.sb;
+  p.sb_s1 = x.sb_s1;
+  p.bias = x.bias;
+  p.bias_dtype = x.bias_dtype;
+  p.bias_stride = x.bias_stride;
+  p.act = x.act;
+  const int64_t ctas = (x.n + kWdBM - 1) / kWdBM * p.cluster;
+  if (ctas > kMaxGridX) return cudaErrorNotSupported;
+  const int n_ctas = static_cast<int>(ctas);
+  if (x.b_e5m2) return launch_kind<kE5M2E4M3>(map_w, map_t, p, n_ctas, stream);
+  if (x.a_e5m2) return launch_kind<kE4M3E5M2>(map_w, map_t, p, n_ctas, stream);
+  return launch_kind<kE4M3>(map_w, map_t, p, n_ctas, stream);
+}
+
+}  // namespace gemmt
