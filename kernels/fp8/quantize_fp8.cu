@@ -497,39 +497,43 @@ __global__ void __launch_bounds__(kBlockThreads, 4)
   const int64_t batches = ceil_div(work, kBlockItems);
   for (int64_t b = blockIdx.x; b < batches; b += gridDim.x) {
     Chunk<T> raw[kBlockItems];
-    int64_t r[kBlockItems], kb[kBlockItems];
     int n[kBlockItems];
+    // Item u is slice kb0 + u of row tile rt0, wrapping to the next row tile: stepped through
+    // twice rather than its indices kept (registers).
     const int64_t w0 = b * kBlockItems;
-    int64_t rt = w0 / groups;
-    int64_t kbu = w0 - rt * groups;
+    const int64_t rt0 = w0 / groups;
+    const int64_t kb0 = w0 - rt0 * groups;
+    int64_t rt = rt0, kb = kb0;
 #pragma unroll
     for (int u = 0; u < kBlockItems; ++u) {
-      const int64_t w = w0 + u;
-      if (u > 0 && ++kbu == groups) {
-        kbu = 0;
+      if (u > 0 && ++kb == groups) {
+        kb = 0;
         ++rt;
       }
-      kb[u] = kbu;
-      r[u] = rt * kBlockRows + sub;
-      const int64_t c = kb[u] * kGroup + lane * kChunk;
-      n[u] = (w < work && r[u] < rows) ? chunk_len(cols, c) : 0;
+      const int64_t r = rt * kBlockRows + sub;
+      const int64_t c = kb * kGroup + lane * kChunk;
+      n[u] = (w0 + u < work && r < rows) ? chunk_len(cols, c) : 0;
       if (n[u] > 0) {
-        load_chunk(x + r[u] * ld + c, n[u], vec_in, raw[u]);
+        load_chunk(x + r * ld + c, n[u], vec_in, raw[u]);
       } else {
         zero_chunk(raw[u]);
       }
     }
+    rt = rt0, kb = kb0;
 #pragma unroll
     for (int u = 0; u < kBlockItems; ++u) {
+      if (u > 0 && ++kb == groups) {
+        kb = 0;
+        ++rt;
+      }
       float m = max_mag_chunk(raw[u]);
 #pragma unroll
       for (int off = 8; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
       const float mult = scale_mult(m, top);
-      const int64_t c = kb[u] * kGroup + lane * kChunk;
-      if (n[u] > 0) store8(q + r[u] * cols + c, n[u], vec_out, quantize_chunk(raw[u], mult, e5m2));
-      if (lane == 0 && n[u] > 0) {
-        scale[r[u] + kb[u] * rows] = dequant_scale(mult);
-      }
+      const int64_t r = rt * kBlockRows + sub;
+      const int64_t c = kb * kGroup + lane * kChunk;
+      if (n[u] > 0) store8(q + r * cols + c, n[u], vec_out, quantize_chunk(raw[u], mult, e5m2));
+      if (lane == 0 && n[u] > 0) scale[r + kb * rows] = dequant_scale(mult);
     }
   }
 }
@@ -569,7 +573,8 @@ __global__ void __launch_bounds__(kStreamThreads)
           zero_chunk(raw[u]);
         }
       }
-      m = fmaxf(m, max_mag_chunks(raw));
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) m = fmaxf(m, max_mag_chunk(raw[u]));
     }
   }
 #pragma unroll
@@ -883,12 +888,16 @@ __global__ void __launch_bounds__(kTileThreads, tile_min_blocks<T, kMode>())
         for (int e = 0; e < kChunk; ++e) col_mult[e] = col_val[tx * kChunk + e];
       }
       uint2 bt[kTileRowsPerThread];  // the bytes of qt, still in q's orientation
+      if constexpr (kSameScale) {
+#pragma unroll
+        for (int i = 0; i < kTileRowsPerThread; ++i) bt[i] = quantize_chunk(raw[i], mult, e5m2);
+      }
 #pragma unroll
       for (int i = 0; i < kTileRowsPerThread; ++i) {
         const int row = ty * kTileRowsPerThread + i;
         const int64_t r = r0 + row;
         const float m = kSameScale ? mult : row_val[row];
-        const uint2 b = quantize_chunk(raw[i], m, e5m2);
+        const uint2 b = kSameScale ? bt[i] : quantize_chunk(raw[i], m, e5m2);
         const int n = r < p.rows ? ncol : 0;
         if (n > 0) store8(p.q + r * p.cols + c, n, p.vec_out, b);
         if constexpr (kTranspose) {
