@@ -362,11 +362,12 @@ __device__ __forceinline__ uint2 quantize_chunk(const Chunk<T>& c, const float (
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int e = 4 * h;
+    const unsigned int sign = sign_bytes(c, h);
     const unsigned int p0 = cvt_pair(mul_rn(factor(c, e), mult[e]),
                                      mul_rn(factor(c, e + 1), mult[e + 1]), e5m2);
     const unsigned int p1 = cvt_pair(mul_rn(factor(c, e + 2), mult[e + 2]),
                                      mul_rn(factor(c, e + 3), mult[e + 3]), e5m2);
-    unsigned int b = __byte_perm(p0, p1, 0x5410) | sign_bytes(c, h);
+    unsigned int b = __byte_perm(p0, p1, 0x5410) | sign;
     if (e5m2) {
       // Magnitude byte >= 0x7c (a NaN) carries into bit 7; no carry crosses a byte.
       const unsigned int nan = ((b & 0x7f7f7f7fu) + 0x04040404u) & 0x80808080u;
@@ -888,7 +889,10 @@ __global__ void __launch_bounds__(kTileThreads, tile_min_blocks<T, kMode>())
         for (int e = 0; e < kChunk; ++e) col_mult[e] = col_val[tx * kChunk + e];
       }
       uint2 bt[kTileRowsPerThread];  // the bytes of qt, still in q's orientation
-      if constexpr (kSameScale) {
+      // A 2-byte x's shared-scale tile is cast whole before any of it is stored: built for
+      // three CTAs per SM (40 registers), the interleaved order spilled.
+      constexpr bool kCastFirst = kSameScale && sizeof(T) == 2;
+      if constexpr (kCastFirst) {
 #pragma unroll
         for (int i = 0; i < kTileRowsPerThread; ++i) bt[i] = quantize_chunk(raw[i], mult, e5m2);
       }
@@ -897,7 +901,7 @@ __global__ void __launch_bounds__(kTileThreads, tile_min_blocks<T, kMode>())
         const int row = ty * kTileRowsPerThread + i;
         const int64_t r = r0 + row;
         const float m = kSameScale ? mult : row_val[row];
-        const uint2 b = kSameScale ? bt[i] : quantize_chunk(raw[i], m, e5m2);
+        const uint2 b = kCastFirst ? bt[i] : quantize_chunk(raw[i], m, e5m2);
         const int n = r < p.rows ? ncol : 0;
         if (n > 0) store8(p.q + r * p.cols + c, n, p.vec_out, b);
         if constexpr (kTranspose) {
