@@ -483,6 +483,8 @@ __global__ void __launch_bounds__(512)
 constexpr int kBlockThreads = 256;
 constexpr int kBlockRows = kBlockThreads / (kGroup / kChunk);
 constexpr int kBlockItems = 4;
+static_assert(kBlockItems <= 16 && (kBlockItems & (kBlockItems - 1)) == 0,
+              "a group's lanes share out its items' multipliers");
 
 template <typename T, bool kE5M2>
 __global__ void __launch_bounds__(kBlockThreads, 4)
@@ -520,6 +522,23 @@ __global__ void __launch_bounds__(kBlockThreads, 4)
         zero_chunk(raw[u]);
       }
     }
+    float m[kBlockItems];
+#pragma unroll
+    for (int u = 0; u < kBlockItems; ++u) m[u] = max_mag_chunk(raw[u]);
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1) {
+#pragma unroll
+      for (int u = 0; u < kBlockItems; ++u) {
+        m[u] = fmaxf(m[u], __shfl_xor_sync(0xffffffffu, m[u], off));
+      }
+    }
+    // The 16 lanes of a group share its items' amaxes: lane u of them works out item u's
+    // multiplier (a reciprocal in double) and the others read it, one division per lane
+    // rather than kBlockItems.
+    float mine = m[0];
+#pragma unroll
+    for (int u = 1; u < kBlockItems; ++u) mine = (lane & (kBlockItems - 1)) == u ? m[u] : mine;
+    mine = scale_mult(mine, top);
     rt = rt0, kb = kb0;
 #pragma unroll
     for (int u = 0; u < kBlockItems; ++u) {
@@ -527,10 +546,7 @@ __global__ void __launch_bounds__(kBlockThreads, 4)
         kb = 0;
         ++rt;
       }
-      float m = max_mag_chunk(raw[u]);
-#pragma unroll
-      for (int off = 8; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-      const float mult = scale_mult(m, top);
+      const float mult = __shfl_sync(0xffffffffu, mine, (threadIdx.x & 16) | u);
       const int64_t r = rt * kBlockRows + sub;
       const int64_t c = kb * kGroup + lane * kChunk;
       if (n[u] > 0) store8(q + r * cols + c, n[u], vec_out, quantize_chunk(raw[u], mult, e5m2));
