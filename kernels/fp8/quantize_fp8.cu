@@ -363,8 +363,8 @@ __device__ __forceinline__ uint2 quantize_chunk(const Chunk<T>& c, const float (
   for (int h = 0; h < 2; ++h) {
     const int e = 4 * h;
     const unsigned int sign = sign_bytes(c, h);
-    const unsigned int p0 = cvt_pair(mul_rn(factor(c, e), mult[e]),
-                                     mul_rn(factor(c, e + 1), mult[e + 1]), e5m2);
+    const unsigned int p0 =
+        cvt_pair(mul_rn(factor(c, e), mult[e]), mul_rn(factor(c, e + 1), mult[e + 1]), e5m2);
     const unsigned int p1 = cvt_pair(mul_rn(factor(c, e + 2), mult[e + 2]),
                                      mul_rn(factor(c, e + 3), mult[e + 3]), e5m2);
     unsigned int b = __byte_perm(p0, p1, 0x5410) | sign;
@@ -413,8 +413,8 @@ __device__ __forceinline__ float team_max(float m, int team, float* partial) {
 template <typename T, int kIters, bool kE5M2>
 __global__ void __launch_bounds__(512)
     quantize_rows_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, int64_t ld,
-                         bool vec_in, bool vec_out, int team_log2,
-                         uint8_t* __restrict__ q, float* __restrict__ scale) {
+                         bool vec_in, bool vec_out, int team_log2, uint8_t* __restrict__ q,
+                         float* __restrict__ scale) {
   __shared__ float partial[16];
   const int team = 1 << team_log2;
   const int teams = static_cast<int>(blockDim.x) >> team_log2;
@@ -1010,7 +1010,8 @@ constexpr size_t align16(size_t n) {
 template <TileMode kMode, bool kTranspose, typename T, bool kE5M2>
 cudaError_t launch_tiles(const TileParams& p, cudaStream_t stream) {
   const int64_t tiles = ceil_div(p.rows, kGroup) * ceil_div(p.cols, kGroup);
-  quantize_tiles_kernel<T, kMode, kTranspose, kE5M2><<<grid_1d(tiles, 1), kTileThreads, 0, stream>>>(p);
+  quantize_tiles_kernel<T, kMode, kTranspose, kE5M2>
+      <<<grid_1d(tiles, 1), kTileThreads, 0, stream>>>(p);
   GEMMT_RETURN_LAUNCH_ERROR();
 }
 
@@ -1124,7 +1125,8 @@ cudaError_t run_typed(const Fp8QuantizeArgs& a, cudaStream_t stream) {
         tp.row_amax = amax;
         return launch_tiles<TileMode::kGlobal, true, T, kE5M2>(tp, stream);
       }
-      GEMMT_RETURN_IF_ERROR((resident_stream_grid<tensor_cast_kernel<T, kE5M2>>(rows, cols, &grid)));
+      GEMMT_RETURN_IF_ERROR(
+          (resident_stream_grid<tensor_cast_kernel<T, kE5M2>>(rows, cols, &grid)));
       tensor_cast_kernel<T, kE5M2><<<grid, kStreamThreads, 0, stream>>>(
           x, rows, cols, fld, fvec_in, fvec_out, amax, a.q, a.scale);
       GEMMT_RETURN_LAUNCH_ERROR();
