@@ -91,8 +91,9 @@ constexpr float kFloorMultE5M2 = static_cast<float>(57344.0 / kAmaxFloor);
 //
 // Above the floor the quotient comes from a Newton reciprocal and one residual correction,
 // not from the division's instruction sequence, whose out-of-line slow path is a call (the
-// tile kernels spilled around it). The result is within a few units in the last place of
-// the double quotient, and rounds to the same float: fp8_max is 7 * 2^k and amax a float, so
+// tile kernels spilled around it). From the approximation's 2^-20 or so, two Newton steps
+// reach the rounding of double; the result is within a few units in the last place of the
+// double quotient, and rounds to the same float: fp8_max is 7 * 2^k and amax a float, so
 // fp8_max / amax differs from every float midpoint by more than 2^-49 of its value (a
 // midpoint has 25 significant bits; fp8_max - amax * midpoint is a nonzero multiple of the
 // last place of a product of at most 49 bits, nonzero since 7 * 2^k has 3 of them). amax is
@@ -103,7 +104,7 @@ __device__ __forceinline__ float scale_mult(float amax, float top) {
   double r;
   asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(r) : "d"(a));
 #pragma unroll
-  for (int i = 0; i < 3; ++i) r = fma(r, fma(-a, r, 1.0), r);
+  for (int i = 0; i < 2; ++i) r = fma(r, fma(-a, r, 1.0), r);
   const double t = static_cast<double>(top);
   double q = t * r;
   q = fma(fma(-a, q, t), r, q);
@@ -393,19 +394,39 @@ __device__ __forceinline__ void atomic_max_nonneg(unsigned int* slot, float v) {
 
 // ---- row: a team of 2^k threads per row ----
 
-// Max over the team. A team wider than a warp is the whole CTA (the launcher sees to it).
-__device__ __forceinline__ float team_max(float m, int team, float* partial) {
+// The team's multiplier, from its members' amaxes. A team wider than a warp is the whole CTA
+// (the launcher sees to it). For a 2-byte x, whose casts are bound by instructions rather
+// than memory, its warp 0 alone turns the amax into the multiplier (a reciprocal in double,
+// which costs every warp that runs it) and hands it over through partial[kTeamMultSlot];
+// for float32 and float64 every warp works it out (that way the float64 kernels hold no
+// spills on sm_80).
+constexpr int kTeamMultSlot = 16;
+
+template <typename T>
+__device__ __forceinline__ float team_mult(float m, int team, float* partial, float top) {
   for (int off = (team < 32 ? team : 32) >> 1; off > 0; off >>= 1) {
     m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
   }
-  if (team > 32) {
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = m;
-    __syncthreads();
+  if (team <= 32) return scale_mult(m, top);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if constexpr (sizeof(T) != 2) {
     m = partial[0];
     for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) m = fmaxf(m, partial[w]);
     __syncthreads();  // partial is written again by the next row
+    return scale_mult(m, top);
   }
-  return m;
+  if (threadIdx.x < 32) {
+    const int warps = static_cast<int>(blockDim.x >> 5);
+    float t = static_cast<int>(threadIdx.x) < warps ? partial[threadIdx.x] : 0.0f;
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1) t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, off));
+    t = scale_mult(t, top);
+    if (threadIdx.x == 0) partial[kTeamMultSlot] = t;
+  }
+  __syncthreads();
+  // The next row's first barrier comes before anything writes partial[kTeamMultSlot] again.
+  return partial[kTeamMultSlot];
 }
 
 // kIters > 0: the row fits in kIters chunks of 8 per thread, kept in registers; kIters == 0:
@@ -415,7 +436,7 @@ __global__ void __launch_bounds__(512)
     quantize_rows_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, int64_t ld,
                          bool vec_in, bool vec_out, int team_log2, uint8_t* __restrict__ q,
                          float* __restrict__ scale) {
-  __shared__ float partial[16];
+  __shared__ float partial[kTeamMultSlot + 1];
   const int team = 1 << team_log2;
   const int teams = static_cast<int>(blockDim.x) >> team_log2;
   const int lane = static_cast<int>(threadIdx.x) & (team - 1);
@@ -445,7 +466,7 @@ __global__ void __launch_bounds__(512)
         }
       }
       m = max_mag_chunks(raw);
-      mult = scale_mult(team_max(m, team, partial), top);
+      mult = team_mult<T>(m, team, partial, top);
 #pragma unroll
       for (int it = 0; it < kIters; ++it) {
         const int64_t c = it * span + lane * kChunk;
@@ -460,7 +481,7 @@ __global__ void __launch_bounds__(512)
           m = fmaxf(m, max_mag_chunk(raw));
         }
       }
-      mult = scale_mult(team_max(m, team, partial), top);
+      mult = team_mult<T>(m, team, partial, top);
       if (active) {
         for (int64_t c = lane * kChunk; c < cols; c += span) {
           Chunk<T> raw;
@@ -1036,7 +1057,7 @@ cudaError_t launch_rows(const Fp8QuantizeArgs& a, int64_t ld, bool vec_in, bool 
   }
   int team_log2 = 0;
   while ((1 << team_log2) < team) ++team_log2;
-  // A team wider than a warp is the whole CTA (team_max's barrier); narrower ones share one.
+  // A team wider than a warp is the whole CTA (team_mult's barriers); narrower ones share one.
   const int threads = team > 32 ? team : 256;
   const unsigned int grid = grid_1d(a.rows, threads / team);
   const T* x = static_cast<const T*>(a.x);
