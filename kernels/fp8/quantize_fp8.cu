@@ -430,9 +430,18 @@ __device__ __forceinline__ float team_mult(float m, int team, float* partial, fl
 }
 
 // kIters > 0: the row fits in kIters chunks of 8 per thread, kept in registers; kIters == 0:
-// the row is read twice.
+// the row is read twice. Teams of up to 512 threads. A register cap (nvcc 12.4 and later)
+// rather than launch bounds: 48 registers for a 2-byte x keep five 256-thread CTAs per SM (a
+// team of 256, four chunks a thread: rows of 8192), 64 are what float32 and float64 need
+// without spilling.
+#if defined(__CUDACC_VER_MAJOR__) && \
+    (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4))
+#define GEMMT_QUANT_ROWS_REGISTERS(T) __maxnreg__(sizeof(T) == 2 ? 48 : 64)
+#else
+#define GEMMT_QUANT_ROWS_REGISTERS(T) __launch_bounds__(512)
+#endif
 template <typename T, int kIters, bool kE5M2>
-__global__ void __launch_bounds__(512)
+__global__ void GEMMT_QUANT_ROWS_REGISTERS(T)
     quantize_rows_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, int64_t ld,
                          bool vec_in, bool vec_out, int team_log2, uint8_t* __restrict__ q,
                          float* __restrict__ scale) {
