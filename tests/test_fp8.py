@@ -614,6 +614,39 @@ def test_quantize_cuda_special_values(granularity: str, x_dtype: torch.dtype) ->
         assert torch.isnan(q[:, 250].cpu().float()[nan_rows]).all()
 
 
+def amax_over_the_float_range() -> torch.Tensor:
+    """Float32 amaxes in every binade with random significands, and the values at and either
+    side of the 1e-12 floor, 0, the subnormals, the smallest normal, FLT_MAX and the formats'
+    maxima."""
+    g = torch.Generator().manual_seed(7)
+    bits = torch.randint(0, 0x7F800000, (1 << 16,), generator=g, dtype=torch.int64)
+    f32 = torch.finfo(torch.float32)
+    edges = torch.tensor([1e-12, 0.0, f32.smallest_normal * 2**-23, f32.smallest_normal, f32.max,
+                          1.0, 448.0, 57344.0, 2.0**-40, 3.0], dtype=torch.float32)
+    top = torch.full_like(edges, f32.max)
+    return torch.cat([bits.to(torch.int32).view(torch.float32), edges,
+                      torch.nextafter(edges, torch.zeros_like(edges)),
+                      torch.nextafter(edges, top)])
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build of gemmt")
+@pytest.mark.parametrize("granularity", ["row", "block"])
+@pytest.mark.parametrize("dtype", [E4M3, E5M2])
+def test_quantize_cuda_scales_over_the_float_range(granularity: str, dtype: torch.dtype) -> None:
+    # One group per row, its amax from amax_over_the_float_range: the multiplier
+    # float(fp8_max / max(amax, 1e-12)) (divided in double) and its float reciprocal, bit for
+    # bit, from the row and 1x128 kernels (and their transposes) as from the CPU reference.
+    amax = amax_over_the_float_range()
+    x = torch.stack([amax, -amax / 2, amax / 3, torch.zeros_like(amax)], dim=1)
+    xc = x.cuda()
+    check_cuda_quantize(xc, granularity, dtype)
+    _, s = gemmt.quantize_fp8(xc, granularity, dtype)
+    top = 448.0 if dtype == E4M3 else 57344.0
+    mult = (top / amax.double().clamp_min(1e-12)).float()
+    assert torch.equal(s.cpu().reshape(-1), mult.reciprocal())
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build of gemmt")
 def test_quantize_cuda_against_the_formulas_and_torch_layouts() -> None:

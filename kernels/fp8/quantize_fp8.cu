@@ -55,8 +55,11 @@ __device__ __forceinline__ float fp8_top(Fp8Format f) {
   return f == Fp8Format::kE4M3 ? 448.0f : 57344.0f;
 }
 
-__device__ __forceinline__ __nv_fp8_interpretation_t fp8_interp(Fp8Format f) {
-  return f == Fp8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2;
+// The kernels that cast take the format as a template argument (kE5M2): with both
+// conversions in one body, the tile kernel built for three CTAs per SM spilled.
+template <bool kE5M2>
+__device__ __forceinline__ float fp8_top() {
+  return kE5M2 ? 57344.0f : 448.0f;
 }
 
 // x converted to float as the reference's x.to(float) does. A conversion instruction may
@@ -79,50 +82,38 @@ __device__ __forceinline__ float finite_mag(float v) {
   return a <= FLT_MAX ? a : 0.0f;
 }
 
+// float(fp8_max / max(amax, 1e-12)) at the floor: both operands constants, divided in double
+// at compile time and rounded once to float, as the reference does at run time.
+constexpr float kFloorMultE4M3 = static_cast<float>(448.0 / kAmaxFloor);
+constexpr float kFloorMultE5M2 = static_cast<float>(57344.0 / kAmaxFloor);
+
 // fp8_max / max(amax, 1e-12), divided in double and rounded once to float.
+//
+// Above the floor the quotient comes from a Newton reciprocal and one residual correction,
+// not from the division's instruction sequence, whose out-of-line slow path is a call (the
+// tile kernels spilled around it). From the approximation's 2^-20 or so, two Newton steps
+// reach the rounding of double; the result is within a few units in the last place of the
+// double quotient, and rounds to the same float: fp8_max is 7 * 2^k and amax a float, so
+// fp8_max / amax differs from every float midpoint by more than 2^-49 of its value (a
+// midpoint has 25 significant bits; fp8_max - amax * midpoint is a nonzero multiple of the
+// last place of a product of at most 49 bits, nonzero since 7 * 2^k has 3 of them). amax is
+// at most FLT_MAX, so the quotient is a normal float.
 __device__ __forceinline__ float scale_mult(float amax, float top) {
-  const double a = fmax(static_cast<double>(amax), kAmaxFloor);
-  return __double2float_rn(__ddiv_rn(static_cast<double>(top), a));
+  const double a = static_cast<double>(amax);
+  if (!(a > kAmaxFloor)) return top == 448.0f ? kFloorMultE4M3 : kFloorMultE5M2;
+  double r;
+  asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(r) : "d"(a));
+#pragma unroll
+  for (int i = 0; i < 2; ++i) r = fma(r, fma(-a, r, 1.0), r);
+  const double t = static_cast<double>(top);
+  double q = t * r;
+  q = fma(fma(-a, q, t), r, q);
+  return __double2float_rn(q);
 }
 
 // The dequantisation scale 1 / mult, correctly rounded as the reference's float reciprocal.
 __device__ __forceinline__ float dequant_scale(float mult) {
   return __frcp_rn(mult);
-}
-
-__device__ __forceinline__ unsigned int nan_byte(float v) {
-  return 0x7fu | ((__float_as_uint(v) >> 24) & 0x80u);
-}
-
-// Two elements: clamp(x * mult) to +-top, then round to nearest even (finite values only; a
-// NaN input gets c10's NaN byte with its sign, which the hardware conversion would not keep).
-__device__ __forceinline__ unsigned int quantize2(float a, float b, float ma, float mb, float top,
-                                                  __nv_fp8_interpretation_t interp) {
-  const float pa = fminf(fmaxf(mul_rn(a, ma), -top), top);
-  const float pb = fminf(fmaxf(mul_rn(b, mb), -top), top);
-  unsigned int pair = __nv_cvt_float2_to_fp8x2(make_float2(pa, pb), __NV_SATFINITE, interp);
-  if (a != a) pair = (pair & 0xff00u) | nan_byte(a);
-  if (b != b) pair = (pair & 0x00ffu) | (nan_byte(b) << 8);
-  return pair;
-}
-
-// Eight elements with one multiplier each, packed little-endian (element 0 in the low byte).
-__device__ __forceinline__ uint2 quantize8(const float (&v)[kChunk], const float (&mult)[kChunk],
-                                           float top, __nv_fp8_interpretation_t interp) {
-  unsigned int p[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    p[i] = quantize2(v[2 * i], v[2 * i + 1], mult[2 * i], mult[2 * i + 1], top, interp);
-  }
-  return make_uint2(p[0] | (p[1] << 16), p[2] | (p[3] << 16));
-}
-
-__device__ __forceinline__ uint2 quantize8(const float (&v)[kChunk], float mult, float top,
-                                           __nv_fp8_interpretation_t interp) {
-  unsigned int p[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) p[i] = quantize2(v[2 * i], v[2 * i + 1], mult, mult, top, interp);
-  return make_uint2(p[0] | (p[1] << 16), p[2] | (p[3] << 16));
 }
 
 __device__ __forceinline__ unsigned int byte_of(uint2 b, int e) {
@@ -212,20 +203,6 @@ __device__ __forceinline__ void load_chunk(const T* p, int n, bool vec, Chunk<T>
   }
 }
 
-template <typename T>
-__device__ __forceinline__ void widen_chunk(const Chunk<T>& c, float (&v)[kChunk]) {
-#pragma unroll
-  for (int e = 0; e < kChunk; ++e) v[e] = element(c, e);
-}
-
-// v[0..n) = float(p[0..n)), the rest 0. vec: p is 16-byte aligned.
-template <typename T>
-__device__ __forceinline__ void load8(const T* p, int n, bool vec, float (&v)[kChunk]) {
-  Chunk<T> c;
-  load_chunk(p, n, vec, c);
-  widen_chunk(c, v);
-}
-
 // p[0..n) = the first n bytes of b. vec: p is 8-byte aligned.
 __device__ __forceinline__ void store8(uint8_t* p, int n, bool vec, uint2 b) {
   if (vec && n == kChunk) {
@@ -238,19 +215,176 @@ __device__ __forceinline__ void store8(uint8_t* p, int n, bool vec, uint2 b) {
   }
 }
 
-__device__ __forceinline__ float max_mag8(const float (&v)[kChunk]) {
-  float m = 0.0f;
-#pragma unroll
-  for (int e = 0; e < kChunk; ++e) m = fmaxf(m, finite_mag(v[e]));
-  return m;
+// ---- amax from x's bits ----
+// Without the sign, the bits of one format order as the magnitudes do, with inf and NaN above
+// every finite value. The max of the bits is then the amax unless it is non-finite, which
+// only a chunk holding an inf or a NaN gives: that chunk takes the element-by-element path.
+// For a 2-byte x this is two integer operations per pair of elements.
+
+template <typename T>
+__device__ __forceinline__ constexpr unsigned int inf_bits() {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return 0x7f80u;
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return 0x7c00u;
+  } else {
+    return 0x7f800000u;  // float, and float64 already converted to float
+  }
+}
+
+// The magnitude whose bits (sign cleared) are m.
+template <typename T>
+__device__ __forceinline__ float mag_value(unsigned int m) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __uint_as_float(m << 16);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(m)));
+  } else {
+    return __uint_as_float(m);
+  }
+}
+
+// Per 16-bit lane unsigned max.
+__device__ __forceinline__ unsigned int max_u16x2(unsigned int a, unsigned int b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned int d;
+  asm("max.u16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#else
+  return __vmaxu2(a, b);
+#endif
+}
+
+// The sign-cleared bits of one word: two 16-bit elements, or one float.
+template <typename T>
+__device__ __forceinline__ unsigned int mag_word(unsigned int w) {
+  return w & (sizeof(T) == 2 ? 0x7fff7fffu : 0x7fffffffu);
 }
 
 template <typename T>
-__device__ __forceinline__ float max_mag_chunk(const Chunk<T>& c) {
+__device__ __forceinline__ unsigned int max_word(unsigned int a, unsigned int b) {
+  if constexpr (sizeof(T) == 2) {
+    return max_u16x2(a, b);
+  } else {
+    return a > b ? a : b;
+  }
+}
+
+// A word of max_word's results down to one element's bits.
+template <typename T>
+__device__ __forceinline__ unsigned int fold_word(unsigned int m) {
+  if constexpr (sizeof(T) == 2) {
+    const unsigned int lo = m & 0xffffu, hi = m >> 16;
+    return lo > hi ? lo : hi;
+  } else {
+    return m;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ float max_mag_exact(const Chunk<T>& c) {
   float m = 0.0f;
 #pragma unroll
   for (int e = 0; e < kChunk; ++e) m = fmaxf(m, finite_mag(element(c, e)));
   return m;
+}
+
+// The finite amax of kN chunks.
+template <typename T, int kN>
+__device__ __forceinline__ float max_mag_chunks(const Chunk<T> (&c)[kN]) {
+  unsigned int m = 0u;
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+#pragma unroll
+    for (int i = 0; i < Chunk<T>::kWords; ++i) m = max_word<T>(m, mag_word<T>(c[j].u[i]));
+  }
+  m = fold_word<T>(m);
+  if (m < inf_bits<T>()) return mag_value<T>(m);
+  float r = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kN; ++j) r = fmaxf(r, max_mag_exact(c[j]));
+  return r;
+}
+
+template <typename T>
+__device__ __forceinline__ float max_mag_chunk(const Chunk<T>& c) {
+  unsigned int m = 0u;
+#pragma unroll
+  for (int i = 0; i < Chunk<T>::kWords; ++i) m = max_word<T>(m, mag_word<T>(c.u[i]));
+  m = fold_word<T>(m);
+  return m < inf_bits<T>() ? mag_value<T>(m) : max_mag_exact(c);
+}
+
+// ---- the cast of a chunk ----
+// q's byte is cvt.rn.satfinite(x * mult) with x's sign bit OR-ed in. Saturation to +-fp8_max
+// (inf included) is the reference's clamp: no value that the clamp changes rounds to anything
+// but fp8_max. Every non-NaN result already carries x's sign (x * mult keeps it, zero
+// included); a NaN, which the product turns into the positive canonical NaN, gets it back,
+// as in the reference's 0x7f | sign. e4m3 has no other NaN byte than 0x7f; e5m2's conversion
+// may give 0x7d or 0x7e, so its NaNs (exponent all ones: satfinite never gives the infinity
+// 0x7c) get their mantissa set to 0x7f.
+
+// float(element e) as a factor of the product: a NaN's sign need not survive it (it comes
+// from x's bits), so float16 converts without widen's sign repair.
+template <typename T>
+__device__ __forceinline__ float factor(const Chunk<T>& c, int e) {
+  if constexpr (std::is_same_v<T, __half>) {
+    const unsigned int w = c.u[e >> 1];
+    return __half2float(
+        __ushort_as_half(static_cast<unsigned short>((e & 1) ? (w >> 16) : (w & 0xffffu))));
+  } else {
+    return element(c, e);
+  }
+}
+
+// The sign bits of elements 4h .. 4h + 3 at bit 7 of bytes 0 .. 3.
+template <typename T>
+__device__ __forceinline__ unsigned int sign_bytes(const Chunk<T>& c, int h) {
+  if constexpr (sizeof(T) == 2) {
+    return __byte_perm(c.u[2 * h], c.u[2 * h + 1], 0x7531) & 0x80808080u;
+  } else {
+    const unsigned int lo = __byte_perm(c.u[4 * h], c.u[4 * h + 1], 0x0073);
+    const unsigned int hi = __byte_perm(c.u[4 * h + 2], c.u[4 * h + 3], 0x0073);
+    return __byte_perm(lo, hi, 0x5410) & 0x80808080u;
+  }
+}
+
+__device__ __forceinline__ unsigned int cvt_pair(float a, float b, bool e5m2) {
+  return e5m2 ? __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E5M2)
+              : __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+}
+
+// Eight elements, element e with multiplier mult[e], packed little-endian (element 0 in the
+// low byte).
+template <typename T>
+__device__ __forceinline__ uint2 quantize_chunk(const Chunk<T>& c, const float (&mult)[kChunk],
+                                                bool e5m2) {
+  unsigned int w[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int e = 4 * h;
+    const unsigned int sign = sign_bytes(c, h);
+    const unsigned int p0 =
+        cvt_pair(mul_rn(factor(c, e), mult[e]), mul_rn(factor(c, e + 1), mult[e + 1]), e5m2);
+    const unsigned int p1 = cvt_pair(mul_rn(factor(c, e + 2), mult[e + 2]),
+                                     mul_rn(factor(c, e + 3), mult[e + 3]), e5m2);
+    unsigned int b = __byte_perm(p0, p1, 0x5410) | sign;
+    if (e5m2) {
+      // Magnitude byte >= 0x7c (a NaN) carries into bit 7; no carry crosses a byte.
+      const unsigned int nan = ((b & 0x7f7f7f7fu) + 0x04040404u) & 0x80808080u;
+      b |= (nan >> 7) * 3u;
+    }
+    w[h] = b;
+  }
+  return make_uint2(w[0], w[1]);
+}
+
+template <typename T>
+__device__ __forceinline__ uint2 quantize_chunk(const Chunk<T>& c, float mult, bool e5m2) {
+  float m[kChunk];
+#pragma unroll
+  for (int e = 0; e < kChunk; ++e) m[e] = mult;
+  return quantize_chunk(c, m, e5m2);
 }
 
 __device__ __forceinline__ void atomic_max_nonneg(unsigned int* slot, float v) {
@@ -260,35 +394,64 @@ __device__ __forceinline__ void atomic_max_nonneg(unsigned int* slot, float v) {
 
 // ---- row: a team of 2^k threads per row ----
 
-// Max over the team. A team wider than a warp is the whole CTA (the launcher sees to it).
-__device__ __forceinline__ float team_max(float m, int team, float* partial) {
+// The team's multiplier, from its members' amaxes. A team wider than a warp is the whole CTA
+// (the launcher sees to it). For a 2-byte x, whose casts are bound by instructions rather
+// than memory, its warp 0 alone turns the amax into the multiplier (a reciprocal in double,
+// which costs every warp that runs it) and hands it over through partial[kTeamMultSlot];
+// for float32 and float64 every warp works it out (that way the float64 kernels hold no
+// spills on sm_80).
+constexpr int kTeamMultSlot = 16;
+
+template <typename T>
+__device__ __forceinline__ float team_mult(float m, int team, float* partial, float top) {
   for (int off = (team < 32 ? team : 32) >> 1; off > 0; off >>= 1) {
     m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
   }
-  if (team > 32) {
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = m;
-    __syncthreads();
+  if (team <= 32) return scale_mult(m, top);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if constexpr (sizeof(T) != 2) {
     m = partial[0];
     for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) m = fmaxf(m, partial[w]);
     __syncthreads();  // partial is written again by the next row
+    return scale_mult(m, top);
   }
-  return m;
+  if (threadIdx.x < 32) {
+    const int warps = static_cast<int>(blockDim.x >> 5);
+    float t = static_cast<int>(threadIdx.x) < warps ? partial[threadIdx.x] : 0.0f;
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1) t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, off));
+    t = scale_mult(t, top);
+    if (threadIdx.x == 0) partial[kTeamMultSlot] = t;
+  }
+  __syncthreads();
+  // The next row's first barrier comes before anything writes partial[kTeamMultSlot] again.
+  return partial[kTeamMultSlot];
 }
 
 // kIters > 0: the row fits in kIters chunks of 8 per thread, kept in registers; kIters == 0:
-// the row is read twice.
-template <typename T, int kIters>
-__global__ void __launch_bounds__(512)
+// the row is read twice. Teams of up to 512 threads. A register cap (nvcc 12.4 and later)
+// rather than launch bounds: 48 registers for a 2-byte x keep five 256-thread CTAs per SM (a
+// team of 256, four chunks a thread: rows of 8192), 64 are what float32 and float64 need
+// without spilling.
+#if defined(__CUDACC_VER_MAJOR__) && \
+    (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4))
+#define GEMMT_QUANT_ROWS_REGISTERS(T) __maxnreg__(sizeof(T) == 2 ? 48 : 64)
+#else
+#define GEMMT_QUANT_ROWS_REGISTERS(T) __launch_bounds__(512)
+#endif
+template <typename T, int kIters, bool kE5M2>
+__global__ void GEMMT_QUANT_ROWS_REGISTERS(T)
     quantize_rows_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, int64_t ld,
-                         bool vec_in, bool vec_out, int team_log2, Fp8Format format,
-                         uint8_t* __restrict__ q, float* __restrict__ scale) {
-  __shared__ float partial[16];
+                         bool vec_in, bool vec_out, int team_log2, uint8_t* __restrict__ q,
+                         float* __restrict__ scale) {
+  __shared__ float partial[kTeamMultSlot + 1];
   const int team = 1 << team_log2;
   const int teams = static_cast<int>(blockDim.x) >> team_log2;
   const int lane = static_cast<int>(threadIdx.x) & (team - 1);
   const int member = static_cast<int>(threadIdx.x) >> team_log2;
-  const float top = fp8_top(format);
-  const __nv_fp8_interpretation_t interp = fp8_interp(format);
+  const float top = fp8_top<kE5M2>();
+  constexpr bool e5m2 = kE5M2;
   const int64_t span = static_cast<int64_t>(team) * kChunk;
   // Every thread runs the same number of iterations, so the CTA-wide team's barriers match.
   for (int64_t first = static_cast<int64_t>(blockIdx.x) * teams; first < rows;
@@ -311,32 +474,29 @@ __global__ void __launch_bounds__(512)
           zero_chunk(raw[it]);
         }
       }
-#pragma unroll
-      for (int it = 0; it < kIters; ++it) m = fmaxf(m, max_mag_chunk(raw[it]));
-      mult = scale_mult(team_max(m, team, partial), top);
+      m = max_mag_chunks(raw);
+      mult = team_mult<T>(m, team, partial, top);
 #pragma unroll
       for (int it = 0; it < kIters; ++it) {
         const int64_t c = it * span + lane * kChunk;
         const int n = active ? chunk_len(cols, c) : 0;
-        float v[kChunk];
-        widen_chunk(raw[it], v);
-        if (n > 0) store8(qr + c, n, vec_out, quantize8(v, mult, top, interp));
+        if (n > 0) store8(qr + c, n, vec_out, quantize_chunk(raw[it], mult, e5m2));
       }
     } else {
       if (active) {
         for (int64_t c = lane * kChunk; c < cols; c += span) {
-          float v[kChunk];
-          load8(xr + c, chunk_len(cols, c), vec_in, v);
-          m = fmaxf(m, max_mag8(v));
+          Chunk<T> raw;
+          load_chunk(xr + c, chunk_len(cols, c), vec_in, raw);
+          m = fmaxf(m, max_mag_chunk(raw));
         }
       }
-      mult = scale_mult(team_max(m, team, partial), top);
+      mult = team_mult<T>(m, team, partial, top);
       if (active) {
         for (int64_t c = lane * kChunk; c < cols; c += span) {
-          float v[kChunk];
+          Chunk<T> raw;
           const int n = chunk_len(cols, c);
-          load8(xr + c, n, vec_in, v);
-          store8(qr + c, n, vec_out, quantize8(v, mult, top, interp));
+          load_chunk(xr + c, n, vec_in, raw);
+          store8(qr + c, n, vec_out, quantize_chunk(raw, mult, e5m2));
         }
       }
     }
@@ -353,56 +513,74 @@ __global__ void __launch_bounds__(512)
 constexpr int kBlockThreads = 256;
 constexpr int kBlockRows = kBlockThreads / (kGroup / kChunk);
 constexpr int kBlockItems = 4;
+static_assert(kBlockItems <= 16 && (kBlockItems & (kBlockItems - 1)) == 0,
+              "a group's lanes share out its items' multipliers");
 
-template <typename T>
+template <typename T, bool kE5M2>
 __global__ void __launch_bounds__(kBlockThreads, 4)
     quantize_blocks_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, int64_t ld,
-                           bool vec_in, bool vec_out, Fp8Format format, uint8_t* __restrict__ q,
+                           bool vec_in, bool vec_out, uint8_t* __restrict__ q,
                            float* __restrict__ scale) {
   const int lane = threadIdx.x & 15;
   const int sub = threadIdx.x >> 4;
-  const float top = fp8_top(format);
-  const __nv_fp8_interpretation_t interp = fp8_interp(format);
+  const float top = fp8_top<kE5M2>();
+  constexpr bool e5m2 = kE5M2;
   const int64_t groups = ceil_div(cols, kGroup);
   const int64_t work = ceil_div(rows, kBlockRows) * groups;
   const int64_t batches = ceil_div(work, kBlockItems);
   for (int64_t b = blockIdx.x; b < batches; b += gridDim.x) {
     Chunk<T> raw[kBlockItems];
-    int64_t r[kBlockItems], kb[kBlockItems];
     int n[kBlockItems];
+    // Item u is slice kb0 + u of row tile rt0, wrapping to the next row tile: stepped through
+    // twice rather than its indices kept (registers).
     const int64_t w0 = b * kBlockItems;
-    int64_t rt = w0 / groups;
-    int64_t kbu = w0 - rt * groups;
+    const int64_t rt0 = w0 / groups;
+    const int64_t kb0 = w0 - rt0 * groups;
+    int64_t rt = rt0, kb = kb0;
 #pragma unroll
     for (int u = 0; u < kBlockItems; ++u) {
-      const int64_t w = w0 + u;
-      if (u > 0 && ++kbu == groups) {
-        kbu = 0;
+      if (u > 0 && ++kb == groups) {
+        kb = 0;
         ++rt;
       }
-      kb[u] = kbu;
-      r[u] = rt * kBlockRows + sub;
-      const int64_t c = kb[u] * kGroup + lane * kChunk;
-      n[u] = (w < work && r[u] < rows) ? chunk_len(cols, c) : 0;
+      const int64_t r = rt * kBlockRows + sub;
+      const int64_t c = kb * kGroup + lane * kChunk;
+      n[u] = (w0 + u < work && r < rows) ? chunk_len(cols, c) : 0;
       if (n[u] > 0) {
-        load_chunk(x + r[u] * ld + c, n[u], vec_in, raw[u]);
+        load_chunk(x + r * ld + c, n[u], vec_in, raw[u]);
       } else {
         zero_chunk(raw[u]);
       }
     }
+    float m[kBlockItems];
+#pragma unroll
+    for (int u = 0; u < kBlockItems; ++u) m[u] = max_mag_chunk(raw[u]);
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1) {
+#pragma unroll
+      for (int u = 0; u < kBlockItems; ++u) {
+        m[u] = fmaxf(m[u], __shfl_xor_sync(0xffffffffu, m[u], off));
+      }
+    }
+    // The 16 lanes of a group share its items' amaxes: lane u of them works out item u's
+    // multiplier (a reciprocal in double) and the others read it, one division per lane
+    // rather than kBlockItems.
+    float mine = m[0];
+#pragma unroll
+    for (int u = 1; u < kBlockItems; ++u) mine = (lane & (kBlockItems - 1)) == u ? m[u] : mine;
+    mine = scale_mult(mine, top);
+    rt = rt0, kb = kb0;
 #pragma unroll
     for (int u = 0; u < kBlockItems; ++u) {
-      float m = max_mag_chunk(raw[u]);
-#pragma unroll
-      for (int off = 8; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-      const float mult = scale_mult(m, top);
-      float v[kChunk];
-      widen_chunk(raw[u], v);
-      const int64_t c = kb[u] * kGroup + lane * kChunk;
-      if (n[u] > 0) store8(q + r[u] * cols + c, n[u], vec_out, quantize8(v, mult, top, interp));
-      if (lane == 0 && n[u] > 0) {
-        scale[r[u] + kb[u] * rows] = dequant_scale(mult);
+      if (u > 0 && ++kb == groups) {
+        kb = 0;
+        ++rt;
       }
+      const float mult = __shfl_sync(0xffffffffu, mine, (threadIdx.x & 16) | u);
+      const int64_t r = rt * kBlockRows + sub;
+      const int64_t c = kb * kGroup + lane * kChunk;
+      if (n[u] > 0) store8(q + r * cols + c, n[u], vec_out, quantize_chunk(raw[u], mult, e5m2));
+      if (lane == 0 && n[u] > 0) scale[r + kb * rows] = dequant_scale(mult);
     }
   }
 }
@@ -460,14 +638,14 @@ __global__ void __launch_bounds__(kStreamThreads)
 // out once per thread, not once per 8 elements. It walks x backwards, rows and chunks both:
 // the amax pass read x forwards, so the end of x is what L2 still holds when this pass
 // starts, and some of the second read of x comes from L2 rather than from memory.
-template <typename T>
+template <typename T, bool kE5M2>
 __global__ void __launch_bounds__(kStreamThreads)
     tensor_cast_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, int64_t ld, bool vec_in,
-                       bool vec_out, Fp8Format format, const unsigned int* __restrict__ amax_bits,
+                       bool vec_out, const unsigned int* __restrict__ amax_bits,
                        uint8_t* __restrict__ q, float* __restrict__ scale) {
   constexpr int kUnroll = stream_unroll<T>();
-  const float top = fp8_top(format);
-  const __nv_fp8_interpretation_t interp = fp8_interp(format);
+  const float top = fp8_top<kE5M2>();
+  constexpr bool e5m2 = kE5M2;
   const float mult = scale_mult(__uint_as_float(*amax_bits), top);
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) scale[0] = dequant_scale(mult);
   const int64_t chunks = ceil_div(cols, kChunk);
@@ -495,9 +673,7 @@ __global__ void __launch_bounds__(kStreamThreads)
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = (kr - u * stride) * kChunk;
         const int n = c >= 0 ? chunk_len(cols, c) : 0;
-        float v[kChunk];
-        widen_chunk(raw[u], v);
-        if (n > 0) store8(qr + c, n, vec_out, quantize8(v, mult, top, interp));
+        if (n > 0) store8(qr + c, n, vec_out, quantize_chunk(raw[u], mult, e5m2));
       }
     }
   }
@@ -521,7 +697,6 @@ struct TileParams {
   const void* x;
   int64_t rows, cols, ld;
   bool vec_in, vec_out, vec_out_t, vec16_out_t;
-  Fp8Format format;
   uint8_t* q;
   float* scale;
   uint8_t* qt;
@@ -542,6 +717,54 @@ constexpr int tile_min_blocks() {
              : 2;
 }
 
+// Per thread, the finite maxes of its 4 rows of 8 and of its 8 columns of 4, from the bits
+// as max_mag_chunk does (for a 2-byte x a word's max holds two columns).
+template <typename T>
+__device__ __forceinline__ void tile_amax(const Chunk<T> (&raw)[kTileRowsPerThread],
+                                          float (&rmax)[kTileRowsPerThread],
+                                          float (&cmax)[kChunk]) {
+  constexpr int kWords = Chunk<T>::kWords;
+  unsigned int col[kWords];
+  unsigned int all = 0u;
+#pragma unroll
+  for (int i = 0; i < kTileRowsPerThread; ++i) {
+    unsigned int r = 0u;
+#pragma unroll
+    for (int k = 0; k < kWords; ++k) {
+      const unsigned int a = mag_word<T>(raw[i].u[k]);
+      r = max_word<T>(r, a);
+      col[k] = i == 0 ? a : max_word<T>(col[k], a);
+    }
+    r = fold_word<T>(r);
+    rmax[i] = mag_value<T>(r);
+    all = r > all ? r : all;
+  }
+#pragma unroll
+  for (int k = 0; k < kWords; ++k) {
+    if constexpr (sizeof(T) == 2) {
+      cmax[2 * k] = mag_value<T>(col[k] & 0xffffu);
+      cmax[2 * k + 1] = mag_value<T>(col[k] >> 16);
+    } else {
+      cmax[k] = mag_value<T>(col[k]);
+    }
+  }
+  if (all >= inf_bits<T>()) {
+    // An inf or a NaN among the 32 elements: the finite ones, element by element.
+#pragma unroll
+    for (int e = 0; e < kChunk; ++e) cmax[e] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kTileRowsPerThread; ++i) {
+      rmax[i] = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) {
+        const float a = finite_mag(element(raw[i], e));
+        rmax[i] = fmaxf(rmax[i], a);
+        cmax[e] = fmaxf(cmax[e], a);
+      }
+    }
+  }
+}
+
 // Where word w (rows 4 w .. 4 w + 3 of the tile) of qt's row j sits in qt_tile[j]: XOR-ed
 // with bits of j, so that the 32 lanes of a warp storing one word each (16 columns 8 apart,
 // two values of w) hit 32 different banks, and the 16-byte reads of a row stay whole.
@@ -551,7 +774,7 @@ __device__ __forceinline__ int qt_swizzle(int j) {
 
 // Thread (ty, tx) of the 32 x 16 grid holds rows 4 ty .. 4 ty + 3 and columns 8 tx .. 8 tx + 7
 // of the tile: for each of its 8 columns, 4 consecutive rows, one 32-bit word of qt.
-template <typename T, TileMode kMode, bool kTranspose>
+template <typename T, TileMode kMode, bool kTranspose, bool kE5M2>
 __global__ void __launch_bounds__(kTileThreads, tile_min_blocks<T, kMode>())
     quantize_tiles_kernel(TileParams p) {
   constexpr bool kSameScale = kMode == TileMode::kWhole || kMode == TileMode::kGlobal;
@@ -568,8 +791,8 @@ __global__ void __launch_bounds__(kTileThreads, tile_min_blocks<T, kMode>())
   const int ty = threadIdx.x >> 4;
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
-  const float top = fp8_top(p.format);
-  const __nv_fp8_interpretation_t interp = fp8_interp(p.format);
+  const float top = fp8_top<kE5M2>();
+  constexpr bool e5m2 = kE5M2;
   const int64_t row_tiles = ceil_div(p.rows, kGroup);
   const int64_t col_tiles = ceil_div(p.cols, kGroup);
 
@@ -598,7 +821,7 @@ __global__ void __launch_bounds__(kTileThreads, tile_min_blocks<T, kMode>())
 
     Chunk<T> raw[kTileRowsPerThread];
     float rmax[kTileRowsPerThread];
-    float cmax[kChunk];
+    float cmax[kChunk];  // over the thread's 4 rows
 #pragma unroll
     for (int i = 0; i < kTileRowsPerThread; ++i) {
       const int64_t r = r0 + ty * kTileRowsPerThread + i;
@@ -609,22 +832,11 @@ __global__ void __launch_bounds__(kTileThreads, tile_min_blocks<T, kMode>())
         zero_chunk(raw[i]);
       }
     }
-#pragma unroll
-    for (int e = 0; e < kChunk; ++e) cmax[e] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kTileRowsPerThread; ++i) {
-      rmax[i] = 0.0f;
-#pragma unroll
-      for (int e = 0; e < kChunk; ++e) {
-        const float a = finite_mag(element(raw[i], e));
-        rmax[i] = fmaxf(rmax[i], a);
-        cmax[e] = fmaxf(cmax[e], a);
-      }
-    }
+    if constexpr (kTileReduce) tile_amax(raw, rmax, cmax);
 
     float mult = global_mult;
     if constexpr (kMode == TileMode::kWhole) {
-      float m = fmaxf(fmaxf(rmax[0], rmax[1]), fmaxf(rmax[2], rmax[3]));
+      float m = max_mag_chunks(raw);
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
       if (lane == 0) tile_part[warp] = m;
@@ -723,21 +935,26 @@ __global__ void __launch_bounds__(kTileThreads, tile_min_blocks<T, kMode>())
         for (int e = 0; e < kChunk; ++e) col_mult[e] = col_val[tx * kChunk + e];
       }
       uint2 bt[kTileRowsPerThread];  // the bytes of qt, still in q's orientation
+      // A 2-byte x's shared-scale tile is cast whole before any of it is stored: built for
+      // three CTAs per SM (40 registers), the interleaved order spilled.
+      constexpr bool kCastFirst = kSameScale && sizeof(T) == 2;
+      if constexpr (kCastFirst) {
+#pragma unroll
+        for (int i = 0; i < kTileRowsPerThread; ++i) bt[i] = quantize_chunk(raw[i], mult, e5m2);
+      }
 #pragma unroll
       for (int i = 0; i < kTileRowsPerThread; ++i) {
         const int row = ty * kTileRowsPerThread + i;
         const int64_t r = r0 + row;
         const float m = kSameScale ? mult : row_val[row];
-        float v[kChunk];
-        widen_chunk(raw[i], v);
-        const uint2 b = quantize8(v, m, top, interp);
+        const uint2 b = kCastFirst ? bt[i] : quantize_chunk(raw[i], m, e5m2);
         const int n = r < p.rows ? ncol : 0;
         if (n > 0) store8(p.q + r * p.cols + c, n, p.vec_out, b);
         if constexpr (kTranspose) {
           if constexpr (kSameScale) {
             bt[i] = b;
           } else {
-            bt[i] = quantize8(v, col_mult, top, interp);
+            bt[i] = quantize_chunk(raw[i], col_mult, e5m2);
           }
         }
       }
@@ -820,16 +1037,17 @@ constexpr size_t align16(size_t n) {
   return (n + 15) / 16 * 16;
 }
 
-template <TileMode kMode, bool kTranspose, typename T>
+template <TileMode kMode, bool kTranspose, typename T, bool kE5M2>
 cudaError_t launch_tiles(const TileParams& p, cudaStream_t stream) {
   const int64_t tiles = ceil_div(p.rows, kGroup) * ceil_div(p.cols, kGroup);
-  quantize_tiles_kernel<T, kMode, kTranspose><<<grid_1d(tiles, 1), kTileThreads, 0, stream>>>(p);
+  quantize_tiles_kernel<T, kMode, kTranspose, kE5M2>
+      <<<grid_1d(tiles, 1), kTileThreads, 0, stream>>>(p);
   GEMMT_RETURN_LAUNCH_ERROR();
 }
 
 // Rows of up to 16384 elements stay in registers: 8 per thread per iteration, teams of up to
 // 512 threads, up to 4 iterations.
-template <typename T>
+template <typename T, bool kE5M2>
 cudaError_t launch_rows(const Fp8QuantizeArgs& a, int64_t ld, bool vec_in, bool vec_out,
                         cudaStream_t stream) {
   const int64_t chunks = ceil_div(a.cols, kChunk);
@@ -848,26 +1066,26 @@ cudaError_t launch_rows(const Fp8QuantizeArgs& a, int64_t ld, bool vec_in, bool 
   }
   int team_log2 = 0;
   while ((1 << team_log2) < team) ++team_log2;
-  // A team wider than a warp is the whole CTA (team_max's barrier); narrower ones share one.
+  // A team wider than a warp is the whole CTA (team_mult's barriers); narrower ones share one.
   const int threads = team > 32 ? team : 256;
   const unsigned int grid = grid_1d(a.rows, threads / team);
   const T* x = static_cast<const T*>(a.x);
   switch (iters) {
     case 1:
-      quantize_rows_kernel<T, 1><<<grid, threads, 0, stream>>>(
-          x, a.rows, a.cols, ld, vec_in, vec_out, team_log2, a.format, a.q, a.scale);
+      quantize_rows_kernel<T, 1, kE5M2><<<grid, threads, 0, stream>>>(
+          x, a.rows, a.cols, ld, vec_in, vec_out, team_log2, a.q, a.scale);
       break;
     case 2:
-      quantize_rows_kernel<T, 2><<<grid, threads, 0, stream>>>(
-          x, a.rows, a.cols, ld, vec_in, vec_out, team_log2, a.format, a.q, a.scale);
+      quantize_rows_kernel<T, 2, kE5M2><<<grid, threads, 0, stream>>>(
+          x, a.rows, a.cols, ld, vec_in, vec_out, team_log2, a.q, a.scale);
       break;
     case 4:
-      quantize_rows_kernel<T, 4><<<grid, threads, 0, stream>>>(
-          x, a.rows, a.cols, ld, vec_in, vec_out, team_log2, a.format, a.q, a.scale);
+      quantize_rows_kernel<T, 4, kE5M2><<<grid, threads, 0, stream>>>(
+          x, a.rows, a.cols, ld, vec_in, vec_out, team_log2, a.q, a.scale);
       break;
     default:
-      quantize_rows_kernel<T, 0><<<grid, threads, 0, stream>>>(
-          x, a.rows, a.cols, ld, vec_in, vec_out, team_log2, a.format, a.q, a.scale);
+      quantize_rows_kernel<T, 0, kE5M2><<<grid, threads, 0, stream>>>(
+          x, a.rows, a.cols, ld, vec_in, vec_out, team_log2, a.q, a.scale);
       break;
   }
   GEMMT_RETURN_LAUNCH_ERROR();
@@ -901,7 +1119,7 @@ cudaError_t resident_stream_grid(int64_t rows, int64_t cols, dim3* grid) {
   return cudaSuccess;
 }
 
-template <typename T>
+template <typename T, bool kE5M2>
 cudaError_t run_typed(const Fp8QuantizeArgs& a, cudaStream_t stream) {
   const bool transpose = a.qt != nullptr;
   const T* x = static_cast<const T*>(a.x);
@@ -916,7 +1134,6 @@ cudaError_t run_typed(const Fp8QuantizeArgs& a, cudaStream_t stream) {
   tp.rows = a.rows, tp.cols = a.cols, tp.ld = ld;
   tp.vec_in = vec_in, tp.vec_out = vec_out, tp.vec_out_t = vec_out_t;
   tp.vec16_out_t = vec16_out_t;
-  tp.format = a.format;
   tp.q = a.q, tp.scale = a.scale, tp.qt = a.qt, tp.scale_t = a.scale_t;
 
   switch (a.granularity) {
@@ -936,32 +1153,33 @@ cudaError_t run_typed(const Fp8QuantizeArgs& a, cudaStream_t stream) {
       GEMMT_RETURN_IF_ERROR(cudaGetLastError());
       if (transpose) {
         tp.row_amax = amax;
-        return launch_tiles<TileMode::kGlobal, true, T>(tp, stream);
+        return launch_tiles<TileMode::kGlobal, true, T, kE5M2>(tp, stream);
       }
-      GEMMT_RETURN_IF_ERROR(resident_stream_grid<tensor_cast_kernel<T>>(rows, cols, &grid));
-      tensor_cast_kernel<T><<<grid, kStreamThreads, 0, stream>>>(
-          x, rows, cols, fld, fvec_in, fvec_out, a.format, amax, a.q, a.scale);
+      GEMMT_RETURN_IF_ERROR(
+          (resident_stream_grid<tensor_cast_kernel<T, kE5M2>>(rows, cols, &grid)));
+      tensor_cast_kernel<T, kE5M2><<<grid, kStreamThreads, 0, stream>>>(
+          x, rows, cols, fld, fvec_in, fvec_out, amax, a.q, a.scale);
       GEMMT_RETURN_LAUNCH_ERROR();
     }
     case Fp8Granularity::kRow: {
-      if (!transpose) return launch_rows<T>(a, ld, vec_in, vec_out, stream);
+      if (!transpose) return launch_rows<T, kE5M2>(a, ld, vec_in, vec_out, stream);
       auto* ws = static_cast<unsigned char*>(a.workspace);
       tp.row_amax = reinterpret_cast<unsigned int*>(ws);
       tp.col_amax = reinterpret_cast<unsigned int*>(ws + align16(a.rows * sizeof(unsigned int)));
       GEMMT_RETURN_IF_ERROR(cudaMemsetAsync(a.workspace, 0, a.workspace_bytes, stream));
-      GEMMT_RETURN_IF_ERROR((launch_tiles<TileMode::kAmaxOnly, false, T>(tp, stream)));
-      return launch_tiles<TileMode::kFromAmax, true, T>(tp, stream);
+      GEMMT_RETURN_IF_ERROR((launch_tiles<TileMode::kAmaxOnly, false, T, false>(tp, stream)));
+      return launch_tiles<TileMode::kFromAmax, true, T, kE5M2>(tp, stream);
     }
     case Fp8Granularity::kBlock: {
-      if (transpose) return launch_tiles<TileMode::kRowsCols, true, T>(tp, stream);
+      if (transpose) return launch_tiles<TileMode::kRowsCols, true, T, kE5M2>(tp, stream);
       const int64_t work = ceil_div(a.rows, kBlockRows) * ceil_div(a.cols, kGroup);
-      quantize_blocks_kernel<T><<<grid_1d(work, kBlockItems), kBlockThreads, 0, stream>>>(
-          x, a.rows, a.cols, ld, vec_in, vec_out, a.format, a.q, a.scale);
+      quantize_blocks_kernel<T, kE5M2><<<grid_1d(work, kBlockItems), kBlockThreads, 0, stream>>>(
+          x, a.rows, a.cols, ld, vec_in, vec_out, a.q, a.scale);
       GEMMT_RETURN_LAUNCH_ERROR();
     }
     case Fp8Granularity::kBlock128x128:
-      if (transpose) return launch_tiles<TileMode::kWhole, true, T>(tp, stream);
-      return launch_tiles<TileMode::kWhole, false, T>(tp, stream);
+      if (transpose) return launch_tiles<TileMode::kWhole, true, T, kE5M2>(tp, stream);
+      return launch_tiles<TileMode::kWhole, false, T, kE5M2>(tp, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -1013,7 +1231,9 @@ cudaError_t quantize_fp8_run(const Fp8QuantizeArgs& a, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   return dispatch_float_or_double_dtype(a.x_dtype, [&](auto tag) -> cudaError_t {
-    return run_typed<typename decltype(tag)::type>(a, stream);
+    using T = typename decltype(tag)::type;
+    return a.format == Fp8Format::kE5M2 ? run_typed<T, true>(a, stream)
+                                        : run_typed<T, false>(a, stream);
   });
 }
 
