@@ -258,6 +258,22 @@ def test_decode_refuses_two_e5m2_operands_as_before() -> None:
                                   False)
 
 
+def strided_views(case: Case) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """(a, b) operands of case read through strides: the tokens' and the weight's rows inside
+    wider matrices (16-byte aligned strides, read in place) and the tokens' rows at an odd
+    byte stride (the op copies them)."""
+    m, n, k = case.m, case.n, case.k
+    a_wide = torch.zeros(m, k + 48, device="cuda").to(E4M3)
+    a_wide[:, :k] = case.a
+    w_wide = torch.zeros(n, k + 32, device="cuda").to(E4M3)
+    w_wide[:, :k] = case.w
+    a_odd = torch.zeros(m, k + 3, device="cuda").to(E4M3)
+    a_odd[:, :k] = case.a
+    return {"a in a wider matrix": (a_wide[:, :k], case.b),
+            "W in a wider matrix": (case.a, w_wide[:, :k].t()),
+            "a at an odd stride": (a_odd[:, :k], case.b)}
+
+
 @needs_fp8
 def test_decode_strided_operands_and_bias() -> None:
     """Token rows that are not aligned (copied), aligned views read in place (tokens and the
@@ -266,21 +282,8 @@ def test_decode_strided_operands_and_bias() -> None:
     case = Case(m, n, k, "row")
     bias_full = torch.randn(2 * n, device="cuda")
     bias = bias_full[::2]
-    # Rows of the tokens and the weight inside wider matrices (16-byte aligned strides).
-    a_wide = torch.zeros(m, k + 48, device="cuda").to(E4M3)
-    a_wide[:, :k] = case.a
-    w_wide = torch.zeros(n, k + 32, device="cuda").to(E4M3)
-    w_wide[:, :k] = case.w
-    # Token rows at an odd byte stride: the op copies them.
-    a_odd = torch.zeros(m, k + 3, device="cuda").to(E4M3)
-    a_odd[:, :k] = case.a
-    variants = {
-        "plain": (case.a, case.b),
-        "a in a wider matrix": (a_wide[:, :k], case.b),
-        "W in a wider matrix": (case.a, w_wide[:, :k].t()),
-        "a at an odd stride": (a_odd[:, :k], case.b),
-        "b not K-major": (case.a, case.b.contiguous()),
-    }
+    variants = {"plain": (case.a, case.b), **strided_views(case),
+                "b not K-major": (case.a, case.b.contiguous())}
     for name, (a, b) in variants.items():
         if name == "b not K-major" and not _hopper():
             continue
@@ -475,16 +478,7 @@ def test_wgmma_path_runs_the_wgmma_kernel(decode_path: str) -> None:
     for pair in [(E4M3, E5M2), (E5M2, E4M3)]:
         mixed = Case(9, 384, 1024, "tensor", fa=pair[0], fw=pair[1])
         only_wgmma(lambda: run(mixed), f"formats {pair}")
-    m, n, k = 5, 200, 320
-    case = Case(m, n, k, "row")
-    a_wide = torch.zeros(m, k + 48, device="cuda").to(E4M3)
-    a_wide[:, :k] = case.a
-    w_wide = torch.zeros(n, k + 32, device="cuda").to(E4M3)
-    w_wide[:, :k] = case.w
-    a_odd = torch.zeros(m, k + 3, device="cuda").to(E4M3)
-    a_odd[:, :k] = case.a
-    for name, (a, b) in {"a in a wider matrix": (a_wide[:, :k], case.b),
-                         "W in a wider matrix": (case.a, w_wide[:, :k].t()),
-                         "a at an odd stride": (a_odd[:, :k], case.b)}.items():
+    case = Case(5, 200, 320, "row")
+    for name, (a, b) in strided_views(case).items():
         only_wgmma(lambda: torch.ops.gemmt.scaled_mm(a, b, case.sa, case.sb, None, torch.float32,
                                                      "none", False), name)

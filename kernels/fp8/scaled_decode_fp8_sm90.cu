@@ -101,19 +101,9 @@ struct WdParams {
 // four seconds instead of hanging the process. A healthy wait lasts microseconds.
 __device__ __forceinline__ void wd_wait(uint32_t bar, uint32_t parity) {
   const long long start = clock64();
-  uint32_t done;
-  do {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-    if (!done && clock64() - start > (8ll << 30)) __trap();
-  } while (!done);
+  while (!mbar_try_wait(bar, parity)) {
+    if (clock64() - start > (8ll << 30)) __trap();
+  }
 }
 #endif
 
