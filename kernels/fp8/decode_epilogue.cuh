@@ -1,7 +1,7 @@
-// The FP8 decode kernels' epilogue pieces (kernels/fp8/scaled_decode_fp8.cu, mma.sync, and
-// kernels/fp8/scaled_decode_fp8_sm90.cu, wgmma): the bias in its own dtype and the one
-// rounding of a float32 result to C's dtype. One definition, so that both kernels give the
-// same bits for the same float32 sums.
+// What the FP8 decode kernels (kernels/fp8/scaled_decode_fp8.cu, mma.sync, and
+// kernels/fp8/scaled_decode_fp8_sm90.cu, wgmma) share: the argument checks both make, the bias
+// in its own dtype and the one rounding of a float32 result to C's dtype. One definition, so
+// that both kernels give the same bits for the same float32 sums.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,11 +9,48 @@
 
 #include <cstdint>
 
+#include "gemmt/fp8_decode.h"
 #include "gemmt/numeric.cuh"
 #include "gemmt/types.h"
 
 namespace gemmt {
 namespace fp8_decode {
+
+// Sets *why (when given) and returns false: the form of every refusal of the *_supported
+// functions.
+inline bool refuse(const char** why, const char* what) {
+  if (why != nullptr) *why = what;
+  return false;
+}
+
+inline bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+inline bool out_or_bias_dtype(ScalarType t) {
+  return t == ScalarType::kBFloat16 || t == ScalarType::kFloat16 || t == ScalarType::kFloat32;
+}
+
+// The checks both kernels make: sizes (1..max_tokens tokens), formats, dtypes, 16-byte aligned
+// operands, C's row stride and the scales. Each kernel adds its own (row strides, scalings,
+// the device).
+inline bool common_args_supported(const Fp8DecodeArgs& x, int64_t max_tokens, const char** why) {
+  if (x.m < 1 || x.m > max_tokens) return refuse(why, "m outside 1..64");
+  if (x.n < 1 || x.n > (int64_t{1} << 30)) return refuse(why, "n outside 1..2^30");
+  if (x.k < 16 || x.k > (int64_t{1} << 30) || x.k % 16 != 0) {
+    return refuse(why, "k not a multiple of 16 in 16..2^30");
+  }
+  if (x.a_e5m2 && x.b_e5m2) return refuse(why, "both operands e5m2");
+  if (!out_or_bias_dtype(x.out))
+    return refuse(why, "output dtype not bfloat16, float16 or float32");
+  if (x.bias != nullptr && !out_or_bias_dtype(x.bias_dtype)) {
+    return refuse(why, "bias dtype not bfloat16, float16 or float32");
+  }
+  if (!aligned16(x.a) || !aligned16(x.w)) return refuse(why, "operands not 16-byte aligned");
+  if (x.m > 1 && x.ldc < x.n) return refuse(why, "ldc < n");
+  if (x.sa == nullptr || x.sb == nullptr) return refuse(why, "missing scales");
+  return true;
+}
 
 // bias[row * stride] as a float (bfloat16, float16 or float32).
 __device__ __forceinline__ float load_bias(const void* bias, ScalarType dtype, int64_t stride,

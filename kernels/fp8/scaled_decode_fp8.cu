@@ -201,15 +201,6 @@ bool device_code_has_fp8() {
   return version >= 89;
 }
 
-bool fail(const char** why, const char* what) {
-  if (why != nullptr) *why = what;
-  return false;
-}
-
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
 template <bool kWE5, bool kAE5>
 cudaError_t launch_formats(const DecodePlan& pl, const Fp8Params& p, bool block,
                            cudaStream_t stream) {
@@ -220,35 +211,20 @@ cudaError_t launch_formats(const DecodePlan& pl, const Fp8Params& p, bool block,
 }  // namespace
 
 bool fp8_decode_supported(const Fp8DecodeArgs& x, const char** why) {
-  if (x.m < 1 || x.m > kMaxTokens) return fail(why, "m outside 1..64");
-  if (x.n < 1 || x.n > (int64_t{1} << 30)) return fail(why, "n outside 1..2^30");
-  if (x.k < 16 || x.k > (int64_t{1} << 30) || x.k % 16 != 0) {
-    return fail(why, "k not a multiple of 16 in 16..2^30");
-  }
-  if (x.a_e5m2 && x.b_e5m2) return fail(why, "both operands e5m2");
+  using fp8_decode::refuse;
+  if (!fp8_decode::common_args_supported(x, kMaxTokens, why)) return false;
   if (x.scale == Fp8DecodeScale::kBlock && x.k % kBlockK != 0) {
-    return fail(why, "block scales with k not a multiple of 128");
+    return refuse(why, "block scales with k not a multiple of 128");
   }
-  if (x.out != ScalarType::kBFloat16 && x.out != ScalarType::kFloat16 &&
-      x.out != ScalarType::kFloat32) {
-    return fail(why, "output dtype not bfloat16, float16 or float32");
-  }
-  if (x.bias != nullptr && x.bias_dtype != ScalarType::kBFloat16 &&
-      x.bias_dtype != ScalarType::kFloat16 && x.bias_dtype != ScalarType::kFloat32) {
-    return fail(why, "bias dtype not bfloat16, float16 or float32");
-  }
-  if (!aligned16(x.a) || !aligned16(x.w)) return fail(why, "operands not 16-byte aligned");
   // Rows may overlap (a stride of 0 included): the operands are only read.
   if ((x.m > 1 && (x.lda % 16 != 0 || x.lda < 0)) || (x.n > 1 && (x.ldw % 16 != 0 || x.ldw < 0))) {
-    return fail(why, "operand rows not 16-byte aligned");
+    return refuse(why, "operand rows not 16-byte aligned");
   }
-  if (x.m > 1 && x.ldc < x.n) return fail(why, "ldc < n");
-  if (x.sa == nullptr || x.sb == nullptr) return fail(why, "missing scales");
   if (x.a_shift < 0 || x.a_shift > 30 || x.b_shift < 0 || x.b_shift > 30) {
-    return fail(why, "scale block shifts outside 0..30");
+    return refuse(why, "scale block shifts outside 0..30");
   }
   if (!device_code_has_fp8()) {
-    return fail(why, "the kernels were not compiled for compute capability 8.9 or later");
+    return refuse(why, "the kernels were not compiled for compute capability 8.9 or later");
   }
   return true;
 }

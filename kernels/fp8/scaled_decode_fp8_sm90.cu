@@ -267,15 +267,6 @@ __global__ void __launch_bounds__(kWdThreads, 2)
 
 // ---- Host side ----------------------------------------------------------------------------
 
-bool wd_fail(const char** why, const char* what) {
-  if (why != nullptr) *why = what;
-  return false;
-}
-
-bool wd_aligned16(const void* ptr) {
-  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
-}
-
 // A 2-D map of float8 rows (`rows` of `k` bytes, `stride` bytes apart) in boxes of
 // `box_rows` x 128 bytes with the 128-byte swizzle; rows and K past the ends read as zeros.
 bool encode_rows(CUtensorMap* map, const void* ptr, int64_t k, int64_t rows, int64_t stride,
@@ -331,32 +322,17 @@ cudaError_t launch_kind(const CUtensorMap& w, const CUtensorMap& t, const WdPara
 }  // namespace
 
 bool fp8_decode_wgmma_supported(const Fp8DecodeArgs& x, const char** why) {
-  if (!kWgmmaDecodeBuilt) return wd_fail(why, "the sm_90a kernels are not in this build");
-  if (x.cc_major != 9) return wd_fail(why, "wgmma needs compute capability 9.0");
-  if (x.scale != Fp8DecodeScale::kRowCol) return wd_fail(why, "block scales");
-  if (x.m < 1 || x.m > kWdTokens) return wd_fail(why, "m outside 1..64");
-  if (x.n < 1 || x.n > (int64_t{1} << 30)) return wd_fail(why, "n outside 1..2^30");
-  if (x.k < 16 || x.k > (int64_t{1} << 30) || x.k % 16 != 0) {
-    return wd_fail(why, "k not a multiple of 16 in 16..2^30");
-  }
-  if (x.a_e5m2 && x.b_e5m2) return wd_fail(why, "both operands e5m2");
-  if (x.out != ScalarType::kBFloat16 && x.out != ScalarType::kFloat16 &&
-      x.out != ScalarType::kFloat32) {
-    return wd_fail(why, "output dtype not bfloat16, float16 or float32");
-  }
-  if (x.bias != nullptr && x.bias_dtype != ScalarType::kBFloat16 &&
-      x.bias_dtype != ScalarType::kFloat16 && x.bias_dtype != ScalarType::kFloat32) {
-    return wd_fail(why, "bias dtype not bfloat16, float16 or float32");
-  }
-  if (!wd_aligned16(x.a) || !wd_aligned16(x.w)) return wd_fail(why, "operands not 16-byte aligned");
+  using fp8_decode::refuse;
+  if (!kWgmmaDecodeBuilt) return refuse(why, "the sm_90a kernels are not in this build");
+  if (x.cc_major != 9) return refuse(why, "wgmma needs compute capability 9.0");
+  if (x.scale != Fp8DecodeScale::kRowCol) return refuse(why, "block scales");
+  if (!fp8_decode::common_args_supported(x, kWdTokens, why)) return false;
   // Tensor maps: 16-byte multiples as row strides, rows that do not overlap.
   if ((x.m > 1 && (x.lda % 16 != 0 || x.lda < x.k)) ||
       (x.n > 1 && (x.ldw % 16 != 0 || x.ldw < x.k))) {
-    return wd_fail(why, "operand rows not 16-byte aligned or overlapping");
+    return refuse(why, "operand rows not 16-byte aligned or overlapping");
   }
-  if (x.m > 1 && x.ldc < x.n) return wd_fail(why, "ldc < n");
-  if (x.sa == nullptr || x.sb == nullptr) return wd_fail(why, "missing scales");
-  if (x.sm_count < 1) return wd_fail(why, "no SM count");
+  if (x.sm_count < 1) return refuse(why, "no SM count");
   return true;
 }
 
