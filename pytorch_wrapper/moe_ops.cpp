@@ -817,6 +817,40 @@ at::Tensor cols_contiguous(const at::Tensor& t) {
   return t.stride(1) == 1 ? t : t.contiguous();
 }
 
+// The gather kernel: xs[p] = x[order[p] / top_k], and inverse (where each (token, k) slot
+// went). order: contiguous int64 on x's device.
+std::pair<at::Tensor, at::Tensor> gather_slots(const at::Tensor& x, const at::Tensor& order,
+                                               int64_t top_k) {
+  const int64_t tokens = x.size(0), hidden = x.size(1), slots = order.numel();
+  at::Tensor xs = at::empty({slots, hidden}, x.options());
+  at::Tensor inverse = at::empty({slots}, order.options());
+  check_launch(kMoeExperts,
+               moe_gather_run(to_kernel_dtype(x.scalar_type()), x.const_data_ptr(), tokens, hidden,
+                              x.stride(0), x.stride(1), order.const_data_ptr<int64_t>(), slots,
+                              top_k, xs.data_ptr(), inverse.data_ptr<int64_t>(), stream_for(x)));
+  return {xs, inverse};
+}
+
+// The combine kernel: out[t] = sum over k of weights[t, k] * y[inverse[t * top_k + k]], summed
+// in float32 (float64 for float64 rows) and rounded once; weights nullptr: unit weights.
+at::Tensor combine_slots(const at::Tensor& y_in, const at::Tensor* weights,
+                         const at::Tensor& inverse, int64_t tokens, int64_t top_k) {
+  const at::Tensor y = cols_contiguous(y_in);
+  const int64_t hidden = y.size(1);
+  at::Tensor w;
+  if (weights != nullptr) {
+    const at::ScalarType acc = y.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+    w = as_dtype(*weights, acc).contiguous();
+  }
+  at::Tensor out = at::empty({tokens, hidden}, y.options());
+  check_launch(kMoeExperts,
+               moe_combine_run(to_kernel_dtype(y.scalar_type()), y.const_data_ptr(), y.size(0),
+                               y.stride(0), hidden, w.defined() ? w.const_data_ptr() : nullptr,
+                               inverse.const_data_ptr<int64_t>(), tokens, top_k, out.data_ptr(),
+                               stream_for(y)));
+  return out;
+}
+
 // xs[p] = x[order[p] / top_k] (the gather kernel), and inverse (where each slot went; not
 // differentiable). Backward: grad_x[t] = sum over k of grad_xs[inverse[t * top_k + k]], the
 // combine kernel with unit weights (float32 sum, one rounding; no atomics).
@@ -825,14 +859,8 @@ class MoeGatherFunction : public torch::autograd::Function<MoeGatherFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& order,
                                int64_t top_k) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    const int64_t tokens = x.size(0), hidden = x.size(1), slots = order.numel();
-    at::Tensor xs = at::empty({slots, hidden}, x.options());
-    at::Tensor inverse = at::empty({slots}, order.options());
-    check_launch(
-        kMoeExperts,
-        moe_gather_run(to_kernel_dtype(x.scalar_type()), x.const_data_ptr(), tokens, hidden,
-                       x.stride(0), x.stride(1), order.const_data_ptr<int64_t>(), slots, top_k,
-                       xs.data_ptr(), inverse.data_ptr<int64_t>(), stream_for(x)));
+    const int64_t tokens = x.size(0);
+    auto [xs, inverse] = gather_slots(x, order, top_k);
     ctx->mark_non_differentiable({inverse});
     // No zeros made up for the inverse's (never defined) gradient.
     ctx->set_materialize_grads(false);
@@ -860,14 +888,8 @@ class MoeGatherFunction : public torch::autograd::Function<MoeGatherFunction> {
       return {as_dtype(sum, g.scalar_type()), at::Tensor(), at::Tensor()};
     }
     const at::cuda::CUDAGuard device(g.device());
-    const at::Tensor gc = cols_contiguous(g);
-    at::Tensor gx = at::empty({tokens, hidden}, g.options());
-    check_launch(kMoeExperts,
-                 moe_combine_run(to_kernel_dtype(gc.scalar_type()), gc.const_data_ptr(), gc.size(0),
-                                 gc.stride(0), hidden, /*weights=*/nullptr,
-                                 inverse.const_data_ptr<int64_t>(), tokens, top_k, gx.data_ptr(),
-                                 stream_for(gc)));
-    return {gx, at::Tensor(), at::Tensor()};
+    return {combine_slots(g, /*weights=*/nullptr, inverse, tokens, top_k), at::Tensor(),
+            at::Tensor()};
   }
 };
 
@@ -878,14 +900,7 @@ class MoeCombineFunction : public torch::autograd::Function<MoeCombineFunction> 
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& o, const at::Tensor& weights,
                             const at::Tensor& inverse, const at::Tensor& order) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    const int64_t tokens = weights.size(0), top_k = weights.size(1), hidden = o.size(1);
-    const at::Tensor y = cols_contiguous(o);
-    const at::Tensor w = as_dtype(weights, at::kFloat).contiguous();
-    at::Tensor out = at::empty({tokens, hidden}, o.options());
-    check_launch(kMoeExperts, moe_combine_run(to_kernel_dtype(y.scalar_type()), y.const_data_ptr(),
-                                              y.size(0), y.stride(0), hidden, w.const_data_ptr(),
-                                              inverse.const_data_ptr<int64_t>(), tokens, top_k,
-                                              out.data_ptr(), stream_for(y)));
+    at::Tensor out = combine_slots(o, &weights, inverse, weights.size(0), weights.size(1));
     ctx->save_for_backward({o, weights, inverse, order});
     return out;
   }
@@ -1064,30 +1079,15 @@ at::Tensor moe_experts_cuda(const at::Tensor& x, const at::Tensor& w_gate_up,
   at::AutoDispatchBelowADInplaceOrView below;
   const int64_t tokens = x.size(0), hidden = x.size(1), top_k = weights.size(1);
   const int64_t slots = tokens * top_k, inter = w_down.size(2);
-  at::Tensor out = at::empty({tokens, hidden}, x.options());
-  if (out.numel() == 0) return out;
-  if (slots == 0) return out.zero_();
-  const cudaStream_t stream = stream_for(x);
-  const ScalarType dtype = to_kernel_dtype(x.scalar_type());
+  if (tokens * hidden == 0) return at::empty({tokens, hidden}, x.options());
+  if (slots == 0) return at::zeros({tokens, hidden}, x.options());
   const at::Tensor order = as_dtype(token_order, at::kLong).contiguous();
-  at::Tensor xs = at::empty({slots, hidden}, x.options());
-  at::Tensor inverse = at::empty({slots}, order.options());
-  check_launch(kMoeExperts,
-               moe_gather_run(dtype, x.const_data_ptr(), tokens, hidden, x.stride(0), x.stride(1),
-                              order.const_data_ptr<int64_t>(), slots, top_k, xs.data_ptr(),
-                              inverse.data_ptr<int64_t>(), stream));
+  const auto [xs, inverse] = gather_slots(x, order, top_k);
   // transformers' (out_features, in_features) expert weights, read as (in, out) views.
   const at::Tensor h = call_grouped_mm(xs, w_gate_up.transpose(1, 2), offsets);
   const at::Tensor act = call_swiglu(h.narrow(1, 0, inter), h.narrow(1, inter, inter));
-  at::Tensor y = call_grouped_mm(act, w_down.transpose(1, 2), offsets);
-  if (y.stride(1) != 1) y = y.contiguous();
-  const at::ScalarType acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  const at::Tensor w = as_dtype(weights, acc).contiguous();
-  check_launch(
-      kMoeExperts,
-      moe_combine_run(dtype, y.const_data_ptr(), y.size(0), y.stride(0), hidden, w.const_data_ptr(),
-                      inverse.const_data_ptr<int64_t>(), tokens, top_k, out.data_ptr(), stream));
-  return out;
+  const at::Tensor y = call_grouped_mm(act, w_down.transpose(1, 2), offsets);
+  return combine_slots(y, &weights, inverse, tokens, top_k);
 }
 #endif
 
