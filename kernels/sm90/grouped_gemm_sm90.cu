@@ -33,7 +33,8 @@ int element_bytes(int kind) {
 // A 3-D tensor map (inner, outer, batch) with the 128-byte swizzle of the kernel's stages.
 bool encode_map_3d(CUtensorMap* map, const void* ptr, int kind, uint64_t inner, uint64_t outer,
                    uint64_t batch, uint64_t outer_stride_bytes, uint64_t batch_stride_bytes,
-                   uint32_t box_inner, uint32_t box_outer) {
+                   uint32_t box_inner, uint32_t box_outer,
+                   CUtensorMapL2promotion l2 = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
   PFN_cuTensorMapEncodeTiled_v12000 fn = sm90::tensor_map_encoder();
   if (fn == nullptr) return false;
   const CUtensorMapDataType dtype = kind == kBF16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
@@ -45,8 +46,7 @@ bool encode_map_3d(CUtensorMap* map, const void* ptr, int kind, uint64_t inner, 
   const cuuint32_t elem_strides[3] = {1, 1, 1};
   return sm90::encode_with_context([&] {
     return fn(map, dtype, 3, const_cast<void*>(ptr), dims, strides, box, elem_strides,
-              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-              CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, l2,
               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
   });
 }
@@ -148,22 +148,12 @@ cudaError_t launch_instance(int kind, const sm90::GroupedLaunch& l, cudaStream_t
 // columns in the 128-byte swizzle the kernel stages them in. A split of rows or columns writes
 // ranges of one C (one matrix); the others one C a group.
 bool encode_c_map(CUtensorMap* map, const GroupedGemmArgs& x) {
-  PFN_cuTensorMapEncodeTiled_v12000 fn = sm90::tensor_map_encoder();
-  if (fn == nullptr) return false;
   const bool one_c = x.split == GroupSplit::kRows || x.split == GroupSplit::kCols;
   const uint64_t batch = one_c ? 1 : static_cast<uint64_t>(x.groups);
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(x.n), static_cast<cuuint64_t>(x.m), batch};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(x.ldc) * 2,
-                                 batch > 1 ? static_cast<cuuint64_t>(x.c_sg) * 2 : 16};
-  const cuuint32_t box[3] = {64, 16, 1};
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUtensorMapDataType dtype =
-      x.out == OutKind::kF16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  return sm90::encode_with_context([&] {
-    return fn(map, dtype, 3, x.c, dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
-              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-  });
+  return encode_map_3d(map, x.c, x.out == OutKind::kF16 ? kF16 : kBF16, static_cast<uint64_t>(x.n),
+                       static_cast<uint64_t>(x.m), batch, static_cast<uint64_t>(x.ldc) * 2,
+                       batch > 1 ? static_cast<uint64_t>(x.c_sg) * 2 : 16, 64, 16,
+                       CU_TENSOR_MAP_L2_PROMOTION_NONE);
 }
 
 // Whether C goes out through shared memory and TMA stores. The store-bound layout is the
