@@ -16,17 +16,19 @@ namespace {
 // Which decode kernel takes a product, from GEMMT_FP8_DECODE (read on every call, a few
 // hundred nanoseconds against a product's microseconds, so that one process can time every
 // path):
-//   auto (default)  tensorwise / rowwise scales, 1-64 tokens, on sm_90: the Hopper kernel
-//                   (fp8_decode_wgmma_*: float8 wgmma on W as it is, no conversion, so its
-//                   work does not grow with the tokens); where it cannot run (another GPU, a
-//                   layout its tensor maps do not take), the mma.sync kernel up to 16 tokens.
-//                   Block scales: the mma.sync kernel up to 64 tokens (it takes every pairing
-//                   torch accepts, the Hopper GEMM one). More tokens: the Hopper scaled GEMM.
-//   wgmma           the same as auto today: the Hopper kernel wherever it can run.
-//   mma (always)    the mma.sync kernel (fp8_decode_*, W widened to fp16 in registers) up to
-//                   64 tokens in every scaling, the Hopper kernel never. On an H200 it
-//                   streams W at 1.10-1.24x gemmt's bf16 decode for 1-4 tokens and 0.82-0.84x
-//                   at 16, and falls behind the Hopper scaled GEMM from 32 tokens on.
+//   auto (default)  the mma.sync kernel (fp8_decode_*, W widened to fp16 in registers, float32
+//                   sums): tensorwise / rowwise scales up to 16 tokens, block scales up to 64
+//                   (it takes every pairing torch accepts, the Hopper GEMM one); more tokens go
+//                   to the Hopper scaled GEMM. On an H200 it streams W at 1.10-1.24x gemmt's
+//                   bf16 decode for 1-4 tokens and 0.82-0.84x at 16, and falls behind the
+//                   Hopper scaled GEMM from 32 tokens on.
+//   wgmma           tensorwise / rowwise scales, 1-64 tokens, on sm_90: the Hopper kernel
+//                   (fp8_decode_wgmma_*: float8 wgmma on W as it is, no conversion; 1.31-1.33x
+//                   the bf16 decode, median). Opt-in: its sums are the tensor cores' float8
+//                   sums (1e-5 to 5e-5 relative error with float32 output, 12-23x the
+//                   float32-grade bound tests/test_fp8_decode.py holds the kernels to). Where it
+//                   cannot run, as auto.
+//   mma (always)    the mma.sync kernel up to 64 tokens in every scaling.
 //   off             neither decode kernel.
 enum class DecodeRoute { kAuto, kWgmma, kMma, kOff };
 
@@ -98,7 +100,7 @@ std::optional<at::Tensor> scaled_mm_decode_cuda(const char* op, const at::Tensor
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(a.get_device());
   x.cc_major = prop->major;
   x.sm_count = usable_sm_count(op);
-  const bool wgmma = route != DecodeRoute::kMma && !block && fp8_decode_wgmma_supported(x);
+  const bool wgmma = route == DecodeRoute::kWgmma && !block && fp8_decode_wgmma_supported(x);
   if (!wgmma && (m > mma_max || !fp8_decode_supported(x))) return std::nullopt;
 
   at::Tensor out = at::empty({m, n}, a.options().dtype(out_dtype));
