@@ -1,7 +1,7 @@
 // swiglu(gate, up) = silu(gate) * up, the gated activation of LLaMA-style MLPs, and its
 // backward. The forward is a binary functor on the elementwise engine (elementwise_engine.cuh:
-// vector and strided paths, 64-bit indexing); the backward reads three tensors and writes
-// two, which is outside the engine's shape, so it is a short kernel of its own.
+// vector, row-view and strided paths, 64-bit indexing); the backward reads three tensors and
+// writes two, which is outside the engine's shape, so it is a short kernel of its own.
 // Arithmetic is float32 for the float32 and 16-bit dtypes (double for float64), rounded once to
 // the tensor's dtype.
 #include <cstdint>
@@ -9,10 +9,12 @@
 #include <cuda_runtime.h>
 
 #include "common/elementwise_engine.cuh"
+#include "common/strided_index.cuh"
 #include "gemmt/cuda_check.h"
 #include "gemmt/elementwise.h"
 #include "gemmt/launch.cuh"
 #include "gemmt/numeric.cuh"
+#include "gemmt/vector_access.cuh"
 
 namespace gemmt {
 namespace {
@@ -34,21 +36,86 @@ struct SwigluOp {
 };
 
 // d_gate = grad * up * silu'(gate), silu'(g) = s (1 + g (1 - s)) with s = sigmoid(g);
-// d_up = grad * silu(gate). Inputs are contiguous (the wrapper makes them so).
-template <typename T>
-__global__ void __launch_bounds__(256)
-    swiglu_backward_kernel(const T* __restrict__ grad, const T* __restrict__ gate,
-                           const T* __restrict__ up, T* __restrict__ d_gate, T* __restrict__ d_up,
-                           std::int64_t numel) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < numel;
-       i += stride) {
-    using F = opmath_t<T>;
-    const F g = to_opmath(grad[i]), x = to_opmath(gate[i]), u = to_opmath(up[i]);
-    const F s = sigmoid(x);
-    d_gate[i] = from_opmath<T>(g * u * s * (F(1) + x * (F(1) - s)));
-    d_up[i] = from_opmath<T>(g * x * s);
+// d_up = grad * silu(gate).
+template <typename F>
+__device__ __forceinline__ void swiglu_grads(F g, F x, F u, F* dg, F* du) {
+  const F s = sigmoid(x);
+  *dg = g * u * s * (F(1) + x * (F(1) - s));
+  *du = g * x * s;
+}
+
+// Every tensor a row view (rows x cols, dense rows spaced by its own row stride), so that
+// the halves of a fused gate/up product are read, and its gradient's halves written, in
+// place. kElems elements a thread: 16-byte packs when every row is aligned whole packs, one
+// element otherwise.
+// A pack of kElems elements; a single element is a plain access (there is no 2-byte raw
+// vector to move a 16-bit one through).
+template <typename T, int kElems>
+__device__ __forceinline__ Pack<T, kElems> load_elems(const T* p) {
+  if constexpr (kElems == 1) {
+    return Pack<T, 1>{{*p}};
+  } else {
+    return load_pack<T, kElems>(p);
   }
+}
+template <typename T, int kElems>
+__device__ __forceinline__ void store_elems(T* p, const Pack<T, kElems>& v) {
+  if constexpr (kElems == 1) {
+    *p = v.v[0];
+  } else {
+    store_pack<T, kElems>(p, v);
+  }
+}
+
+template <typename T, int kElems>
+__global__ void __launch_bounds__(256)
+    swiglu_backward_kernel(SwigluBackwardRows rows, std::int64_t packs_per_row) {
+  using F = opmath_t<T>;
+  const std::int64_t packs = rows.rows * packs_per_row;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t p = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < packs;
+       p += stride) {
+    std::int64_t row, col;
+    divmod_index(p, packs_per_row, &row, &col);
+    col *= kElems;
+    const auto at = [&](const void* base, std::int64_t ld) {
+      return static_cast<const T*>(base) + row * ld + col;
+    };
+    const Pack<T, kElems> g = load_elems<T, kElems>(at(rows.grad, rows.ld_grad));
+    const Pack<T, kElems> x = load_elems<T, kElems>(at(rows.gate, rows.ld_gate));
+    const Pack<T, kElems> u = load_elems<T, kElems>(at(rows.up, rows.ld_up));
+    Pack<T, kElems> dg, du;
+#pragma unroll
+    for (int e = 0; e < kElems; ++e) {
+      F a, b;
+      swiglu_grads(to_opmath(g.v[e]), to_opmath(x.v[e]), to_opmath(u.v[e]), &a, &b);
+      dg.v[e] = from_opmath<T>(a);
+      du.v[e] = from_opmath<T>(b);
+    }
+    store_elems<T, kElems>(static_cast<T*>(rows.d_gate) + row * rows.ld_d_gate + col, dg);
+    store_elems<T, kElems>(static_cast<T*>(rows.d_up) + row * rows.ld_d_up + col, du);
+  }
+}
+
+template <typename T, int kElems>
+cudaError_t launch_swiglu_backward(const SwigluBackwardRows& rows, cudaStream_t stream) {
+  constexpr int kBlock = 256;
+  const std::int64_t packs_per_row = rows.cols / kElems;
+  swiglu_backward_kernel<T, kElems>
+      <<<grid_1d(rows.rows * packs_per_row, kBlock), kBlock, 0, stream>>>(rows, packs_per_row);
+  GEMMT_RETURN_LAUNCH_ERROR();
+}
+
+template <typename T>
+bool rows_take_packs(const SwigluBackwardRows& r) {
+  constexpr int kElems = kPackElems<T>;
+  if (r.cols % kElems != 0) return false;
+  for (const std::int64_t ld : {r.ld_grad, r.ld_gate, r.ld_up, r.ld_d_gate, r.ld_d_up}) {
+    if (ld % kElems != 0) return false;
+  }
+  return is_aligned<kVectorBytes>(r.grad) && is_aligned<kVectorBytes>(r.gate) &&
+         is_aligned<kVectorBytes>(r.up) && is_aligned<kVectorBytes>(r.d_gate) &&
+         is_aligned<kVectorBytes>(r.d_up);
 }
 
 }  // namespace
@@ -64,16 +131,14 @@ cudaError_t swiglu_run(ScalarType dtype, int64_t numel, const void* gate,
   });
 }
 
-cudaError_t swiglu_backward_run(ScalarType dtype, int64_t numel, const void* grad, const void* gate,
-                                const void* up, void* d_gate, void* d_up, cudaStream_t stream) {
-  if (numel == 0) return cudaSuccess;
+cudaError_t swiglu_backward_run(ScalarType dtype, const SwigluBackwardRows& rows,
+                                cudaStream_t stream) {
+  if (rows.rows < 0 || rows.cols < 0) return cudaErrorInvalidValue;
+  if (rows.rows == 0 || rows.cols == 0) return cudaSuccess;
   return dispatch_float_or_double_dtype(dtype, [&](auto tag) -> cudaError_t {
     using T = typename decltype(tag)::type;
-    constexpr int kBlock = 256;
-    swiglu_backward_kernel<T><<<grid_1d(numel, kBlock), kBlock, 0, stream>>>(
-        static_cast<const T*>(grad), static_cast<const T*>(gate), static_cast<const T*>(up),
-        static_cast<T*>(d_gate), static_cast<T*>(d_up), numel);
-    GEMMT_RETURN_LAUNCH_ERROR();
+    if (rows_take_packs<T>(rows)) return launch_swiglu_backward<T, kPackElems<T>>(rows, stream);
+    return launch_swiglu_backward<T, 1>(rows, stream);
   });
 }
 

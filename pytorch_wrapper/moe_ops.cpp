@@ -271,6 +271,14 @@ at::Tensor call_moe_experts(const at::Tensor& x, const at::Tensor& w_gate_up,
 //   k2d2d  da = g[i] @ b^T, columns by group (k3d2d);  db = a^T @ g[i], rows by group (k2d3d)
 //   k3d2d  da = g @ b^T per column group (k2d2d);      db = a[i]^T @ g, columns (k3d2d)
 // The bias gradient of k2d3d is a per-group row sum: a k2d2d product with a row of ones.
+// A 3-D b stored column-major per group: the usual weight, w.transpose(1, 2) of a row-major
+// (E, N, K) w. Its gradient is then made as the transpose of a row-major (E, N, K) product,
+// in w's own layout; a row-major (E, K, N) result would be copied into that layout by
+// autograd's gradient layout contract, a pass over the whole weight.
+bool column_major(const at::Tensor& b) {
+  return b.dim() == 3 && b.size(1) > 1 && b.stride(1) == 1 && b.stride(2) != 1;
+}
+
 class GroupedMmFunction : public torch::autograd::Function<GroupedMmFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b,
@@ -321,7 +329,10 @@ class GroupedMmFunction : public torch::autograd::Function<GroupedMmFunction> {
     switch (layout_of(a, b)) {
       case Layout::k2d3d:
         if (need_a) ga = call_grouped_mm(g, b.transpose(1, 2), offs);
-        if (need_b) gb = call_grouped_mm(a.t(), g, offs);
+        if (need_b) {
+          gb = column_major(b) ? call_grouped_mm(g.t(), a, offs).transpose(1, 2)
+                               : call_grouped_mm(a.t(), g, offs);
+        }
         if (need_bias) {
           gbias = call_grouped_mm(at::ones_symint({c10::SymInt(1), g.sym_size(0)}, g.options()), g,
                                   offs)
@@ -330,7 +341,11 @@ class GroupedMmFunction : public torch::autograd::Function<GroupedMmFunction> {
         break;
       case Layout::k3d3d:
         if (need_a) ga = call_grouped_mm(g, b.transpose(1, 2), std::nullopt);
-        if (need_b) gb = call_grouped_mm(a.transpose(1, 2), g, std::nullopt);
+        if (need_b) {
+          gb = column_major(b)
+                   ? call_grouped_mm(g.transpose(1, 2), a, std::nullopt).transpose(1, 2)
+                   : call_grouped_mm(a.transpose(1, 2), g, std::nullopt);
+        }
         if (need_bias) gbias = g.sum(1);
         break;
       case Layout::k2d2d:
@@ -851,6 +866,36 @@ at::Tensor combine_slots(const at::Tensor& y_in, const at::Tensor* weights,
   return out;
 }
 
+// act = silu(h[:, :inter]) * h[:, inter:], the swiglu of the fused gate/up product read in
+// place. Backward: one pass that writes both halves of grad_h, instead of swiglu's node
+// (which would copy the strided halves) and two narrow nodes (a zero-filled grad_h each,
+// then a sum).
+class MoeSwigluFunction : public torch::autograd::Function<MoeSwigluFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, int64_t inter) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    ctx->save_for_backward({h});
+    ctx->saved_data["inter"] = inter;
+    return call_swiglu(h.narrow(1, 0, inter), h.narrow(1, inter, inter));
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const at::Tensor h = ctx->get_saved_variables()[0];
+    const int64_t inter = ctx->saved_data["inter"].toInt();
+    const at::Tensor gate = h.narrow(1, 0, inter), up = h.narrow(1, inter, inter);
+    const at::Tensor& g = grads[0];
+    if (at::GradMode::is_enabled()) {
+      // Recorded backward (create_graph): the formulas as differentiable ATen ops.
+      const at::Tensor s = at::sigmoid(gate);
+      return {at::cat({g * up * s * (1 + gate * (1 - s)), g * gate * s}, 1), at::Tensor()};
+    }
+    at::Tensor dh = at::empty(h.sizes(), h.options());
+    at::Tensor d_gate = dh.narrow(1, 0, inter), d_up = dh.narrow(1, inter, inter);
+    swiglu_backward_cuda_into(g, gate, up, d_gate, d_up);
+    return {dh, at::Tensor()};
+  }
+};
+
 // xs[p] = x[order[p] / top_k] (the gather kernel), and inverse (where each slot went; not
 // differentiable). Backward: grad_x[t] = sum over k of grad_xs[inverse[t * top_k + k]], the
 // combine kernel with unit weights (float32 sum, one rounding; no atomics).
@@ -949,8 +994,8 @@ class MoeCombineFunction : public torch::autograd::Function<MoeCombineFunction> 
   }
 };
 
-// The recorded layer: gather node, grouped products and swiglu (each recorded by its own
-// autograd kernel), combine node. The forward runs the kernels moe_experts_cuda runs, in the
+// The recorded layer: gather node, grouped products (each recorded by its own autograd
+// kernel), the swiglu node on the fused gate/up product, combine node. The forward runs the kernels moe_experts_cuda runs, in the
 // same order, so its result is bitwise the no-grad result.
 at::Tensor moe_experts_fused(const at::Tensor& x, const at::Tensor& w_gate_up,
                              const at::Tensor& w_down, const at::Tensor& weights,
@@ -961,7 +1006,7 @@ at::Tensor moe_experts_fused(const at::Tensor& x, const at::Tensor& w_gate_up,
   const variable_list gathered = MoeGatherFunction::apply(x, order, top_k);
   const at::Tensor &xs = gathered[0], &inverse = gathered[1];
   const at::Tensor h = call_grouped_mm(xs, w_gate_up.transpose(1, 2), offsets);
-  const at::Tensor act = call_swiglu(h.narrow(1, 0, inter), h.narrow(1, inter, inter));
+  const at::Tensor act = MoeSwigluFunction::apply(h, inter);
   const at::Tensor o = call_grouped_mm(act, w_down.transpose(1, 2), offsets);
   return MoeCombineFunction::apply(o, weights, inverse, order);
 }

@@ -83,6 +83,10 @@ std::tuple<at::Tensor, at::Tensor> swiglu_backward_cuda(const at::Tensor& grad,
 std::tuple<at::Tensor, at::Tensor> swiglu_backward_meta(const at::Tensor& grad,
                                                         const at::Tensor& gate,
                                                         const at::Tensor& up);
+// The backward written into d_gate and d_up, which may be row views of one wider tensor (the
+// gradient of a fused gate/up product); the inputs may be row views too (CUDA only).
+void swiglu_backward_cuda_into(const at::Tensor& grad, const at::Tensor& gate, const at::Tensor& up,
+                               at::Tensor& d_gate, at::Tensor& d_up);
 
 // ---- Image family (image_ops.cpp) ----
 at::Tensor rgb_to_gray_cpu(const at::Tensor& img, bool bgr);

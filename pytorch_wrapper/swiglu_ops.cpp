@@ -7,6 +7,7 @@
 #include <ATen/Parallel.h>
 
 #include <cmath>
+#include <optional>
 #include <tuple>
 
 #include "common.h"
@@ -169,18 +170,65 @@ at::Tensor swiglu_cuda(const at::Tensor& gate, const at::Tensor& up) {
   return out;
 }
 
+namespace {
+
+// The row stride of t seen as rows x cols (its last dimension dense, the others collapsing
+// into one row index), or nullopt when t is not such a view.
+std::optional<int64_t> row_stride(const at::Tensor& t) {
+  const int64_t n = t.dim();
+  if (n == 0) return 1;
+  const int64_t cols = t.size(n - 1);
+  if (cols > 1 && t.stride(n - 1) != 1) return std::nullopt;
+  if (n == 1) return cols;
+  const int64_t ld = t.size(n - 2) == 1 ? cols : t.stride(n - 2);
+  int64_t expected = ld * t.size(n - 2);
+  for (int64_t d = n - 3; d >= 0; --d) {
+    if (t.size(d) == 1) continue;
+    if (t.stride(d) != expected) return std::nullopt;
+    expected *= t.size(d);
+  }
+  return ld;
+}
+
+// t itself when it is a row view, else a contiguous copy; *ld its row stride.
+at::Tensor as_rows(const at::Tensor& t, int64_t* ld) {
+  if (const std::optional<int64_t> s = row_stride(t)) {
+    *ld = *s;
+    return t;
+  }
+  at::Tensor c = t.contiguous();
+  *ld = c.dim() == 0 ? 1 : c.size(-1);
+  return c;
+}
+
+}  // namespace
+
+void swiglu_backward_cuda_into(const at::Tensor& grad, const at::Tensor& gate, const at::Tensor& up,
+                               at::Tensor& d_gate, at::Tensor& d_up) {
+  if (gate.numel() == 0) return;
+  const at::cuda::CUDAGuard guard(gate.device());
+  SwigluBackwardRows r;
+  r.cols = gate.dim() == 0 ? 1 : gate.size(-1);
+  r.rows = gate.numel() / r.cols;
+  // Inputs that are not row views are read from contiguous copies (kept alive to the launch).
+  const at::Tensor g = as_rows(grad, &r.ld_grad), x = as_rows(gate, &r.ld_gate),
+                   u = as_rows(up, &r.ld_up);
+  const std::optional<int64_t> ld_dg = row_stride(d_gate), ld_du = row_stride(d_up);
+  TORCH_CHECK(ld_dg.has_value() && ld_du.has_value(), kSwigluBackward,
+              ": the outputs must be row views (a dense last dimension), got d_gate ",
+              describe(d_gate), " and d_up ", describe(d_up));
+  r.grad = g.const_data_ptr(), r.gate = x.const_data_ptr(), r.up = u.const_data_ptr();
+  r.d_gate = d_gate.data_ptr(), r.d_up = d_up.data_ptr();
+  r.ld_d_gate = *ld_dg, r.ld_d_up = *ld_du;
+  check_launch(kSwigluBackward,
+               swiglu_backward_run(to_kernel_dtype(gate.scalar_type()), r, stream_for(gate)));
+}
+
 std::tuple<at::Tensor, at::Tensor> swiglu_backward_cuda(const at::Tensor& grad,
                                                         const at::Tensor& gate,
                                                         const at::Tensor& up) {
   auto [d_gate, d_up] = swiglu_backward_meta(grad, gate, up);
-  if (gate.numel() == 0) return {d_gate, d_up};
-  const at::cuda::CUDAGuard guard(gate.device());
-  // The backward kernel reads contiguous tensors (a no-op for the usual contiguous ones).
-  const at::Tensor g = grad.contiguous(), x = gate.contiguous(), u = up.contiguous();
-  check_launch(kSwigluBackward,
-               swiglu_backward_run(to_kernel_dtype(x.scalar_type()), x.numel(), g.const_data_ptr(),
-                                   x.const_data_ptr(), u.const_data_ptr(), d_gate.data_ptr(),
-                                   d_up.data_ptr(), stream_for(x)));
+  swiglu_backward_cuda_into(grad, gate, up, d_gate, d_up);
   return {d_gate, d_up};
 }
 #endif

@@ -190,6 +190,24 @@ def test_grouped_backward_through_autograd() -> None:
     assert rel_err(gb.double().cpu(), rb) < 1e-2
 
 
+@needs_hopper
+def test_grouped_weight_gradient_in_the_weights_layout() -> None:
+    # The usual expert weight, (E, N, K) used as w.transpose(1, 2): its gradient comes out in
+    # w's storage order (the transposed product), no layout copy, values as float64's.
+    sizes = [64, 130, 0, 3]
+    a = torch.randn(sum(sizes), 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = (torch.randn(len(sizes), 384, 256, device="cuda", dtype=torch.bfloat16) / 16).requires_grad_()
+    offs = offsets(sizes)
+    out = torch.ops.gemmt.grouped_mm(a, w.transpose(1, 2), offs)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    assert w.grad.stride() == w.stride(), w.grad.stride()
+    w64 = w.detach().double().requires_grad_()
+    ref = ref_grouped(a.detach().double(), w64.transpose(1, 2), offs)
+    ref.backward(grad.double().cpu())
+    assert rel_err(w.grad.double().cpu(), w64.grad) < 1e-2
+
+
 # ---- scaled_mm ----
 
 def quant(x: torch.Tensor, dtype: torch.dtype, granularity: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -289,6 +289,28 @@ def test_grouped_mm_backward_with_out_dtype() -> None:
     assert rel_err(a.grad, a64.grad) <= 1e-2 and rel_err(b.grad, b64.grad) <= 1e-2
 
 
+@pytest.mark.parametrize("batched", [False, True])
+def test_grouped_mm_weight_gradient_keeps_the_weights_layout(batched: bool) -> None:
+    # A weight stored (E, N, K) and used as w.transpose(1, 2) gets its gradient in that
+    # storage order, so autograd has nothing to copy; its values are the float64 product's.
+    e, k, n = 3, 8, 5
+    w = torch.randn(e, n, k, dtype=torch.float64, requires_grad=True)
+    if batched:
+        a = torch.randn(e, 6, k, dtype=torch.float64, requires_grad=True)
+        out = grouped_mm(a, w.transpose(1, 2))
+    else:
+        a = torch.randn(9, k, dtype=torch.float64, requires_grad=True)
+        offs = offsets([4, 0, 5])
+        out = grouped_mm(a, w.transpose(1, 2), offs)
+    g = torch.randn_like(out)
+    (out * g).sum().backward()
+    assert w.grad.stride() == w.stride(), w.grad.stride()
+    w_ref = w.detach().clone().requires_grad_()
+    ref = ref_grouped_mm(a.detach(), w_ref.transpose(1, 2), None if batched else offs)
+    (ref * g).sum().backward()
+    assert rel_err(w.grad, w_ref.grad) <= 1e-12
+
+
 # ---- routing ----
 
 def ref_route(logits: torch.Tensor, top_k: int, score: str = "softmax", renormalize: bool = True,

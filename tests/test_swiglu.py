@@ -53,6 +53,25 @@ def test_swiglu_strided_and_extreme_inputs(device: str) -> None:
     torch.testing.assert_close(out, F.silu(big))
 
 
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("inter", [24, 13])
+def test_swiglu_on_the_halves_of_a_fused_product(device: str, dtype: torch.dtype,
+                                                 inter: int) -> None:
+    # gate and up as the column halves of one (rows, 2 * inter) product: row views read in
+    # place (16-byte packs when inter is a multiple of the pack, one element otherwise),
+    # forward and backward, 2-D and with a leading batch dimension.
+    for lead in ((37,), (3, 5)):
+        h = randn(*lead, 2 * inter, dtype=dtype, device=device) * 3
+        gate, up = h[..., :inter], h[..., inter:]
+        torch.testing.assert_close(gemmt.swiglu(gate, up), reference(gate, up), **tolerance(dtype))
+        grad = randn(*lead, inter, dtype=dtype, device=device)
+        d_gate, d_up = torch.ops.gemmt.swiglu_backward(grad, gate, up)
+        g64, x64, u64 = (t.double().requires_grad_() for t in (grad, gate, up))
+        r_gate, r_up = torch.autograd.grad(F.silu(x64) * u64, (x64, u64), g64)
+        torch.testing.assert_close(d_gate, r_gate.to(dtype), **tolerance(dtype))
+        torch.testing.assert_close(d_up, r_up.to(dtype), **tolerance(dtype))
+
+
 def test_swiglu_gradcheck_cpu_float64() -> None:
     gate = torch.randn(4, 7, dtype=torch.float64, requires_grad=True)
     up = torch.randn(4, 7, dtype=torch.float64, requires_grad=True)

@@ -41,10 +41,25 @@ cudaError_t swiglu_run(ScalarType dtype, int64_t numel, const void* gate,
                        const StridedLayout* gate_layout, const void* up,
                        const StridedLayout* up_layout, void* out, cudaStream_t stream);
 
-// swiglu's backward: d_gate = grad * up * silu'(gate), d_up = grad * silu(gate). Every
-// tensor contiguous, one dtype.
-cudaError_t swiglu_backward_run(ScalarType dtype, int64_t numel, const void* grad, const void* gate,
-                                const void* up, void* d_gate, void* d_up, cudaStream_t stream);
+// swiglu's backward: d_gate = grad * up * silu'(gate), d_up = grad * silu(gate), one dtype.
+// Every tensor is a row view: rows x cols elements, each row dense, rows ld_* elements apart
+// (ld = cols for a contiguous tensor), so the halves of a fused gate/up product and of its
+// gradient are used in place.
+struct SwigluBackwardRows {
+  int64_t rows = 0, cols = 0;
+  const void* grad = nullptr;
+  int64_t ld_grad = 0;
+  const void* gate = nullptr;
+  int64_t ld_gate = 0;
+  const void* up = nullptr;
+  int64_t ld_up = 0;
+  void* d_gate = nullptr;
+  int64_t ld_d_gate = 0;
+  void* d_up = nullptr;
+  int64_t ld_d_up = 0;
+};
+cudaError_t swiglu_backward_run(ScalarType dtype, const SwigluBackwardRows& rows,
+                                cudaStream_t stream);
 
 // Luma of packed 8-bit pixels: in has `pixels` * 3 bytes (channel innermost), out `pixels`
 // bytes. gray = floor((299 R + 587 G + 114 B + 500) / 1000): round(0.299R+0.587G+0.114B)

@@ -6,6 +6,9 @@
 //     packs of kElems elements (one load per input, one store per pack), kUnroll packs in
 //     flight, and the last numel % kElems elements go through a scalar step in the same
 //     launch.
+//   * rows: the vector kernel on row views, inputs whose rows are dense and 16-byte aligned
+//     but spaced by a row stride (the halves of a fused gate/up product, a column slice).
+//     A pack's address is row * ld + column, so they move at the contiguous speed.
 //   * strided: anything else (a storage offset that breaks alignment, non-contiguous views).
 //     One element at a time, offsets through the StridedLayout, 64-bit throughout.
 //
@@ -50,6 +53,28 @@ struct PtrArray {
   const T* ptr[kArity];
 };
 
+// Where pack p of input a starts, in elements: at p * kElems in a dense tensor; at
+// row * ld[a] + column in a row view.
+template <int kElems>
+struct DensePacks {
+  static constexpr bool kDense = true;
+  __device__ __forceinline__ std::int64_t operator()(int, std::int64_t p) const {
+    return p * kElems;
+  }
+};
+
+template <int kElems, int kArity>
+struct RowPacks {
+  static constexpr bool kDense = false;
+  std::int64_t packs_per_row;
+  std::int64_t ld[kArity];
+  __device__ __forceinline__ std::int64_t operator()(int a, std::int64_t p) const {
+    std::int64_t row, col;
+    divmod_index(p, packs_per_row, &row, &col);
+    return row * ld[a] + col * kElems;
+  }
+};
+
 template <typename T, int kArity>
 struct StridedArray {
   StridedPtr<T> in[kArity];
@@ -70,17 +95,18 @@ __device__ __forceinline__ TOut apply_op(const Op& op, const TIn (&x)[kArity]) {
 // Only the grid's last group of packs can run past the end; that one is guarded, the rest
 // is straight-line code, so the compiler cannot turn the bound checks into branches that
 // separate (and serialise) the loads.
-template <bool kGuarded, int kElems, int kUnroll, class Op, typename TIn, typename TOut, int kArity>
+template <bool kGuarded, int kElems, int kUnroll, class Op, typename TIn, typename TOut, int kArity,
+          class Packs>
 __device__ __forceinline__ void process_packs(const Op& op, const PtrArray<TIn, kArity>& in,
-                                              TOut* __restrict__ out, std::int64_t base,
-                                              std::int64_t packs) {
+                                              const Packs& at, TOut* __restrict__ out,
+                                              std::int64_t base, std::int64_t packs) {
   Pack<TIn, kElems> v[kUnroll][kArity];
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const std::int64_t i = base + u * kBlock;
     if (!kGuarded || i < packs) {
 #pragma unroll
-      for (int a = 0; a < kArity; ++a) v[u][a] = load_pack<TIn, kElems>(in.ptr[a] + i * kElems);
+      for (int a = 0; a < kArity; ++a) v[u][a] = load_pack<TIn, kElems>(in.ptr[a] + at(a, i));
     }
   }
 #pragma unroll
@@ -100,9 +126,10 @@ __device__ __forceinline__ void process_packs(const Op& op, const PtrArray<TIn, 
   }
 }
 
-template <int kElems, int kUnroll, class Op, typename TIn, typename TOut, int kArity>
+template <int kElems, int kUnroll, class Op, typename TIn, typename TOut, int kArity, class Packs>
 __global__ void __launch_bounds__(kBlock, kVectorMinBlocksPerSm)
-    vector_kernel(Op op, PtrArray<TIn, kArity> in, TOut* __restrict__ out, std::int64_t numel) {
+    vector_kernel(Op op, PtrArray<TIn, kArity> in, Packs at, TOut* __restrict__ out,
+                  std::int64_t numel) {
   const std::int64_t packs = numel / kElems;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * (kBlock * kUnroll);
 
@@ -112,14 +139,15 @@ __global__ void __launch_bounds__(kBlock, kVectorMinBlocksPerSm)
   for (std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * (kBlock * kUnroll) + threadIdx.x;
        base < packs; base += stride) {
     if (base + (kUnroll - 1) * kBlock < packs) {
-      process_packs<false, kElems, kUnroll>(op, in, out, base, packs);
+      process_packs<false, kElems, kUnroll>(op, in, at, out, base, packs);
     } else {
-      process_packs<true, kElems, kUnroll>(op, in, out, base, packs);
+      process_packs<true, kElems, kUnroll>(op, in, at, out, base, packs);
     }
   }
 
   // Fewer than kElems elements remain past the last whole pack; the grid's first threads
-  // finish them.
+  // finish them. (Row views are taken only when every row is whole packs.)
+  if constexpr (!Packs::kDense) return;
   const std::int64_t tail_begin = packs * kElems;
   const std::int64_t t = static_cast<std::int64_t>(blockIdx.x) * kBlock + threadIdx.x;
   if (t < numel - tail_begin) {
@@ -157,7 +185,31 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-// Validates the arguments, picks the vector or the strided kernel and launches it.
+// True when every input is a row view (layout_rows) of the output's columns, with 16-byte
+// aligned rows of whole packs: then rows holds the packs' row length and strides.
+template <int kElems, int kArity>
+bool row_views(const StridedLayout* const (&layouts)[kArity], const void* const (&inputs)[kArity],
+               const void* out, std::int64_t numel, RowPacks<kElems, kArity>* rows) {
+  std::int64_t cols = 0;
+  for (int a = 0; a < kArity; ++a) {
+    if (layouts[a] != nullptr && layouts[a]->ndim > 0) cols = layouts[a]->sizes[layouts[a]->ndim - 1];
+  }
+  if (cols <= 0 || cols % kElems != 0 || numel % cols != 0 || !is_aligned<kVectorBytes>(out)) {
+    return false;
+  }
+  for (int a = 0; a < kArity; ++a) {
+    std::int64_t ld = 0;
+    if (!is_aligned<kVectorBytes>(inputs[a]) || !layout_rows(layouts[a], cols, &ld) ||
+        ld % kElems != 0) {
+      return false;
+    }
+    rows->ld[a] = ld;
+  }
+  rows->packs_per_row = cols / kElems;
+  return true;
+}
+
+// Validates the arguments, picks the vector, row or strided kernel and launches it.
 // kElems * sizeof(TIn) and kElems * sizeof(TOut) must each be 4, 8 or 16 bytes.
 template <int kElems, int kUnroll, typename TIn, typename TOut, int kArity, class Op>
 cudaError_t launch(const Op& op, std::int64_t numel, const void* const (&inputs)[kArity],
@@ -175,16 +227,20 @@ cudaError_t launch(const Op& op, std::int64_t numel, const void* const (&inputs)
   }
 
   TOut* out_t = static_cast<TOut*>(out);
+  PtrArray<TIn, kArity> in{};
+  for (int a = 0; a < kArity; ++a) in.ptr[a] = static_cast<const TIn*>(inputs[a]);
+  const unsigned int vector_grid = grid_1d(numel / kElems, kBlock * kUnroll);
+  RowPacks<kElems, kArity> rows{};
   if (vector_path) {
-    PtrArray<TIn, kArity> in{};
-    for (int a = 0; a < kArity; ++a) in.ptr[a] = static_cast<const TIn*>(inputs[a]);
-    const unsigned int grid = grid_1d(numel / kElems, kBlock * kUnroll);
-    vector_kernel<kElems, kUnroll><<<grid, kBlock, 0, stream>>>(op, in, out_t, numel);
+    vector_kernel<kElems, kUnroll>
+        <<<vector_grid, kBlock, 0, stream>>>(op, in, DensePacks<kElems>{}, out_t, numel);
+  } else if (row_views(layouts, inputs, out, numel, &rows)) {
+    vector_kernel<kElems, kUnroll><<<vector_grid, kBlock, 0, stream>>>(op, in, rows, out_t, numel);
   } else {
-    StridedArray<TIn, kArity> in{};
-    for (int a = 0; a < kArity; ++a) in.in[a] = make_strided_ptr<TIn>(inputs[a], layouts[a]);
+    StridedArray<TIn, kArity> strided{};
+    for (int a = 0; a < kArity; ++a) strided.in[a] = make_strided_ptr<TIn>(inputs[a], layouts[a]);
     const unsigned int grid = grid_1d(numel, kBlock * kStridedElemsPerThread);
-    strided_kernel<<<grid, kBlock, 0, stream>>>(op, in, out_t, numel);
+    strided_kernel<<<grid, kBlock, 0, stream>>>(op, strided, out_t, numel);
   }
   GEMMT_RETURN_LAUNCH_ERROR();
 }

@@ -79,6 +79,33 @@ inline bool layout_is_contiguous(const StridedLayout* layout) {
   return true;
 }
 
+// Row view of a layout: true when its last dimension is dense (stride 1) and the outer
+// dimensions collapse into one row index with a uniform row stride, as a slice of the
+// columns of a row-major tensor (gate = h[:, :n]) does. *cols is the last size, *ld the row
+// stride. nullptr stands for a contiguous tensor of `cols` columns.
+inline bool layout_rows(const StridedLayout* layout, std::int64_t cols, std::int64_t* ld) {
+  if (layout == nullptr || layout->ndim == 0) {
+    *ld = cols;
+    return true;
+  }
+  const int n = layout->ndim;
+  if (layout->sizes[n - 1] != cols || (cols > 1 && layout->strides[n - 1] != 1)) return false;
+  if (n == 1) {
+    *ld = cols;
+    return true;
+  }
+  std::int64_t row_stride = layout->sizes[n - 2] == 1 ? cols : layout->strides[n - 2];
+  std::int64_t expected = row_stride * layout->sizes[n - 2];
+  for (int d = n - 3; d >= 0; --d) {
+    const std::int64_t size = layout->sizes[d];
+    if (size == 0) break;
+    if (size != 1 && layout->strides[d] != expected) return false;
+    expected *= size;
+  }
+  *ld = row_stride;
+  return true;
+}
+
 // A base pointer and its layout, passed by value to kernels. ndim == 0 means contiguous.
 template <typename T>
 struct StridedPtr {
