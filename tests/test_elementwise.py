@@ -8,7 +8,7 @@ import torch
 import gemmt
 from conftest import FLOAT_DTYPES, randn
 
-SHAPES = [(1,), (7,), (37,), (1000,), (33, 65), (4, 5, 6, 7)]
+SHAPES = [(1,), (7,), (37,), (1000,), (33, 65), (4, 5, 6, 7), (33, 64), (3, 5, 16)]
 
 
 def layouts(base: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -23,6 +23,12 @@ def layouts(base: torch.Tensor) -> dict[str, torch.Tensor]:
     out = {"contiguous": base, "offset1": misaligned, "strided": strided}
     if base.dim() >= 2:
         out["transposed"] = base.transpose(0, 1).contiguous().transpose(0, 1)
+        # Dense rows spaced wider than the row (a column slice): the row-view path on CUDA
+        # when rows are whole 16-byte packs.
+        wide = torch.empty((*base.shape[:-1], base.shape[-1] + 16), dtype=base.dtype,
+                           device=base.device)
+        out["column_slice"] = wide[..., : base.shape[-1]]
+        out["column_slice"].copy_(base)
     return out
 
 

@@ -156,13 +156,15 @@ bool encode_c_map(CUtensorMap* map, const GroupedGemmArgs& x) {
                        CU_TENSOR_MAP_L2_PROMOTION_NONE);
 }
 
-// Whether C goes out through shared memory and TMA stores: wherever it can run (a 16-bit C
-// with nothing to apply, rows and matrices at 16-byte multiples). It was made for the weight
-// gradient (a split of the contraction dimension: a few k-blocks a tile, then a whole tile
-// to write), where 16-byte register stores per row left DRAM mostly idle; on the forward and
-// grad_input layouts it is 1.03x the register epilogue (median of 9 products, H200), though
-// the register way keeps the ring a stage deeper. GEMMT_GROUPED_TMA_STORE=0 / 1 forces either
-// way where it can run (read at each call, for A/B runs in one process).
+// Whether C goes out through shared memory and TMA stores (it can for a 16-bit C with nothing
+// to apply, rows and matrices at 16-byte multiples). Staged stores run on while the next tile
+// computes, but they take a stage of the ring. Measured on an H200 against the register
+// epilogue, same process: the weight gradient (a split of the contraction dimension, a few
+// k-blocks a tile and then a whole tile to write) 2.0x; wide products (N >= 4096: Mixtral's
+// gate/up, down and grad_input) 1.03-1.11x; 16 rows a group 1.08-1.15x; but 0.90-0.93x on
+// 1536-wide products with 64-256 uneven rows a group, where the deeper ring wins. So: the
+// weight gradient, N >= 4096, or at most 32 rows a group. GEMMT_GROUPED_TMA_STORE=0 / 1
+// forces either way where it can run (read at each call, for A/B runs in one process).
 bool use_staged_c(const GroupedGemmArgs& x) {
   if (is_fp8_kind(x.kind) || x.out == OutKind::kF32) return false;
   if (x.scale != ScaleKind::kNone || x.bias != nullptr || x.act != Activation::kNone) return false;
@@ -173,7 +175,9 @@ bool use_staged_c(const GroupedGemmArgs& x) {
   }
   if (!one_c && x.groups > 1 && ((x.c_sg * 2) % 16 != 0 || x.c_sg < x.ldc * x.m)) return false;
   const char* env = std::getenv("GEMMT_GROUPED_TMA_STORE");
-  return env == nullptr || env[0] == '\0' || std::strcmp(env, "0") != 0;
+  if (env != nullptr && env[0] != '\0') return std::strcmp(env, "0") != 0;
+  const bool few_rows = x.split == GroupSplit::kRows && x.m <= int64_t{32} * x.groups;
+  return x.split == GroupSplit::kDepth || x.n >= 4096 || few_rows;
 }
 
 bool fits_int(int64_t v) {

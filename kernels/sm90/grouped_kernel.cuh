@@ -520,6 +520,23 @@ __global__ void __launch_bounds__(kGgThreads, 1)
           phase ^= 1u;
         }
       };
+      // A warpgroup whose 64 rows all lie past the group's end (a group's last tile, rows
+      // split by uneven offsets) issues no products and only hands each stage back, once the
+      // stage is full, so that it never runs a round ahead of the other warpgroup. The other
+      // warpgroup's 64 rows then have the SM's tensor cores alone: a tail of up to 64 rows
+      // costs about half a tile instead of a whole one. (Both warpgroups stay where they
+      // zero the stages' K tails together, and in the FP8 promoted loops.)
+      if constexpr (kPromote == 0) {
+        const bool zeroes_tails = kAMn && kBMn && split_depth;
+        if (!zeroes_tails && u.tm * kGgBM + cw * 64 >= u.rows) {
+          for (int kb = 0; kb < num_kb; ++kb) {
+            mbar_wait(full_bar(stage), phase);
+            release(stage);
+            advance();
+          }
+          continue;
+        }
+      }
       // Block scales of k-block kb (1 without block scales): this thread's two rows of A
       // times the tile's column block of B.
       auto block_scales = [&](int kb, float& f0, float& f1) {
