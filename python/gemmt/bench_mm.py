@@ -6,7 +6,8 @@ interleaved rounds, random data):
 * ``autograd``: forward + backward of ``mm`` for every operand layout (``a @ b``,
   ``a @ W.t()``, ``a.t() @ b``, ``a.t() @ W.t()``) on Llama-sized products, and the same
   product through ``gemm`` inside a custom ``torch.autograd.Function``, against
-  ``torch.matmul`` with the same leaves. The ratio is torch's time over gemmt's.
+  ``torch.matmul`` with the same leaves and against the same Function on ``torch.mm``. The
+  ratio is torch's time over gemmt's.
 * ``points``: single forward products of held-out shapes and layouts (float16 with a
   transposed A, float32 with TF32 off and on, a 32-row float32 product).
 
@@ -39,27 +40,40 @@ POINTS = [
 ]
 
 
-class _GemmProduct(torch.autograd.Function):
-    """A user's custom Function whose forward and backward call ``gemmt.gemm`` in place."""
+def _product_function(mm_into: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], object],
+                      name: str) -> type[torch.autograd.Function]:
+    """A user's custom Function whose forward and backward write products in place with
+    ``mm_into(c, a, b)``; its gradients keep the operands' layouts (a transposed leaf gets a
+    transposed gradient, so autograd copies nothing)."""
 
-    @staticmethod
-    def forward(ctx: torch.autograd.function.FunctionCtx, a: torch.Tensor,  # type: ignore[override]
-                b: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(a, b)
-        c = a.new_empty(a.shape[0], b.shape[1])
-        gemmt.gemm(c, a, b)
-        return c
+    class _Product(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: torch.autograd.function.FunctionCtx, a: torch.Tensor,  # type: ignore[override]
+                    b: torch.Tensor) -> torch.Tensor:
+            ctx.save_for_backward(a, b)
+            c = a.new_empty(a.shape[0], b.shape[1])
+            mm_into(c, a, b)
+            return c
 
-    @staticmethod
-    def backward(ctx: torch.autograd.function.FunctionCtx,  # type: ignore[override]
-                 g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        a, b = ctx.saved_tensors  # type: ignore[attr-defined]
-        # Gradients in the operands' layouts (a transposed leaf gets a transposed gradient).
-        ga = a.new_empty(a.shape[1], a.shape[0]).t() if a.stride(0) == 1 else torch.empty_like(a)
-        gb = b.new_empty(b.shape[1], b.shape[0]).t() if b.stride(0) == 1 else torch.empty_like(b)
-        gemmt.gemm(ga, g, b.t())
-        gemmt.gemm(gb, a.t(), g)
-        return ga, gb
+        @staticmethod
+        def backward(ctx: torch.autograd.function.FunctionCtx,  # type: ignore[override]
+                     g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            a, b = ctx.saved_tensors  # type: ignore[attr-defined]
+            ga = a.new_empty(a.shape[1], a.shape[0]).t() if a.stride(0) == 1 else torch.empty_like(a)
+            gb = b.new_empty(b.shape[1], b.shape[0]).t() if b.stride(0) == 1 else torch.empty_like(b)
+            mm_into(ga, g, b.t())
+            mm_into(gb, a.t(), g)
+            return ga, gb
+
+    _Product.__name__ = _Product.__qualname__ = name
+    return _Product
+
+
+# The same Function body on gemmt's and on torch's product: the ratio of the two is gemmt's
+# share; against torch.matmul's C++ autograd it also carries the Python Function's own cost,
+# which decides small products (the CPU then sets the pace).
+_GemmProduct = _product_function(lambda c, a, b: gemmt.gemm(c, a, b), "_GemmProduct")
+_TorchProduct = _product_function(lambda c, a, b: torch.mm(a, b, out=c), "_TorchProduct")
 
 
 def _leaves(m: int, n: int, k: int, layout: str, dtype: torch.dtype
@@ -119,15 +133,19 @@ def _autograd_rows(dtype: torch.dtype) -> list[dict[str, object]]:
                 "torch": step(torch.matmul),
                 "mm": step(gemmt.mm),
                 "gemm_function": step(_GemmProduct.apply),
+                "torch_function": step(_TorchProduct.apply),
             })
             row = {"m": m, "n": n, "k": k, "layout": layout, "dtype": str(dtype).split(".")[1],
                    **{f"{name}_ms": t for name, t in times.items()},
                    "mm_vs_torch": times["torch"] / times["mm"],
-                   "gemm_function_vs_torch": times["torch"] / times["gemm_function"]}
+                   "gemm_function_vs_torch": times["torch"] / times["gemm_function"],
+                   "gemm_function_vs_torch_function":
+                       times["torch_function"] / times["gemm_function"]}
             rows.append(row)
             print(f"  {m}x{n}x{k} {layout} {row['dtype']}: torch {times['torch']:.3f} ms, "
                   f"mm {times['mm']:.3f} ms ({row['mm_vs_torch']:.3f}x), gemm in a Function "
-                  f"{times['gemm_function']:.3f} ms ({row['gemm_function_vs_torch']:.3f}x)")
+                  f"{times['gemm_function']:.3f} ms ({row['gemm_function_vs_torch']:.3f}x; "
+                  f"{row['gemm_function_vs_torch_function']:.3f}x torch.mm in the same Function)")
     return rows
 
 
@@ -159,8 +177,11 @@ def plot(doc: dict, path: str) -> None:
     labels += [p["label"] for p in doc["points"]]
     mm = [r["mm_vs_torch"] for r in rows] + [p["gemmt_vs_torch"] for p in doc["points"]]
     fn = [r["gemm_function_vs_torch"] for r in rows] + [float("nan")] * len(doc["points"])
+    same = [r.get("gemm_function_vs_torch_function", float("nan")) for r in rows]
+    same += [float("nan")] * len(doc["points"])
     plot_ratios(labels, {"mm (autograd) / gemm (single products)": mm,
-                         "gemm in a custom Function": fn},
+                         "gemm in a custom Function (vs torch.matmul)": fn,
+                         "gemm in a custom Function (vs torch.mm in the same Function)": same},
                 f"mm forward + backward and single products on {doc['gpu']}", path)
 
 
@@ -178,9 +199,12 @@ def run(out_dir: str, quick: bool = False) -> int:
     points = _point_rows()
     ratios = [r["mm_vs_torch"] for r in autograd]
     fn_ratios = [r["gemm_function_vs_torch"] for r in autograd]
+    same_fn = [r["gemm_function_vs_torch_function"] for r in autograd]
     summary = {"mm_median": statistics.median(ratios), "mm_min": min(ratios),
                "gemm_function_median": statistics.median(fn_ratios),
-               "gemm_function_min": min(fn_ratios)}
+               "gemm_function_min": min(fn_ratios),
+               "gemm_function_vs_torch_function_median": statistics.median(same_fn),
+               "gemm_function_vs_torch_function_min": min(same_fn)}
     print("summary:", json.dumps(summary))
     gpu = torch.cuda.get_device_name()
     date = datetime.date.today().isoformat()
