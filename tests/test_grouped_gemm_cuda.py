@@ -175,37 +175,26 @@ def test_grouped_matches_cpu_kernel_and_graph_capture() -> None:
 
 
 @needs_hopper
-def test_grouped_backward_through_autograd() -> None:
+@pytest.mark.parametrize("weight_layout", ["k_by_n", "transposed_n_by_k"])
+def test_grouped_backward_through_autograd(weight_layout: str) -> None:
+    # b as a (E, K, N) tensor, and as the usual expert weight, (E, N, K) used as
+    # w.transpose(1, 2): its gradient then comes out in w's storage order (the transposed
+    # product), with no layout copy.
     sizes = [64, 130, 0, 3]
     a = torch.randn(sum(sizes), 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    b = (torch.randn(len(sizes), 256, 384, device="cuda", dtype=torch.bfloat16) / 16).requires_grad_()
+    shape = (len(sizes), 256, 384) if weight_layout == "k_by_n" else (len(sizes), 384, 256)
+    w = (torch.randn(*shape, device="cuda", dtype=torch.bfloat16) / 16).requires_grad_()
+    b = w if weight_layout == "k_by_n" else w.transpose(1, 2)
     offs = offsets(sizes)
     out = torch.ops.gemmt.grouped_mm(a, b, offs)
     grad = torch.randn_like(out)
-    ga, gb = torch.autograd.grad(out, (a, b), grad)
-    a64, b64 = a.detach().double().requires_grad_(), b.detach().double().requires_grad_()
-    ref = ref_grouped(a64, b64, offs)  # differentiable in float64 on CPU
-    ra, rb = torch.autograd.grad(ref, (a64, b64), grad.double().cpu())
+    ga, gw = torch.autograd.grad(out, (a, w), grad)
+    assert gw.stride() == w.stride(), gw.stride()
+    a64, w64 = a.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    ref = ref_grouped(a64, w64 if weight_layout == "k_by_n" else w64.transpose(1, 2), offs)
+    ra, rw = torch.autograd.grad(ref, (a64, w64), grad.double().cpu())
     assert rel_err(ga.double().cpu(), ra) < 1e-2
-    assert rel_err(gb.double().cpu(), rb) < 1e-2
-
-
-@needs_hopper
-def test_grouped_weight_gradient_in_the_weights_layout() -> None:
-    # The usual expert weight, (E, N, K) used as w.transpose(1, 2): its gradient comes out in
-    # w's storage order (the transposed product), no layout copy, values as float64's.
-    sizes = [64, 130, 0, 3]
-    a = torch.randn(sum(sizes), 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    w = (torch.randn(len(sizes), 384, 256, device="cuda", dtype=torch.bfloat16) / 16).requires_grad_()
-    offs = offsets(sizes)
-    out = torch.ops.gemmt.grouped_mm(a, w.transpose(1, 2), offs)
-    grad = torch.randn_like(out)
-    out.backward(grad)
-    assert w.grad.stride() == w.stride(), w.grad.stride()
-    w64 = w.detach().double().requires_grad_()
-    ref = ref_grouped(a.detach().double(), w64.transpose(1, 2), offs)
-    ref.backward(grad.double().cpu())
-    assert rel_err(w.grad.double().cpu(), w64.grad) < 1e-2
+    assert rel_err(gw.double().cpu(), rw) < 1e-2
 
 
 # ---- scaled_mm ----
