@@ -416,6 +416,34 @@ def test_grouped_2d3d_store_paths(sizes: list[int], monkeypatch: pytest.MonkeyPa
 
 @needs_hopper
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("b_k_major", [True, False])
+@pytest.mark.parametrize("sizes", [[0, 300, 0, 17, 1], [5] * 40, [128, 64, 200], [256] * 6])
+def test_grouped_two_ctas_an_sm(dtype: torch.dtype, b_k_major: bool, sizes: list[int],
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The two-CTAs-an-SM instances (GEMMT_GROUPED_PER_SM=2: 128-wide tiles, a 3-stage ring,
+    a one-warp producer) give the one-CTA kernel's bits: rows split by offsets, tail tiles,
+    rows past the last offset zeroed, both layouts of B, NaN-poisoned outputs."""
+    g, k, n = len(sizes), 192, 328
+    total = sum(sizes) + 7
+    a = torch.randn(total, k, device="cuda", dtype=dtype)
+    b = torch.randn(g, n, k, device="cuda", dtype=dtype).transpose(1, 2) if b_k_major else \
+        torch.randn(g, k, n, device="cuda", dtype=dtype)
+    b = b / k ** 0.5
+    offs = offsets(sizes)
+    ref = ref_grouped(a, b, offs)
+    outs = {}
+    for per_sm in ("1", "2"):
+        monkeypatch.setenv("GEMMT_GROUPED_PER_SM", per_sm)
+        monkeypatch.setenv("GEMMT_GROUPED_TMA_STORE", "0")
+        out = poisoned_call(lambda: torch.ops.gemmt.grouped_mm(a, b, offs), (total, n), dtype)
+        close_elementwise(out, ref, dtype)
+        assert (out[sum(sizes):] == 0).all()
+        outs[per_sm] = out
+    assert torch.equal(outs["1"], outs["2"])
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_grouped_3d3d_store_paths(dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
     """One C a group (a 3-D map) through both epilogues, with partial tiles on both edges."""
     a = torch.randn(5, 200, 320, device="cuda", dtype=dtype)

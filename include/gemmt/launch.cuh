@@ -78,6 +78,19 @@ cudaError_t allow_dynamic_smem(int bytes) {
   return err;
 }
 
+// All of the unified L1 as shared memory for kKernel, set once per device: a hint the driver
+// may otherwise settle below what two resident CTAs of a large-shared-memory kernel need.
+template <auto kKernel>
+cudaError_t prefer_max_shared_carveout() {
+  static std::atomic<int> done[kMaxCachedDevices] = {};
+  int unused = 0;
+  return cached_per_device(done, &unused, [](int, int* value) {
+    *value = 1;
+    return cudaFuncSetAttribute(kKernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                cudaSharedmemCarveoutMaxShared);
+  });
+}
+
 // Blocks of kKernel (static shared memory only) that one SM holds at once with `threads`
 // threads each, cached per device: a launcher that sizes a persistent grid asks on every
 // launch, and the answer never changes for a device's function object.

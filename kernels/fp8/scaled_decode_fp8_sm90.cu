@@ -302,15 +302,8 @@ cudaError_t launch_kind(const CUtensorMap& w, const CUtensorMap& t, const WdPara
                         cudaStream_t stream) {
   constexpr auto kernel = fp8_decode_wgmma_kernel<kKind>;
   GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(kWdSmemBytes));
-  // All of the unified L1 as shared memory, so that two CTAs fit on an SM (a hint the driver
-  // may otherwise settle below what two need); set once per device.
-  static std::atomic<int> carveout[kMaxCachedDevices] = {};
-  int done = 0;
-  GEMMT_RETURN_IF_ERROR(cached_per_device(carveout, &done, [](int, int* value) {
-    *value = 1;
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                cudaSharedmemCarveoutMaxShared);
-  }));
+  // Two CTAs an SM.
+  GEMMT_RETURN_IF_ERROR(prefer_max_shared_carveout<kernel>());
   cudaLaunchAttribute attr[2];
   cudaLaunchConfig_t cfg = cluster_launch_config(
       dim3(static_cast<unsigned>(ctas)), dim3(kWdThreads), kWdSmemBytes, stream, p.cluster, attr);

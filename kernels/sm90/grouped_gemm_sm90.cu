@@ -180,6 +180,18 @@ bool use_staged_c(const GroupedGemmArgs& x) {
   return x.split == GroupSplit::kDepth || x.n >= 4096 || few_rows;
 }
 
+// Two CTAs an SM on 128-wide tiles (16-bit, K-major A, C from registers): one CTA's epilogue
+// and ramp-up then run beside the other's products, which pays where tiles are short in K.
+// GEMMT_GROUPED_PER_SM=2 asks for it where it can run (read at each call, for A/B runs).
+bool two_ctas_per_sm(const GroupedGemmArgs& x) {
+  if (is_fp8_kind(x.kind) || x.split == GroupSplit::kDepth || x.split == GroupSplit::kCols) {
+    return false;
+  }
+  if (!k_major(a_view(x))) return false;
+  const char* env = std::getenv("GEMMT_GROUPED_PER_SM");
+  return env != nullptr && std::strcmp(env, "2") == 0;
+}
+
 bool fits_int(int64_t v) {
   return v >= 0 && v < (int64_t{1} << 31);
 }
@@ -262,7 +274,8 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   if (sms <= 0) GEMMT_RETURN_IF_ERROR(current_device_sm_count(&sms));
   const bool promote = is_fp8_kind(x.kind) && (!x.fast_accum || x.scale == ScaleKind::kBlock);
   grouped_plan::Shape shape{x.m, x.n, x.k, x.groups, static_cast<int>(x.split)};
-  const int bn = promote ? 128 : grouped_plan::tile_width(shape, sms);
+  const bool two_per_sm = two_ctas_per_sm(x);
+  const int bn = promote || two_per_sm ? 128 : grouped_plan::tile_width(shape, sms);
 
   sm90::GroupedLaunch l{};
   OperandView a = a_view(y), b = b_view(y);
@@ -273,6 +286,7 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   l.promote = promote ? promote_sets(x.scale == ScaleKind::kBlock) : 0;
   l.block = x.scale == ScaleKind::kBlock;
   l.cluster = is_fp8_kind(x.kind) ? 2 : 1;
+  l.per_sm = two_per_sm ? 2 : 1;
   if (!encode_operand(&l.a, a, x.kind, 128)) {
     *step = "encoding the tensor map of a";
     return cudaErrorInvalidValue;
@@ -310,14 +324,17 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   p.stages = bn == 256 ? 4 : 6;
   std::memset(&l.c, 0, sizeof(l.c));
   // A C the driver will not map (strides past its limits) is written from registers.
-  if (use_staged_c(x) && encode_c_map(&l.c, x)) {
+  if (two_per_sm) {
+    p.stages = 3;
+  } else if (use_staged_c(x) && encode_c_map(&l.c, x)) {
     p.store_c = 1;
     p.stages = bn == 256 ? 3 : 5;
   }
   const int64_t tiles = grouped_plan::max_tiles(shape, bn);
   if (tiles == 0) return cudaSuccess;
   const int64_t units = l.cluster == 1 ? tiles : (static_cast<int64_t>(p.tiles_m) * p.tiles_n);
-  l.grid = static_cast<int>(std::min<int64_t>(units, sms / l.cluster)) * l.cluster;
+  const int64_t slots = static_cast<int64_t>(sms / l.cluster) * l.per_sm;
+  l.grid = static_cast<int>(std::min<int64_t>(units, slots)) * l.cluster;
   *step = "the launch of the kernel instance";
   return launch_instance(x.kind, l, stream);
 }

@@ -45,6 +45,15 @@ namespace gemmt {
 namespace {
 
 constexpr int kGgThreads = 384;
+// Two CTAs an SM: the consumer warpgroups are warps 0-7 and the producer one warp after them,
+// so that 2 x 288 threads leave 112 registers a thread (wgmma's 64 accumulators and their
+// addressing fit; 384 threads would leave 80, too few, and setmaxnreg cannot give a one-warp
+// producer's registers away).
+constexpr int kGgPairThreads = 288;
+template <int kPerSm>
+constexpr int gg_threads() {
+  return kPerSm == 1 ? kGgThreads : kGgPairThreads;
+}
 constexpr int kGgBM = 128;
 
 template <int kKind, int kBN>
@@ -55,6 +64,8 @@ struct GgCfg {
   // The ring's depth is a launch parameter: C staged through shared memory (16-bit C, one
   // 128 x kBN tile) takes the room of a stage or two.
   static constexpr int kMaxStages = kBN == 256 ? 4 : 6;
+  // The ring of a CTA that shares its SM with another (kPerSm == 2).
+  static constexpr int kPairStages = 3;
   static constexpr int kStagedStages = kBN == 256 ? 3 : 5;
   static constexpr int kABytes = kGgBM * 128;
   static constexpr int kBBytes = kBN * 128;
@@ -350,8 +361,11 @@ __device__ __forceinline__ void gg_store_staged(const CUtensorMap* map, uint32_t
 // stacked along M (one group, no split) that share each B stage, each fetching half of it
 // for both by multicast, which halves B's L2 traffic; a stage is refilled once the consumers
 // of both CTAs have released it.
-template <int kKind, bool kAMn, bool kBMn, int kBN, int kPromote, bool kBlock, int kCluster>
-__global__ void __launch_bounds__(kGgThreads, 1)
+// kPerSm == 2: two CTAs an SM (128-wide 16-bit tiles, a ring of at most kPairStages, consumer
+// registers halved), so that one CTA's epilogue and ramp-up run beside the other's products.
+template <int kKind, bool kAMn, bool kBMn, int kBN, int kPromote, bool kBlock, int kCluster,
+          int kPerSm = 1>
+__global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
     sm90_grouped_gemm_kernel(const __grid_constant__ CUtensorMap tma_a,
                              const __grid_constant__ CUtensorMap tma_b,
                              const __grid_constant__ CUtensorMap tma_c, const GgParams p) {
@@ -366,6 +380,8 @@ __global__ void __launch_bounds__(kGgThreads, 1)
   constexpr int kMnBox = 64 * 128;  // an MN-major box: 64 of M/N by 64 rows of K (16-bit)
   static_assert(!is_fp8_kind(kKind) || (!kAMn && !kBMn), "fp8 wgmma reads K-major operands");
   static_assert(kPromote == 0 || kBN == 128, "the promoted FP8 sum needs a second accumulator set");
+  static_assert(kPerSm == 1 || (kBN == 128 && kPromote == 0 && kCluster == 1),
+                "two CTAs an SM: 128-wide tiles, no promotion, no pairs");
   static_assert(!kBlock || kPromote, "block scales are applied at the promotion");
 
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -380,8 +396,11 @@ __global__ void __launch_bounds__(kGgThreads, 1)
   auto full_bar = [&](int s) { return bars + 8u * s; };
   auto empty_bar = [&](int s) { return bars + 8u * (stages + s); };
 
-  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x >> 7), 0);
-  const int warp_in_wg = (threadIdx.x >> 5) & 3;
+  const int warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x >> 5), 0);
+  const int warp_in_wg = warp & 3;
+  // The first consumer thread: after the producer warpgroup, or first of all (kPerSm == 2).
+  constexpr int kConsumerBase = kPerSm == 1 ? 128 : 0;
+  const bool producer = kPerSm == 1 ? warp < 4 : warp == 2 * 4;
   const int lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -409,9 +428,9 @@ __global__ void __launch_bounds__(kGgThreads, 1)
     return true;
   };
 
-  if (wg == 0) {
-    setmaxnreg_dec<40>();
-    if (__shfl_sync(0xffffffffu, warp_in_wg, 0) == 0) {
+  if (producer) {
+    if constexpr (kPerSm == 1) setmaxnreg_dec<40>();
+    if (kPerSm != 1 || warp_in_wg == 0) {
       const bool leader = elect_one();
       if (leader) {
         prefetch_tmap(&tma_a);
@@ -468,9 +487,9 @@ __global__ void __launch_bounds__(kGgThreads, 1)
     }
     __syncwarp();
   } else {
-    setmaxnreg_inc<232>();
-    const int cw = wg - 1;
-    const int tid = static_cast<int>(threadIdx.x) - 128;
+    if constexpr (kPerSm == 1) setmaxnreg_inc<232>();
+    const int tid = static_cast<int>(threadIdx.x) - kConsumerBase;
+    const int cw = tid >> 7;
     constexpr uint32_t kAStep = (kAMn ? 16 * 128 : 32) >> 4;
     constexpr uint32_t kBStep = (kBMn ? 16 * 128 : 32) >> 4;
     constexpr uint32_t kALbo = kAMn ? kMnBox : 16;

@@ -14,27 +14,29 @@
 namespace gemmt {
 namespace {
 
-template <int kKind, bool kAMn, bool kBMn, int kBN, int kPromote, bool kBlock, int kCluster = 1>
+template <int kKind, bool kAMn, bool kBMn, int kBN, int kPromote, bool kBlock, int kCluster = 1,
+          int kPerSm = 1>
 cudaError_t launch_grouped_instance(const sm90::GroupedLaunch& l, cudaStream_t stream) {
   constexpr auto kernel =
-      sm90_grouped_gemm_kernel<kKind, kAMn, kBMn, kBN, kPromote, kBlock, kCluster>;
+      sm90_grouped_gemm_kernel<kKind, kAMn, kBMn, kBN, kPromote, kBlock, kCluster, kPerSm>;
   using Cfg = GgCfg<kKind, kBN>;
   // The ring's depth and the staging buffer are launch parameters; the kernel trusts them.
   const bool staged = l.p.store_c != 0;
-  if (staged && is_fp8_kind(kKind)) return cudaErrorInvalidValue;
-  if (l.p.stages < 1 || l.p.stages > (staged ? Cfg::kStagedStages : Cfg::kMaxStages)) {
-    return cudaErrorInvalidValue;
-  }
+  if (staged && (is_fp8_kind(kKind) || kPerSm != 1)) return cudaErrorInvalidValue;
+  const int max_stages =
+      kPerSm != 1 ? Cfg::kPairStages : (staged ? Cfg::kStagedStages : Cfg::kMaxStages);
+  if (l.p.stages < 1 || l.p.stages > max_stages) return cudaErrorInvalidValue;
   const int smem = Cfg::smem_bytes(l.p.stages, staged);
   GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(Cfg::kSmemBytes));
+  if constexpr (kPerSm != 1) GEMMT_RETURN_IF_ERROR(prefer_max_shared_carveout<kernel>());
   if constexpr (kCluster == 1) {
-    return launch_programmatic<kernel>(dim3(l.grid), dim3(kGgThreads), smem, stream, l.a, l.b, l.c,
-                                       l.p);
+    return launch_programmatic<kernel>(dim3(l.grid), dim3(gg_threads<kPerSm>()), smem, stream,
+                                       l.a, l.b, l.c, l.p);
   } else {
     if (l.cluster != kCluster || l.grid % kCluster != 0) return cudaErrorInvalidValue;
     cudaLaunchAttribute attr[2];
     cudaLaunchConfig_t cfg =
-        cluster_launch_config(dim3(l.grid), dim3(kGgThreads), smem, stream, kCluster, attr);
+        cluster_launch_config(dim3(l.grid), dim3(gg_threads<kPerSm>()), smem, stream, kCluster, attr);
     // As many pairs as can be resident at once (a GPC's SMs may not pair up): more would run
     // as a second, mostly idle wave of the persistent grid.
     static std::atomic<int> cache[kMaxCachedDevices] = {};
@@ -59,6 +61,14 @@ cudaError_t launch_grouped_instance(const sm90::GroupedLaunch& l, cudaStream_t s
 template <int kKind, int kBN>
 cudaError_t launch_grouped_16bit(const sm90::GroupedLaunch& l, cudaStream_t stream) {
   if (l.promote != 0 || l.block || l.bn != kBN) return cudaErrorInvalidValue;
+  if constexpr (kBN == 128) {
+    // Two CTAs an SM: K-major A (the forward and grad_input layouts).
+    if (l.per_sm == 2 && !l.a_mn) {
+      return l.b_mn ? launch_grouped_instance<kKind, false, true, 128, 0, false, 1, 2>(l, stream)
+                    : launch_grouped_instance<kKind, false, false, 128, 0, false, 1, 2>(l, stream);
+    }
+  }
+  if (l.per_sm != 1) return cudaErrorInvalidValue;
   if (!l.a_mn && !l.b_mn)
     return launch_grouped_instance<kKind, false, false, kBN, 0, false>(l, stream);
   if (!l.a_mn && l.b_mn)
@@ -72,7 +82,7 @@ cudaError_t launch_grouped_16bit(const sm90::GroupedLaunch& l, cudaStream_t stre
 // fast accumulation on the 256- or 128-wide one.
 template <int kKind>
 cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t stream) {
-  if (l.a_mn || l.b_mn) return cudaErrorInvalidValue;
+  if (l.a_mn || l.b_mn || l.per_sm != 1) return cudaErrorInvalidValue;
   if (l.block) {
     if (l.promote != 2) return cudaErrorInvalidValue;
     return launch_grouped_instance<kKind, false, false, 128, 2, true, 2>(l, stream);

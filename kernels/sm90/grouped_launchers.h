@@ -45,6 +45,7 @@ struct GroupedLaunch {
   int promote;  // FP8: a float32 sum of 128-deep partial products, from 1 or 2 sets (0: none)
   bool block;   // FP8: with 1x128 / 128x128 block scales
   int cluster;  // 1, or 2: CTA pairs along M sharing B (FP8, one group)
+  int per_sm;   // CTAs an SM: 1, or 2 (128-wide 16-bit tiles with K-major A)
 };
 
 // One per kind and tile width (16-bit) or operand pair (float8), each in its own translation
