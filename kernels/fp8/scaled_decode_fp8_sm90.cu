@@ -172,9 +172,9 @@ __device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensor
   const uint32_t smem_w = base;
   const uint32_t smem_t = base + kWdStages * kWdWBytes;
   const uint32_t smem_t16 = base + Smem::kRing;  // the fp16 path's token tile
-  const uint32_t bars =
-      base - raw >= static_cast<uint32_t>(Smem::kBarBytes) ? base - Smem::kBarBytes
-                                                            : base + Smem::kUsed;
+  const uint32_t bars = base - raw >= static_cast<uint32_t>(Smem::kBarBytes)
+                            ? base - Smem::kBarBytes
+                            : base + Smem::kUsed;
   auto full_bar = [&](int s) { return bars + 8u * s; };
   auto empty_bar = [&](int s) { return bars + 8u * (kWdStages + s); };
 

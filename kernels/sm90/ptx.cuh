@@ -396,11 +396,11 @@ __device__ __forceinline__ void wgmma_f16_rs(float (&d)[kN / 2], const uint32_t 
                                              uint64_t db, uint32_t accumulate) {
   static_assert(kN == 16 || kN == 32 || kN == 64, "register-A fp16 wgmma: N = 16, 32 or 64");
   if constexpr (kN == 64) {
-    GEMMT_WGMMA_F16_RS("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", GEMMT_D32,
-                       GEMMT_ACC32, "%37", "{%32, %33, %34, %35}", "%36");
+    GEMMT_WGMMA_F16_RS("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", GEMMT_D32, GEMMT_ACC32,
+                       "%37", "{%32, %33, %34, %35}", "%36");
   } else if constexpr (kN == 32) {
-    GEMMT_WGMMA_F16_RS("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16", GEMMT_D16,
-                       GEMMT_ACC16, "%21", "{%16, %17, %18, %19}", "%20");
+    GEMMT_WGMMA_F16_RS("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16", GEMMT_D16, GEMMT_ACC16,
+                       "%21", "{%16, %17, %18, %19}", "%20");
   } else {
     GEMMT_WGMMA_F16_RS("wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16", GEMMT_D8,
                        GEMMT_ACC8(0), "%13", "{%8, %9, %10, %11}", "%12");
