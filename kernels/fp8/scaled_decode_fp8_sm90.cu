@@ -20,6 +20,15 @@
 // sums (scale-d 0: the accumulator is not read) and added to a float32 total once it is done,
 // so the only sums the tensor cores keep are those of one instruction's products.
 //
+// The fp16 path (fp8_decode_wgmma_f16_run). Float8 sums cannot be made float32-grade, so
+// this path gives the tensor cores fp16 operands instead: every float8 value is an fp16 value,
+// fp16 products are exact and fp16 wgmma sums them with float32 accumulators, as mma.sync
+// does for the mma.sync kernel. W stays wgmma's operand A, now from registers: each consumer
+// thread loads its fragment bytes from the swizzled stage and widens them; the tokens (operand
+// B, from shared memory) are widened once a stage into one fp16 tile both warpgroups read.
+// The token columns shrink to 16 or 32 when m allows. A stage's sums still start from zero
+// and join the float32 total when they complete.
+//
 // Work split. K is split over a cluster of up to 8 CTAs (rank r takes k-blocks
 // [r kb / cl, (r + 1) kb / cl)) so that even a 4096-row W spreads over every SM; the grid is
 // (row blocks of 128) x cl. The partial totals meet in the ring's shared memory, rank 0 adds
