@@ -28,20 +28,27 @@ namespace {
 //                   sums (1e-5 to 5e-5 relative error with float32 output, 12-23x the
 //                   float32-grade bound tests/test_fp8_decode.py holds the kernels to). Where it
 //                   cannot run, as auto.
+//   wgmma16         the same products on the Hopper kernel's fp16 path (fp8_decode_wgmma_f16_run:
+//                   W widened into wgmma's register operand, the tokens into an fp16 tile, fp16
+//                   wgmma with float32 sums): float32-grade like the mma.sync kernel, with the
+//                   Hopper kernel's TMA ring and split K. Where it cannot run, as auto.
 //   mma (always)    the mma.sync kernel up to 64 tokens in every scaling.
 //   off             neither decode kernel.
-enum class DecodeRoute { kAuto, kWgmma, kMma, kOff };
+enum class DecodeRoute { kAuto, kWgmma, kWgmma16, kMma, kOff };
 
 DecodeRoute decode_route() {
   const char* env = std::getenv("GEMMT_FP8_DECODE");
   const std::string_view mode = env == nullptr ? std::string_view() : std::string_view(env);
   if (mode.empty() || mode == "auto") return DecodeRoute::kAuto;
   if (mode == "wgmma") return DecodeRoute::kWgmma;
+  if (mode == "wgmma16") return DecodeRoute::kWgmma16;
   if (mode == "mma" || mode == "always") return DecodeRoute::kMma;
   if (mode == "off") return DecodeRoute::kOff;
-  TORCH_CHECK(false,
-              "gemmt::scaled_mm: GEMMT_FP8_DECODE expected auto, wgmma, mma, always or off, got '",
-              mode, "'");
+  TORCH_CHECK(
+      false,
+      "gemmt::scaled_mm: GEMMT_FP8_DECODE expected auto, wgmma, mma, always, off or wgmma16, "
+      "got '",
+      mode, "'");
   return DecodeRoute::kOff;
 }
 
@@ -100,13 +107,20 @@ std::optional<at::Tensor> scaled_mm_decode_cuda(const char* op, const at::Tensor
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(a.get_device());
   x.cc_major = prop->major;
   x.sm_count = usable_sm_count(op);
-  const bool wgmma = route == DecodeRoute::kWgmma && !block && fp8_decode_wgmma_supported(x);
+  const bool hopper = route == DecodeRoute::kWgmma || route == DecodeRoute::kWgmma16;
+  const bool wgmma = hopper && !block && fp8_decode_wgmma_supported(x);
   if (!wgmma && (m > mma_max || !fp8_decode_supported(x))) return std::nullopt;
 
   at::Tensor out = at::empty({m, n}, a.options().dtype(out_dtype));
   x.c = out.data_ptr();
   const cudaStream_t stream = stream_for(a);
-  check_launch(op, wgmma ? fp8_decode_wgmma_run(x, stream) : fp8_decode_run(x, stream));
+  if (!wgmma) {
+    check_launch(op, fp8_decode_run(x, stream));
+  } else if (route == DecodeRoute::kWgmma16) {
+    check_launch(op, fp8_decode_wgmma_f16_run(x, stream));
+  } else {
+    check_launch(op, fp8_decode_wgmma_run(x, stream));
+  }
   return out;
 }
 

@@ -1,10 +1,10 @@
 """scaled_mm's FP8 decode path on CUDA: 1-64 tokens against a K-major float8 weight
 (b = W.t()), in every scaling, with bias, activations and the three output dtypes, against a
 float64 product of the dequantised inputs with an elementwise error bound, against
-torch._scaled_mm, on outputs whose memory was filled with NaN first. Every test runs on both
-decode kernels: the mma.sync one (kernels/fp8/scaled_decode_fp8.cu, every scaling) and the
-Hopper wgmma one (kernels/fp8/scaled_decode_fp8_sm90.cu, tensorwise and rowwise scales; block
-scales stay on the mma.sync kernel there)."""
+torch._scaled_mm, on outputs whose memory was filled with NaN first. Every test runs on every
+decode path: the mma.sync kernel (kernels/fp8/scaled_decode_fp8.cu, every scaling) and the
+Hopper kernel (kernels/fp8/scaled_decode_fp8_sm90.cu, tensorwise and rowwise scales; block
+scales stay on the mma.sync kernel there) on its float8 wgmma path and on its fp16 one."""
 
 from __future__ import annotations
 
@@ -38,18 +38,19 @@ needs_fp8 = pytest.mark.skipif(not _fp8_capable(), reason="needs an sm_89+ CUDA 
 needs_hopper = pytest.mark.skipif(not _hopper(), reason="needs a Hopper GPU (sm_90)")
 
 
-DECODE_PATHS = ["mma", "wgmma"]
+DECODE_PATHS = ["mma", "wgmma", "wgmma16"]
 MMA_KERNEL, WGMMA_KERNEL = "mma.sync decode kernel", "wgmma decode kernel"
+WGMMA16_KERNEL = "fp16 wgmma decode kernel"
 
 
 @pytest.fixture(autouse=True, params=DECODE_PATHS)
 def decode_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The decode kernel under test, chosen through GEMMT_FP8_DECODE: "mma" holds the mma.sync
     kernel to its whole range (1-64 tokens, every scaling), "wgmma" sends tensorwise and
-    rowwise products to the Hopper kernel (test_wgmma_path_runs_the_wgmma_kernel checks that it
-    is the one that runs for these tests' operands). test_decode_kernel_is_the_one_that_runs
-    checks the default routing."""
-    if request.param == "wgmma" and HAS_CUDA and not _hopper():
+    rowwise products to the Hopper kernel's float8 wgmma path, "wgmma16" to its fp16 path
+    (test_wgmma_path_runs_the_wgmma_kernel checks that it is the one that runs for these tests'
+    operands). test_decode_kernel_is_the_one_that_runs checks the default routing."""
+    if request.param.startswith("wgmma") and HAS_CUDA and not _hopper():
         pytest.skip("the wgmma decode kernel needs a Hopper GPU (sm_90)")
     monkeypatch.setenv("GEMMT_FP8_DECODE", request.param)
     return request.param
@@ -67,13 +68,15 @@ def kernel_names(fn) -> list[str]:
 
 
 def decode_kernels(names: list[str]) -> set[str]:
-    """Which of the two decode kernels appear among the kernel names."""
+    """Which of the decode kernels appear among the kernel names."""
     found = set()
     for s in names:
         if "decode_kernel" in s and "Fp8Op" in s:
             found.add(MMA_KERNEL)
         if "fp8_decode_wgmma_kernel" in s:
             found.add(WGMMA_KERNEL)
+        if "fp8_decode_wgmma_f16_kernel" in s:
+            found.add(WGMMA16_KERNEL)
     return found
 
 
@@ -325,6 +328,46 @@ def test_decode_small_products_beside_a_large_one(k: int) -> None:
 
 
 @needs_fp8
+@pytest.mark.parametrize("m", [1, 5, 16, 17, 40, 64])
+@pytest.mark.parametrize("shape", [(200, 512), (1000, 4096), (24, 4752)])
+@pytest.mark.parametrize("w_format", [E4M3, E5M2])
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+def test_decode_sums_are_float32_exact_where_float32_is(m: int, shape: tuple[int, int],
+                                                        w_format: torch.dtype,
+                                                        scaling: str) -> None:
+    """Every token holds 448 at its own K position (a different lane, step and k-block for each)
+    among small multiples of 2^-6, against weights of +-1/2, +-1, +-2, with power-of-two scales:
+    every partial sum is a multiple of 2^-7 below 2^11, so every float32 sum in any order is
+    exact and the output must equal the float64 product bit for bit. A float8 tensor-core sum
+    (the small products of an instruction aligned to its largest one and cut to a few bits)
+    misses by up to a few 2^-6 an instruction. Covers each token-column width of the fp16 path,
+    split K and a K tail (4752 = 37 k-blocks + 16)."""
+    n, k = shape
+    gen = torch.Generator(device="cpu").manual_seed(1000 * m + k)
+    a = torch.randint(-3, 4, (m, k), generator=gen).double() * 2.0 ** -6
+    pos = (torch.arange(m) * 97 + 13) % k
+    a[torch.arange(m), pos] = 448.0
+    w = (torch.randint(0, 2, (n, k), generator=gen) * 2 - 1).double()
+    w = w * 2.0 ** torch.randint(-1, 2, (n, k), generator=gen).double()
+    a8, w8 = a.to(E4M3), w.to(w_format)
+    assert torch.equal(a8.double(), a) and torch.equal(w8.double(), w)  # exact operands
+    if scaling == "tensor":
+        sa, sb = torch.tensor(0.5), torch.tensor(4.0)
+    else:
+        sa = 2.0 ** torch.randint(-2, 3, (m, 1), generator=gen).float()
+        sb = 2.0 ** torch.randint(-2, 3, (1, n), generator=gen).float()
+    expect = (a @ w.t()) * sa.double() * sb.double()
+    assert torch.equal(expect.float().double(), expect)  # exact in float32
+    out = poisoned_run(lambda: torch.ops.gemmt.scaled_mm(
+        a8.cuda(), w8.cuda().t(), sa.cuda(), sb.cuda(), None, torch.float32, "none", False),
+        m, n, torch.float32)
+    diff = (out.cpu().double() - expect).abs()
+    assert not (diff > 0).any(), (
+        f"{int((diff > 0).sum())} of {diff.numel()} sums not exact; worst off by "
+        f"{float(diff.max()):.3g}")
+
+
+@needs_fp8
 @pytest.mark.parametrize("scaling", ["tensor", "row"])
 @pytest.mark.parametrize("m", [1, 16, 31, 64])
 @pytest.mark.parametrize("shape", [(4096, 4096), (1024, 2048)])
@@ -357,7 +400,8 @@ def test_decode_kernel_is_the_one_that_runs(decode_path: str,
     """By default (auto) the mma.sync kernel takes tensorwise and rowwise products of up to 16
     tokens and block scales up to 64. GEMMT_FP8_DECODE=mma (and its alias always) holds it to
     64 tokens in every scaling, =wgmma sends tensorwise and rowwise products of 1-64 tokens to
-    the Hopper kernel, =off takes neither; 65 tokens never take a decode kernel."""
+    the Hopper kernel's float8 path and =wgmma16 to its fp16 path, =off takes neither; 65 tokens
+    never take a decode kernel."""
     if decode_path != DECODE_PATHS[0]:
         pytest.skip("the routing is checked once, with its own settings")
 
@@ -369,7 +413,7 @@ def test_decode_kernel_is_the_one_that_runs(decode_path: str,
             pytest.skip("the profiler recorded no CUDA kernels here")
         return decode_kernels(names)
 
-    MMA, WG = {MMA_KERNEL}, {WGMMA_KERNEL}
+    MMA, WG, WG16 = {MMA_KERNEL}, {WGMMA_KERNEL}, {WGMMA16_KERNEL}
     monkeypatch.setenv("GEMMT_FP8_DECODE", "auto")
     assert ran(8) == MMA and ran(16, "tensor") == MMA and ran(64, "block") == MMA
     if not _hopper():
@@ -390,11 +434,17 @@ def test_decode_kernel_is_the_one_that_runs(decode_path: str,
     monkeypatch.setenv("GEMMT_FP8_DECODE", "wgmma")
     assert ran(1, "tensor") == WG and ran(64) == WG and ran(64, "block") == MMA
     assert ran(65) == set()
+    monkeypatch.setenv("GEMMT_FP8_DECODE", "wgmma16")
+    for m in (1, 16, 17, 32, 33, 64):  # each token-column width of the fp16 path
+        assert ran(m, "tensor") == WG16 and ran(m, "row") == WG16, m
+    assert ran(1, "block") == MMA and ran(64, "block") == MMA
+    assert ran(65) == set() and ran(65, "block") == set()
     monkeypatch.setenv("GEMMT_FP8_DECODE", "off")
     assert ran(8) == set() and ran(8, "block") == set()
     monkeypatch.setenv("GEMMT_FP8_DECODE", "sometimes")
     case = Case(4, 256, 256, "row")
-    with pytest.raises(RuntimeError, match=r"GEMMT_FP8_DECODE expected auto, wgmma, mma"):
+    with pytest.raises(RuntimeError,
+                       match=r"GEMMT_FP8_DECODE expected auto, wgmma, mma, always, off or wgmma16"):
         torch.ops.gemmt.scaled_mm(case.a, case.b, case.sa, case.sb, None, torch.bfloat16,
                                   "none", False)
 
@@ -419,20 +469,22 @@ def test_decode_split_k_and_tails(m: int, shape: tuple[int, int], scaling: str) 
 
 @needs_hopper
 def test_wgmma_path_runs_the_wgmma_kernel(decode_path: str) -> None:
-    """With GEMMT_FP8_DECODE=wgmma, the operands of this file's tensorwise / rowwise tests run
-    the wgmma kernel (not the mma.sync one it would fall back to where it cannot run)."""
-    if decode_path != "wgmma":
-        pytest.skip("checks the wgmma path")
+    """With GEMMT_FP8_DECODE=wgmma (=wgmma16), the operands of this file's tensorwise /
+    rowwise tests run the Hopper kernel's float8 (fp16) path, not the mma.sync kernel it would
+    fall back to where it cannot run."""
+    if decode_path not in ("wgmma", "wgmma16"):
+        pytest.skip("checks the wgmma paths")
+    expect = {WGMMA_KERNEL} if decode_path == "wgmma" else {WGMMA16_KERNEL}
 
     def only_wgmma(fn, what: str) -> None:
         names = kernel_names(fn)
         if not names:
             pytest.skip("the profiler recorded no CUDA kernels here")
-        assert decode_kernels(names) == {WGMMA_KERNEL}, (what, names)
+        assert decode_kernels(names) == expect, (what, names)
 
     shapes = SHAPES + SPLIT_SHAPES + [(14336, 4096), (4096, 14336), (512, 16384)]
     for n, k in shapes:
-        for m in (1, 7, 33, 64):
+        for m in (1, 7, 17, 33, 64):
             for scaling in ("tensor", "row"):
                 case = Case(m, n, k, scaling)
                 only_wgmma(lambda: run(case), f"{m} x {n} x {k} {scaling}")

@@ -73,4 +73,9 @@ bool fp8_decode_wgmma_supported(const Fp8DecodeArgs& args, const char** why = nu
 // fp8_decode_wgmma_supported fails.
 cudaError_t fp8_decode_wgmma_run(const Fp8DecodeArgs& args, cudaStream_t stream);
 
+// The Hopper variant's fp16 path, on the same arguments (fp8_decode_wgmma_supported): W and the
+// tokens widened to fp16 (exact) and multiplied by fp16 wgmma, so that the sums are the
+// float32-grade ones of the mma.sync kernel rather than the tensor cores' float8 sums.
+cudaError_t fp8_decode_wgmma_f16_run(const Fp8DecodeArgs& args, cudaStream_t stream);
+
 }  // namespace gemmt

@@ -1,7 +1,7 @@
 // What the FP8 decode kernels (kernels/fp8/scaled_decode_fp8.cu, mma.sync, and
-// kernels/fp8/scaled_decode_fp8_sm90.cu, wgmma) share: the argument checks both make, the bias
-// in its own dtype and the one rounding of a float32 result to C's dtype. One definition, so
-// that both kernels give the same bits for the same float32 sums.
+// kernels/fp8/scaled_decode_fp8_sm90.cu, wgmma) share: the argument checks both make, the
+// float8 -> fp16 widening, the bias in its own dtype and the one rounding of a float32 result
+// to C's dtype. One definition, so that the kernels give the same bits for the same sums.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -50,6 +50,29 @@ inline bool common_args_supported(const Fp8DecodeArgs& x, int64_t max_tokens, co
   if (x.m > 1 && x.ldc < x.n) return refuse(why, "ldc < n");
   if (x.sa == nullptr || x.sb == nullptr) return refuse(why, "missing scales");
   return true;
+}
+
+// Four float8 values (one 32-bit word) as two fp16 pairs: bytes 0-1 in lo, 2-3 in hi, the
+// lower byte in the lower half. Exact: every e4m3fn and e5m2 value (NaN and inf included) is
+// an fp16 value; e5m2 is the high byte of an fp16.
+template <bool kE5>
+__device__ __forceinline__ void widen(uint32_t v, uint32_t& lo, uint32_t& hi) {
+  if constexpr (kE5) {
+    lo = __byte_perm(v, 0u, 0x1404);
+    hi = __byte_perm(v, 0u, 0x3424);
+  } else {
+#if __CUDA_ARCH__ >= 890
+    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n"
+        " cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+        : "=r"(lo), "=r"(hi)
+        : "r"(v));
+#else
+    // Never launched: the host side refuses code built below compute capability 8.9.
+    (void)v;
+    lo = hi = 0;
+    __trap();
+#endif
+  }
 }
 
 // bias[row * stride] as a float (bfloat16, float16 or float32).

@@ -62,34 +62,12 @@ struct Fp8Params {
   Activation act;
 };
 
-// Four float8 values (one 32-bit word) as two fp16 pairs: bytes 0-1 in lo, 2-3 in hi, the
-// lower byte in the lower half.
-template <bool kE5>
-__device__ __forceinline__ void widen(uint32_t v, uint32_t& lo, uint32_t& hi) {
-  if constexpr (kE5) {
-    lo = __byte_perm(v, 0u, 0x1404);
-    hi = __byte_perm(v, 0u, 0x3424);
-  } else {
-#if __CUDA_ARCH__ >= 890
-    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n"
-        " cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
-        : "=r"(lo), "=r"(hi)
-        : "r"(v));
-#else
-    // Never launched: the host side refuses code built below compute capability 8.9.
-    (void)v;
-    lo = hi = 0;
-    __trap();
-#endif
-  }
-}
-
 template <bool kE5>
 __device__ __forceinline__ void widen16(const uint4& v, uint32_t (&f)[8]) {
-  widen<kE5>(v.x, f[0], f[1]);
-  widen<kE5>(v.y, f[2], f[3]);
-  widen<kE5>(v.z, f[4], f[5]);
-  widen<kE5>(v.w, f[6], f[7]);
+  fp8_decode::widen<kE5>(v.x, f[0], f[1]);
+  fp8_decode::widen<kE5>(v.y, f[2], f[3]);
+  fp8_decode::widen<kE5>(v.z, f[4], f[5]);
+  fp8_decode::widen<kE5>(v.w, f[6], f[7]);
 }
 
 // kWE5 / kAE5: the weight's / the tokens' format is e5m2 (else e4m3fn). kBlock: per-128-K

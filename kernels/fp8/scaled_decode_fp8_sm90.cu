@@ -20,6 +20,15 @@
 // sums (scale-d 0: the accumulator is not read) and added to a float32 total once it is done,
 // so the only sums the tensor cores keep are those of one instruction's products.
 //
+// The fp16 path (fp8_decode_wgmma_f16_run). Float8 sums cannot be made float32-grade, so
+// this path gives the tensor cores fp16 operands instead: every float8 value is an fp16 value,
+// fp16 products are exact and fp16 wgmma sums them with float32 accumulators, as mma.sync
+// does for the mma.sync kernel. W stays wgmma's operand A, now from registers: each consumer
+// thread loads its fragment bytes from the swizzled stage and widens them; the tokens (operand
+// B, from shared memory) are widened once a stage into one fp16 tile both warpgroups read.
+// The token columns shrink to 16 or 32 when m allows. A stage's sums still start from zero
+// and join the float32 total when they complete.
+//
 // Work split. K is split over a cluster of up to 8 CTAs (rank r takes k-blocks
 // [r kb / cl, (r + 1) kb / cl)) so that even a 4096-row W spreads over every SM; the grid is
 // (row blocks of 128) x cl. The partial totals meet in the ring's shared memory, rank 0 adds
@@ -55,28 +64,42 @@ constexpr bool kWgmmaDecodeBuilt = true;
 constexpr bool kWgmmaDecodeBuilt = false;
 #endif
 
-constexpr int kWdBM = 128;                    // W rows of a CTA: two warpgroups of 64
-constexpr int kWdTokens = 64;                 // token columns of every wgmma (m padded)
-constexpr int kWdBK = 128;                    // K of a stage: one 128-byte line a row
-constexpr int kWdWBytes = kWdBM * kWdBK;      // 16 KB
-constexpr int kWdTBytes = kWdTokens * kWdBK;  // 8 KB
+constexpr int kWdBM = 128;                // W rows of a CTA: two warpgroups of 64
+constexpr int kWdTokens = 64;             // token columns of every float8 wgmma (m padded)
+constexpr int kWdBK = 128;                // K of a stage: one 128-byte line a row
+constexpr int kWdWBytes = kWdBM * kWdBK;  // 16 KB
 constexpr int kWdStages = 4;
 constexpr int kWdConsumerWarps = 8;
-constexpr int kWdThreads = 32 * kWdConsumerWarps + 32;  // two warpgroups + the producer warp
-constexpr int kWdAcc = kWdTokens / 2;                   // float32 sums a consumer thread holds
+constexpr int kWdConsumers = 32 * kWdConsumerWarps;
+constexpr int kWdThreads = kWdConsumers + 32;  // two warpgroups + the producer warp
 constexpr int kWdMaxCluster = 8;
 constexpr int kWdMinBlocksPerRank = 4;  // k-blocks a cluster rank streams at least
 // k32 steps summed on the tensor cores before their partial sums join the float32 total
 // (1..4); 1 keeps no tensor-core accumulator across instructions.
 constexpr int kPromoteSteps = 1;
 static_assert(kPromoteSteps >= 1 && 4 % kPromoteSteps == 0, "k32 steps per promotion: 1, 2, 4");
-constexpr int kWdRingBytes = kWdStages * (kWdWBytes + kWdTBytes);
-// + 1 KB to align the ring to the swizzle's 1024-byte period; the barriers after it.
-constexpr int kWdSmemBytes = kWdRingBytes + 1024 + 2 * kWdStages * 8;
-// The consumers' partial totals, laid over the ring once it is drained.
-static_assert(2 * 128 * kWdAcc * 4 <= kWdRingBytes, "partial sums fit in the ring");
-// Two CTAs an SM (228 KB of shared memory, 1 KB reserved a CTA).
-static_assert(2 * (kWdSmemBytes + 1024) <= 228 * 1024, "two CTAs fit on an SM");
+
+// Shared memory of an instance. kN: token columns of its wgmmas (rows of the token tile a
+// stage); kF16: the fp16 path's one fp16 copy of a stage's token tile, two 64-column panels
+// (K 0-63 and 64-127, 128 bytes a row each) after the ring.
+template <bool kF16, int kN>
+struct WdSmem {
+  static constexpr int kTBytes = kN * kWdBK;  // float8 token tile of a stage
+  static constexpr int kRing = kWdStages * (kWdWBytes + kTBytes);
+  static constexpr int kPanel = kN * kWdBK;  // one fp16 panel: kN rows x 64 elements
+  static constexpr int kT16 = kF16 ? 2 * kPanel : 0;
+  static constexpr int kUsed = kRing + kT16;
+  static constexpr int kBarBytes = 2 * kWdStages * 8;
+  // + 1 KB to align the ring to the swizzle's 1024-byte period. The barriers live in that
+  // slack: before the aligned base when at least kBarBytes lie there, else after kUsed (then
+  // at least 1024 - kBarBytes bytes lie there), so they cost no shared memory of their own.
+  static constexpr int kBytes = kUsed + 1024;
+  static_assert(kBarBytes <= 512, "the barriers fit on one side of the alignment slack");
+  // The consumers' partial totals, laid over the ring once it is drained.
+  static_assert(2 * 128 * (kN / 2) * 4 <= kRing, "partial sums fit in the ring");
+  // Two CTAs an SM (228 KB of shared memory, 1 KB reserved a CTA).
+  static_assert(2 * (kBytes + 1024) <= 228 * 1024, "two CTAs fit on an SM");
+};
 
 struct WdParams {
   int m, n, k;
@@ -107,17 +130,60 @@ __device__ __forceinline__ void wd_wait(uint32_t bar, uint32_t parity) {
 }
 #endif
 
-// kKind: the wgmma operand pair (A = W's format, B = the tokens'), gemm_tc_kind.h.
-template <int kKind>
-__global__ void __launch_bounds__(kWdThreads, 2)
-    fp8_decode_wgmma_kernel(const __grid_constant__ CUtensorMap tma_w,
-                            const __grid_constant__ CUtensorMap tma_t, const WdParams p) {
 #if defined(GEMMT_SM90_DEVICE_CODE)
+// The fp16 path's token tile: the stage's float8 tile (kN rows, 128-byte swizzled lines)
+// widened into the fp16 buffer (two panels of kN rows x 64 elements, same swizzle), with K
+// permuted as the W fragments are (see the consumer loop): fp16 column 16 s + 8 hi + 2 q + e
+// of a row takes its float8 byte 32 q + 4 s + 2 hi + e. A task is 8 rows x one half of K (steps
+// s = 4 h .. 4 h + 3); lane (tt, sp) reads the word at byte 32 q + 16 h + 4 sp of row tt for
+// q = 0..3 (chunks 2 q + h: 32 different banks a load) and writes two 16-byte chunks of fp16
+// panel h (chunks 2 sp, 2 sp + 1: eight different chunks each quarter-warp).
+template <bool kE5, int kN>
+__device__ __forceinline__ void wd_widen_tokens(uint32_t src, uint32_t dst, int warp, int lane) {
+  constexpr int kTasks = kN / 4;
+  const int tt = lane >> 2, sp = lane & 3;
+#pragma unroll
+  for (int i = 0; i < (kTasks + kWdConsumerWarps - 1) / kWdConsumerWarps; ++i) {
+    const int task = warp + kWdConsumerWarps * i;
+    if (task >= kTasks) break;
+    const int h = task & 1;
+    const int t = 8 * (task >> 1) + tt;
+    const uint32_t from = src + t * kWdBK + 4 * sp;
+    uint32_t lo[4], hi[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      fp8_decode::widen<kE5>(ld_shared_b32(from + (((2 * q + h) ^ tt) << 4)), lo[q], hi[q]);
+    }
+    const uint32_t to = dst + h * (kN * kWdBK) + t * kWdBK;
+    st_shared_v4(to + (((2 * sp) ^ tt) << 4), lo[0], lo[1], lo[2], lo[3]);
+    st_shared_v4(to + (((2 * sp + 1) ^ tt) << 4), hi[0], hi[1], hi[2], hi[3]);
+  }
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+#endif
+
+// kKind: the operand pair (A = W's format, B = the tokens'), gemm_tc_kind.h. kF16: the fp16
+// path (W widened into wgmma's register operand A, the tokens into an fp16 tile); else the
+// float8 wgmma on the bytes as they are. kN: token columns of the wgmmas (64 on the float8
+// path; 16, 32 or 64 on the fp16 path, the fewest that hold m).
+template <int kKind, bool kF16, int kN>
+__device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensorMap* tma_t,
+                                        const WdParams& p) {
+#if defined(GEMMT_SM90_DEVICE_CODE)
+  using Smem = WdSmem<kF16, kN>;
+  constexpr int kAcc = kN / 2;  // float32 sums a consumer thread holds
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const uint32_t raw = smem_addr(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
   const uint32_t smem_w = base;
   const uint32_t smem_t = base + kWdStages * kWdWBytes;
-  const uint32_t bars = base + kWdRingBytes;
+  const uint32_t smem_t16 = base + Smem::kRing;  // the fp16 path's token tile
+  const uint32_t bars = base - raw >= static_cast<uint32_t>(Smem::kBarBytes)
+                            ? base - Smem::kBarBytes
+                            : base + Smem::kUsed;
   auto full_bar = [&](int s) { return bars + 8u * s; };
   auto empty_bar = [&](int s) { return bars + 8u * (kWdStages + s); };
 
@@ -142,16 +208,16 @@ __global__ void __launch_bounds__(kWdThreads, 2)
   grid_dependency_wait();
   allow_dependent_launch();
 
-  float acc[kWdAcc];
+  float acc[kAcc];
 #pragma unroll
-  for (int i = 0; i < kWdAcc; ++i) acc[i] = 0.f;
+  for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
 
   if (warp == kWdConsumerWarps) {
     // The producer: one elected lane issues the loads of this rank's k-blocks.
     const bool leader = elect_one();
     if (leader) {
-      prefetch_tmap(&tma_w);
-      prefetch_tmap(&tma_t);
+      prefetch_tmap(tma_w);
+      prefetch_tmap(tma_t);
     }
     int stage = 0;
     uint32_t phase = 0;
@@ -159,9 +225,9 @@ __global__ void __launch_bounds__(kWdThreads, 2)
       wd_wait(empty_bar(stage), phase ^ 1u);
       if (leader) {
         const uint32_t fb = full_bar(stage);
-        mbar_arrive_expect_tx(fb, kWdWBytes + kWdTBytes);
-        tma_load(smem_w + stage * kWdWBytes, &tma_w, fb, kb * kWdBK, row_block * kWdBM);
-        tma_load(smem_t + stage * kWdTBytes, &tma_t, fb, kb * kWdBK, 0);
+        mbar_arrive_expect_tx(fb, kWdWBytes + Smem::kTBytes);
+        tma_load(smem_w + stage * kWdWBytes, tma_w, fb, kb * kWdBK, row_block * kWdBM);
+        tma_load(smem_t + stage * Smem::kTBytes, tma_t, fb, kb * kWdBK, 0);
       }
       __syncwarp();
       if (++stage == kWdStages) {
@@ -169,17 +235,100 @@ __global__ void __launch_bounds__(kWdThreads, 2)
         phase ^= 1u;
       }
     }
+  } else if constexpr (kF16) {
+    // fp16 wgmma, A = W from registers. The fragment of step s (k16) of a thread (g = lane / 4,
+    // q = lane % 4) is rows r = 16 (warp % 4) + g and r + 8 of its warpgroup's 64, at four K
+    // positions each: 2 q, 2 q + 1 (registers a[0], a[1] for the two rows) and 2 q + 8,
+    // 2 q + 9 (a[2], a[3]). K is permuted (both operands alike, so the sum is unchanged) so
+    // that these are one 32-bit word of the row: bytes 32 q + 4 s .. + 3, low pair then high
+    // pair. A thread's eight steps are then bytes 32 q .. 32 q + 31 of its two rows, two
+    // 16-byte loads a row (chunks 2 q, 2 q + 1, swizzled by r % 8 = g: a quarter-warp's loads
+    // fall in eight different chunks).
+    constexpr bool kWE5 = kKind == kE5M2E4M3;
+    constexpr bool kAE5 = kKind == kE4M3E5M2;
+    const int cw = warp >> 2;
+    const int g = lane >> 2, q = lane & 3;
+    const uint32_t w_row = static_cast<uint32_t>((64 * cw + 16 * (warp & 3) + g) * kWdBK);
+    const uint32_t chunk0 = static_cast<uint32_t>(((2 * q) ^ g) << 4);
+    const uint32_t chunk1 = static_cast<uint32_t>(((2 * q + 1) ^ g) << 4);
+    const uint64_t db = make_desc(smem_t16, 16, 1024);
+    int stage = 0;
+    uint32_t phase = 0;
+    float part[kAcc];
+    for (int kb = kb_first; kb < kb_last; ++kb) {
+      wd_wait(full_bar(stage), phase);
+      // Both warpgroups' products of the previous stage have completed (each waited for its
+      // own): the one fp16 token tile may be rewritten. One tile shared by the warpgroups,
+      // widened by all eight warps, rather than one each: half the widening and half the
+      // shared memory (a second 16 KB would cost a ring stage or the second CTA an SM), for a
+      // barrier both take anyway (they consume the same stages).
+      named_barrier_sync(2, kWdConsumers);
+      wd_widen_tokens<kAE5, kN>(smem_t + stage * Smem::kTBytes, smem_t16, warp, lane);
+      // The tile's stores, generic proxy, before the wgmmas read it through the async proxy.
+      fence_proxy_async_smem();
+      const uint32_t ws = smem_w + stage * kWdWBytes + w_row;
+      // The eight steps in kGroups groups, a group's W words loaded, widened and multiplied
+      // together. With 64 tokens the two float32 sum sets leave no room for all eight steps'
+      // fragments (32 registers held until their wgmmas complete): two groups of four, the
+      // first completed before the second is widened.
+      constexpr int kGroups = kN == 64 ? 2 : 1;
+      constexpr int kSteps = 8 / kGroups;
+#pragma unroll
+      for (int grp = 0; grp < kGroups; ++grp) {
+        uint4 w8[2][2 / kGroups];  // [row r, r + 8][chunk 2 q (+ 1)]
+#pragma unroll
+        for (int c = 0; c < 2 / kGroups; ++c) {
+          const uint32_t chunk = (c + grp) == 0 ? chunk0 : chunk1;
+          w8[0][c] = ld_shared_v4(ws + chunk);
+          w8[1][c] = ld_shared_v4(ws + 8 * kWdBK + chunk);
+        }
+        uint32_t a[kSteps][4];
+#pragma unroll
+        for (int i = 0; i < kSteps; ++i) {
+          fp8_decode::widen<kWE5>(word_of(w8[0][i >> 2], i & 3), a[i][0], a[i][2]);
+          fp8_decode::widen<kWE5>(word_of(w8[1][i >> 2], i & 3), a[i][1], a[i][3]);
+        }
+        if (grp == 0) {
+          named_barrier_sync(2, kWdConsumers);  // the fp16 token tile is complete
+        }
+        if (grp == kGroups - 1) {
+          // Every byte of the stage is in registers or the fp16 tile: the producer may refill
+          // it while the products run.
+          if (lane == 0) mbar_arrive_local(empty_bar(stage));
+        }
+        wgmma_fence();
+#pragma unroll
+        for (int i = 0; i < kSteps; ++i) {
+          // Step s: fp16 columns 16 s .. 16 s + 15, panel s / 4, 32 bytes a step along its line.
+          const int st = grp * kSteps + i;
+          const uint64_t d = db + (st >> 2) * (Smem::kPanel >> 4) + (st & 3) * (32 >> 4);
+          wgmma_f16_rs<kN>(part, a[i], d, st != 0 ? 1u : 0u);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+      }
+      fence_accumulators(part);
+      // The stage's 128 products a sum, summed from zero on the tensor cores, join the float32
+      // total: the tensor cores' accumulator never carries a sum across stages.
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) acc[i] += part[i];
+      if (++stage == kWdStages) {
+        stage = 0;
+        phase ^= 1u;
+      }
+    }
   } else {
+    static_assert(kN == kWdTokens, "float8 wgmma: m64n64k32 steps");
     const int cw = warp >> 2;  // consumer warpgroup: W rows 64 cw .. 64 cw + 63 of the block
     constexpr uint32_t kStep = 32 >> 4;  // one k32 step: 32 bytes along the swizzled line
     int stage = 0;
     uint32_t phase = 0;
-    float part[kWdAcc];
+    float part[kAcc];
     for (int kb = kb_first; kb < kb_last; ++kb) {
       wd_wait(full_bar(stage), phase);
       const uint64_t da =
           make_desc(smem_w + stage * kWdWBytes, 16, 1024) + cw * ((kWdWBytes / 2) >> 4);
-      const uint64_t db = make_desc(smem_t + stage * kWdTBytes, 16, 1024);
+      const uint64_t db = make_desc(smem_t + stage * Smem::kTBytes, 16, 1024);
 #pragma unroll
       for (int k0 = 0; k0 < 4; k0 += kPromoteSteps) {
         wgmma_fence();
@@ -191,7 +340,7 @@ __global__ void __launch_bounds__(kWdThreads, 2)
         wgmma_wait<0>();
         fence_accumulators(part);
 #pragma unroll
-        for (int i = 0; i < kWdAcc; ++i) acc[i] += part[i];
+        for (int i = 0; i < kAcc; ++i) acc[i] += part[i];
       }
       // Every wgmma of this warpgroup that read the stage has completed.
       if (lane == 0) mbar_arrive_local(empty_bar(stage));
@@ -206,14 +355,14 @@ __global__ void __launch_bounds__(kWdThreads, 2)
   const int tid = static_cast<int>(threadIdx.x);  // 0..255 on the consumers
   if (p.cluster > 1) {
     // The ring is drained: every load was waited for by both warpgroups, whose products have
-    // completed. Its first 32 KB take this CTA's partial totals, a float4 per thread and
+    // completed. Its first kN KB take this CTA's partial totals, a float4 per thread and
     // group of four, interleaved so that a warp's stores are contiguous. Group j holds
     // tokens 8 j .. 8 j + 7 only: the groups past m are padding and cross no CTA.
     float* const partial = reinterpret_cast<float*>(smem_raw + (base - smem_addr(smem_raw)));
     if (consumer) {
       named_barrier_sync(1, 32 * kWdConsumerWarps);
 #pragma unroll
-      for (int j = 0; j < kWdAcc / 4; ++j) {
+      for (int j = 0; j < kAcc / 4; ++j) {
         if (8 * j >= p.m) break;
         *reinterpret_cast<float4*>(partial + (j * 256 + tid) * 4) =
             make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
@@ -223,7 +372,7 @@ __global__ void __launch_bounds__(kWdThreads, 2)
     if (rank == 0 && consumer) {
       for (int r = 1; r < p.cluster; ++r) {
 #pragma unroll
-        for (int j = 0; j < kWdAcc / 4; ++j) {
+        for (int j = 0; j < kAcc / 4; ++j) {
           if (8 * j >= p.m) break;
           const float4 v =
               decode::load_peer(partial + (j * 256 + tid) * 4, static_cast<uint32_t>(r));
@@ -250,7 +399,7 @@ __global__ void __launch_bounds__(kWdThreads, 2)
     const float bias =
         p.bias != nullptr ? fp8_decode::load_bias(p.bias, p.bias_dtype, p.bias_stride, row) : 0.f;
 #pragma unroll
-    for (int j = 0; j < kWdTokens / 8; ++j) {
+    for (int j = 0; j < kN / 8; ++j) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int token = 8 * j + 2 * q + e;
@@ -263,6 +412,20 @@ __global__ void __launch_bounds__(kWdThreads, 2)
     }
   }
 #endif  // GEMMT_SM90_DEVICE_CODE
+}
+
+template <int kKind>
+__global__ void __launch_bounds__(kWdThreads, 2)
+    fp8_decode_wgmma_kernel(const __grid_constant__ CUtensorMap tma_w,
+                            const __grid_constant__ CUtensorMap tma_t, const WdParams p) {
+  wd_body<kKind, false, kWdTokens>(&tma_w, &tma_t, p);
+}
+
+template <int kKind, int kN>
+__global__ void __launch_bounds__(kWdThreads, 2)
+    fp8_decode_wgmma_f16_kernel(const __grid_constant__ CUtensorMap tma_w,
+                                const __grid_constant__ CUtensorMap tma_t, const WdParams p) {
+  wd_body<kKind, true, kN>(&tma_w, &tma_t, p);
 }
 
 // ---- Host side ----------------------------------------------------------------------------
@@ -297,43 +460,52 @@ int plan_cluster(int64_t n, int64_t k, int sm_count) {
   return static_cast<int>(std::max<int64_t>(cl, 1));
 }
 
-template <int kKind>
-cudaError_t launch_kind(const CUtensorMap& w, const CUtensorMap& t, const WdParams& p, int ctas,
-                        cudaStream_t stream) {
-  constexpr auto kernel = fp8_decode_wgmma_kernel<kKind>;
-  GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(kWdSmemBytes));
+template <auto kernel, int kSmemBytes>
+cudaError_t launch_kernel(const CUtensorMap& w, const CUtensorMap& t, const WdParams& p, int ctas,
+                          cudaStream_t stream) {
+  GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(kSmemBytes));
   // Two CTAs an SM.
   GEMMT_RETURN_IF_ERROR(prefer_max_shared_carveout<kernel>());
   cudaLaunchAttribute attr[2];
   cudaLaunchConfig_t cfg = cluster_launch_config(
-      dim3(static_cast<unsigned>(ctas)), dim3(kWdThreads), kWdSmemBytes, stream, p.cluster, attr);
+      dim3(static_cast<unsigned>(ctas)), dim3(kWdThreads), kSmemBytes, stream, p.cluster, attr);
   add_programmatic_launch<kernel>(cfg, attr);
   GEMMT_RETURN_IF_ERROR(cudaLaunchKernelEx(&cfg, kernel, w, t, p));
   GEMMT_RETURN_LAUNCH_ERROR();
 }
 
-}  // namespace
-
-bool fp8_decode_wgmma_supported(const Fp8DecodeArgs& x, const char** why) {
-  using fp8_decode::refuse;
-  if (!kWgmmaDecodeBuilt) return refuse(why, "the sm_90a kernels are not in this build");
-  if (x.cc_major != 9) return refuse(why, "wgmma needs compute capability 9.0");
-  if (x.scale != Fp8DecodeScale::kRowCol) return refuse(why, "block scales");
-  if (!fp8_decode::common_args_supported(x, kWdTokens, why)) return false;
-  // Tensor maps: 16-byte multiples as row strides, rows that do not overlap.
-  if ((x.m > 1 && (x.lda % 16 != 0 || x.lda < x.k)) ||
-      (x.n > 1 && (x.ldw % 16 != 0 || x.ldw < x.k))) {
-    return refuse(why, "operand rows not 16-byte aligned or overlapping");
+template <int kKind>
+cudaError_t launch_kind(const CUtensorMap& w, const CUtensorMap& t, const WdParams& p, int ctas,
+                        bool f16, cudaStream_t stream) {
+  if (!f16) {
+    return launch_kernel<fp8_decode_wgmma_kernel<kKind>, WdSmem<false, kWdTokens>::kBytes>(
+        w, t, p, ctas, stream);
   }
-  if (x.sm_count < 1) return refuse(why, "no SM count");
-  return true;
+  if (p.m <= 16) {
+    return launch_kernel<fp8_decode_wgmma_f16_kernel<kKind, 16>, WdSmem<true, 16>::kBytes>(
+        w, t, p, ctas, stream);
+  }
+  if (p.m <= 32) {
+    return launch_kernel<fp8_decode_wgmma_f16_kernel<kKind, 32>, WdSmem<true, 32>::kBytes>(
+        w, t, p, ctas, stream);
+  }
+  return launch_kernel<fp8_decode_wgmma_f16_kernel<kKind, 64>, WdSmem<true, 64>::kBytes>(
+      w, t, p, ctas, stream);
 }
 
-cudaError_t fp8_decode_wgmma_run(const Fp8DecodeArgs& x, cudaStream_t stream) {
+// Token columns of the wgmmas: 64 on the float8 path, the fewest of 16, 32, 64 that hold m on
+// the fp16 path (the token tile's TMA box has as many rows).
+int token_columns(int64_t m, bool f16) {
+  if (!f16) return kWdTokens;
+  return m <= 16 ? 16 : m <= 32 ? 32 : 64;
+}
+
+cudaError_t run_path(const Fp8DecodeArgs& x, bool f16, cudaStream_t stream) {
   if (!fp8_decode_wgmma_supported(x)) return cudaErrorNotSupported;
   CUtensorMap map_w, map_t;
   if (!encode_rows(&map_w, x.w, x.k, x.n, x.n > 1 ? x.ldw : x.k, kWdBM) ||
-      !encode_rows(&map_t, x.a, x.k, x.m, x.m > 1 ? x.lda : x.k, kWdTokens)) {
+      !encode_rows(&map_t, x.a, x.k, x.m, x.m > 1 ? x.lda : x.k,
+                   static_cast<uint32_t>(token_columns(x.m, f16)))) {
     return cudaErrorNotSupported;
   }
   WdParams p;
@@ -356,9 +528,34 @@ cudaError_t fp8_decode_wgmma_run(const Fp8DecodeArgs& x, cudaStream_t stream) {
   const int64_t ctas = (x.n + kWdBM - 1) / kWdBM * p.cluster;
   if (ctas > kMaxGridX) return cudaErrorNotSupported;
   const int n_ctas = static_cast<int>(ctas);
-  if (x.b_e5m2) return launch_kind<kE5M2E4M3>(map_w, map_t, p, n_ctas, stream);
-  if (x.a_e5m2) return launch_kind<kE4M3E5M2>(map_w, map_t, p, n_ctas, stream);
-  return launch_kind<kE4M3>(map_w, map_t, p, n_ctas, stream);
+  if (x.b_e5m2) return launch_kind<kE5M2E4M3>(map_w, map_t, p, n_ctas, f16, stream);
+  if (x.a_e5m2) return launch_kind<kE4M3E5M2>(map_w, map_t, p, n_ctas, f16, stream);
+  return launch_kind<kE4M3>(map_w, map_t, p, n_ctas, f16, stream);
+}
+
+}  // namespace
+
+bool fp8_decode_wgmma_supported(const Fp8DecodeArgs& x, const char** why) {
+  using fp8_decode::refuse;
+  if (!kWgmmaDecodeBuilt) return refuse(why, "the sm_90a kernels are not in this build");
+  if (x.cc_major != 9) return refuse(why, "wgmma needs compute capability 9.0");
+  if (x.scale != Fp8DecodeScale::kRowCol) return refuse(why, "block scales");
+  if (!fp8_decode::common_args_supported(x, kWdTokens, why)) return false;
+  // Tensor maps: 16-byte multiples as row strides, rows that do not overlap.
+  if ((x.m > 1 && (x.lda % 16 != 0 || x.lda < x.k)) ||
+      (x.n > 1 && (x.ldw % 16 != 0 || x.ldw < x.k))) {
+    return refuse(why, "operand rows not 16-byte aligned or overlapping");
+  }
+  if (x.sm_count < 1) return refuse(why, "no SM count");
+  return true;
+}
+
+cudaError_t fp8_decode_wgmma_run(const Fp8DecodeArgs& x, cudaStream_t stream) {
+  return run_path(x, false, stream);
+}
+
+cudaError_t fp8_decode_wgmma_f16_run(const Fp8DecodeArgs& x, cudaStream_t stream) {
+  return run_path(x, true, stream);
 }
 
 }  // namespace gemmt

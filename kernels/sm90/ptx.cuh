@@ -1,7 +1,7 @@
 // PTX wrappers of the Hopper GEMM: thread-block clusters, mbarriers, TMA loads and stores,
 // bulk-group waits, register reallocation (setmaxnreg), named barriers, and wgmma (shared-
-// memory descriptors, fences, the m64n256 ... m64n64 instructions). Usable by any sm_90a
-// kernel.
+// memory descriptors, fences, the m64n256 ... m64n64 instructions, register-A tf32 and fp16
+// forms). Usable by any sm_90a kernel.
 #pragma once
 
 #include <cuda.h>
@@ -377,9 +377,43 @@ __device__ __forceinline__ void wgmma_step_tf32_rs(float (&d)[kBN / 2], const ui
   }
 }
 
+// fp16 with A from registers: four .f16x2 registers a thread, laid out as mma.sync
+// m16n8k16's A fragment within each warp (warp w of the warpgroup holds rows 16 w .. 16 w + 15;
+// lane l: a[0] row l / 4, k 2 (l % 4) and the next; a[1] the same 8 rows below; a[2], a[3] the
+// same at k + 8). B from shared memory K-major (transpose flag 0). N = 16, 32 or 64: the
+// narrower forms let a few tokens cost fewer tensor-core cycles.
+#define GEMMT_WGMMA_F16_RS(INSTR, DREGS, ACCS, P, A, B)                                     \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\n" INSTR " " DREGS ", " A ", " B \
+               ", p, 1, 1, 0;\n}\n"                                                         \
+               : ACCS                                                                       \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate))
+#define GEMMT_ACC16 GEMMT_ACC8(0), GEMMT_ACC8(8)
+#define GEMMT_D8 "{%0, %1, %2, %3, %4, %5, %6, %7}"
+#define GEMMT_D16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+
+template <int kN>
+__device__ __forceinline__ void wgmma_f16_rs(float (&d)[kN / 2], const uint32_t (&a)[4],
+                                             uint64_t db, uint32_t accumulate) {
+  static_assert(kN == 16 || kN == 32 || kN == 64, "register-A fp16 wgmma: N = 16, 32 or 64");
+  if constexpr (kN == 64) {
+    GEMMT_WGMMA_F16_RS("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", GEMMT_D32, GEMMT_ACC32,
+                       "%37", "{%32, %33, %34, %35}", "%36");
+  } else if constexpr (kN == 32) {
+    GEMMT_WGMMA_F16_RS("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16", GEMMT_D16, GEMMT_ACC16,
+                       "%21", "{%16, %17, %18, %19}", "%20");
+  } else {
+    GEMMT_WGMMA_F16_RS("wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16", GEMMT_D8,
+                       GEMMT_ACC8(0), "%13", "{%8, %9, %10, %11}", "%12");
+  }
+}
+
 #undef GEMMT_WGMMA_16
 #undef GEMMT_WGMMA_TF32
 #undef GEMMT_WGMMA_TF32_RS
+#undef GEMMT_WGMMA_F16_RS
+#undef GEMMT_ACC16
+#undef GEMMT_D8
+#undef GEMMT_D16
 #undef GEMMT_ACC8
 #undef GEMMT_ACC32
 #undef GEMMT_ACC64
