@@ -3,8 +3,8 @@
 float64 product of the dequantised inputs with an elementwise error bound, against
 torch._scaled_mm, on outputs whose memory was filled with NaN first. Every test runs on every
 decode path: the mma.sync kernel (kernels/fp8/scaled_decode_fp8.cu, every scaling) and the
-Hopper kernel (kernels/fp8/scaled_decode_fp8_sm90.cu, tensorwise and rowwise scales; block
-scales stay on the mma.sync kernel there) on its float8 wgmma path and on its fp16 one."""
+Hopper kernel (kernels/fp8/scaled_decode_fp8_sm90.cu, fp16 wgmma on widened operands,
+tensorwise and rowwise scales; block scales stay on the mma.sync kernel there)."""
 
 from __future__ import annotations
 
@@ -38,18 +38,17 @@ needs_fp8 = pytest.mark.skipif(not _fp8_capable(), reason="needs an sm_89+ CUDA 
 needs_hopper = pytest.mark.skipif(not _hopper(), reason="needs a Hopper GPU (sm_90)")
 
 
-DECODE_PATHS = ["mma", "wgmma", "wgmma16"]
+DECODE_PATHS = ["mma", "wgmma"]
 MMA_KERNEL, WGMMA_KERNEL = "mma.sync decode kernel", "wgmma decode kernel"
-WGMMA16_KERNEL = "fp16 wgmma decode kernel"
 
 
 @pytest.fixture(autouse=True, params=DECODE_PATHS)
 def decode_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The decode kernel under test, chosen through GEMMT_FP8_DECODE: "mma" holds the mma.sync
     kernel to its whole range (1-64 tokens, every scaling), "wgmma" sends tensorwise and
-    rowwise products to the Hopper kernel's float8 wgmma path, "wgmma16" to its fp16 path
-    (test_wgmma_path_runs_the_wgmma_kernel checks that it is the one that runs for these tests'
-    operands). test_decode_kernel_is_the_one_that_runs checks the default routing."""
+    rowwise products to the Hopper kernel (test_wgmma_path_runs_the_wgmma_kernel checks that
+    it is the one that runs for these tests' operands). test_decode_kernel_is_the_one_that_runs
+    checks the default routing."""
     if request.param.startswith("wgmma") and HAS_CUDA and not _hopper():
         pytest.skip("the wgmma decode kernel needs a Hopper GPU (sm_90)")
     monkeypatch.setenv("GEMMT_FP8_DECODE", request.param)
@@ -75,8 +74,6 @@ def decode_kernels(names: list[str]) -> set[str]:
             found.add(MMA_KERNEL)
         if "fp8_decode_wgmma_kernel" in s:
             found.add(WGMMA_KERNEL)
-        if "fp8_decode_wgmma_f16_kernel" in s:
-            found.add(WGMMA16_KERNEL)
     return found
 
 
@@ -252,7 +249,7 @@ def strided_views(case: Case) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
 @needs_fp8
 def test_decode_strided_operands_and_bias() -> None:
     """Token rows that are not aligned (copied), aligned views read in place (tokens and the
-    weight), a weight that is not K-major (the general path), a strided bias."""
+    weight), a weight that is not K-major (copied into that layout once), a strided bias."""
     m, n, k = 5, 200, 320
     case = Case(m, n, k, "row")
     bias_full = torch.randn(2 * n, device="cuda")
@@ -260,8 +257,6 @@ def test_decode_strided_operands_and_bias() -> None:
     variants = {"plain": (case.a, case.b), **strided_views(case),
                 "b not K-major": (case.a, case.b.contiguous())}
     for name, (a, b) in variants.items():
-        if name == "b not K-major" and not _hopper():
-            continue
         out = poisoned_run(lambda: torch.ops.gemmt.scaled_mm(
             a, b, case.sa, case.sb, bias, torch.float32, "none", False), m, n, torch.float32)
         try:
@@ -340,7 +335,7 @@ def test_decode_sums_are_float32_exact_where_float32_is(m: int, shape: tuple[int
     every partial sum is a multiple of 2^-7 below 2^11, so every float32 sum in any order is
     exact and the output must equal the float64 product bit for bit. A float8 tensor-core sum
     (the small products of an instruction aligned to its largest one and cut to a few bits)
-    misses by up to a few 2^-6 an instruction. Covers each token-column width of the fp16 path,
+    misses by up to a few 2^-6 an instruction. Covers each token-column width of the Hopper kernel,
     split K and a K tail (4752 = 37 k-blocks + 16)."""
     n, k = shape
     gen = torch.Generator(device="cpu").manual_seed(1000 * m + k)
@@ -397,10 +392,11 @@ def test_decode_agrees_with_torch_scaled_mm(scaling: str, m: int, shape: tuple[i
 @needs_fp8
 def test_decode_kernel_is_the_one_that_runs(decode_path: str,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """By default (auto) the mma.sync kernel takes tensorwise and rowwise products of up to 16
-    tokens and block scales up to 64. GEMMT_FP8_DECODE=mma (and its alias always) holds it to
-    64 tokens in every scaling, =wgmma sends tensorwise and rowwise products of 1-64 tokens to
-    the Hopper kernel's float8 path and =wgmma16 to its fp16 path, =off takes neither; 65 tokens
+    """By default (auto), on a Hopper GPU the Hopper kernel takes tensorwise and rowwise
+    products of 1-64 tokens and the mma.sync kernel block scales up to 64; elsewhere the
+    mma.sync kernel takes tensorwise and rowwise products of up to 16 tokens (more go to the
+    scaled GEMM). GEMMT_FP8_DECODE=mma (and its alias always) holds the mma.sync kernel to 64
+    tokens in every scaling, =wgmma asks for the Hopper kernel, =off takes neither; 65 tokens
     never take a decode kernel."""
     if decode_path != DECODE_PATHS[0]:
         pytest.skip("the routing is checked once, with its own settings")
@@ -413,38 +409,34 @@ def test_decode_kernel_is_the_one_that_runs(decode_path: str,
             pytest.skip("the profiler recorded no CUDA kernels here")
         return decode_kernels(names)
 
-    MMA, WG, WG16 = {MMA_KERNEL}, {WGMMA_KERNEL}, {WGMMA16_KERNEL}
-    monkeypatch.setenv("GEMMT_FP8_DECODE", "auto")
-    assert ran(8) == MMA and ran(16, "tensor") == MMA and ran(64, "block") == MMA
-    if not _hopper():
-        return
-    for m in (1, 8, 16):
-        for scaling in ("tensor", "row"):
-            assert ran(m, scaling) == MMA, (m, scaling)
-    for m in (17, 33, 64):  # the Hopper scaled GEMM
-        assert ran(m, "tensor") == set() and ran(m, "row") == set(), m
-    assert ran(1, "block") == MMA and ran(64, "block") == MMA
-    assert ran(65) == set() and ran(65, "block") == set()
-    monkeypatch.delenv("GEMMT_FP8_DECODE")  # unset is auto
-    assert ran(8) == MMA and ran(8, "block") == MMA
+    MMA, WG = {MMA_KERNEL}, {WGMMA_KERNEL}
+    for mode in ("auto", None):  # unset is auto
+        if mode is None:
+            monkeypatch.delenv("GEMMT_FP8_DECODE")
+        else:
+            monkeypatch.setenv("GEMMT_FP8_DECODE", mode)
+        assert ran(64, "block") == MMA and ran(1, "block") == MMA
+        assert ran(65) == set() and ran(65, "block") == set()
+        if _hopper():
+            for m in (1, 16, 17, 32, 33, 64):  # each token-column width of the Hopper kernel
+                assert ran(m, "tensor") == WG and ran(m, "row") == WG, (m, mode)
+        else:
+            assert ran(8) == MMA and ran(16, "tensor") == MMA
+            assert ran(17) == set() and ran(64, "tensor") == set()
     for mode in ("mma", "always"):
         monkeypatch.setenv("GEMMT_FP8_DECODE", mode)
         assert ran(1) == MMA and ran(64) == MMA and ran(64, "tensor") == MMA, mode
         assert ran(64, "block") == MMA and ran(65) == set(), mode
-    monkeypatch.setenv("GEMMT_FP8_DECODE", "wgmma")
-    assert ran(1, "tensor") == WG and ran(64) == WG and ran(64, "block") == MMA
-    assert ran(65) == set()
-    monkeypatch.setenv("GEMMT_FP8_DECODE", "wgmma16")
-    for m in (1, 16, 17, 32, 33, 64):  # each token-column width of the fp16 path
-        assert ran(m, "tensor") == WG16 and ran(m, "row") == WG16, m
-    assert ran(1, "block") == MMA and ran(64, "block") == MMA
-    assert ran(65) == set() and ran(65, "block") == set()
+    if _hopper():
+        monkeypatch.setenv("GEMMT_FP8_DECODE", "wgmma")
+        assert ran(1, "tensor") == WG and ran(64) == WG and ran(64, "block") == MMA
+        assert ran(65) == set()
     monkeypatch.setenv("GEMMT_FP8_DECODE", "off")
     assert ran(8) == set() and ran(8, "block") == set()
     monkeypatch.setenv("GEMMT_FP8_DECODE", "sometimes")
     case = Case(4, 256, 256, "row")
     with pytest.raises(RuntimeError,
-                       match=r"GEMMT_FP8_DECODE expected auto, wgmma, mma, always, off or wgmma16"):
+                       match=r"GEMMT_FP8_DECODE expected auto, wgmma, mma, always or off"):
         torch.ops.gemmt.scaled_mm(case.a, case.b, case.sa, case.sb, None, torch.bfloat16,
                                   "none", False)
 
@@ -469,12 +461,11 @@ def test_decode_split_k_and_tails(m: int, shape: tuple[int, int], scaling: str) 
 
 @needs_hopper
 def test_wgmma_path_runs_the_wgmma_kernel(decode_path: str) -> None:
-    """With GEMMT_FP8_DECODE=wgmma (=wgmma16), the operands of this file's tensorwise /
-    rowwise tests run the Hopper kernel's float8 (fp16) path, not the mma.sync kernel it would
-    fall back to where it cannot run."""
-    if decode_path not in ("wgmma", "wgmma16"):
-        pytest.skip("checks the wgmma paths")
-    expect = {WGMMA_KERNEL} if decode_path == "wgmma" else {WGMMA16_KERNEL}
+    """With GEMMT_FP8_DECODE=wgmma, the operands of this file's tensorwise / rowwise tests run
+    the Hopper kernel, not the mma.sync kernel it would fall back to where it cannot run."""
+    if decode_path != "wgmma":
+        pytest.skip("checks the wgmma path")
+    expect = {WGMMA_KERNEL}
 
     def only_wgmma(fn, what: str) -> None:
         names = kernel_names(fn)

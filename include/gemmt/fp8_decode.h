@@ -62,20 +62,16 @@ bool fp8_decode_supported(const Fp8DecodeArgs& args, const char** why = nullptr)
 // Runs the product on `stream`; cudaErrorNotSupported where fp8_decode_supported fails.
 cudaError_t fp8_decode_run(const Fp8DecodeArgs& args, cudaStream_t stream);
 
-// The Hopper variant (kernels/fp8/scaled_decode_fp8_sm90.cu): W streamed by TMA and
-// multiplied by float8 wgmma, with no conversion. It takes kRowCol scales only, on compute
-// capability 9.0 (cc_major) in a build with the sm_90a kernels, 1 <= m <= 64, k a multiple
-// of 16, 16-byte aligned operands whose rows do not overlap (lda >= k, ldw >= k). When not,
-// *why (when given) says what failed.
+// The Hopper variant (kernels/fp8/scaled_decode_fp8_sm90.cu): W streamed by TMA, W and the
+// tokens widened to fp16 (exact) and multiplied by fp16 wgmma with float32 sums, as the
+// mma.sync kernel's. It takes kRowCol scales only, on compute capability 9.0 (cc_major) in a
+// build with the sm_90a kernels, 1 <= m <= 64, k a multiple of 16, 16-byte aligned operands
+// whose rows do not overlap (lda >= k, ldw >= k). When not, *why (when given) says what
+// failed.
 bool fp8_decode_wgmma_supported(const Fp8DecodeArgs& args, const char** why = nullptr);
 
 // Runs the Hopper variant on `stream`; cudaErrorNotSupported where
 // fp8_decode_wgmma_supported fails.
 cudaError_t fp8_decode_wgmma_run(const Fp8DecodeArgs& args, cudaStream_t stream);
-
-// The Hopper variant's fp16 path, on the same arguments (fp8_decode_wgmma_supported): W and the
-// tokens widened to fp16 (exact) and multiplied by fp16 wgmma, so that the sums are the
-// float32-grade ones of the mma.sync kernel rather than the tensor cores' float8 sums.
-cudaError_t fp8_decode_wgmma_f16_run(const Fp8DecodeArgs& args, cudaStream_t stream);
 
 }  // namespace gemmt

@@ -1,33 +1,25 @@
 // The FP8 decode product on Hopper (include/gemmt/fp8_decode.h, fp8_decode_wgmma_*): a few
 // float8 tokens against a float8 weight W (n x k, K-major), C = act(sa * sb * (a W^T) + bias).
 // Its time is W's bytes over the memory bandwidth; the mma.sync kernel
-// (scaled_decode_fp8.cu) widens every W element to fp16 in registers and issues an mma per 8
-// tokens, so its instruction work grows with the tokens. Here W is never converted:
-// float8 wgmma takes it as is.
+// (scaled_decode_fp8.cu) issues an mma per 8 tokens, so its instruction work grows with the
+// tokens, where one wgmma here covers up to 64.
 //
 // Roles. W is wgmma's 64-row operand A (output features), the tokens are operand B, padded to
-// 64 columns (TMA fills the rows past m with zeros, without reading memory), so one
-// m64n64k32 instruction covers every token whatever m is. Both are K-major in shared memory
-// with the 128-byte swizzle, a stage holding 128 of K (one 128-byte line a row): 128 rows of
-// W (16 KB) and the 64-row token tile (8 KB). A CTA is two consumer warpgroups (64 rows of W
-// each, sharing the token tile) and a producer warp that keeps a ring of kStages stages full
-// by TMA (the grouped kernel's ring: full / empty mbarriers, kernels/sm90/grouped_kernel.cuh).
+// 16, 32 or 64 columns (the fewest that hold m; TMA fills the rows past m with zeros, without
+// reading memory). A stage holds 128 of K (one 128-byte line a row, 128-byte swizzle): 128
+// rows of W (16 KB) and the token tile. A CTA is two consumer warpgroups (64 rows of W each,
+// sharing the token tile) and a producer warp that keeps a ring of kStages stages full by
+// TMA (the grouped kernel's ring: full / empty mbarriers, kernels/sm90/grouped_kernel.cuh).
 // Two CTAs fit on an SM, so one's start and reduction overlap the other's streaming.
 //
-// Accumulation. The tensor cores sum float8 products in fewer bits than float32 and keep the
-// accumulator they are given in fewer bits still, so a chain of wgmmas on one accumulator
-// loses accuracy with K. Each k32 step (kPromoteSteps of them) is issued into fresh partial
-// sums (scale-d 0: the accumulator is not read) and added to a float32 total once it is done,
-// so the only sums the tensor cores keep are those of one instruction's products.
-//
-// The fp16 path (fp8_decode_wgmma_f16_run). Float8 sums cannot be made float32-grade, so
-// this path gives the tensor cores fp16 operands instead: every float8 value is an fp16 value,
-// fp16 products are exact and fp16 wgmma sums them with float32 accumulators, as mma.sync
-// does for the mma.sync kernel. W stays wgmma's operand A, now from registers: each consumer
-// thread loads its fragment bytes from the swizzled stage and widens them; the tokens (operand
-// B, from shared memory) are widened once a stage into one fp16 tile both warpgroups read.
-// The token columns shrink to 16 or 32 when m allows. A stage's sums still start from zero
-// and join the float32 total when they complete.
+// Accumulation. The tensor cores' float8 sums keep too few bits for float32 output (448 +
+// 31 x 2^-6 comes out 448), so the tensor cores get fp16 operands instead: every float8
+// value is an fp16 value, fp16 products are exact and fp16 wgmma sums them with float32
+// accumulators, as mma.sync does for the mma.sync kernel. W comes from registers: each
+// consumer thread loads its fragment bytes from the swizzled stage and widens them; the
+// tokens (operand B, from shared memory) are widened once a stage into one fp16 tile both
+// warpgroups read. A stage's sums start from zero and join a float32 total when they
+// complete, so the tensor cores' accumulator never carries a sum across stages.
 //
 // Work split. K is split over a cluster of up to 8 CTAs (rank r takes k-blocks
 // [r kb / cl, (r + 1) kb / cl)) so that even a 4096-row W spreads over every SM; the grid is
@@ -65,7 +57,7 @@ constexpr bool kWgmmaDecodeBuilt = false;
 #endif
 
 constexpr int kWdBM = 128;                // W rows of a CTA: two warpgroups of 64
-constexpr int kWdTokens = 64;             // token columns of every float8 wgmma (m padded)
+constexpr int kWdTokens = 64;             // the most token columns of a wgmma (m padded)
 constexpr int kWdBK = 128;                // K of a stage: one 128-byte line a row
 constexpr int kWdWBytes = kWdBM * kWdBK;  // 16 KB
 constexpr int kWdStages = 4;
@@ -74,20 +66,16 @@ constexpr int kWdConsumers = 32 * kWdConsumerWarps;
 constexpr int kWdThreads = kWdConsumers + 32;  // two warpgroups + the producer warp
 constexpr int kWdMaxCluster = 8;
 constexpr int kWdMinBlocksPerRank = 4;  // k-blocks a cluster rank streams at least
-// k32 steps summed on the tensor cores before their partial sums join the float32 total
-// (1..4); 1 keeps no tensor-core accumulator across instructions.
-constexpr int kPromoteSteps = 1;
-static_assert(kPromoteSteps >= 1 && 4 % kPromoteSteps == 0, "k32 steps per promotion: 1, 2, 4");
 
 // Shared memory of an instance. kN: token columns of its wgmmas (rows of the token tile a
-// stage); kF16: the fp16 path's one fp16 copy of a stage's token tile, two 64-column panels
-// (K 0-63 and 64-127, 128 bytes a row each) after the ring.
-template <bool kF16, int kN>
+// stage); after the ring, the one fp16 copy of a stage's token tile, two 64-column panels
+// (K 0-63 and 64-127, 128 bytes a row each).
+template <int kN>
 struct WdSmem {
   static constexpr int kTBytes = kN * kWdBK;  // float8 token tile of a stage
   static constexpr int kRing = kWdStages * (kWdWBytes + kTBytes);
   static constexpr int kPanel = kN * kWdBK;  // one fp16 panel: kN rows x 64 elements
-  static constexpr int kT16 = kF16 ? 2 * kPanel : 0;
+  static constexpr int kT16 = 2 * kPanel;
   static constexpr int kUsed = kRing + kT16;
   static constexpr int kBarBytes = 2 * kWdStages * 8;
   // + 1 KB to align the ring to the swizzle's 1024-byte period. The barriers live in that
@@ -131,7 +119,7 @@ __device__ __forceinline__ void wd_wait(uint32_t bar, uint32_t parity) {
 #endif
 
 #if defined(GEMMT_SM90_DEVICE_CODE)
-// The fp16 path's token tile: the stage's float8 tile (kN rows, 128-byte swizzled lines)
+// The token tile: the stage's float8 tile (kN rows, 128-byte swizzled lines)
 // widened into the fp16 buffer (two panels of kN rows x 64 elements, same swizzle), with K
 // permuted as the W fragments are (see the consumer loop): fp16 column 16 s + 8 hi + 2 q + e
 // of a row takes its float8 byte 32 q + 4 s + 2 hi + e. A task is 8 rows x one half of K (steps
@@ -165,22 +153,20 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
 }
 #endif
 
-// kKind: the operand pair (A = W's format, B = the tokens'), gemm_tc_kind.h. kF16: the fp16
-// path (W widened into wgmma's register operand A, the tokens into an fp16 tile); else the
-// float8 wgmma on the bytes as they are. kN: token columns of the wgmmas (64 on the float8
-// path; 16, 32 or 64 on the fp16 path, the fewest that hold m).
-template <int kKind, bool kF16, int kN>
+// kKind: the operand pair (A = W's format, B = the tokens'), gemm_tc_kind.h. kN: token
+// columns of the wgmmas (16, 32 or 64, the fewest that hold m).
+template <int kKind, int kN>
 __device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensorMap* tma_t,
                                         const WdParams& p) {
 #if defined(GEMMT_SM90_DEVICE_CODE)
-  using Smem = WdSmem<kF16, kN>;
+  using Smem = WdSmem<kN>;
   constexpr int kAcc = kN / 2;  // float32 sums a consumer thread holds
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
   const uint32_t smem_w = base;
   const uint32_t smem_t = base + kWdStages * kWdWBytes;
-  const uint32_t smem_t16 = base + Smem::kRing;  // the fp16 path's token tile
+  const uint32_t smem_t16 = base + Smem::kRing;  // the fp16 token tile
   const uint32_t bars = base - raw >= static_cast<uint32_t>(Smem::kBarBytes)
                             ? base - Smem::kBarBytes
                             : base + Smem::kUsed;
@@ -235,7 +221,7 @@ __device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensor
         phase ^= 1u;
       }
     }
-  } else if constexpr (kF16) {
+  } else {
     // fp16 wgmma, A = W from registers. The fragment of step s (k16) of a thread (g = lane / 4,
     // q = lane % 4) is rows r = 16 (warp % 4) + g and r + 8 of its warpgroup's 64, at four K
     // positions each: 2 q, 2 q + 1 (registers a[0], a[1] for the two rows) and 2 q + 8,
@@ -317,38 +303,6 @@ __device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensor
         phase ^= 1u;
       }
     }
-  } else {
-    static_assert(kN == kWdTokens, "float8 wgmma: m64n64k32 steps");
-    const int cw = warp >> 2;  // consumer warpgroup: W rows 64 cw .. 64 cw + 63 of the block
-    constexpr uint32_t kStep = 32 >> 4;  // one k32 step: 32 bytes along the swizzled line
-    int stage = 0;
-    uint32_t phase = 0;
-    float part[kAcc];
-    for (int kb = kb_first; kb < kb_last; ++kb) {
-      wd_wait(full_bar(stage), phase);
-      const uint64_t da =
-          make_desc(smem_w + stage * kWdWBytes, 16, 1024) + cw * ((kWdWBytes / 2) >> 4);
-      const uint64_t db = make_desc(smem_t + stage * Smem::kTBytes, 16, 1024);
-#pragma unroll
-      for (int k0 = 0; k0 < 4; k0 += kPromoteSteps) {
-        wgmma_fence();
-#pragma unroll
-        for (int kk = k0; kk < k0 + kPromoteSteps; ++kk) {
-          wgmma_m64n64<kKind, 0, 0>(part, da + kk * kStep, db + kk * kStep, kk != k0 ? 1u : 0u);
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_accumulators(part);
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) acc[i] += part[i];
-      }
-      // Every wgmma of this warpgroup that read the stage has completed.
-      if (lane == 0) mbar_arrive_local(empty_bar(stage));
-      if (++stage == kWdStages) {
-        stage = 0;
-        phase ^= 1u;
-      }
-    }
   }
 
   const bool consumer = warp < kWdConsumerWarps;
@@ -414,18 +368,11 @@ __device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensor
 #endif  // GEMMT_SM90_DEVICE_CODE
 }
 
-template <int kKind>
+template <int kKind, int kN>
 __global__ void __launch_bounds__(kWdThreads, 2)
     fp8_decode_wgmma_kernel(const __grid_constant__ CUtensorMap tma_w,
                             const __grid_constant__ CUtensorMap tma_t, const WdParams p) {
-  wd_body<kKind, false, kWdTokens>(&tma_w, &tma_t, p);
-}
-
-template <int kKind, int kN>
-__global__ void __launch_bounds__(kWdThreads, 2)
-    fp8_decode_wgmma_f16_kernel(const __grid_constant__ CUtensorMap tma_w,
-                                const __grid_constant__ CUtensorMap tma_t, const WdParams p) {
-  wd_body<kKind, true, kN>(&tma_w, &tma_t, p);
+  wd_body<kKind, kN>(&tma_w, &tma_t, p);
 }
 
 // ---- Host side ----------------------------------------------------------------------------
@@ -476,36 +423,31 @@ cudaError_t launch_kernel(const CUtensorMap& w, const CUtensorMap& t, const WdPa
 
 template <int kKind>
 cudaError_t launch_kind(const CUtensorMap& w, const CUtensorMap& t, const WdParams& p, int ctas,
-                        bool f16, cudaStream_t stream) {
-  if (!f16) {
-    return launch_kernel<fp8_decode_wgmma_kernel<kKind>, WdSmem<false, kWdTokens>::kBytes>(
-        w, t, p, ctas, stream);
-  }
+                        cudaStream_t stream) {
   if (p.m <= 16) {
-    return launch_kernel<fp8_decode_wgmma_f16_kernel<kKind, 16>, WdSmem<true, 16>::kBytes>(
-        w, t, p, ctas, stream);
+    return launch_kernel<fp8_decode_wgmma_kernel<kKind, 16>, WdSmem<16>::kBytes>(w, t, p, ctas,
+                                                                                  stream);
   }
   if (p.m <= 32) {
-    return launch_kernel<fp8_decode_wgmma_f16_kernel<kKind, 32>, WdSmem<true, 32>::kBytes>(
-        w, t, p, ctas, stream);
+    return launch_kernel<fp8_decode_wgmma_kernel<kKind, 32>, WdSmem<32>::kBytes>(w, t, p, ctas,
+                                                                                  stream);
   }
-  return launch_kernel<fp8_decode_wgmma_f16_kernel<kKind, 64>, WdSmem<true, 64>::kBytes>(
-      w, t, p, ctas, stream);
+  return launch_kernel<fp8_decode_wgmma_kernel<kKind, 64>, WdSmem<64>::kBytes>(w, t, p, ctas,
+                                                                                stream);
 }
 
-// Token columns of the wgmmas: 64 on the float8 path, the fewest of 16, 32, 64 that hold m on
-// the fp16 path (the token tile's TMA box has as many rows).
-int token_columns(int64_t m, bool f16) {
-  if (!f16) return kWdTokens;
+// Token columns of the wgmmas: the fewest of 16, 32, 64 that hold m (the token tile's TMA box
+// has as many rows).
+int token_columns(int64_t m) {
   return m <= 16 ? 16 : m <= 32 ? 32 : 64;
 }
 
-cudaError_t run_path(const Fp8DecodeArgs& x, bool f16, cudaStream_t stream) {
+cudaError_t run_path(const Fp8DecodeArgs& x, cudaStream_t stream) {
   if (!fp8_decode_wgmma_supported(x)) return cudaErrorNotSupported;
   CUtensorMap map_w, map_t;
   if (!encode_rows(&map_w, x.w, x.k, x.n, x.n > 1 ? x.ldw : x.k, kWdBM) ||
       !encode_rows(&map_t, x.a, x.k, x.m, x.m > 1 ? x.lda : x.k,
-                   static_cast<uint32_t>(token_columns(x.m, f16)))) {
+                   static_cast<uint32_t>(token_columns(x.m)))) {
     return cudaErrorNotSupported;
   }
   WdParams p;
@@ -528,9 +470,9 @@ cudaError_t run_path(const Fp8DecodeArgs& x, bool f16, cudaStream_t stream) {
   const int64_t ctas = (x.n + kWdBM - 1) / kWdBM * p.cluster;
   if (ctas > kMaxGridX) return cudaErrorNotSupported;
   const int n_ctas = static_cast<int>(ctas);
-  if (x.b_e5m2) return launch_kind<kE5M2E4M3>(map_w, map_t, p, n_ctas, f16, stream);
-  if (x.a_e5m2) return launch_kind<kE4M3E5M2>(map_w, map_t, p, n_ctas, f16, stream);
-  return launch_kind<kE4M3>(map_w, map_t, p, n_ctas, f16, stream);
+  if (x.b_e5m2) return launch_kind<kE5M2E4M3>(map_w, map_t, p, n_ctas, stream);
+  if (x.a_e5m2) return launch_kind<kE4M3E5M2>(map_w, map_t, p, n_ctas, stream);
+  return launch_kind<kE4M3>(map_w, map_t, p, n_ctas, stream);
 }
 
 }  // namespace
@@ -551,11 +493,7 @@ bool fp8_decode_wgmma_supported(const Fp8DecodeArgs& x, const char** why) {
 }
 
 cudaError_t fp8_decode_wgmma_run(const Fp8DecodeArgs& x, cudaStream_t stream) {
-  return run_path(x, false, stream);
-}
-
-cudaError_t fp8_decode_wgmma_f16_run(const Fp8DecodeArgs& x, cudaStream_t stream) {
-  return run_path(x, true, stream);
+  return run_path(x, stream);
 }
 
 }  // namespace gemmt
