@@ -17,15 +17,16 @@ namespace {
 // Which decode kernel takes a product, from GEMMT_FP8_DECODE (read on every call, a few
 // hundred nanoseconds against a product's microseconds, so that one process can time every
 // path):
-//   auto (default)  on compute capability 9.0, tensorwise / rowwise scales, 1-64 tokens: the
+//   auto (default)  on compute capability 9.0, tensorwise / rowwise scales, 1-32 tokens: the
 //                   Hopper kernel (fp8_decode_wgmma_*: a TMA ring and split K, W widened into
-//                   fp16 wgmma's register operand, float32 sums; 1.45-1.47x gemmt's bf16
-//                   decode, median, on an H200). Otherwise the mma.sync kernel (fp8_decode_*,
-//                   W widened to fp16 in registers, float32 sums; every pairing torch
-//                   accepts): block scales up to 64 tokens, tensorwise / rowwise up to 16 (it
-//                   falls behind the Hopper scaled GEMM from 32 tokens on). More tokens go to
-//                   the Hopper scaled GEMM.
-//   wgmma           the Hopper kernel wherever it can run (where not, as auto).
+//                   fp16 wgmma's register operand, float32 sums; 1.36-1.65x gemmt's bf16
+//                   decode, medians by token count, on an H200). Otherwise the mma.sync kernel
+//                   (fp8_decode_*, W widened to fp16 in registers, float32 sums; every pairing
+//                   torch accepts): block scales up to 64 tokens, tensorwise / rowwise up to 16
+//                   (it falls behind the Hopper scaled GEMM from 32 tokens on). More tokens go
+//                   to the Hopper scaled GEMM.
+//   wgmma           the Hopper kernel wherever it can run, else the mma.sync kernel up to 64
+//                   tokens (both float32-grade).
 //   mma (always)    the mma.sync kernel up to 64 tokens in every scaling.
 //   off             neither decode kernel.
 enum class DecodeRoute { kAuto, kWgmma, kMma, kOff };
@@ -59,7 +60,8 @@ std::optional<at::Tensor> scaled_mm_decode_cuda(const char* op, const at::Tensor
   if (m < 1 || m > kMaxTokens || n < 1 || k < kAlign) return std::nullopt;
   const bool block = scaling.kind == 2;
   // The mma.sync kernel's reach when the Hopper kernel does not take the product.
-  const int64_t mma_max = route == DecodeRoute::kMma || block ? kMaxTokens : 16;
+  const int64_t mma_max =
+      route == DecodeRoute::kMma || route == DecodeRoute::kWgmma || block ? kMaxTokens : 16;
   // The weight K-major with aligned rows (b = W.t(), W contiguous) is read where it lies.
   // Another layout is copied into that one first: the Hopper scaled GEMM would copy it too,
   // and then run 128-row tiles for a few tokens.

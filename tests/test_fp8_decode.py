@@ -46,8 +46,9 @@ MMA_KERNEL, WGMMA_KERNEL = "mma.sync decode kernel", "wgmma decode kernel"
 def decode_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The decode kernel under test, chosen through GEMMT_FP8_DECODE: "mma" holds the mma.sync
     kernel to its whole range (1-64 tokens, every scaling), "wgmma" sends tensorwise and
-    rowwise products to the Hopper kernel (test_wgmma_path_runs_the_wgmma_kernel checks that
-    it is the one that runs for these tests' operands). test_decode_kernel_is_the_one_that_runs
+    rowwise products of up to 32 tokens to the Hopper kernel and more to the mma.sync kernel
+    (test_wgmma_path_runs_the_wgmma_kernel checks that it is the one that runs for these
+    tests' operands). test_decode_kernel_is_the_one_that_runs
     checks the default routing."""
     if request.param.startswith("wgmma") and HAS_CUDA and not _hopper():
         pytest.skip("the wgmma decode kernel needs a Hopper GPU (sm_90)")
@@ -393,11 +394,12 @@ def test_decode_agrees_with_torch_scaled_mm(scaling: str, m: int, shape: tuple[i
 def test_decode_kernel_is_the_one_that_runs(decode_path: str,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """By default (auto), on a Hopper GPU the Hopper kernel takes tensorwise and rowwise
-    products of 1-64 tokens and the mma.sync kernel block scales up to 64; elsewhere the
-    mma.sync kernel takes tensorwise and rowwise products of up to 16 tokens (more go to the
-    scaled GEMM). GEMMT_FP8_DECODE=mma (and its alias always) holds the mma.sync kernel to 64
-    tokens in every scaling, =wgmma asks for the Hopper kernel, =off takes neither; 65 tokens
-    never take a decode kernel."""
+    products of 1-32 tokens (33-64 go to the scaled GEMM) and the mma.sync kernel block scales
+    up to 64; elsewhere the mma.sync kernel takes tensorwise and rowwise products of up to 16
+    tokens (more go to the scaled GEMM). GEMMT_FP8_DECODE=mma (and its alias always) holds the
+    mma.sync kernel to 64 tokens in every scaling, =wgmma asks for the Hopper kernel (the
+    mma.sync kernel where it cannot run, up to 64 tokens), =off takes neither; 65 tokens never
+    take a decode kernel."""
     if decode_path != DECODE_PATHS[0]:
         pytest.skip("the routing is checked once, with its own settings")
 
@@ -418,8 +420,9 @@ def test_decode_kernel_is_the_one_that_runs(decode_path: str,
         assert ran(64, "block") == MMA and ran(1, "block") == MMA
         assert ran(65) == set() and ran(65, "block") == set()
         if _hopper():
-            for m in (1, 16, 17, 32, 33, 64):  # each token-column width of the Hopper kernel
+            for m in (1, 16, 17, 32):  # each token-column width of the Hopper kernel
                 assert ran(m, "tensor") == WG and ran(m, "row") == WG, (m, mode)
+            assert ran(33, "tensor") == set() and ran(64) == set(), mode
         else:
             assert ran(8) == MMA and ran(16, "tensor") == MMA
             assert ran(17) == set() and ran(64, "tensor") == set()
@@ -429,7 +432,8 @@ def test_decode_kernel_is_the_one_that_runs(decode_path: str,
         assert ran(64, "block") == MMA and ran(65) == set(), mode
     if _hopper():
         monkeypatch.setenv("GEMMT_FP8_DECODE", "wgmma")
-        assert ran(1, "tensor") == WG and ran(64) == WG and ran(64, "block") == MMA
+        assert ran(1, "tensor") == WG and ran(32) == WG and ran(33) == MMA and ran(64) == MMA
+        assert ran(64, "block") == MMA
         assert ran(65) == set()
     monkeypatch.setenv("GEMMT_FP8_DECODE", "off")
     assert ran(8) == set() and ran(8, "block") == set()
@@ -461,8 +465,9 @@ def test_decode_split_k_and_tails(m: int, shape: tuple[int, int], scaling: str) 
 
 @needs_hopper
 def test_wgmma_path_runs_the_wgmma_kernel(decode_path: str) -> None:
-    """With GEMMT_FP8_DECODE=wgmma, the operands of this file's tensorwise / rowwise tests run
-    the Hopper kernel, not the mma.sync kernel it would fall back to where it cannot run."""
+    """With GEMMT_FP8_DECODE=wgmma, the operands of this file's tensorwise / rowwise tests of
+    up to 32 tokens run the Hopper kernel, not the mma.sync kernel it would fall back to where
+    it cannot run."""
     if decode_path != "wgmma":
         pytest.skip("checks the wgmma path")
     expect = {WGMMA_KERNEL}
@@ -475,7 +480,7 @@ def test_wgmma_path_runs_the_wgmma_kernel(decode_path: str) -> None:
 
     shapes = SHAPES + SPLIT_SHAPES + [(14336, 4096), (4096, 14336), (512, 16384)]
     for n, k in shapes:
-        for m in (1, 7, 17, 33, 64):
+        for m in (1, 7, 17, 32):
             for scaling in ("tensor", "row"):
                 case = Case(m, n, k, scaling)
                 only_wgmma(lambda: run(case), f"{m} x {n} x {k} {scaling}")

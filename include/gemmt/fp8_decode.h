@@ -65,7 +65,7 @@ cudaError_t fp8_decode_run(const Fp8DecodeArgs& args, cudaStream_t stream);
 // The Hopper variant (kernels/fp8/scaled_decode_fp8_sm90.cu): W streamed by TMA, W and the
 // tokens widened to fp16 (exact) and multiplied by fp16 wgmma with float32 sums, as the
 // mma.sync kernel's. It takes kRowCol scales only, on compute capability 9.0 (cc_major) in a
-// build with the sm_90a kernels, 1 <= m <= 64, k a multiple of 16, 16-byte aligned operands
+// build with the sm_90a kernels, 1 <= m <= 32, k a multiple of 16, 16-byte aligned operands
 // whose rows do not overlap (lda >= k, ldw >= k). When not, *why (when given) says what
 // failed.
 bool fp8_decode_wgmma_supported(const Fp8DecodeArgs& args, const char** why = nullptr);

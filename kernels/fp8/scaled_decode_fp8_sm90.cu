@@ -2,10 +2,11 @@
 // float8 tokens against a float8 weight W (n x k, K-major), C = act(sa * sb * (a W^T) + bias).
 // Its time is W's bytes over the memory bandwidth; the mma.sync kernel
 // (scaled_decode_fp8.cu) issues an mma per 8 tokens, so its instruction work grows with the
-// tokens, where one wgmma here covers up to 64.
+// tokens, where one wgmma here covers up to 32 (the tokens of 1-32 a product take it; more
+// take the Hopper scaled GEMM or the mma.sync kernel).
 //
 // Roles. W is wgmma's 64-row operand A (output features), the tokens are operand B, padded to
-// 16, 32 or 64 columns (the fewest that hold m; TMA fills the rows past m with zeros, without
+// 16 or 32 columns (the fewer that hold m; TMA fills the rows past m with zeros, without
 // reading memory). A stage holds 128 of K (one 128-byte line a row, 128-byte swizzle): 128
 // rows of W (16 KB) and the token tile. A CTA is two consumer warpgroups (64 rows of W each,
 // sharing the token tile) and a producer warp that keeps a ring of kStages stages full by
@@ -57,7 +58,7 @@ constexpr bool kWgmmaDecodeBuilt = false;
 #endif
 
 constexpr int kWdBM = 128;                // W rows of a CTA: two warpgroups of 64
-constexpr int kWdTokens = 64;             // the most token columns of a wgmma (m padded)
+constexpr int kWdTokens = 32;             // the most token columns of a wgmma (m padded)
 constexpr int kWdBK = 128;                // K of a stage: one 128-byte line a row
 constexpr int kWdWBytes = kWdBM * kWdBK;  // 16 KB
 constexpr int kWdStages = 4;
@@ -154,7 +155,7 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
 #endif
 
 // kKind: the operand pair (A = W's format, B = the tokens'), gemm_tc_kind.h. kN: token
-// columns of the wgmmas (16, 32 or 64, the fewest that hold m).
+// columns of the wgmmas (16 or 32, the fewer that hold m).
 template <int kKind, int kN>
 __device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensorMap* tma_t,
                                         const WdParams& p) {
@@ -253,46 +254,35 @@ __device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensor
       // The tile's stores, generic proxy, before the wgmmas read it through the async proxy.
       fence_proxy_async_smem();
       const uint32_t ws = smem_w + stage * kWdWBytes + w_row;
-      // The eight steps in kGroups groups, a group's W words loaded, widened and multiplied
-      // together. With 64 tokens the two float32 sum sets leave no room for all eight steps'
-      // fragments (32 registers held until their wgmmas complete): two groups of four, the
-      // first completed before the second is widened.
-      constexpr int kGroups = kN == 64 ? 2 : 1;
-      constexpr int kSteps = 8 / kGroups;
+      // The eight steps' W words loaded and widened together (16 registers of fragments held
+      // until their wgmmas complete).
+      uint4 w8[2][2];  // [row r, r + 8][chunk 2 q, 2 q + 1]
 #pragma unroll
-      for (int grp = 0; grp < kGroups; ++grp) {
-        uint4 w8[2][2 / kGroups];  // [row r, r + 8][chunk 2 q (+ 1)]
-#pragma unroll
-        for (int c = 0; c < 2 / kGroups; ++c) {
-          const uint32_t chunk = (c + grp) == 0 ? chunk0 : chunk1;
-          w8[0][c] = ld_shared_v4(ws + chunk);
-          w8[1][c] = ld_shared_v4(ws + 8 * kWdBK + chunk);
-        }
-        uint32_t a[kSteps][4];
-#pragma unroll
-        for (int i = 0; i < kSteps; ++i) {
-          fp8_decode::widen<kWE5>(word_of(w8[0][i >> 2], i & 3), a[i][0], a[i][2]);
-          fp8_decode::widen<kWE5>(word_of(w8[1][i >> 2], i & 3), a[i][1], a[i][3]);
-        }
-        if (grp == 0) {
-          named_barrier_sync(2, kWdConsumers);  // the fp16 token tile is complete
-        }
-        if (grp == kGroups - 1) {
-          // Every byte of the stage is in registers or the fp16 tile: the producer may refill
-          // it while the products run.
-          if (lane == 0) mbar_arrive_local(empty_bar(stage));
-        }
-        wgmma_fence();
-#pragma unroll
-        for (int i = 0; i < kSteps; ++i) {
-          // Step s: fp16 columns 16 s .. 16 s + 15, panel s / 4, 32 bytes a step along its line.
-          const int st = grp * kSteps + i;
-          const uint64_t d = db + (st >> 2) * (Smem::kPanel >> 4) + (st & 3) * (32 >> 4);
-          wgmma_f16_rs<kN>(part, a[i], d, st != 0 ? 1u : 0u);
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
+      for (int c = 0; c < 2; ++c) {
+        const uint32_t chunk = c == 0 ? chunk0 : chunk1;
+        w8[0][c] = ld_shared_v4(ws + chunk);
+        w8[1][c] = ld_shared_v4(ws + 8 * kWdBK + chunk);
       }
+      uint32_t a[8][4];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        fp8_decode::widen<kWE5>(word_of(w8[0][i >> 2], i & 3), a[i][0], a[i][2]);
+        fp8_decode::widen<kWE5>(word_of(w8[1][i >> 2], i & 3), a[i][1], a[i][3]);
+      }
+      named_barrier_sync(2, kWdConsumers);  // the fp16 token tile is complete
+      // Every byte of the stage is in registers or the fp16 tile: the producer may refill it
+      // while the products run.
+      if (lane == 0) mbar_arrive_local(empty_bar(stage));
+      wgmma_fence();
+#pragma unroll
+      for (int st = 0; st < 8; ++st) {
+        // Step st: fp16 columns 16 st .. 16 st + 15, panel st / 4, 32 bytes a step along its
+        // line.
+        const uint64_t d = db + (st >> 2) * (Smem::kPanel >> 4) + (st & 3) * (32 >> 4);
+        wgmma_f16_rs<kN>(part, a[st], d, st != 0 ? 1u : 0u);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
       fence_accumulators(part);
       // The stage's 128 products a sum, summed from zero on the tensor cores, join the float32
       // total: the tensor cores' accumulator never carries a sum across stages.
@@ -428,18 +418,14 @@ cudaError_t launch_kind(const CUtensorMap& w, const CUtensorMap& t, const WdPara
     return launch_kernel<fp8_decode_wgmma_kernel<kKind, 16>, WdSmem<16>::kBytes>(w, t, p, ctas,
                                                                                   stream);
   }
-  if (p.m <= 32) {
-    return launch_kernel<fp8_decode_wgmma_kernel<kKind, 32>, WdSmem<32>::kBytes>(w, t, p, ctas,
-                                                                                  stream);
-  }
-  return launch_kernel<fp8_decode_wgmma_kernel<kKind, 64>, WdSmem<64>::kBytes>(w, t, p, ctas,
+  return launch_kernel<fp8_decode_wgmma_kernel<kKind, 32>, WdSmem<32>::kBytes>(w, t, p, ctas,
                                                                                 stream);
 }
 
-// Token columns of the wgmmas: the fewest of 16, 32, 64 that hold m (the token tile's TMA box
+// Token columns of the wgmmas: the fewer of 16 and 32 that hold m (the token tile's TMA box
 // has as many rows).
 int token_columns(int64_t m) {
-  return m <= 16 ? 16 : m <= 32 ? 32 : 64;
+  return m <= 16 ? 16 : 32;
 }
 
 cudaError_t run_path(const Fp8DecodeArgs& x, cudaStream_t stream) {
