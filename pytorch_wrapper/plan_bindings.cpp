@@ -396,15 +396,19 @@ void bind_plans(py::module_& m) {
       "plan_grouped",
       [](int64_t m, int64_t n, int64_t k, int groups, int split, int sm_count) {
         grouped_plan::Shape s{m, n, k, groups, split};
-        const int bn = grouped_plan::tile_width(s, sm_count);
+        const int per_sm = grouped_plan::ctas_per_sm(s);
+        const int bn = per_sm == 2 ? 128 : grouped_plan::tile_width(s, sm_count);
         py::dict d;
+        d["ctas_per_sm"] = per_sm;
         d["tile_n"] = bn;
+        d["staged_c"] = per_sm == 1 && grouped_plan::staged_c(s);
         d["max_tiles"] = grouped_plan::max_tiles(s, bn);
         return d;
       },
-      "The grouped / scaled Hopper GEMM's plan (kernels/plan/grouped_plan.cpp): tile width and "
-      "the bound on its tiles; split: 0 none, 1 rows, 2 columns, 3 the contraction dimension "
-      "(its extent the total of the groups').",
+      "The grouped / scaled Hopper GEMM's plan (kernels/plan/grouped_plan.cpp) for 16-bit "
+      "operands with a K-major A: CTAs an SM, tile width, whether C is staged through shared "
+      "memory (where it can be), and the bound on its tiles; split: 0 none, 1 rows, 2 columns, "
+      "3 the contraction dimension (its extent the total of the groups').",
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("groups"), py::arg("split"),
       py::arg("sm_count"));
   m.def("plan_simt", &plan_simt,

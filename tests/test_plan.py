@@ -1011,13 +1011,35 @@ def test_device_info_reads_the_gpu_once_per_device() -> None:
     (8192, 28672, 8192, 1, 0, 256),    # a large FP8 product fills the SMs with wide tiles
     (16, 8192, 8192, 1, 0, 128),       # decode: too few wide tiles, narrower ones stream B
     (4096, 128, 4096, 1, 0, 128),      # an output of 128 columns
-    (64 * 256, 2048, 7168, 64, 1, 256),  # 64 experts of 256 tokens
+    (64 * 256, 7168, 2048, 64, 1, 256),  # 64 experts of 256 tokens, 7168 wide
+    (64 * 256, 2048, 7168, 64, 1, 128),  # the same 2048 wide: two CTAs an SM, 128 wide
     (128 * 2, 768, 2048, 128, 1, 128),   # 128 experts of 2 tokens
 ])
 def test_grouped_plan_tile_width(m: int, n: int, k: int, groups: int, split: int,
                                  tile: int) -> None:
     plan = _native.load().plan_grouped(m, n, k, groups, split, 132)
     assert plan["tile_n"] == tile
+
+
+@pytest.mark.parametrize("m,n,k,groups,split,per_sm,staged", [
+    (128 * 256, 1536, 2048, 128, 1, 2, False),  # Qwen3-like gate/up: two CTAs an SM
+    (128 * 256, 2048, 768, 128, 1, 2, False),   # Qwen3-like down
+    (64 * 128, 2048, 7168, 64, 1, 2, False),    # DeepSeek-V3-like
+    (128 * 16, 768, 2048, 128, 1, 1, True),     # 16 rows a group: one CTA, staged C
+    (128 * 32, 768, 2048, 128, 1, 1, True),     # 32 rows a group, the boundary
+    (128 * 33, 768, 2048, 128, 1, 2, False),    # 33 rows a group
+    (8 * 512, 28672, 4096, 8, 1, 1, True),      # Mixtral-like gate/up: N >= 4096
+    (8 * 512, 4095, 4096, 8, 1, 2, False),      # just below N 4096
+    (2048, 4096, 16384, 8, 3, 1, True),         # weight gradient (split of K)
+    (4096, 2048, 1024, 1, 0, 1, False),         # one dense product: neither
+])
+def test_grouped_plan_ctas_and_epilogue(m: int, n: int, k: int, groups: int, split: int,
+                                        per_sm: int, staged: bool) -> None:
+    # The two shape rules measured on an H200 (grouped_plan.h): they never pick both.
+    plan = _native.load().plan_grouped(m, n, k, groups, split, 132)
+    assert plan["ctas_per_sm"] == per_sm and plan["staged_c"] == staged
+    if per_sm == 2:
+        assert plan["tile_n"] == 128
 
 
 def test_grouped_plan_tile_bound_covers_every_split() -> None:

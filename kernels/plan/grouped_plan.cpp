@@ -39,5 +39,15 @@ int tile_width(const Shape& s, int sm_count) {
   return wide >= sm_count ? 256 : 128;
 }
 
+int ctas_per_sm(const Shape& s) {
+  const bool many_rows = s.m > int64_t{32} * s.groups;
+  return s.split == kSplitRows && s.n < 4096 && many_rows ? 2 : 1;
+}
+
+bool staged_c(const Shape& s) {
+  const bool few_rows = s.split == kSplitRows && s.m <= int64_t{32} * s.groups;
+  return s.split == kSplitDepth || s.n >= 4096 || few_rows;
+}
+
 }  // namespace grouped_plan
 }  // namespace gemmt

@@ -1,5 +1,6 @@
 // Planning of the grouped and scaled Hopper GEMM (kernels/sm90/grouped_kernel.cuh): the tile
-// width and the size of its persistent grid. Plain host C++, tested on CPU.
+// width, CTAs an SM, the epilogue and the size of its persistent grid. Plain host C++, tested
+// on CPU.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,23 @@ struct Shape {
 // tiles still fill every SM; narrower outputs, and lists with too few tiles (small experts,
 // decode), take 128 so that more SMs stream the weights.
 int tile_width(const Shape& s, int sm_count);
+
+// CTAs an SM, 1 or 2, where the two-CTA kernel can run (16-bit operands, a K-major A): two
+// CTAs (128-wide tiles, a 3-stage ring) overlap one's epilogue and ramp-up with the other's
+// products. Measured on an H200 against one CTA (random-routing group sizes): 1.06-1.16x on
+// Qwen3-like products (K 768-2048, N 1536-2048, 64-256 rows a group), 1.10-1.13x on
+// DeepSeek-V3-like ones (K 7168, N 2048); 0.94-0.97x on exactly 256-row groups, 0.87x on
+// 16-row groups, 0.97-1.01x at N >= 4096. So two on a split of rows below N 4096 with more
+// than 32 rows a group.
+int ctas_per_sm(const Shape& s);
+
+// Whether C leaves a one-CTA tile through shared memory and TMA stores, where both epilogues
+// can run (a 16-bit C with nothing to apply, 16-byte multiples). Staged stores run on while
+// the next tile computes but take a stage of the ring. Measured on an H200 against the
+// register epilogue: the weight gradient (a split of the contraction dimension, a few
+// k-blocks a tile and then a whole tile to write) 2.0x; N >= 4096 1.03-1.11x; 16 rows a
+// group 1.08-1.15x; 0.90-0.93x on 1536-wide products with 64-256 uneven rows a group.
+bool staged_c(const Shape& s);
 
 // An upper bound on the tiles of the list with this width (exact without a split): a split
 // of rows or columns adds at most one partial tile per group, and one for the rows or

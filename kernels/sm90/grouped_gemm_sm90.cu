@@ -156,15 +156,14 @@ bool encode_c_map(CUtensorMap* map, const GroupedGemmArgs& x) {
                        CU_TENSOR_MAP_L2_PROMOTION_NONE);
 }
 
-// Whether C goes out through shared memory and TMA stores (it can for a 16-bit C with nothing
-// to apply, rows and matrices at 16-byte multiples). Staged stores run on while the next tile
-// computes, but they take a stage of the ring. Measured on an H200 against the register
-// epilogue, same process: the weight gradient (a split of the contraction dimension, a few
-// k-blocks a tile and then a whole tile to write) 2.0x; wide products (N >= 4096: Mixtral's
-// gate/up, down and grad_input) 1.03-1.11x; 16 rows a group 1.08-1.15x; but 0.90-0.93x on
-// 1536-wide products with 64-256 uneven rows a group, where the deeper ring wins. So: the
-// weight gradient, N >= 4096, or at most 32 rows a group. GEMMT_GROUPED_TMA_STORE=0 / 1
-// forces either way where it can run (read at each call, for A/B runs in one process).
+grouped_plan::Shape shape_of(const GroupedGemmArgs& x) {
+  return grouped_plan::Shape{x.m, x.n, x.k, x.groups, static_cast<int>(x.split)};
+}
+
+// Whether C goes out through shared memory and TMA stores: where it can (a 16-bit C with
+// nothing to apply, rows and matrices at 16-byte multiples), as grouped_plan::staged_c says.
+// GEMMT_GROUPED_TMA_STORE=0 / 1 forces either way where it can run (read at each call, for
+// A/B runs in one process).
 bool use_staged_c(const GroupedGemmArgs& x) {
   if (is_fp8_kind(x.kind) || x.out == OutKind::kF32) return false;
   if (x.scale != ScaleKind::kNone || x.bias != nullptr || x.act != Activation::kNone) return false;
@@ -176,17 +175,11 @@ bool use_staged_c(const GroupedGemmArgs& x) {
   if (!one_c && x.groups > 1 && ((x.c_sg * 2) % 16 != 0 || x.c_sg < x.ldc * x.m)) return false;
   const char* env = std::getenv("GEMMT_GROUPED_TMA_STORE");
   if (env != nullptr && env[0] != '\0') return std::strcmp(env, "0") != 0;
-  const bool few_rows = x.split == GroupSplit::kRows && x.m <= int64_t{32} * x.groups;
-  return x.split == GroupSplit::kDepth || x.n >= 4096 || few_rows;
+  return grouped_plan::staged_c(shape_of(x));
 }
 
-// Two CTAs an SM on 128-wide tiles (16-bit, K-major A, C from registers): one CTA's epilogue
-// and ramp-up run beside the other's products. Measured on an H200 against the one-CTA
-// kernel (same process, random-routing group sizes): 1.06-1.16x on Qwen3-like products (K
-// 768-2048, N 1536-2048, 64-256 rows a group) and 1.10-1.13x on DeepSeek-V3-like ones (K 7168,
-// N 2048); 0.94-0.97x on groups of exactly 256 rows (no tail tiles), 0.87x on 16-row groups,
-// 0.97-1.01x at N >= 4096. So: a split of rows where the staged epilogue does not run
-// (N < 4096, more than 32 rows a group). GEMMT_GROUPED_PER_SM=1 / 2 forces either where the
+// Two CTAs an SM on 128-wide tiles where they can run (16-bit, K-major A, C from registers),
+// as grouped_plan::ctas_per_sm says. GEMMT_GROUPED_PER_SM=1 / 2 forces either where the
 // two-CTA kernel can run (read at each call, for A/B runs).
 bool two_ctas_per_sm(const GroupedGemmArgs& x) {
   if (is_fp8_kind(x.kind) || x.split == GroupSplit::kDepth || x.split == GroupSplit::kCols) {
@@ -195,7 +188,7 @@ bool two_ctas_per_sm(const GroupedGemmArgs& x) {
   if (!k_major(a_view(x))) return false;
   const char* env = std::getenv("GEMMT_GROUPED_PER_SM");
   if (env != nullptr && env[0] != '\0') return std::strcmp(env, "2") == 0;
-  return x.split == GroupSplit::kRows && x.n < 4096 && x.m > int64_t{32} * x.groups;
+  return grouped_plan::ctas_per_sm(shape_of(x)) == 2;
 }
 
 bool fits_int(int64_t v) {
@@ -279,7 +272,7 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   int sms = x.sm_count;
   if (sms <= 0) GEMMT_RETURN_IF_ERROR(current_device_sm_count(&sms));
   const bool promote = is_fp8_kind(x.kind) && (!x.fast_accum || x.scale == ScaleKind::kBlock);
-  grouped_plan::Shape shape{x.m, x.n, x.k, x.groups, static_cast<int>(x.split)};
+  const grouped_plan::Shape shape = shape_of(x);
   const bool two_per_sm = two_ctas_per_sm(x);
   const int bn = promote || two_per_sm ? 128 : grouped_plan::tile_width(shape, sms);
 
