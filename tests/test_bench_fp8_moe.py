@@ -40,6 +40,9 @@ def _torch_cpu_modes() -> frozenset[str]:
         pass
     return frozenset(modes)
 
+_HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
+
+
 def _finite_positive(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
 
@@ -78,7 +81,7 @@ def _check_ratio(r: dict[str, Any], ratio: str, num: str, den: str) -> None:
 def fp8_doc(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("fp8")
     assert cli.main(["bench", "fp8", "--smoke", "--device", "cpu", "--out", str(out)]) == 0
-    return _doc(out, "fp8")
+    return {**_doc(out, "fp8"), "_dir": str(out)}
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +94,9 @@ def moe_doc(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 # ---- fp8 ----------------------------------------------------------------------------------
 def test_fp8_smoke_runs_every_section(fp8_doc: dict[str, Any]) -> None:
     assert fp8_doc["size"] == "smoke" and fp8_doc["device"] == "cpu"
-    assert {r["section"] for r in fp8_doc["records"]} == set(bench_fp8.SECTIONS)
+    # The model section needs transformers; without it the section prints why and adds none.
+    expected = set(bench_fp8.SECTIONS) - (set() if _HAS_TRANSFORMERS else {"model"})
+    assert {r["section"] for r in fp8_doc["records"]} == expected
     # The summary the README is made from is the one the records give.
     assert fp8_doc["summary"] == bench_fp8.summarize(fp8_doc["records"])
 
@@ -188,6 +193,71 @@ def test_fp8_decode_and_train_records(fp8_doc: dict[str, Any]) -> None:
             assert r["step_ms"] is None and "torchao absent" in r["error"]
         else:
             assert (r["step_ms"] is None) == (r["error"] is not None)
+
+
+@pytest.mark.skipif(not _HAS_TRANSFORMERS, reason="the model section needs transformers")
+def test_fp8_model_records(fp8_doc: dict[str, Any]) -> None:
+    shape = bench_fp8.SMOKE_MODEL
+    model = {(r["recipe"], r["phase"]): r for r in fp8_doc["records"] if r["section"] == "model"}
+    assert set(model) == {(recipe, phase) for recipe in bench_fp8.MODEL_RECIPES
+                          for phase in bench_fp8.MODEL_PHASES}
+    # Seven projections a layer; lm_head (1000 outputs, not a multiple of 16) stays bf16.
+    layer_linears = 7 * shape["layers"]
+    for (recipe, phase), r in model.items():
+        assert r["error"] is None, r  # the CPU reference runs both recipes
+        assert (r["hidden"], r["layers"], r["vocab"]) == (shape["hidden"], shape["layers"],
+                                                          shape["vocab"])
+        key = "train" if phase == "train_step" else phase
+        assert (r["batch"], r["seq"]) == tuple(shape[key]) and r["tokens"] == r["batch"] * r["seq"]
+        assert r["inference"] == (phase != "train_step")
+        assert r["linears_total"] == layer_linears + 1
+        assert r["converted_linears"] == layer_linears
+        assert r["unconverted_linears"] == ["lm_head"] and r["lm_head_fp8"] is False
+        assert r["target_ratio"] == bench_fp8.MODEL_TARGETS[phase]
+        _check_ratio(r, "ratio", "ref_ms", "ours_ms")
+        assert _finite_positive(r["ratio"]), r
+        assert r["logits_tolerance_factor"] == bench_fp8.LOGITS_TOLERANCE_FACTOR == 16
+        if phase == "train_step":
+            # FP8 products of a language-model loss: the same loss to well under a percent, and
+            # gradients a few FP8 roundings away from bf16's (not garbage, not identical).
+            assert r["loss"] > 0 and r["ref_loss"] > 0
+            assert r["loss_rel_diff"] == pytest.approx(abs(r["loss"] - r["ref_loss"])
+                                                       / r["ref_loss"])
+            assert r["loss_rel_diff"] < 5e-3, r
+            assert 0 < r["median_grad_rel_err"] <= r["max_grad_rel_err"] < 0.5, r
+            # The ratio of the medians lies within the per-round ratios' range.
+            lo, hi = r["round_ratio_range"]
+            assert lo * (1 - 1e-9) <= r["ratio"] <= hi * (1 + 1e-9), r
+            assert r["gpu_busy_ms"] is None  # the profiler's busy time is the GPU's only
+            continue
+        assert r["timing"] == "cpu clock"
+        # The bound: 16 (e4m3's unit roundoff over bf16's) times the bf16 model's own error
+        # against float32, which is bf16-grade.
+        assert 0 < r["ref_logits_rel_err_vs_fp32"] < 0.02, r
+        tol = r["logits_tolerance"]
+        assert tol == pytest.approx(16 * r["ref_logits_rel_err_vs_fp32"], rel=1e-12)
+        # The FP8 logits: FP8's rounding away from the bf16 model's, several times bf16's own
+        # error and far below a broken scale's ~1, within the bound.
+        assert 4 * r["ref_logits_rel_err_vs_fp32"] < r["logits_rel_err"] < tol, r
+        assert r["logits_within_tolerance"] is True
+        assert 4 * r["ref_logits_rel_err_vs_fp32"] < r["logits_rel_err_vs_fp32"] < tol, r
+    summ = fp8_doc["summary"]["model"]
+    for (recipe, phase), r in model.items():
+        s = summ[f"{recipe}/{phase}"]
+        assert s["ratio"] == r["ratio"] and s["meets_target"] == (r["ratio"] >= r["target_ratio"])
+        assert s["converted_linears"] == layer_linears and s["error"] is None
+    md = next(Path(fp8_doc["_dir"]).glob("fp8_*.md")).read_text()
+    assert "| model recipe / phase |" in md and "tensorwise/train_step" in md
+
+
+def test_fp8_model_section_skips_without_transformers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(bench_fp8, "_has_transformers", lambda: False)
+    assert bench_fp8.run(tmp_path, smoke=True, sections="model", device="cpu") == 0
+    assert "transformers missing: no model section" in capsys.readouterr().out
+    doc = json.loads(next(tmp_path.glob("fp8_*.json")).read_text())
+    assert doc["records"] == [] and "model" not in doc["summary"]
 
 
 def test_fp8_only_picks_sections_and_unknown_ones_are_refused(tmp_path: Path) -> None:

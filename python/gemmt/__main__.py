@@ -12,7 +12,8 @@
     python -m gemmt bench tune      the GEMM tuner: tuned vs untuned vs cuBLAS on decode
                                     and prefill Linear products, and what tuning costs
     python -m gemmt bench fp8       scaled_mm vs torch._scaled_mm per scaling mode, the
-                                    quantisation ops, FP8 decode and an FP8 training step
+                                    quantisation ops, FP8 decode, an FP8 training step and
+                                    a Llama-shaped model converted to FP8 vs bf16 torch
     python -m gemmt bench moe       grouped_mm vs torch._grouped_mm and a loop of mm, with
                                     the roofline; the MoE layer; transformers MoE models
     python -m gemmt bench fp8_quant the FP8 quantisation kernels (every granularity, with
@@ -202,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--sections", "--only", dest="sections", default=None,
                        help="linear suite: which sections to run (comma separated; default "
                             "prefill,fp32,decode,fused,model); tune suite: decode,prefill; "
-                            "fp8 suite: gemm,quant,decode,train; moe suite: grouped,layer,models")
+                            "fp8 suite: gemm,quant,decode,train,model; "
+                            "moe suite: grouped,layer,models")
     bench.add_argument("--tokens", default="512,2048,8192",
                        help="linear suite: token counts of the prefill section (comma separated)")
     args = parser.parse_args(argv)

@@ -1,6 +1,8 @@
 """What the ``fp8`` and ``moe`` benchmark suites share: the device they run on (a CUDA GPU, or
 the CPU in ``--smoke`` mode), the environment record, timing that survives an implementation
-that refuses, ratios that are None rather than a guess, and the multi-panel plot.
+that refuses, ratios that are None rather than a guess, and the multi-panel plot. The
+``linear`` suite and the ``fp8`` suite's model section share the whole-model timing below it
+(CUDA-graph replays, single training steps with the GPU's busy time beside them).
 
 Timing on CUDA uses CUDA events: each candidate is warmed up, then timed in rounds that take
 turns between the candidates (the order rotating), so that clock and thermal drift land on
@@ -13,9 +15,11 @@ are timed with a monotonic clock.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
 import platform
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -275,3 +279,149 @@ def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
 def fmt(v: float | None, spec: str = ".3f") -> str:
     """A number for a table, or "n/a"."""
     return "n/a" if v is None else format(v, spec)
+
+
+# ---- whole-model timing (the linear suite's and the fp8 suite's model sections) -----------
+def events_ms(fn: Callable[[], object]) -> float:
+    """Milliseconds between CUDA events recorded around one call of ``fn`` (host included)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+class Replay:
+    """``calls`` captured once in a CUDA graph; ``ms()`` is the time of one call."""
+
+    def __init__(self, calls: list[Callable[[], object]]) -> None:
+        for c in calls:  # lazy initialisation happens outside the capture
+            c()
+        torch.cuda.synchronize()
+        self.n = len(calls)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            for c in calls:
+                c()
+        self.graph.replay()
+        torch.cuda.synchronize()
+
+    def ms(self) -> float:
+        return events_ms(self.graph.replay) / self.n
+
+
+def paired_ms(ours: Replay, ref: Replay, rounds: int = 7) -> tuple[float, float]:
+    """Medians over alternating rounds, so that clock and thermal drift land on both."""
+    o, r = [], []
+    for _ in range(rounds):
+        o.append(ours.ms())
+        r.append(ref.ms())
+    return statistics.median(o), statistics.median(r)
+
+
+def paired_calls_ms(ours: Callable[[], object], ref: Callable[[], object], device: str,
+                    calls: int = 3, rounds: int = 5, fallback_rounds: int = 10
+                    ) -> tuple[float, float, str]:
+    """(ours ms, ref ms, how) of one call each, in alternating rounds.
+
+    On CUDA each side is ``calls`` calls captured in a graph (:class:`Replay`, host overhead
+    excluded) and the rounds are :func:`paired_ms`'s; when a capture fails, single calls timed
+    with events (host included) in ``fallback_rounds`` alternating rounds. On the CPU the
+    same alternating rounds with a monotonic clock.
+    """
+    if device == "cuda":
+        try:
+            o_ms, r_ms = paired_ms(Replay([ours] * calls), Replay([ref] * calls), rounds=rounds)
+            return o_ms, r_ms, "cuda graph"
+        except RuntimeError:
+            ours(), ref()
+            timer, how = events_ms, "events (graph capture failed)"
+    else:
+        ours(), ref()
+        timer, how = _clock_ms, "cpu clock"
+    o, r = [], []
+    for _ in range(fallback_rounds):
+        o.append(timer(ours))
+        r.append(timer(ref))
+    return statistics.median(o), statistics.median(r), how
+
+
+def _clock_ms(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def gpu_busy_ms(fn: Callable[[], object]) -> tuple[float, float, list[dict[str, Any]]]:
+    """(busy ms, span ms, kernel events) of one call of ``fn``, from the profiler's trace.
+
+    Busy time counts each kernel from the later of its start and the end of every kernel
+    before it, so overlapping kernels are never counted twice: a programmatic launch places
+    a kernel's first blocks while its predecessor runs (where they wait), which makes the
+    reported durations overlap. The span runs from the first kernel's start to the last one's
+    end; span minus busy is the time the GPU sat idle, waiting for the host.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        trace = json.loads(Path(f.name).read_text())
+    kern = sorted((ev for ev in trace["traceEvents"]
+                   if ev.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")),
+                  key=lambda ev: ev["ts"])
+    if not kern:
+        return 0.0, 0.0, []
+    end, busy = float("-inf"), 0.0
+    for ev in kern:
+        start = max(ev["ts"], end)
+        ev["own_us"] = max(0.0, ev["ts"] + ev["dur"] - start)
+        end = max(end, ev["ts"] + ev["dur"])
+        busy += ev["own_us"]
+    return busy / 1e3, (end - kern[0]["ts"]) / 1e3, kern
+
+
+def paired_steps_ms(ours: Callable[[], object], ref: Callable[[], object], device: str,
+                    rounds: int = 11, warmup: int = 3, busy_rounds: int = 3) -> dict[str, Any]:
+    """A training step of each side, timed as a training loop sees it.
+
+    Events around single steps (host included: an eager model's step issues more kernels
+    than the launch queue holds, so it cannot be queued ahead behind a sleep), ``warmup``
+    steps of each first, then ``rounds`` alternating rounds; the per-round ratios' range is
+    kept beside the medians. On CUDA, the GPU's busy time from ``busy_rounds`` profiled steps
+    of each (:func:`gpu_busy_ms`: the kernels' own share, without the host's gaps), taken
+    after the timed rounds because the profiler's hooks slow the eager step. On the CPU a
+    monotonic clock, and no busy time.
+    """
+    timer = events_ms if device == "cuda" else _clock_ms
+    for _ in range(warmup):
+        ours(), ref()
+    o, r = [], []
+    for _ in range(rounds):
+        o.append(timer(ours))
+        r.append(timer(ref))
+    round_ratios = sorted(b / a for a, b in zip(o, r))
+    out: dict[str, Any] = dict(
+        ours_ms=statistics.median(o), ref_ms=statistics.median(r),
+        ratio=statistics.median(r) / statistics.median(o),
+        round_ratio_range=(round_ratios[0], round_ratios[-1]))
+    if device != "cuda":
+        out.update(gpu_busy_ms=None, gpu_span_ms=None, gpu_busy_ratio=None,
+                   timing=f"cpu clock, {rounds} alternating rounds")
+        return out
+    busy: dict[str, list[float]] = {"ours": [], "ref": []}
+    span: dict[str, list[float]] = {"ours": [], "ref": []}
+    for _ in range(busy_rounds):
+        for name, fn in (("ours", ours), ("ref", ref)):
+            b_ms, s_ms, _ = gpu_busy_ms(fn)
+            busy[name].append(b_ms)
+            span[name].append(s_ms)
+    busy_ms = {k: statistics.median(v) for k, v in busy.items()}
+    out.update(gpu_busy_ms=busy_ms, gpu_span_ms={k: statistics.median(v) for k, v in span.items()},
+               gpu_busy_ratio=busy_ms["ref"] / busy_ms["ours"],
+               timing="events (host included); GPU busy time from the profiler")
+    return out

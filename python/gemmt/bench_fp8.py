@@ -24,6 +24,18 @@ Sections (``--only``, comma separated; all by default):
   (4096 -> 14336 -> 4096, SiLU, residual; 8192 tokens; bf16 master weights): bf16 eager,
   ``gemmt.nn.convert_to_float8`` per recipe, and torchao's ``Float8Linear`` (tensorwise and
   rowwise recipes, under ``torch.compile``) when torchao imports.
+* ``model``: a Llama-shaped ``transformers.LlamaForCausalLM`` (hidden 4096, intermediate
+  14336, 4 layers, 32 heads, 8 KV heads, vocabulary 32000, bf16, random weights from seed 0)
+  converted by ``gemmt.nn.convert_to_float8`` per recipe (tensorwise, rowwise; every
+  eligible Linear, lm_head included; the counts are recorded), against the same model in bf16
+  torch: prefill (4 x 1024 tokens) and decode (16 sequences x 1 token, no cache) with
+  ``inference=True``, timed as CUDA-graph replays in alternating rounds (single calls under
+  CUDA events when a capture fails), with the logits' relative error against the bf16
+  model's, held to :data:`LOGITS_TOLERANCE_FACTOR` (16) times the bf16 model's own error
+  against float32 on the same ids (recorded, never failing the run); and a training step (2 x 2048 tokens, language-model
+  loss, backward, no optimizer; ``inference=False``, bf16 master weights) timed with events
+  around single steps (host included) in alternating rounds, the GPU's busy time from the
+  profiler beside it. Needs ``transformers`` (skipped with a message without it).
 
 Timing: CUDA events, warm-up, medians over rounds that alternate between the candidates
 (see :mod:`gemmt._bench_kit`). Operands are random (``randn``), quantised by eager torch
@@ -31,8 +43,8 @@ ops so that both libraries read identical bytes. Ratios are the reference's time
 gemmt's (above 1: gemmt faster; for TFLOP/s the same number reads gemmt's rate over
 torch's); a candidate that refuses (a mode this torch lacks, a kernel not built) is
 recorded with its error and its ratios are null. ``--quick`` runs 8192 tokens only, fewer
-decode points; ``--smoke`` runs tiny sizes, on the CPU when there is no GPU (this checks
-the code paths; its times mean nothing).
+decode points (the model keeps its four layers); ``--smoke`` runs tiny sizes, on the CPU
+when there is no GPU (this checks the code paths; its times mean nothing).
 
 Writes ``<out>/fp8_<gpu>_<date>.json``, a ``.png`` beside it (with matplotlib) and a
 ``.md`` README draft.
@@ -41,7 +53,9 @@ Writes ``<out>/fp8_<gpu>_<date>.json``, a ``.png`` beside it (with matplotlib) a
 from __future__ import annotations
 
 import copy
+import importlib.util
 import math
+import statistics
 from pathlib import Path
 from typing import Any, Callable
 
@@ -53,7 +67,7 @@ from gemmt import _bench_kit as kit
 from gemmt._report import progress as _progress
 from gemmt._report import write as _write
 
-SECTIONS = ("gemm", "quant", "decode", "train")
+SECTIONS = ("gemm", "quant", "decode", "train", "model")
 MODES = ("tensorwise", "rowwise", "blockwise")
 LAYOUTS = ("forward", "grad_input", "grad_weight")
 # (out_features N, in_features K) of Llama / Mistral 7-8B and 70B Linear layers.
@@ -69,6 +83,28 @@ DECODE_MODES = ("rowwise", "tensorwise")
 TRAIN = {"dim": 4096, "hidden": 14336, "tokens": 8192, "blocks": 4}
 TRAIN_RECIPES = ("tensorwise", "rowwise", "blockwise")
 TORCHAO_RECIPES = ("tensorwise", "rowwise")
+# The model section's Llama-shaped model (Llama 3 8B's layer shapes, four layers, Llama 2's
+# vocabulary) and its three phases: (batch, tokens per sequence), and the speed-up over the
+# bf16 torch model that each phase's target asks for.
+MODEL = {"hidden": 4096, "intermediate": 14336, "layers": 4, "heads": 32, "kv_heads": 8,
+         "vocab": 32000, "prefill": (4, 1024), "decode": (16, 1), "train": (2, 2048)}
+MODEL_RECIPES = ("tensorwise", "rowwise")
+MODEL_TARGETS = {"prefill": 1.5, "decode": 1.6, "train_step": 1.3}
+# lm_head (4096 -> 32000) is converted like every other eligible Linear: the library's
+# default, what ``convert_to_float8(model)`` gives a user. Its FP8 product feeds the logits
+# directly (its share of the logits' error is small beside the layers': see
+# LOGITS_TOLERANCE_FACTOR).
+MODEL_LM_HEAD_FP8 = True
+# The bound the FP8 models' logits are held to, ||logits - bf16 logits|| / ||bf16 logits||:
+# this factor times the bf16 model's own relative error against the same model in float32 on
+# the same ids. 16 is e4m3's unit roundoff over bf16's (2^-4 / 2^-8, 3 mantissa bits against
+# 7): FP8 rounding of the products' operands in place of bf16 rounding, grown through the
+# layers as the model grows bf16's. A fixed bound would not hold: a random-weight model grows
+# rounding errors with its depth and width (one e4m3 product of random operands is 3.7% off;
+# this model's FP8 logits, on the CPU reference, 15% off in decode and 26% in a 1024-token
+# prefill, 11-13x its bf16 error of 1.2% / 2.3%). A path twice as coarse (e5m2's 2 mantissa
+# bits) or broken (a lost scale: near 100%) lands outside.
+LOGITS_TOLERANCE_FACTOR = 16.0
 # The same accumulation request for both libraries (torch's default).
 FAST_ACCUM = False
 
@@ -82,6 +118,9 @@ SMOKE_QUANT_SHAPE = (256, 384)
 SMOKE_DECODE_WEIGHTS = [(256, 128)]
 SMOKE_DECODE_TOKENS = [1, 16]
 SMOKE_TRAIN = {"dim": 128, "hidden": 256, "tokens": 128, "blocks": 4}
+# A vocabulary of 1000 is not a multiple of 16: lm_head stays bf16 there (recorded as such).
+SMOKE_MODEL = {"hidden": 256, "intermediate": 512, "layers": 2, "heads": 4, "kv_heads": 2,
+               "vocab": 1000, "prefill": (2, 64), "decode": (4, 1), "train": (2, 64)}
 
 _E4M3 = torch.float8_e4m3fn
 _BF16 = torch.bfloat16
@@ -417,6 +456,171 @@ def run_train(device: str, shape: dict[str, int], timing: dict[str, Any]
     return records
 
 
+# ---- model --------------------------------------------------------------------------------
+MODEL_PHASES = ("prefill", "decode", "train_step")
+
+
+def _has_transformers() -> bool:
+    return importlib.util.find_spec("transformers") is not None
+
+
+def llama_model(shape: dict[str, Any], device: str) -> torch.nn.Module:
+    """A ``transformers.LlamaForCausalLM`` of ``shape`` (:data:`MODEL`'s keys) in bf16 on
+    ``device``, random weights from seed 0, nothing downloaded. Needs ``transformers``."""
+    import transformers
+
+    longest = max(shape["prefill"][1], shape["train"][1])
+    cfg = transformers.LlamaConfig(
+        hidden_size=shape["hidden"], intermediate_size=shape["intermediate"],
+        num_hidden_layers=shape["layers"], num_attention_heads=shape["heads"],
+        num_key_value_heads=shape["kv_heads"], vocab_size=shape["vocab"],
+        max_position_embeddings=max(4096, longest))
+    torch.manual_seed(0)
+    # Initialised where it runs: a float32 initialisation of a billion parameters on the host
+    # takes longer than the whole section's timing.
+    with torch.device(device):
+        model = transformers.LlamaForCausalLM(cfg)
+    return model.to(dtype=_BF16)
+
+
+def _convert_model(ref: torch.nn.Module, recipe: str, inference: bool) -> torch.nn.Module:
+    """A copy of ``ref`` with its Linears converted by ``gemmt.nn.convert_to_float8``."""
+    include = None if MODEL_LM_HEAD_FP8 else (lambda name, _mod: name != "lm_head")
+    return gemmt.nn.convert_to_float8(copy.deepcopy(ref), recipe=recipe, inference=inference,
+                                      include=include)
+
+
+def _conversion(model: torch.nn.Module) -> dict[str, Any]:
+    """Which Linear layers of ``model`` run in FP8: counts, and the names of those that do
+    not (convert_to_float8 leaves a layer whose sizes are not multiples of 16)."""
+    linears = [(name, mod) for name, mod in model.named_modules()
+               if isinstance(mod, torch.nn.Linear)]
+    kept = [name for name, mod in linears if not isinstance(mod, gemmt.nn.Float8Linear)]
+    out = (len(linears), len(linears) - len(kept), kept, "lm_head" not in kept)
+    return dict(zip(_CONVERSION_KEYS, out))
+
+
+_CONVERSION_KEYS = ("linears_total", "converted_linears", "unconverted_linears", "lm_head_fp8")
+
+
+def _infer(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(ids, use_cache=False).logits
+
+
+def _train_step(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """Forward with the language-model loss and backward; no optimizer."""
+    model.zero_grad(set_to_none=True)
+    loss = model(ids, labels=ids, use_cache=False).loss
+    loss.backward()
+    return loss.detach()
+
+
+def _model_inference(model: torch.nn.Module, ref: torch.nn.Module, ids: torch.Tensor,
+                     ref_logits: torch.Tensor, logits32: torch.Tensor, tolerance: float,
+                     device: str, timing: dict[str, int]) -> dict[str, Any]:
+    """The converted model's logits against the bf16 and float32 references (``tolerance``:
+    the bound on the first), and one forward of each model timed in alternating rounds
+    (kit.paired_calls_ms)."""
+    logits = _infer(model, ids)
+    err = kit.rel_diff(logits, ref_logits)
+    err32 = kit.rel_diff(logits, logits32)
+    del logits
+    ours_ms, ref_ms, how = kit.paired_calls_ms(
+        lambda: _infer(model, ids), lambda: _infer(ref, ids), device, calls=timing["calls"],
+        rounds=timing["rounds"], fallback_rounds=timing["fallback_rounds"])
+    return dict(ours_ms=ours_ms, ref_ms=ref_ms, ratio=kit.ratio(ref_ms, ours_ms), timing=how,
+                logits_rel_err=err, logits_rel_err_vs_fp32=err32,
+                logits_within_tolerance=bool(err <= tolerance))
+
+
+def _model_training(model: torch.nn.Module, ref: torch.nn.Module, ids: torch.Tensor,
+                    device: str, timing: dict[str, int]) -> dict[str, Any]:
+    """Losses and gradients of one step of each model, then the step timed in alternating
+    rounds (kit.paired_steps_ms)."""
+    loss, ref_loss = float(_train_step(model, ids)), float(_train_step(ref, ids))
+    errs = []
+    for (name, p), (ref_name, q) in zip(model.named_parameters(), ref.named_parameters()):
+        if name != ref_name:
+            raise RuntimeError(f"bench fp8: parameter {name} paired with {ref_name}")
+        errs.append(kit.rel_diff(p.grad, q.grad))
+    timed = kit.paired_steps_ms(lambda: _train_step(model, ids), lambda: _train_step(ref, ids),
+                                device, rounds=timing["train_rounds"], warmup=timing["warmup"])
+    return dict(**timed, loss=loss, ref_loss=ref_loss,
+                loss_rel_diff=abs(loss - ref_loss) / abs(ref_loss),
+                median_grad_rel_err=statistics.median(errs), max_grad_rel_err=max(errs))
+
+
+def run_model(device: str, shape: dict[str, Any], timing: dict[str, int]
+              ) -> list[dict[str, Any]]:
+    """A Llama-shaped model converted by ``convert_to_float8`` against the same model in bf16
+    torch: prefill and decode (``inference=True``), and a training step (``inference=False``,
+    bf16 master weights), per recipe of :data:`MODEL_RECIPES`. A recipe that fails to convert
+    or run is recorded with its error."""
+    if not _has_transformers():
+        print("bench fp8: transformers missing: no model section (pip install transformers)")
+        return []
+    ref = llama_model(shape, device)
+    vocab = shape["vocab"]
+    ids = {phase: torch.randint(0, vocab, shape[phase], device=device)
+           for phase in ("prefill", "decode", "train")}
+    ref_logits = {phase: _infer(ref, ids[phase]) for phase in ("prefill", "decode")}
+    # The reference model's own rounding: its bf16 logits against the same weights in
+    # float32, the scale against which the FP8 error is read.
+    ref32 = copy.deepcopy(ref).float()
+    logits32 = {phase: _infer(ref32, ids[phase]) for phase in ("prefill", "decode")}
+    del ref32
+    ref_err32 = {phase: kit.rel_diff(ref_logits[phase], logits32[phase]) for phase in logits32}
+    common = dict(section="model", hidden=shape["hidden"], intermediate=shape["intermediate"],
+                  layers=shape["layers"], heads=shape["heads"], kv_heads=shape["kv_heads"],
+                  vocab=vocab, logits_tolerance_factor=LOGITS_TOLERANCE_FACTOR)
+    measured = ("ours_ms", "ref_ms", "ratio", "timing")
+    records = []
+    for recipe in _progress(list(MODEL_RECIPES), "fp8 model inference"):
+        model, build_err = kit.attempt(lambda recipe=recipe: _convert_model(ref, recipe, True),
+                                       device)
+        conv = _conversion(model) if model is not None else dict.fromkeys(_CONVERSION_KEYS)
+        for phase in ("prefill", "decode"):
+            batch, seq = shape[phase]
+            rec: dict[str, Any] = dict(
+                common, recipe=recipe, phase=phase, inference=True, batch=batch, seq=seq,
+                tokens=batch * seq, target_ratio=MODEL_TARGETS[phase], **conv,
+                ref_logits_rel_err_vs_fp32=ref_err32[phase],
+                logits_tolerance=LOGITS_TOLERANCE_FACTOR * ref_err32[phase],
+                **{k: None for k in (*measured, "logits_rel_err", "logits_rel_err_vs_fp32",
+                                     "logits_within_tolerance")})
+            out, err = (None, build_err) if model is None else kit.attempt(
+                lambda rec=rec: _model_inference(
+                    model, ref, ids[rec["phase"]], ref_logits[rec["phase"]],
+                    logits32[rec["phase"]], rec["logits_tolerance"], device, timing), device)
+            rec.update(out or {}, error=err)
+            records.append(rec)
+        del model
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    del ref_logits, logits32
+    batch, seq = shape["train"]
+    for recipe in _progress(list(MODEL_RECIPES), "fp8 model training"):
+        model, build_err = kit.attempt(lambda recipe=recipe: _convert_model(ref, recipe, False),
+                                       device)
+        rec = dict(common, recipe=recipe, phase="train_step", inference=False, batch=batch,
+                   seq=seq, tokens=batch * seq, target_ratio=MODEL_TARGETS["train_step"],
+                   **(_conversion(model) if model is not None
+                      else dict.fromkeys(_CONVERSION_KEYS)),
+                   **{k: None for k in (*measured, "loss", "ref_loss", "loss_rel_diff",
+                                        "median_grad_rel_err", "max_grad_rel_err")})
+        out, err = (None, build_err) if model is None else kit.attempt(
+            lambda: _model_training(model, ref, ids["train"], device, timing), device)
+        rec.update(out or {}, error=err)
+        records.append(rec)
+        del model
+        ref.zero_grad(set_to_none=True)
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    del ref
+    return records
+
+
 # ---- summary, plot, README ----------------------------------------------------------------
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Per mode: median and worst of each ratio (the README table is made from this)."""
@@ -455,6 +659,19 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         out["train"] = {r["variant"]: {"step_ms": r["step_ms"], "vs_bf16": r["vs_bf16"],
                                        "gemmt_vs_torchao": r["gemmt_vs_torchao"],
                                        "error": r["error"]} for r in train}
+    model = [r for r in records if r["section"] == "model"]
+    if model:
+        out["model"] = {f"{r['recipe']}/{r['phase']}": {
+            "ours_ms": r["ours_ms"], "ref_ms": r["ref_ms"], "ratio": r["ratio"],
+            "target_ratio": r["target_ratio"],
+            "meets_target": None if r["ratio"] is None else r["ratio"] >= r["target_ratio"],
+            "logits_rel_err": r.get("logits_rel_err"),
+            "ref_logits_rel_err_vs_fp32": r.get("ref_logits_rel_err_vs_fp32"),
+            "logits_tolerance": r.get("logits_tolerance"),
+            "logits_within_tolerance": r.get("logits_within_tolerance"),
+            "loss_rel_diff": r.get("loss_rel_diff"),
+            "converted_linears": r["converted_linears"], "linears_total": r["linears_total"],
+            "error": r["error"]} for r in model}
     return out
 
 
@@ -498,6 +715,13 @@ def plot(doc: dict[str, Any], path: Path) -> None:
         panels.append(("MLP training step", [r["variant"] for r in train],
                        {"speed-up over bf16 eager": [r["vs_bf16"] for r in train]},
                        "bf16 time / variant time"))
+    model = [r for r in recs if r["section"] == "model"]
+    if model:
+        panels.append(("Llama-shaped model: converted to FP8 (gemmt) vs bf16 torch",
+                       [f"{r['recipe']} {r['phase']}" for r in model],
+                       {"speed-up": [r["ratio"] for r in model],
+                        "target": [r["target_ratio"] for r in model]},
+                       "bf16 torch time / FP8 time"))
     kit.plot_panels(panels, f"FP8 on {doc['environment']['device_name']}", path)
 
 
@@ -538,6 +762,22 @@ def readme(doc: dict[str, Any]) -> str:
             ["training step", "ms", "speed-up over bf16", "gemmt / torchao"],
             [[name + (f" ({s['error']})" if s["error"] else ""), f(s["step_ms"], ".2f"),
               f(s["vs_bf16"]), f(s["gemmt_vs_torchao"])] for name, s in summ["train"].items()])
+    if "model" in summ:
+        def err_cell(s: dict[str, Any]) -> str:
+            if s["logits_rel_err"] is None:
+                return "loss diff " + f(s["loss_rel_diff"], ".2e")
+            within = {True: "within", False: "OUTSIDE", None: "n/a"}[s["logits_within_tolerance"]]
+            return (f"{f(s['logits_rel_err'], '.4f')} ({within} "
+                    f"{f(s['logits_tolerance'], '.4f')} = {LOGITS_TOLERANCE_FACTOR:g} x bf16's "
+                    f"{f(s['ref_logits_rel_err_vs_fp32'], '.4f')} vs fp32)")
+
+        lines += kit.md_table(
+            ["model recipe / phase", "FP8 ms", "bf16 torch ms", "speed-up (target)",
+             "logits rel. err. vs bf16 (bound)", "FP8 Linears"],
+            [[name + (f" ({s['error']})" if s["error"] else ""), f(s["ours_ms"], ".2f"),
+              f(s["ref_ms"], ".2f"), f"{f(s['ratio'])} ({s['target_ratio']})", err_cell(s),
+              f"{s['converted_linears']} of {s['linears_total']}"]
+             for name, s in summ["model"].items()])
     return "\n".join(lines) + "\n"
 
 
@@ -560,6 +800,10 @@ def run(out_dir: Path, quick: bool = False, smoke: bool = False,
         decode_args = (DECODE_WEIGHTS[1::2] if quick else DECODE_WEIGHTS,
                        [1, 8, 64] if quick else DECODE_TOKENS)
         train_shape = TRAIN
+    # The model keeps its four layers in --quick: the targets are stated for that model.
+    model_shape = SMOKE_MODEL if smoke else MODEL
+    model_timing = (dict(calls=1, rounds=2, fallback_rounds=3, train_rounds=3, warmup=1) if smoke
+                    else dict(calls=3, rounds=5, fallback_rounds=10, train_rounds=11, warmup=3))
     records: list[dict[str, Any]] = []
     if "gemm" in wanted:
         records += run_gemm(device, *gemm_args, timing)
@@ -569,6 +813,8 @@ def run(out_dir: Path, quick: bool = False, smoke: bool = False,
         records += run_decode(device, *decode_args, timing)
     if "train" in wanted:
         records += run_train(device, train_shape, {**timing, "rounds": 3 if smoke else 10})
+    if "model" in wanted:
+        records += run_model(device, model_shape, model_timing)
     summary = summarize(records)
     size = "smoke" if smoke else "quick" if quick else "full"
     command = "python -m gemmt bench fp8" + (f" --{size}" if size != "full" else "") + (

@@ -33,10 +33,8 @@ beside it (``gpu_busy_ratio``).
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
 import statistics
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -44,6 +42,12 @@ import torch
 import torch.nn.functional as F
 
 import gemmt
+# The whole-model timing lives in the shared kit (the fp8 suite's model section uses it too);
+# the names stay importable from here.
+from gemmt._bench_kit import Replay as _Replay
+from gemmt._bench_kit import events_ms as _events_ms
+from gemmt._bench_kit import gpu_busy_ms  # noqa: F401 - imported from here by experiments
+from gemmt._bench_kit import paired_calls_ms, paired_ms, paired_steps_ms
 from gemmt._report import environment, write as _write
 from gemmt._report import progress as _progress
 from gemmt._report import sections_of
@@ -57,43 +61,6 @@ SECTIONS = ("prefill", "fp32", "decode", "fused", "model")
 
 
 # ---- timing -------------------------------------------------------------------------------
-def _events_ms(fn: Callable[[], object]) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end)
-
-
-class _Replay:
-    """``calls`` captured once in a CUDA graph; ``ms()`` is the time of one call."""
-
-    def __init__(self, calls: list[Callable[[], object]]) -> None:
-        for c in calls:  # lazy initialisation happens outside the capture
-            c()
-        torch.cuda.synchronize()
-        self.n = len(calls)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            for c in calls:
-                c()
-        self.graph.replay()
-        torch.cuda.synchronize()
-
-    def ms(self) -> float:
-        return _events_ms(self.graph.replay) / self.n
-
-
-def paired_ms(ours: _Replay, ref: _Replay, rounds: int = 7) -> tuple[float, float]:
-    """Medians over alternating rounds, so that clock and thermal drift land on both."""
-    o, r = [], []
-    for _ in range(rounds):
-        o.append(ours.ms())
-        r.append(ref.ms())
-    return statistics.median(o), statistics.median(r)
-
-
 def _queued_ms(fn: Callable[[], object], calls: int = 4) -> float:
     """GPU time of one call of ``fn`` that cannot be captured in a graph (an autograd pass).
 
@@ -102,38 +69,6 @@ def _queued_ms(fn: Callable[[], object], calls: int = 4) -> float:
     """
     torch.cuda._sleep(2_000_000)
     return _events_ms(lambda: [fn() for _ in range(calls)]) / calls
-
-
-def gpu_busy_ms(fn: Callable[[], object]) -> tuple[float, float, list[dict[str, Any]]]:
-    """(busy ms, span ms, kernel events) of one call of ``fn``, from the profiler's trace.
-
-    Busy time counts each kernel from the later of its start and the end of every kernel
-    before it, so overlapping kernels are never counted twice: a programmatic launch places
-    a kernel's first blocks while its predecessor runs (where they wait), which makes the
-    reported durations overlap. The span runs from the first kernel's start to the last one's
-    end; span minus busy is the time the GPU sat idle, waiting for the host.
-    """
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        prof.export_chrome_trace(f.name)
-        trace = json.loads(Path(f.name).read_text())
-    kern = sorted((ev for ev in trace["traceEvents"]
-                   if ev.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")),
-                  key=lambda ev: ev["ts"])
-    if not kern:
-        return 0.0, 0.0, []
-    end, busy = float("-inf"), 0.0
-    for ev in kern:
-        start = max(ev["ts"], end)
-        ev["own_us"] = max(0.0, ev["ts"] + ev["dur"] - start)
-        end = max(end, ev["ts"] + ev["dur"])
-        busy += ev["own_us"]
-    return busy / 1e3, (end - kern[0]["ts"]) / 1e3, kern
 
 
 def _repeats(est_ms: float, target_ms: float = 3.0, cap: int = 40) -> int:
@@ -355,15 +290,8 @@ def run_model(quick: bool) -> list[dict[str, Any]]:
     for name, batch, seq in (("prefill", 4, 1024), ("decode", 16, 1)):
         ids = torch.randint(0, cfg.vocab_size, (batch, seq), device="cuda")
         err = _rel_err(infer(ours, ids), infer(ref, ids))
-        try:
-            o_ms, r_ms = paired_ms(_Replay([lambda: infer(ours, ids)] * 3),
-                                   _Replay([lambda: infer(ref, ids)] * 3), rounds=5)
-            how = "cuda graph"
-        except RuntimeError:
-            infer(ours, ids), infer(ref, ids)
-            o_ms = statistics.median(_events_ms(lambda: infer(ours, ids)) for _ in range(10))
-            r_ms = statistics.median(_events_ms(lambda: infer(ref, ids)) for _ in range(10))
-            how = "events (graph capture failed)"
+        o_ms, r_ms, how = paired_calls_ms(lambda: infer(ours, ids), lambda: infer(ref, ids),
+                                          "cuda", calls=3, rounds=5)
         out.append(dict(section="model", phase=name, batch=batch, seq=seq, ours_ms=o_ms,
                         ref_ms=r_ms, ratio=r_ms / o_ms, logits_rel_err=err, timing=how,
                         gemmt_linears=swapped))
@@ -378,36 +306,14 @@ def run_model(quick: bool) -> list[dict[str, Any]]:
 
     loss_o, loss_r = step(ours), step(ref)
     grad_errs = [_rel_err(p.grad, q.grad) for p, q in zip(ours.parameters(), ref.parameters())]
-    for _ in range(3):
-        step(ours), step(ref)
-    # A step is timed as a training loop sees it (events around the step, host included: the
-    # eager model issues some 550 kernels, more than the launch queue holds, so a step cannot
-    # be queued ahead behind a sleep), in eleven alternating rounds whose per-round ratios
-    # are kept with the medians. Beside it, the GPU's busy time from three profiled steps of
-    # each (gpu_busy_ms): the kernels' own share, without the host's gaps.
-    o, r = [], []
-    for _ in range(11):
-        o.append(_events_ms(lambda: step(ours)))
-        r.append(_events_ms(lambda: step(ref)))
-    round_ratios = sorted(b / a for a, b in zip(o, r))
-    busy: dict[str, list[float]] = {"ours": [], "ref": []}
-    span: dict[str, list[float]] = {"ours": [], "ref": []}
-    for _ in range(3):
-        for name, model in (("ours", ours), ("ref", ref)):
-            b_ms, s_ms, _ = gpu_busy_ms(lambda: step(model))
-            busy[name].append(b_ms)
-            span[name].append(s_ms)
-    busy_ms = {k: statistics.median(v) for k, v in busy.items()}
-    span_ms = {k: statistics.median(v) for k, v in span.items()}
-    out.append(dict(section="model", phase="train_step", batch=2, seq=512,
-                    ours_ms=statistics.median(o), ref_ms=statistics.median(r),
-                    ratio=statistics.median(r) / statistics.median(o),
-                    round_ratio_range=(round_ratios[0], round_ratios[-1]),
-                    gpu_busy_ms=busy_ms, gpu_span_ms=span_ms,
-                    gpu_busy_ratio=busy_ms["ref"] / busy_ms["ours"],
+    # A step is timed as a training loop sees it (kit.paired_steps_ms: events around single
+    # steps, host included, in eleven alternating rounds; the GPU's busy time from three
+    # profiled steps of each beside it).
+    timed = paired_steps_ms(lambda: step(ours), lambda: step(ref), "cuda", rounds=11)
+    out.append(dict(section="model", phase="train_step", batch=2, seq=512, **timed,
                     loss=float(loss_o), ref_loss=float(loss_r),
-                    max_grad_rel_err=max(grad_errs), median_grad_rel_err=statistics.median(grad_errs),
-                    timing="events (host included); GPU busy time from the profiler"))
+                    max_grad_rel_err=max(grad_errs),
+                    median_grad_rel_err=statistics.median(grad_errs)))
     # Counted after all timing: the profiler's hooks would slow the eager training step.
     for rec, rec_ids in counted:
         rec["gemmt_kernels"] = _gemmt_kernel_count(lambda ids=rec_ids: infer(ours, ids))
