@@ -490,6 +490,9 @@ def _convert_model(ref: torch.nn.Module, recipe: str, inference: bool) -> torch.
                                       include=include)
 
 
+_CONVERSION_KEYS = ("linears_total", "converted_linears", "unconverted_linears", "lm_head_fp8")
+
+
 def _conversion(model: torch.nn.Module) -> dict[str, Any]:
     """Which Linear layers of ``model`` run in FP8: counts, and the names of those that do
     not (convert_to_float8 leaves a layer whose sizes are not multiples of 16)."""
@@ -498,9 +501,6 @@ def _conversion(model: torch.nn.Module) -> dict[str, Any]:
     kept = [name for name, mod in linears if not isinstance(mod, gemmt.nn.Float8Linear)]
     out = (len(linears), len(linears) - len(kept), kept, "lm_head" not in kept)
     return dict(zip(_CONVERSION_KEYS, out))
-
-
-_CONVERSION_KEYS = ("linears_total", "converted_linears", "unconverted_linears", "lm_head_fp8")
 
 
 def _infer(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
@@ -623,7 +623,9 @@ def run_model(device: str, shape: dict[str, Any], timing: dict[str, int]
 
 # ---- summary, plot, README ----------------------------------------------------------------
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per mode: median and worst of each ratio (the README table is made from this)."""
+    """Per mode: median and worst of each ratio; per recipe and phase of the model: its
+    ratio against the target and its logits' error against the bound (the README tables are
+    made from this)."""
     out: dict[str, Any] = {}
     gemm = [r for r in records if r["section"] == "gemm"]
     if gemm:
