@@ -235,12 +235,25 @@ def ref_scaled(a, b, sa, sb, scaling: str) -> torch.Tensor:
     return (A * SA) @ (B * SB)
 
 
+# The kernel forms an environment switch selects (read at each call): the promoted tile's width
+# (the planner's, or forced), and C staged through shared memory and TMA stores with the scales
+# applied first (the default where it can run) or written from registers.
+FP8_FORMS = {"default": {}, "tile128": {"GEMMT_FP8_TILE": "128"},
+             "tile192": {"GEMMT_FP8_TILE": "192"},
+             "registers": {"GEMMT_GROUPED_TMA_STORE": "0"},
+             "tile192_registers": {"GEMMT_FP8_TILE": "192", "GEMMT_GROUPED_TMA_STORE": "0"}}
+
+
 @needs_hopper
 @pytest.mark.parametrize("scaling", ["tensor", "row", "block"])
 @pytest.mark.parametrize("shape", [(256, 384, 512), (200, 1000, 1024), (1, 256, 128), (4100, 520, 384)])
 @pytest.mark.parametrize("fast", [False, True])
+@pytest.mark.parametrize("form", list(FP8_FORMS))
 def test_scaled_mm_against_float64_and_torch(scaling: str, shape: tuple[int, int, int],
-                                              fast: bool) -> None:
+                                              fast: bool, form: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in FP8_FORMS[form].items():
+        monkeypatch.setenv(name, value)
     m, n, k = shape
     a, b, sa, sb = fp8_operands(m, n, k, scaling)
     out = torch.ops.gemmt.scaled_mm(a, b, sa, sb, None, torch.bfloat16, "none", fast)

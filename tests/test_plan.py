@@ -1042,6 +1042,18 @@ def test_grouped_plan_ctas_and_epilogue(m: int, n: int, k: int, groups: int, spl
         assert plan["tile_n"] == 128
 
 
+@pytest.mark.parametrize("m,n,k,tile", [
+    (8192, 28672, 8192, 192),   # large products: the 192-wide promoted tile
+    (2048, 14336, 4096, 192),   # 14 waves of 128-wide pairs against 10 of 192-wide ones
+    (8192, 4096, 4096, 192),
+    (4096, 4096, 4096, 128),    # 8 even waves at 128 against 6 at 192: 128 by a hair
+    (256, 256, 4096, 128),      # one wave either way: the narrower tile wastes nothing
+])
+def test_grouped_plan_promoted_fp8_tile(m: int, n: int, k: int, tile: int) -> None:
+    # Waves of CTA pairs times the width over the measured rate (1.12x for 192): grouped_plan.h.
+    assert _native.load().plan_grouped(m, n, k, 1, 0, 132)["fp8_promoted_tile_n"] == tile
+
+
 def test_grouped_plan_tile_bound_covers_every_split() -> None:
     lib = _native.load()
     # Rows split over 64 groups: each group may add a partial tile row, plus the rows past

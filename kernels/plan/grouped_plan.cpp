@@ -39,6 +39,17 @@ int tile_width(const Shape& s, int sm_count) {
   return wide >= sm_count ? 256 : 128;
 }
 
+int promoted_tile_width(const Shape& s, int sm_count) {
+  // Time ~ waves x width / rate, waves of CTA pairs (two tile rows a unit).
+  const int64_t slots = sm_count / 2 > 0 ? sm_count / 2 : 1;
+  const int64_t pair_rows = ceil_div(ceil_div(s.m, kBM), 2);
+  auto cost = [&](int bn, double rate) {
+    const int64_t units = pair_rows * ceil_div(s.n, bn);
+    return static_cast<double>(ceil_div(units, slots)) * bn / rate;
+  };
+  return cost(192, 1.12) < cost(128, 1.0) ? 192 : 128;
+}
+
 int ctas_per_sm(const Shape& s) {
   const bool many_rows = s.m > int64_t{32} * s.groups;
   return s.split == kSplitRows && s.n < 4096 && many_rows ? 2 : 1;

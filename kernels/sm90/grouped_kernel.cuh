@@ -58,15 +58,16 @@ constexpr int kGgBM = 128;
 
 template <int kKind, int kBN>
 struct GgCfg {
-  static_assert(kBN == 128 || kBN == 256, "grouped tiles: 128 x 128 and 128 x 256");
+  static_assert(kBN == 128 || kBN == 192 || kBN == 256,
+                "grouped tiles: 128 x 128, 128 x 192 (FP8 promoted) and 128 x 256");
   static constexpr int kElt = is_fp8_kind(kKind) ? 1 : 2;
   static constexpr int kBK = 128 / kElt;  // K per stage: one 128-byte row
   // The ring's depth is a launch parameter: C staged through shared memory (16-bit C, one
   // 128 x kBN tile) takes the room of a stage or two.
-  static constexpr int kMaxStages = kBN == 256 ? 4 : 6;
+  static constexpr int kMaxStages = kBN == 256 ? 4 : (kBN == 192 ? 5 : 6);
   // The ring of a CTA that shares its SM with another (kPerSm == 2).
   static constexpr int kPairStages = 3;
-  static constexpr int kStagedStages = kBN == 256 ? 3 : 5;
+  static constexpr int kStagedStages = kBN == 256 ? 3 : (kBN == 192 ? 4 : 5);
   static constexpr int kABytes = kGgBM * 128;
   static constexpr int kBBytes = kBN * 128;
   static constexpr int kAcc = kBN / 2;
@@ -231,11 +232,63 @@ __device__ __forceinline__ void zero_k_tail(uint32_t base, int boxes, int valid,
   }
 }
 
+// The FP8 scale factors of a consumer's block: tensorwise scales (both strides 0) are one
+// product for the whole tile, read once instead of at every element; row / column scales
+// give each thread its two rows' factors, and its columns' factors come in pairs.
+struct GgScales {
+  bool per_elem;    // row / column scales that differ from element to element
+  float sr[2];      // rows h = 0, 1 of this thread (the tensorwise product when !per_elem)
+  const float* sb;  // column 0 of the tile's group (per_elem only)
+  int64_t sb_s1;
+  bool pairs;  // the columns' factors load as aligned float2 pairs
+
+  __device__ __forceinline__ void load(const GgParams& p, int row_base, int row_first, int rows,
+                                       int col_base) {
+    const bool row_col = p.scale == static_cast<int>(ScaleKind::kRowCol);
+    per_elem = row_col && (p.sa_s0 != 0 || p.sb_s1 != 0);
+    const float one = row_col && !per_elem ? __ldg(p.sa) * __ldg(p.sb) : 1.f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = max(min(row_first + 8 * h, rows - 1), 0);
+      sr[h] = per_elem ? __ldg(p.sa + static_cast<int64_t>(row_base + r) * p.sa_s0) : one;
+    }
+    sb = per_elem ? p.sb + static_cast<int64_t>(col_base) * p.sb_s1 : nullptr;
+    sb_s1 = p.sb_s1;
+    pairs = !per_elem || (p.sb_s1 == 1 && reinterpret_cast<uintptr_t>(sb) % 8 == 0);
+  }
+  // The factors of columns c and c + 1 (c + 1 only where `second`) of row h.
+  __device__ __forceinline__ void at(int h, int c, bool second, float& f0, float& f1) const {
+    f0 = f1 = sr[h];
+    if (!per_elem) return;
+    if (pairs && second) {
+      const float2 s = __ldg(reinterpret_cast<const float2*>(sb + c));
+      f0 *= s.x;
+      f1 *= s.y;
+    } else {
+      f0 *= __ldg(sb + c * sb_s1);
+      if (second) f1 *= __ldg(sb + (c + 1) * sb_s1);
+    }
+  }
+  // The column factors of a whole block's pairs c0 + 8 j, c0 + 8 j + 1 (pairs only), all
+  // loaded before any is used so that their latencies overlap.
+  template <int kPairs>
+  __device__ __forceinline__ void column_pairs(int c0, float2 (&f)[kPairs]) const {
+    if (per_elem) {
+#pragma unroll
+      for (int j = 0; j < kPairs; ++j)
+        f[j] = __ldg(reinterpret_cast<const float2*>(sb + c0 + 8 * j));
+    } else {
+#pragma unroll
+      for (int j = 0; j < kPairs; ++j) f[j] = make_float2(1.f, 1.f);
+    }
+  }
+};
+
 // A consumer's 64 x kBN block of C from its accumulators, straight from registers: scales,
 // bias, activation, the group's bounds. (Staged through shared memory by warpgroup rounds with
 // barriers and written back by the threads it ran 10-30% slower: docs/performance.md, tried and
 // not kept. gg_store_staged has no barrier beyond the warp and does not wait for its stores.)
-template <typename T, int kAcc>
+template <typename T, bool kScaled, int kAcc>
 __device__ __forceinline__ void gg_store(const GgParams& p, const GgUnit& u,
                                          const float (&acc)[kAcc], int row0, int col0, int warp,
                                          int lane) {
@@ -254,53 +307,74 @@ __device__ __forceinline__ void gg_store(const GgParams& p, const GgUnit& u,
                  : static_cast<const T*>(p.bias) + static_cast<int64_t>(u.g) * p.bias_sg;
   epi.act = p.act;
   epi.active = epi.bias != nullptr || p.act != Activation::kNone;
-  const bool row_col = p.scale == static_cast<int>(ScaleKind::kRowCol);
-  if (!row_col && !epi.active && pair_aligned && row0 + 64 <= u.rows && col0 + 2 * kAcc <= u.cols) {
-    // A whole block with nothing to apply: packed pairs, no per-element checks (a weight
-    // gradient of a few tokens an expert is bound by these stores alone).
+  const int row_first = row0 + warp * 16 + (lane >> 2);
+  // 16-bit kinds, and FP8 block scales (applied at each promotion), have none here: the
+  // factors below are the constant 1.
+  GgScales sc{};
+  if constexpr (kScaled) {
+    sc.load(p, row_base, row_first, u.rows, col_base);
+  } else {
+    sc.sr[0] = sc.sr[1] = 1.f;
+    sc.pairs = true;
+  }
+  if (pair_aligned && sc.pairs && row0 + 64 <= u.rows && col0 + 2 * kAcc <= u.cols) {
+    // A whole block: packed pairs, no per-element bounds (a weight gradient of a few tokens an
+    // expert is bound by these stores alone; an FP8 tile's by its scale loads).
+    auto block = [&](auto with_epi) {
+      float2 cf[kAcc / 4];
+      sc.column_pairs(col0 + 2 * (lane & 3), cf);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      T* const line = cg + static_cast<int64_t>(row0 + warp * 16 + (lane >> 2) + 8 * h) * p.ldc;
+      for (int h = 0; h < 2; ++h) {
+        const int r = row_first + 8 * h;
+        T* const line = cg + static_cast<int64_t>(r) * p.ldc;
 #pragma unroll
-      for (int j = 0; j < kAcc / 4; ++j) {
-        store_c_pair<T>(line + col0 + 8 * j + 2 * (lane & 3), true, true, acc[4 * j + 2 * h],
-                        acc[4 * j + 2 * h + 1], 1.f, 0.f);
+        for (int j = 0; j < kAcc / 4; ++j) {
+          const int c = col0 + 8 * j + 2 * (lane & 3);
+          const float v0 = acc[4 * j + 2 * h] * (sc.sr[h] * cf[j].x);
+          const float v1 = acc[4 * j + 2 * h + 1] * (sc.sr[h] * cf[j].y);
+          if constexpr (decltype(with_epi)::value) {
+            store_c_pair<T>(line + c, true, true, v0, v1, 1.f, 0.f, epi, r, c);
+          } else {
+            store_c_pair<T>(line + c, true, true, v0, v1, 1.f, 0.f);
+          }
+        }
       }
+    };
+    if (epi.active) {
+      block(std::true_type{});
+    } else {
+      block(std::false_type{});
     }
     return;
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int r = row0 + warp * 16 + (lane >> 2) + 8 * h;
+    const int r = row_first + 8 * h;
     if (r >= u.rows) continue;
-    const float sr = row_col ? __ldg(p.sa + static_cast<int64_t>(row_base + r) * p.sa_s0) : 1.f;
     T* const line = cg + static_cast<int64_t>(r) * p.ldc;
 #pragma unroll
     for (int j = 0; j < kAcc / 4; ++j) {
       const int c = col0 + 8 * j + 2 * (lane & 3);
       if (c >= u.cols) continue;
       const bool second = c + 1 < u.cols;
-      float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-      if (row_col) {
-        const float* sb = p.sb + static_cast<int64_t>(col_base + c) * p.sb_s1;
-        v0 *= sr * __ldg(sb);
-        if (second) v1 *= sr * __ldg(sb + p.sb_s1);
-      }
-      store_c_pair<T>(line + c, second, pair_aligned, v0, v1, 1.f, 0.f, epi, r, c);
+      float f0, f1;
+      sc.at(h, c, second, f0, f1);
+      store_c_pair<T>(line + c, second, pair_aligned, acc[4 * j + 2 * h] * f0,
+                      acc[4 * j + 2 * h + 1] * f1, 1.f, 0.f, epi, r, c);
     }
   }
 }
 
-template <int kAcc>
+template <bool kScaled, int kAcc>
 __device__ __forceinline__ void gg_store_any(const GgParams& p, const GgUnit& u,
                                              const float (&acc)[kAcc], int row0, int col0, int warp,
                                              int lane) {
   if (p.out == static_cast<int>(OutKind::kBF16)) {
-    gg_store<__nv_bfloat16>(p, u, acc, row0, col0, warp, lane);
+    gg_store<__nv_bfloat16, kScaled>(p, u, acc, row0, col0, warp, lane);
   } else if (p.out == static_cast<int>(OutKind::kF16)) {
-    gg_store<__half>(p, u, acc, row0, col0, warp, lane);
+    gg_store<__half, kScaled>(p, u, acc, row0, col0, warp, lane);
   } else {
-    gg_store<float>(p, u, acc, row0, col0, warp, lane);
+    gg_store<float, kScaled>(p, u, acc, row0, col0, warp, lane);
   }
 }
 
@@ -316,13 +390,45 @@ __device__ __forceinline__ uint32_t pack_c_pair(float lo, float hi) {
   }
 }
 
+// FP8 scales applied to the accumulators in place (before a staged store): columns past `cols`
+// are left alone, the map clips them.
+template <int kAcc>
+__device__ __forceinline__ void gg_scale_in_place(const GgScales& sc, float (&acc)[kAcc], int col0,
+                                                  int cols, int lane) {
+  if (sc.pairs && col0 + 2 * kAcc <= cols) {
+    float2 cf[kAcc / 4];
+    sc.column_pairs(col0 + 2 * (lane & 3), cf);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int j = 0; j < kAcc / 4; ++j) {
+        acc[4 * j + 2 * h] *= sc.sr[h] * cf[j].x;
+        acc[4 * j + 2 * h + 1] *= sc.sr[h] * cf[j].y;
+      }
+    }
+    return;
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int j = 0; j < kAcc / 4; ++j) {
+      const int c = col0 + 8 * j + 2 * (lane & 3);
+      if (c >= cols) continue;
+      float f0, f1;
+      sc.at(h, c, c + 1 < cols, f0, f1);
+      acc[4 * j + 2 * h] *= f0;
+      acc[4 * j + 2 * h + 1] *= f1;
+    }
+  }
+}
+
 // A warp's 16 x (2 kAcc) lines of C (rows `row`.., columns `col0`.. of matrix `batch` of the
 // map), staged in the warp's own buffer and written by TMA stores that overlap whatever the
 // warp does next: the rows leave as whole 128-byte lines instead of the register path's 16-byte
 // pieces, and the map clips C's edges. The buffer holds kAcc / 32 boxes of 16 x 64, each in
 // the 128-byte swizzle of the map (16-byte chunk c of row r at chunk c ^ (r % 8)), so that the
 // eight rows of each stmatrix land in distinct banks. Nothing is applied: the caller sends only
-// tiles without scales, bias or activation here.
+// tiles without bias or activation here, FP8 scales already applied (gg_scale_in_place).
 template <typename T, int kAcc>
 __device__ __forceinline__ void gg_store_staged(const CUtensorMap* map, uint32_t buf,
                                                 const float (&acc)[kAcc], int row, int col0,
@@ -371,15 +477,21 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
                              const __grid_constant__ CUtensorMap tma_c, const GgParams p) {
 #if defined(GEMMT_SM90_DEVICE_CODE)
   using Cfg = GgCfg<kKind, kBN>;
-  // C through shared memory and TMA (16-bit kinds only; the host sets it for a 16-bit C with
-  // nothing to apply and a mappable C). The ring is then p.stages deep, the staging after it.
-  constexpr bool kCanStage = !is_fp8_kind(kKind);
+  // C through shared memory and TMA (the host sets it for a 16-bit C with no bias or activation
+  // and a mappable C; FP8 scales are applied in registers first). The ring is then p.stages
+  // deep, the staging after it. (Not with block scales: its registers are spent on two sets of
+  // partial sums.)
+  constexpr bool kCanStage = !kBlock;
   const bool staged_c = kCanStage && p.store_c != 0;
   const int stages = p.stages;
   constexpr int kBK = Cfg::kBK;
   constexpr int kMnBox = 64 * 128;  // an MN-major box: 64 of M/N by 64 rows of K (16-bit)
   static_assert(!is_fp8_kind(kKind) || (!kAMn && !kBMn), "fp8 wgmma reads K-major operands");
-  static_assert(kPromote == 0 || kBN == 128, "the promoted FP8 sum needs a second accumulator set");
+  // The promoted FP8 sum needs a second accumulator set: 128-wide tiles, or 192-wide with one
+  // set of partial sums (2 x 96 accumulators a thread).
+  static_assert(kPromote == 0 || kBN == 128 || (kBN == 192 && kPromote == 1 && !kBlock),
+                "the promoted FP8 sum needs a second accumulator set");
+  static_assert(kBN != 192 || kPromote == 1, "the 192-wide tile serves the promoted FP8 sum only");
   static_assert(kPerSm == 1 || (kBN == 128 && kPromote == 0 && kCluster == 1),
                 "two CTAs an SM: 128-wide tiles, no promotion, no pairs");
   static_assert(!kBlock || kPromote, "block scales are applied at the promotion");
@@ -687,6 +799,11 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
           const int row = (split_rows ? u.begin : 0) + wrow;
           const int batch = split_rows ? 0 : u.g;
           if (row < p.m) {
+            if constexpr (is_fp8_kind(kKind)) {
+              GgScales sc;
+              sc.load(p, 0, wrow + (lane >> 2), p.m, 0);
+              gg_scale_in_place(sc, acc, u.tn * kBN, p.n, lane);
+            }
             if (p.out == static_cast<int>(OutKind::kF16)) {
               gg_store_staged<__half>(&tma_c, buf, acc, row, u.tn * kBN, batch, p.n, lane);
             } else {
@@ -696,7 +813,8 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
           stored = true;
         }
       }
-      if (!stored) gg_store_any(p, u, acc, row0, u.tn * kBN, warp_in_wg, lane);
+      if (!stored)
+        gg_store_any<is_fp8_kind(kKind) && !kBlock>(p, u, acc, row0, u.tn * kBN, warp_in_wg, lane);
       fence_accumulators(acc);
     }
     // C's last stores complete before the CTA (and its shared memory) goes.

@@ -22,7 +22,7 @@ cudaError_t launch_grouped_instance(const sm90::GroupedLaunch& l, cudaStream_t s
   using Cfg = GgCfg<kKind, kBN>;
   // The ring's depth and the staging buffer are launch parameters; the kernel trusts them.
   const bool staged = l.p.store_c != 0;
-  if (staged && (is_fp8_kind(kKind) || kPerSm != 1)) return cudaErrorInvalidValue;
+  if (staged && (kPerSm != 1 || kBlock)) return cudaErrorInvalidValue;
   const int max_stages =
       kPerSm != 1 ? Cfg::kPairStages : (staged ? Cfg::kStagedStages : Cfg::kMaxStages);
   if (l.p.stages < 1 || l.p.stages > max_stages) return cudaErrorInvalidValue;
@@ -30,13 +30,13 @@ cudaError_t launch_grouped_instance(const sm90::GroupedLaunch& l, cudaStream_t s
   GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(Cfg::kSmemBytes));
   if constexpr (kPerSm != 1) GEMMT_RETURN_IF_ERROR(prefer_max_shared_carveout<kernel>());
   if constexpr (kCluster == 1) {
-    return launch_programmatic<kernel>(dim3(l.grid), dim3(gg_threads<kPerSm>()), smem, stream,
-                                       l.a, l.b, l.c, l.p);
+    return launch_programmatic<kernel>(dim3(l.grid), dim3(gg_threads<kPerSm>()), smem, stream, l.a,
+                                       l.b, l.c, l.p);
   } else {
     if (l.cluster != kCluster || l.grid % kCluster != 0) return cudaErrorInvalidValue;
     cudaLaunchAttribute attr[2];
-    cudaLaunchConfig_t cfg =
-        cluster_launch_config(dim3(l.grid), dim3(gg_threads<kPerSm>()), smem, stream, kCluster, attr);
+    cudaLaunchConfig_t cfg = cluster_launch_config(dim3(l.grid), dim3(gg_threads<kPerSm>()), smem,
+                                                   stream, kCluster, attr);
     // As many pairs as can be resident at once (a GPC's SMs may not pair up): more would run
     // as a second, mostly idle wave of the persistent grid.
     static std::atomic<int> cache[kMaxCachedDevices] = {};
@@ -87,8 +87,10 @@ cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t s
     if (l.promote != 2) return cudaErrorInvalidValue;
     return launch_grouped_instance<kKind, false, false, 128, 2, true, 2>(l, stream);
   }
-  if (l.promote == 1)
-    return launch_grouped_instance<kKind, false, false, 128, 1, false, 2>(l, stream);
+  if (l.promote == 1) {
+    return l.bn == 192 ? launch_grouped_instance<kKind, false, false, 192, 1, false, 2>(l, stream)
+                       : launch_grouped_instance<kKind, false, false, 128, 1, false, 2>(l, stream);
+  }
   if (l.promote != 0) return cudaErrorInvalidValue;
   if (l.bn == 256) return launch_grouped_instance<kKind, false, false, 256, 0, false, 2>(l, stream);
   return launch_grouped_instance<kKind, false, false, 128, 0, false, 2>(l, stream);

@@ -41,7 +41,7 @@ struct GroupedLaunch {
   GroupedParams p;
   int grid;
   bool a_mn, b_mn;
-  int bn;       // 128 or 256
+  int bn;       // 128 or 256 (192: the promoted FP8 tile)
   int promote;  // FP8: a float32 sum of 128-deep partial products, from 1 or 2 sets (0: none)
   bool block;   // FP8: with 1x128 / 128x128 block scales
   int cluster;  // 1, or 2: CTA pairs along M sharing B (FP8, one group)
