@@ -39,9 +39,8 @@ void run(const char* op, GroupedGemmArgs& x, const at::Tensor& like) {
   if (status != cudaSuccess) (void)cudaGetLastError();  // not left for a later check to find
   TORCH_CHECK(status == cudaSuccess, op, ": the Hopper grouped GEMM failed at ", step, " (",
               cudaGetErrorString(status), "); m=", x.m, " n=", x.n, " k=", x.k,
-              " groups=", x.groups, " split=", static_cast<int>(x.split), " a strides (",
-              x.a_sg, ", ", x.a_sm, ", ", x.a_sk, ") b strides (", x.b_sg, ", ", x.b_sk, ", ",
-              x.b_sn, ")");
+              " groups=", x.groups, " split=", static_cast<int>(x.split), " a strides (", x.a_sg,
+              ", ", x.a_sm, ", ", x.a_sk, ") b strides (", x.b_sg, ", ", x.b_sk, ", ", x.b_sn, ")");
 }
 
 // a's strides as (g, rows, k) and b's as (g, k, cols), for 2-D and 3-D operands.
@@ -156,9 +155,10 @@ at::Tensor scaled_mm_cuda_run(const char* op, const at::Tensor& a_in, const at::
     return *out;
   }
   check_hopper(op, a_in);
-  TORCH_CHECK(scaling.kind != 2 || (!scaling.a_square_blocks && scaling.b_square_blocks), op,
-              ": the CUDA kernel takes the blockwise pairing of 1x128 scales for a with 128x128 "
-              "scales for b (scale_a [M, K/128], scale_b [K/128, ceil(N/128)]); got scale_a ",
+  TORCH_CHECK(scaling.kind != 2 || !scaling.a_square_blocks, op,
+              ": the CUDA kernel takes the blockwise pairings of 1x128 scales for a with 128x128 "
+              "or 128x1 scales for b (scale_a [M, K/128], scale_b [K/128, ceil(N/128)] or "
+              "[K/128, N]); got scale_a ",
               describe(sa), " and scale_b ", describe(sb));
   const bool a_e5 = a_in.scalar_type() == at::kFloat8_e5m2;
   const bool b_e5 = b_in.scalar_type() == at::kFloat8_e5m2;
@@ -180,12 +180,16 @@ at::Tensor scaled_mm_cuda_run(const char* op, const at::Tensor& a_in, const at::
   x.c = out.data_ptr();
   x.ldc = n;
   x.fast_accum = fast_accum;
+  // 128x1 scales of b are read a k-block row at a time: unit stride along N.
+  const bool b_cols = scaling.kind == 2 && !scaling.b_square_blocks;
+  const at::Tensor sb_k = b_cols && sb.stride(1) != 1 ? sb.contiguous() : sb;
   x.sa = sa.const_data_ptr<float>();
-  x.sb = sb.const_data_ptr<float>();
+  x.sb = sb_k.const_data_ptr<float>();
   if (scaling.kind == 2) {
     x.scale = ScaleKind::kBlock;
+    x.b_block_cols = b_cols;
     x.sa_s0 = sa.stride(0), x.sa_s1 = sa.stride(1);
-    x.sb_s0 = sb.stride(0), x.sb_s1 = sb.stride(1);
+    x.sb_s0 = sb_k.stride(0), x.sb_s1 = sb_k.stride(1);
   } else {
     x.scale = ScaleKind::kRowCol;
     if (scaling.kind == 1) {

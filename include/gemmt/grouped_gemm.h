@@ -47,8 +47,10 @@ struct GroupedGemmArgs {
   void* c = nullptr;
   int64_t c_sg = 0, ldc = 0;
   // kRowCol: sa[r * sa_s0], sb[c * sb_s1]; kBlock: sa[r * sa_s0 + kb * sa_s1] (1x128),
-  // sb[kb * sb_s0 + (c / 128) * sb_s1] (128x128).
+  // sb[kb * sb_s0 + (c / 128) * sb_s1] (128x128), or with b_block_cols sb[kb * sb_s0 + c]
+  // (128x1: one scale a column and k-block, sb_s1 == 1).
   ScaleKind scale = ScaleKind::kNone;
+  bool b_block_cols = false;
   const float* sa = nullptr;
   int64_t sa_s0 = 0, sa_s1 = 0;
   const float* sb = nullptr;

@@ -263,6 +263,10 @@ bool grouped_gemm_sm90_supported(const GroupedGemmArgs& x, const char** why) {
     *why = "block scales need one group and K a multiple of 128";
     return false;
   }
+  if (x.b_block_cols && (x.scale != ScaleKind::kBlock || x.sb_s1 != 1)) {
+    *why = "128x1 scales of b: blockwise, with a unit stride along N";
+    return false;
+  }
   return true;
 }
 
@@ -330,6 +334,7 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   p.sb = x.sb;
   p.sb_s0 = x.sb_s0;
   p.sb_s1 = x.sb_s1;
+  p.block_cols = x.b_block_cols ? 1 : 0;
   p.bias = x.bias;
   p.bias_sg = x.bias_sg;
   p.act = x.act;

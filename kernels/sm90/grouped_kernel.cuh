@@ -669,18 +669,38 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
         }
       }
       // Block scales of k-block kb (1 without block scales): this thread's two rows of A
-      // times the tile's column block of B.
+      // times the tile's column block of B (128x128 scales; 128x1 ones are applied per column
+      // at the promotion).
       auto block_scales = [&](int kb, float& f0, float& f1) {
         f0 = f1 = 1.f;
         if constexpr (kBlock) {
           if (kb < num_kb) {
-            const float sbv = __ldg(p.sb + kb * p.sb_s0 + col_blk * p.sb_s1);
+            const float sbv = p.block_cols ? 1.f : __ldg(p.sb + kb * p.sb_s0 + col_blk * p.sb_s1);
             f0 = __ldg(p.sa + r0 * p.sa_s0 + kb * p.sa_s1) * sbv;
             f1 = __ldg(p.sa + r1 * p.sa_s0 + kb * p.sa_s1) * sbv;
           }
         }
       };
-      auto promote = [&](float (&part)[Cfg::kAcc], float f0, float f1) {
+      // The partial sums of k-block kb into the float32 sum, times f0 / f1 (this thread's two
+      // rows) and, with 128x1 scales of B, each column's scale of that k-block.
+      auto promote = [&](float (&part)[Cfg::kAcc], float f0, float f1, int kb) {
+        if constexpr (kBlock) {
+          if (p.block_cols) {
+            const float* const sbk = p.sb + static_cast<int64_t>(kb) * p.sb_s0;
+            const int c0 = u.tn * kBN + 2 * (lane & 3);
+#pragma unroll
+            for (int j = 0; j < Cfg::kAcc / 4; ++j) {
+              // Columns past N (the last tile's) read the last scale; their sums are dropped.
+              const float s0 = __ldg(sbk + min(c0 + 8 * j, p.n - 1));
+              const float s1 = __ldg(sbk + min(c0 + 8 * j + 1, p.n - 1));
+              acc[4 * j] = fmaf(part[4 * j] * s0, f0, acc[4 * j]);
+              acc[4 * j + 1] = fmaf(part[4 * j + 1] * s1, f0, acc[4 * j + 1]);
+              acc[4 * j + 2] = fmaf(part[4 * j + 2] * s0, f1, acc[4 * j + 2]);
+              acc[4 * j + 3] = fmaf(part[4 * j + 3] * s1, f1, acc[4 * j + 3]);
+            }
+            return;
+          }
+        }
 #pragma unroll
         for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = fmaf(part[i], (i & 2) ? f1 : f0, acc[i]);
       };
@@ -708,7 +728,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
           wgmma_wait<0>();
           fence_accumulators(part);
           release(stage);
-          promote(part, f0, f1);
+          promote(part, f0, f1, kb);
           f0 = n0;
           f1 = n1;
           advance();
@@ -727,7 +747,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
             wgmma_wait<1>();
             fence_accumulators(prev);
             release(prev_stage);
-            promote(prev, pf0, pf1);
+            promote(prev, pf0, pf1, kb - 1);
           }
           pf0 = f0;
           pf1 = f1;
@@ -742,10 +762,10 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
           release(prev_stage);
           if (num_kb & 1) {
             fence_accumulators(part0);
-            promote(part0, pf0, pf1);
+            promote(part0, pf0, pf1, num_kb - 1);
           } else {
             fence_accumulators(part1);
-            promote(part1, pf0, pf1);
+            promote(part1, pf0, pf1, num_kb - 1);
           }
         }
       } else {

@@ -22,8 +22,9 @@ struct GroupedParams {
   int tiles_m, tiles_n;  // of the extents that are not split
   void* c;
   int64_t c_sg, ldc;
-  int out;    // OutKind
-  int scale;  // ScaleKind
+  int out;         // OutKind
+  int scale;       // ScaleKind
+  int block_cols;  // kBlock: B's scales are 128x1 (one a column and k-block), not 128x128
   const float* sa;
   int64_t sa_s0, sa_s1;
   const float* sb;
