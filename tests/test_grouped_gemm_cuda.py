@@ -296,9 +296,12 @@ def test_float8_linear_training_products_cuda(recipe: str) -> None:
     y.backward(g)
     y_ref, gx_ref, gw_ref = emulate_float8_linear(x.detach().cpu(), layer.weight.detach().cpu(),
                                                   layer.bias.detach().cpu(), g.cpu(), recipe)
-    assert rel_err(y.double().cpu(), y_ref) < 2e-6
-    assert rel_err(x.grad.double().cpu(), gx_ref) < 2e-6
-    assert rel_err(layer.weight.grad.double().cpu(), gw_ref) < 2e-6
+    # The tensor cores add FP8 products with about 14 bits of mantissa within each 128-deep
+    # block (torch._scaled_mm's kernels too): ~1e-4 here; a wrong scale is off by 1e-2 or more.
+    tol = 5e-4
+    assert rel_err(y.double().cpu(), y_ref) < tol
+    assert rel_err(x.grad.double().cpu(), gx_ref) < tol
+    assert rel_err(layer.weight.grad.double().cpu(), gw_ref) < tol
 
 
 @needs_hopper

@@ -55,6 +55,11 @@ constexpr int gg_threads() {
   return kPerSm == 1 ? kGgThreads : kGgPairThreads;
 }
 constexpr int kGgBM = 128;
+// The kernel's kBlock: FP8 block scales of A (1x128) with B's 128x128 ones, or with 128x1 ones
+// (a scale a column and k-block: the blockwise weight gradient).
+constexpr int kBlockNone = 0;
+constexpr int kBlockSquare = 1;
+constexpr int kBlockCols = 2;
 
 template <int kKind, int kBN>
 struct GgCfg {
@@ -463,13 +468,13 @@ __device__ __forceinline__ void gg_store_staged(const CUtensorMap* map, uint32_t
 
 // kAMn / kBMn: M-major A, N-major B (16-bit kinds only). kPromote (1: one set of partial sums,
 // 2: two): FP8 partial products of 128 of K join a float32 sum (kBlock: scaled by their block
-// scales). kCluster == 2: CTA pairs
+// scales, kBlockSquare or kBlockCols). kCluster == 2: CTA pairs
 // stacked along M (one group, no split) that share each B stage, each fetching half of it
 // for both by multicast, which halves B's L2 traffic; a stage is refilled once the consumers
 // of both CTAs have released it.
 // kPerSm == 2: two CTAs an SM (128-wide 16-bit tiles, a ring of at most kPairStages, consumer
 // registers halved), so that one CTA's epilogue and ramp-up run beside the other's products.
-template <int kKind, bool kAMn, bool kBMn, int kBN, int kPromote, bool kBlock, int kCluster,
+template <int kKind, bool kAMn, bool kBMn, int kBN, int kPromote, int kBlock, int kCluster,
           int kPerSm = 1>
 __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
     sm90_grouped_gemm_kernel(const __grid_constant__ CUtensorMap tma_a,
@@ -495,6 +500,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
   static_assert(kPerSm == 1 || (kBN == 128 && kPromote == 0 && kCluster == 1),
                 "two CTAs an SM: 128-wide tiles, no promotion, no pairs");
   static_assert(!kBlock || kPromote, "block scales are applied at the promotion");
+  static_assert(kBlock != kBlockCols || kPromote == 1, "128x1 scales: one set of partial sums");
 
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -673,9 +679,10 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
       // at the promotion).
       auto block_scales = [&](int kb, float& f0, float& f1) {
         f0 = f1 = 1.f;
-        if constexpr (kBlock) {
+        if constexpr (kBlock != kBlockNone) {
           if (kb < num_kb) {
-            const float sbv = p.block_cols ? 1.f : __ldg(p.sb + kb * p.sb_s0 + col_blk * p.sb_s1);
+            const float sbv =
+                kBlock == kBlockCols ? 1.f : __ldg(p.sb + kb * p.sb_s0 + col_blk * p.sb_s1);
             f0 = __ldg(p.sa + r0 * p.sa_s0 + kb * p.sa_s1) * sbv;
             f1 = __ldg(p.sa + r1 * p.sa_s0 + kb * p.sa_s1) * sbv;
           }
@@ -684,8 +691,8 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
       // The partial sums of k-block kb into the float32 sum, times f0 / f1 (this thread's two
       // rows) and, with 128x1 scales of B, each column's scale of that k-block.
       auto promote = [&](float (&part)[Cfg::kAcc], float f0, float f1, int kb) {
-        if constexpr (kBlock) {
-          if (p.block_cols) {
+        if constexpr (kBlock == kBlockCols) {
+          {
             const float* const sbk = p.sb + static_cast<int64_t>(kb) * p.sb_s0;
             const int c0 = u.tn * kBN + 2 * (lane & 3);
 #pragma unroll

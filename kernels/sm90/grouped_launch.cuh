@@ -14,7 +14,7 @@
 namespace gemmt {
 namespace {
 
-template <int kKind, bool kAMn, bool kBMn, int kBN, int kPromote, bool kBlock, int kCluster = 1,
+template <int kKind, bool kAMn, bool kBMn, int kBN, int kPromote, int kBlock, int kCluster = 1,
           int kPerSm = 1>
 cudaError_t launch_grouped_instance(const sm90::GroupedLaunch& l, cudaStream_t stream) {
   constexpr auto kernel =
@@ -64,16 +64,19 @@ cudaError_t launch_grouped_16bit(const sm90::GroupedLaunch& l, cudaStream_t stre
   if constexpr (kBN == 128) {
     // Two CTAs an SM: K-major A (the forward and grad_input layouts).
     if (l.per_sm == 2 && !l.a_mn) {
-      return l.b_mn ? launch_grouped_instance<kKind, false, true, 128, 0, false, 1, 2>(l, stream)
-                    : launch_grouped_instance<kKind, false, false, 128, 0, false, 1, 2>(l, stream);
+      return l.b_mn
+                 ? launch_grouped_instance<kKind, false, true, 128, 0, kBlockNone, 1, 2>(l, stream)
+                 : launch_grouped_instance<kKind, false, false, 128, 0, kBlockNone, 1, 2>(l,
+                                                                                          stream);
     }
   }
   if (l.per_sm != 1) return cudaErrorInvalidValue;
   if (!l.a_mn && !l.b_mn)
-    return launch_grouped_instance<kKind, false, false, kBN, 0, false>(l, stream);
+    return launch_grouped_instance<kKind, false, false, kBN, 0, kBlockNone>(l, stream);
   if (!l.a_mn && l.b_mn)
-    return launch_grouped_instance<kKind, false, true, kBN, 0, false>(l, stream);
-  if (l.a_mn && l.b_mn) return launch_grouped_instance<kKind, true, true, kBN, 0, false>(l, stream);
+    return launch_grouped_instance<kKind, false, true, kBN, 0, kBlockNone>(l, stream);
+  if (l.a_mn && l.b_mn)
+    return launch_grouped_instance<kKind, true, true, kBN, 0, kBlockNone>(l, stream);
   return cudaErrorInvalidValue;
 }
 
@@ -84,16 +87,24 @@ template <int kKind>
 cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t stream) {
   if (l.a_mn || l.b_mn || l.per_sm != 1) return cudaErrorInvalidValue;
   if (l.block) {
+    // 128x1 scales of B: one set of partial sums (its promotion loads a scale a column).
+    if (l.p.block_cols) {
+      return l.promote == 1
+                 ? launch_grouped_instance<kKind, false, false, 128, 1, kBlockCols, 2>(l, stream)
+                 : cudaErrorInvalidValue;
+    }
     if (l.promote != 2) return cudaErrorInvalidValue;
-    return launch_grouped_instance<kKind, false, false, 128, 2, true, 2>(l, stream);
+    return launch_grouped_instance<kKind, false, false, 128, 2, kBlockSquare, 2>(l, stream);
   }
   if (l.promote == 1) {
-    return l.bn == 192 ? launch_grouped_instance<kKind, false, false, 192, 1, false, 2>(l, stream)
-                       : launch_grouped_instance<kKind, false, false, 128, 1, false, 2>(l, stream);
+    return l.bn == 192
+               ? launch_grouped_instance<kKind, false, false, 192, 1, kBlockNone, 2>(l, stream)
+               : launch_grouped_instance<kKind, false, false, 128, 1, kBlockNone, 2>(l, stream);
   }
   if (l.promote != 0) return cudaErrorInvalidValue;
-  if (l.bn == 256) return launch_grouped_instance<kKind, false, false, 256, 0, false, 2>(l, stream);
-  return launch_grouped_instance<kKind, false, false, 128, 0, false, 2>(l, stream);
+  if (l.bn == 256)
+    return launch_grouped_instance<kKind, false, false, 256, 0, kBlockNone, 2>(l, stream);
+  return launch_grouped_instance<kKind, false, false, 128, 0, kBlockNone, 2>(l, stream);
 }
 
 }  // namespace
