@@ -119,8 +119,8 @@ OperandView b_view(const GroupedGemmArgs& x) {
 
 // The partial-sum sets of the promoted FP8 loop: one, waited for at each k-block, runs
 // 1.13-1.22x faster than two with row / column scales; two run 1.12-1.39x faster than one with
-// block scales (H200, docs/performance.md). 128x1 scales of B take one: its promotion loads a
-// scale a column, and a second set would not leave the registers.
+// block scales (H200, docs/performance.md). 128x1 scales of B take one: their promotion loads a
+// scale for every column, and a second set would not fit beside those loads in the registers.
 int promote_sets(bool block, bool block_cols) {
   return block && !block_cols ? 2 : 1;
 }
@@ -161,8 +161,9 @@ grouped_plan::Shape shape_of(const GroupedGemmArgs& x) {
   return grouped_plan::Shape{x.m, x.n, x.k, x.groups, static_cast<int>(x.split)};
 }
 
-// Whether C goes out through shared memory and TMA stores: where it can (a 16-bit C with
-// nothing to apply, rows and matrices at 16-byte multiples), as grouped_plan::staged_c says.
+// Whether C goes out through shared memory and TMA stores: where it can (a 16-bit C with no
+// bias or activation, FP8 scales other than block scales, rows and matrices at 16-byte
+// multiples), as grouped_plan::staged_c says for 16-bit operands and always for FP8.
 // GEMMT_GROUPED_TMA_STORE=0 / 1 forces either way where it can run (read at each call, for
 // A/B runs in one process).
 bool use_staged_c(const GroupedGemmArgs& x) {
