@@ -1,6 +1,6 @@
 // The tensors of a decode-sized gemmt::scaled_mm as the FP8 decode kernels take them: a
 // K-major weight read where it lies (a copy would cost as much as the product; another
-// layout is copied once), the few token rows made contiguous when they are not, the scales
+// layout is copied at each call), the few token rows made contiguous when they are not, the scales
 // through their strides.
 #include "fp8_decode_cuda.h"
 

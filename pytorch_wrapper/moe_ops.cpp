@@ -342,9 +342,8 @@ class GroupedMmFunction : public torch::autograd::Function<GroupedMmFunction> {
       case Layout::k3d3d:
         if (need_a) ga = call_grouped_mm(g, b.transpose(1, 2), std::nullopt);
         if (need_b) {
-          gb = column_major(b)
-                   ? call_grouped_mm(g.transpose(1, 2), a, std::nullopt).transpose(1, 2)
-                   : call_grouped_mm(a.transpose(1, 2), g, std::nullopt);
+          gb = column_major(b) ? call_grouped_mm(g.transpose(1, 2), a, std::nullopt).transpose(1, 2)
+                               : call_grouped_mm(a.transpose(1, 2), g, std::nullopt);
         }
         if (need_bias) gbias = g.sum(1);
         break;
@@ -995,8 +994,9 @@ class MoeCombineFunction : public torch::autograd::Function<MoeCombineFunction> 
 };
 
 // The recorded layer: gather node, grouped products (each recorded by its own autograd
-// kernel), the swiglu node on the fused gate/up product, combine node. The forward runs the kernels moe_experts_cuda runs, in the
-// same order, so its result is bitwise the no-grad result.
+// kernel), the swiglu node on the fused gate/up product, combine node. The forward runs the
+// kernels moe_experts_cuda runs, in the same order, so its result is bitwise the no-grad
+// result.
 at::Tensor moe_experts_fused(const at::Tensor& x, const at::Tensor& w_gate_up,
                              const at::Tensor& w_down, const at::Tensor& weights,
                              const at::Tensor& token_order, const at::Tensor& offsets) {

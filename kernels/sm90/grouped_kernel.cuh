@@ -692,24 +692,22 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
       // rows) and, with 128x1 scales of B, each column's scale of that k-block.
       auto promote = [&](float (&part)[Cfg::kAcc], float f0, float f1, int kb) {
         if constexpr (kBlock == kBlockCols) {
-          {
-            const float* const sbk = p.sb + static_cast<int64_t>(kb) * p.sb_s0;
-            const int c0 = u.tn * kBN + 2 * (lane & 3);
+          const float* const sbk = p.sb + static_cast<int64_t>(kb) * p.sb_s0;
+          const int c0 = u.tn * kBN + 2 * (lane & 3);
 #pragma unroll
-            for (int j = 0; j < Cfg::kAcc / 4; ++j) {
-              // Columns past N (the last tile's) read the last scale; their sums are dropped.
-              const float s0 = __ldg(sbk + min(c0 + 8 * j, p.n - 1));
-              const float s1 = __ldg(sbk + min(c0 + 8 * j + 1, p.n - 1));
-              acc[4 * j] = fmaf(part[4 * j] * s0, f0, acc[4 * j]);
-              acc[4 * j + 1] = fmaf(part[4 * j + 1] * s1, f0, acc[4 * j + 1]);
-              acc[4 * j + 2] = fmaf(part[4 * j + 2] * s0, f1, acc[4 * j + 2]);
-              acc[4 * j + 3] = fmaf(part[4 * j + 3] * s1, f1, acc[4 * j + 3]);
-            }
-            return;
+          for (int j = 0; j < Cfg::kAcc / 4; ++j) {
+            // Columns past N (the last tile's) read the last scale; their sums are dropped.
+            const float s0 = __ldg(sbk + min(c0 + 8 * j, p.n - 1));
+            const float s1 = __ldg(sbk + min(c0 + 8 * j + 1, p.n - 1));
+            acc[4 * j] = fmaf(part[4 * j] * s0, f0, acc[4 * j]);
+            acc[4 * j + 1] = fmaf(part[4 * j + 1] * s1, f0, acc[4 * j + 1]);
+            acc[4 * j + 2] = fmaf(part[4 * j + 2] * s0, f1, acc[4 * j + 2]);
+            acc[4 * j + 3] = fmaf(part[4 * j + 3] * s1, f1, acc[4 * j + 3]);
           }
-        }
+        } else {
 #pragma unroll
-        for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = fmaf(part[i], (i & 2) ? f1 : f0, acc[i]);
+          for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = fmaf(part[i], (i & 2) ? f1 : f0, acc[i]);
+        }
       };
       // k-block kb's products issued into fresh partial sums (its stage waited for first).
       auto issue_partial = [&](int kb, float (&part)[Cfg::kAcc]) {
