@@ -688,21 +688,33 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
           }
         }
       };
-      // The partial sums of k-block kb into the float32 sum, times f0 / f1 (this thread's two
-      // rows) and, with 128x1 scales of B, each column's scale of that k-block.
-      auto promote = [&](float (&part)[Cfg::kAcc], float f0, float f1, int kb) {
+      // 128x1 scales of B: this thread's columns' scales of k-block kb (columns past N, the
+      // last tile's, read the last scale; their sums are dropped).
+      constexpr int kColScales = kBlock == kBlockCols ? Cfg::kAcc / 2 : 1;
+      auto column_scales = [&](int kb, float (&cs)[kColScales]) {
         if constexpr (kBlock == kBlockCols) {
-          const float* const sbk = p.sb + static_cast<int64_t>(kb) * p.sb_s0;
-          const int c0 = u.tn * kBN + 2 * (lane & 3);
+          if (kb < num_kb) {
+            const float* const sbk = p.sb + static_cast<int64_t>(kb) * p.sb_s0;
+            const int c0 = u.tn * kBN + 2 * (lane & 3);
+#pragma unroll
+            for (int j = 0; j < Cfg::kAcc / 4; ++j) {
+              cs[2 * j] = __ldg(sbk + min(c0 + 8 * j, p.n - 1));
+              cs[2 * j + 1] = __ldg(sbk + min(c0 + 8 * j + 1, p.n - 1));
+            }
+          }
+        }
+      };
+      // The partial sums of a k-block into the float32 sum, times f0 / f1 (this thread's two
+      // rows) and, with 128x1 scales of B, each column's scale cs of that k-block.
+      auto promote = [&](float (&part)[Cfg::kAcc], float f0, float f1,
+                         const float (&cs)[kColScales]) {
+        if constexpr (kBlock == kBlockCols) {
 #pragma unroll
           for (int j = 0; j < Cfg::kAcc / 4; ++j) {
-            // Columns past N (the last tile's) read the last scale; their sums are dropped.
-            const float s0 = __ldg(sbk + min(c0 + 8 * j, p.n - 1));
-            const float s1 = __ldg(sbk + min(c0 + 8 * j + 1, p.n - 1));
-            acc[4 * j] = fmaf(part[4 * j] * s0, f0, acc[4 * j]);
-            acc[4 * j + 1] = fmaf(part[4 * j + 1] * s1, f0, acc[4 * j + 1]);
-            acc[4 * j + 2] = fmaf(part[4 * j + 2] * s0, f1, acc[4 * j + 2]);
-            acc[4 * j + 3] = fmaf(part[4 * j + 3] * s1, f1, acc[4 * j + 3]);
+            acc[4 * j] = fmaf(part[4 * j] * cs[2 * j], f0, acc[4 * j]);
+            acc[4 * j + 1] = fmaf(part[4 * j + 1] * cs[2 * j + 1], f0, acc[4 * j + 1]);
+            acc[4 * j + 2] = fmaf(part[4 * j + 2] * cs[2 * j], f1, acc[4 * j + 2]);
+            acc[4 * j + 3] = fmaf(part[4 * j + 3] * cs[2 * j + 1], f1, acc[4 * j + 3]);
           }
         } else {
 #pragma unroll
@@ -722,20 +734,29 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
       };
       if constexpr (kPromote == 1) {
         // One set of partial sums, waited for at each k-block: the two consumer warpgroups
-        // drift apart, so one promotes while the other's products run. The scales of the next
-        // k-block are loaded a block ahead, so their latency hides behind this one's products.
+        // drift apart, so one promotes while the other's products run. Block scales are loaded
+        // two k-blocks ahead and 128x1 column scales one, so their latency hides behind the
+        // products (the column scales had been loaded after each k-block's wait).
         float part[Cfg::kAcc];
-        float f0, f1, n0, n1;
+        float f0, f1, n0, n1, nn0, nn1;
+        float cs[kColScales], cs_next[kColScales];
         block_scales(0, f0, f1);
+        block_scales(1, n0, n1);
+        column_scales(0, cs);
         for (int kb = 0; kb < num_kb; ++kb) {
-          block_scales(kb + 1, n0, n1);
+          block_scales(kb + 2, nn0, nn1);
+          column_scales(kb + 1, cs_next);
           issue_partial(kb, part);
           wgmma_wait<0>();
           fence_accumulators(part);
           release(stage);
-          promote(part, f0, f1, kb);
+          promote(part, f0, f1, cs);
           f0 = n0;
           f1 = n1;
+          n0 = nn0;
+          n1 = nn1;
+#pragma unroll
+          for (int j = 0; j < kColScales; ++j) cs[j] = cs_next[j];
           advance();
         }
       } else if constexpr (kPromote == 2) {
@@ -744,6 +765,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
         // the products of this form: C7514.)
         float part0[Cfg::kAcc], part1[Cfg::kAcc];
         float pf0 = 1.f, pf1 = 1.f;  // the scales of the partial sums in flight
+        const float no_cols[kColScales] = {1.f};  // (128x1 scales take one set)
         auto step = [&](int kb, float (&cur)[Cfg::kAcc], float (&prev)[Cfg::kAcc]) {
           float f0, f1;
           block_scales(kb, f0, f1);
@@ -752,7 +774,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
             wgmma_wait<1>();
             fence_accumulators(prev);
             release(prev_stage);
-            promote(prev, pf0, pf1, kb - 1);
+            promote(prev, pf0, pf1, no_cols);
           }
           pf0 = f0;
           pf1 = f1;
@@ -767,10 +789,10 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
           release(prev_stage);
           if (num_kb & 1) {
             fence_accumulators(part0);
-            promote(part0, pf0, pf1, num_kb - 1);
+            promote(part0, pf0, pf1, no_cols);
           } else {
             fence_accumulators(part1);
-            promote(part1, pf0, pf1, num_kb - 1);
+            promote(part1, pf0, pf1, no_cols);
           }
         }
       } else {
