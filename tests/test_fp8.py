@@ -863,6 +863,20 @@ def test_float8_linear_inference_quantises_weight_once() -> None:
         layer(x.requires_grad_())
 
 
+@pytest.mark.parametrize("recipe", gemmt.nn.FLOAT8_RECIPES)
+def test_float8_linear_fast_accum_defaults_and_override(recipe: str) -> None:
+    # torchao's choice per recipe: the forward with the tensor cores' own accumulation for
+    # tensorwise and rowwise; blockwise sums every 128-deep block in float32.
+    base = torch.nn.Linear(128, 128)
+    assert gemmt.nn.Float8Linear(128, 128, recipe=recipe).fast_accum == (recipe != "blockwise")
+    assert not gemmt.nn.Float8Linear.from_linear(base, recipe, fast_accum=False).fast_accum
+    model = gemmt.nn.convert_to_float8(torch.nn.Sequential(base), recipe, fast_accum=True)
+    assert model[0].fast_accum and "fast_accum=True" in repr(model[0])
+    with pytest.raises(ValueError, match="argument 'fast_accum' expected None, True or False, "
+                                         "got 'yes'"):
+        gemmt.nn.Float8Linear(128, 128, recipe=recipe, fast_accum="yes")  # type: ignore[arg-type]
+
+
 def test_float8_linear_bad_configuration() -> None:
     with pytest.raises(ValueError, match="in_features expected a multiple of 16 for recipe "
                                          "'tensorwise', got 40"):

@@ -286,10 +286,11 @@ def test_scaled_mm_against_float64_and_torch(scaling: str, shape: tuple[int, int
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise", "blockwise"])
 def test_float8_linear_training_products_cuda(recipe: str) -> None:
     """All three products of a Float8Linear on the GPU equal float64 products of the operands
-    each should see (the blockwise weight gradient pairs 1x128 with 128x1 scales)."""
+    each should see (the blockwise weight gradient pairs 1x128 with 128x1 scales); the
+    forward summed in float32 here (fast_accum=False), as the backward products always are."""
     from test_fp8 import emulate_float8_linear
     torch.manual_seed(0)
-    layer = gemmt.nn.Float8Linear(512, 384, recipe=recipe, device="cuda")
+    layer = gemmt.nn.Float8Linear(512, 384, recipe=recipe, device="cuda", fast_accum=False)
     x = torch.randn(200, 512, device="cuda", requires_grad=True)  # 200: grad_W pads the tokens
     y = layer(x)
     g = torch.randn_like(y)
@@ -302,6 +303,30 @@ def test_float8_linear_training_products_cuda(recipe: str) -> None:
     assert rel_err(y.double().cpu(), y_ref) < tol
     assert rel_err(x.grad.double().cpu(), gx_ref) < tol
     assert rel_err(layer.weight.grad.double().cpu(), gw_ref) < tol
+
+
+@needs_hopper
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise", "blockwise"])
+def test_float8_linear_forward_accumulation_cuda(recipe: str) -> None:
+    """The forward product accumulates as the layer's fast_accum says (torchao's default per
+    recipe): it is scaled_mm's product of the layer's quantised operands with that flag, whose
+    error test_scaled_mm_against_float64_and_torch bounds by torch._scaled_mm's."""
+    torch.manual_seed(1)
+    layer = gemmt.nn.Float8Linear(4096, 256, recipe=recipe, device="cuda",
+                                  dtype=torch.bfloat16)
+    assert layer.fast_accum == (recipe != "blockwise")
+    x = torch.randn(300, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    y = layer(x)
+    granularity = {"tensorwise": ("tensor", "tensor"), "rowwise": ("row", "row"),
+                   "blockwise": ("block", "block_128x128")}[recipe]
+    xq, xs = gemmt.quantize_fp8(x.detach(), granularity[0])
+    wq, ws = gemmt.quantize_fp8(layer.weight.detach(), granularity[1])
+    expected = gemmt.scaled_mm(xq, wq.t(), xs, ws.t(), layer.bias.detach(),
+                               out_dtype=torch.bfloat16, use_fast_accum=layer.fast_accum)
+    assert torch.equal(y, expected)
+    slow = gemmt.nn.Float8Linear.from_linear(layer, recipe, fast_accum=False)
+    assert torch.equal(slow(x), gemmt.scaled_mm(xq, wq.t(), xs, ws.t(), layer.bias.detach(),
+                                                out_dtype=torch.bfloat16))
 
 
 @needs_hopper

@@ -29,15 +29,18 @@ class _Recipe(NamedTuple):
     grad: str  # granularity of the output gradient (and of its transpose)
     grad_dtype: torch.dtype  # the output gradient's float8 format
     align: int  # every contracted dimension: a multiple of this
+    fast_forward: bool  # the forward product's default accumulation (torchao's choice)
 
 
 _RECIPES: dict[str, _Recipe] = {
-    # torchao's tensorwise default: e4m3 forward, e5m2 gradients (their wider range).
-    "tensorwise": _Recipe("tensor", "tensor", "tensor", torch.float8_e5m2, 16),
+    # torchao's tensorwise default: e4m3 forward, e5m2 gradients (their wider range); the
+    # forward product with the tensor cores' own accumulation, the gradients' promoted.
+    "tensorwise": _Recipe("tensor", "tensor", "tensor", torch.float8_e5m2, 16, True),
     # Per-row scales cover the range; e4m3 everywhere, as torchao's rowwise recipe.
-    "rowwise": _Recipe("row", "row", "row", torch.float8_e4m3fn, 16),
-    # 1x128 activations and gradients, 128x128 weights, all e4m3 (DeepSeek-V3's recipe).
-    "blockwise": _Recipe("block", "block_128x128", "block", torch.float8_e4m3fn, 128),
+    "rowwise": _Recipe("row", "row", "row", torch.float8_e4m3fn, 16, True),
+    # 1x128 activations and gradients, 128x128 weights, all e4m3 (DeepSeek-V3's recipe); every
+    # 128-deep block summed in float32 with its scales.
+    "blockwise": _Recipe("block", "block_128x128", "block", torch.float8_e4m3fn, 128, False),
 }
 
 
@@ -82,14 +85,16 @@ class _Float8LinearFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: torch.autograd.function.FunctionCtx, x: Tensor, weight: Tensor,
-                bias: Tensor | None, recipe: str, grad_dtype: torch.dtype) -> Tensor:
+                bias: Tensor | None, recipe: str, grad_dtype: torch.dtype,
+                fast_accum: bool) -> Tensor:
         r = _RECIPES[recipe]
         rows = x.shape[0]
         # grad_W contracts over the tokens: pad them to the alignment the product needs.
         padded = _round_up(rows, r.align)
         xq, xs, xqt, xst = quantize_fp8_with_transpose(_pad_rows(x, padded), r.x)
         wq, ws, wqt, wst = quantize_fp8_with_transpose(weight, r.w)
-        z = scaled_mm(xq[:rows], wq.t(), _first_rows(xs, rows), ws.t(), bias, out_dtype=x.dtype)
+        z = scaled_mm(xq[:rows], wq.t(), _first_rows(xs, rows), ws.t(), bias, out_dtype=x.dtype,
+                      use_fast_accum=fast_accum)
         ctx.save_for_backward(xqt, xst, wqt, wst)
         ctx.recipe = recipe
         ctx.grad_dtype = grad_dtype
@@ -100,7 +105,7 @@ class _Float8LinearFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: torch.autograd.function.FunctionCtx, grad: Tensor
-                 ) -> tuple[Tensor | None, Tensor | None, Tensor | None, None, None]:
+                 ) -> tuple[Tensor | None, Tensor | None, Tensor | None, None, None, None]:
         xqt, xst, wqt, wst = ctx.saved_tensors
         r = _RECIPES[ctx.recipe]
         rows = grad.shape[0]
@@ -117,7 +122,7 @@ class _Float8LinearFunction(torch.autograd.Function):
             grad_w = scaled_mm(gqt, xqt.t(), gst, xst.t(), out_dtype=ctx.w_dtype)
         if ctx.bias_dtype is not None and ctx.needs_input_grad[2]:
             grad_b = grad.sum(0, dtype=torch.float32).to(ctx.bias_dtype)
-        return grad_x, grad_w, grad_b, None, None
+        return grad_x, grad_w, grad_b, None, None, None
 
 
 class Float8Linear(torch.nn.Linear):
@@ -134,6 +139,11 @@ class Float8Linear(torch.nn.Linear):
       weight; e4m3.
 
     ``grad_dtype`` overrides the recipe's float8 format for the output gradient.
+    ``fast_accum`` sets how the forward product (``x @ W.T``) accumulates: True, the tensor
+    cores' own FP8 accumulation (faster; its error grows with ``in_features``); False, each
+    128-deep block summed in float32. The default, None, is torchao's for the recipe: True for
+    "tensorwise" and "rowwise", False for "blockwise" (whose blocks are always summed in
+    float32). The two backward products are always summed in float32.
     ``in_features`` and ``out_features`` must be multiples of 16 (128 for "blockwise"): each
     is contracted by one of the three products. Training runs the forward and both backward
     products in FP8 (dynamic scaling: each call quantises with the current amax); the bias
@@ -148,12 +158,13 @@ class Float8Linear(torch.nn.Linear):
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
                  device: torch.device | str | None = None, dtype: torch.dtype | None = None,
                  *, recipe: str = "tensorwise", inference: bool = False,
-                 activation: str = "none", grad_dtype: torch.dtype | None = None) -> None:
+                 activation: str = "none", grad_dtype: torch.dtype | None = None,
+                 fast_accum: bool | None = None) -> None:
         super().__init__(in_features, out_features, bias, device, dtype)
-        self._configure(recipe, inference, activation, grad_dtype)
+        self._configure(recipe, inference, activation, grad_dtype, fast_accum)
 
     def _configure(self, recipe: str, inference: bool, activation: str,
-                   grad_dtype: torch.dtype | None) -> None:
+                   grad_dtype: torch.dtype | None, fast_accum: bool | None = None) -> None:
         r = _recipe(recipe)
         if activation not in ACTIVATIONS:
             raise ValueError(f"gemmt.nn.Float8Linear: argument 'activation' expected one of "
@@ -170,6 +181,10 @@ class Float8Linear(torch.nn.Linear):
         self.inference = bool(inference)
         self.activation = activation
         self.grad_dtype = r.grad_dtype if grad_dtype is None else grad_dtype
+        if fast_accum not in (None, True, False):
+            raise ValueError(f"gemmt.nn.Float8Linear: argument 'fast_accum' expected None, True "
+                             f"or False, got {fast_accum!r}")
+        self.fast_accum = r.fast_forward if fast_accum is None else bool(fast_accum)
         self._weight_fp8: tuple[Tensor, Tensor] | None = None
         if self.inference and self.weight.device.type != "meta":
             self.requantize_weight()
@@ -213,7 +228,7 @@ class Float8Linear(torch.nn.Linear):
             y = self._product(x, wq, ws, self.bias.detach() if self.bias is not None else None)
         elif records:
             z = _Float8LinearFunction.apply(x, self.weight, self.bias, self.recipe,
-                                            self.grad_dtype)
+                                            self.grad_dtype, self.fast_accum)
             y = _activate(z, self.activation)
         else:
             wq, ws = quantize_fp8(self.weight, r.w)
@@ -223,10 +238,10 @@ class Float8Linear(torch.nn.Linear):
     def _product(self, x: Tensor, wq: Tensor, ws: Tensor, bias: Tensor | None) -> Tensor:
         xq, xs = quantize_fp8(x, _RECIPES[self.recipe].x)
         return scaled_mm(xq, wq.t(), xs, ws.t(), bias, out_dtype=x.dtype,
-                         activation=self.activation)
+                         activation=self.activation, use_fast_accum=self.fast_accum)
 
     def extra_repr(self) -> str:
-        text = f"{super().extra_repr()}, recipe={self.recipe}"
+        text = f"{super().extra_repr()}, recipe={self.recipe}, fast_accum={self.fast_accum}"
         if self.inference:
             text += ", inference=True"
         return text if self.activation == "none" else f"{text}, activation={self.activation}"
@@ -234,7 +249,8 @@ class Float8Linear(torch.nn.Linear):
     @classmethod
     def from_linear(cls, module: torch.nn.Linear, recipe: str = "tensorwise",
                     inference: bool = False, activation: str | None = None,
-                    grad_dtype: torch.dtype | None = None) -> Float8Linear:
+                    grad_dtype: torch.dtype | None = None,
+                    fast_accum: bool | None = None) -> Float8Linear:
         """A Float8Linear sharing ``module``'s parameters (no copy), so an optimizer built on
         them keeps training the new layer. ``activation`` defaults to the module's own (a
         :class:`gemmt.nn.Linear` may carry one), else "none"."""
@@ -245,7 +261,7 @@ class Float8Linear(torch.nn.Linear):
         new.__dict__.update(module.__dict__)
         if activation is None:
             activation = getattr(module, "activation", "none")
-        new._configure(recipe, inference, activation, grad_dtype)
+        new._configure(recipe, inference, activation, grad_dtype, fast_accum)
         return new
 
 

@@ -91,8 +91,8 @@ def replace_linear(model: torch.nn.Module,
 
 def convert_to_float8(model: torch.nn.Module, recipe: str = "tensorwise",
                       inference: bool = False,
-                      include: Callable[[str, torch.nn.Linear], bool] | None = None
-                      ) -> torch.nn.Module:
+                      include: Callable[[str, torch.nn.Linear], bool] | None = None,
+                      fast_accum: bool | None = None) -> torch.nn.Module:
     """Swap, in place, the Linear layers of ``model`` for :class:`Float8Linear` layers that
     share their parameters, and return ``model``.
 
@@ -100,8 +100,8 @@ def convert_to_float8(model: torch.nn.Module, recipe: str = "tensorwise",
     (whose fused activation is kept) and that :func:`float8_eligible` accepts: both feature
     counts multiples of 16, of 128 for "blockwise". Other layers (the usual odd-sized output
     heads, subclasses with their own forward) are left as they are. ``include(name, module)``
-    narrows the choice further (names as in ``model.named_modules()``). ``recipe`` and
-    ``inference`` are :class:`Float8Linear`'s. When ``model`` is itself such a Linear, the new
+    narrows the choice further (names as in ``model.named_modules()``). ``recipe``,
+    ``inference`` and ``fast_accum`` are :class:`Float8Linear`'s. When ``model`` is itself such a Linear, the new
     layer is returned.
     """
     if recipe not in FLOAT8_RECIPES:
@@ -114,7 +114,8 @@ def convert_to_float8(model: torch.nn.Module, recipe: str = "tensorwise",
                 and (include is None or include(name, module)))  # type: ignore[arg-type]
 
     if wanted("", model):
-        return Float8Linear.from_linear(model, recipe, inference)  # type: ignore[arg-type]
+        return Float8Linear.from_linear(model, recipe, inference,  # type: ignore[arg-type]
+                                        fast_accum=fast_accum)
     targets: list[tuple[torch.nn.Module, str, torch.nn.Linear]] = []
     for parent_name, parent in model.named_modules():
         for child_name, child in parent.named_children():
@@ -122,7 +123,8 @@ def convert_to_float8(model: torch.nn.Module, recipe: str = "tensorwise",
             if wanted(full, child):
                 targets.append((parent, child_name, child))  # type: ignore[arg-type]
     for parent, child_name, child in targets:
-        setattr(parent, child_name, Float8Linear.from_linear(child, recipe, inference))
+        setattr(parent, child_name,
+                Float8Linear.from_linear(child, recipe, inference, fast_accum=fast_accum))
     return model
 
 # ---- Mixture of experts ----
