@@ -661,9 +661,11 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
       // split by uneven offsets) issues no products and only hands each stage back, once the
       // stage is full, so that it never runs a round ahead of the other warpgroup. The other
       // warpgroup's 64 rows then have the SM's tensor cores alone: a tail of up to 64 rows
-      // costs about half a tile instead of a whole one. (Both warpgroups stay where they
-      // zero the stages' K tails together, and in the FP8 promoted loops.)
-      if constexpr (kPromote == 0) {
+      // costs about half a tile instead of a whole one. In a CTA pair over a few rows (FP8 with
+      // 33-128 of them) the second CTA's warpgroups only hand back the stages of B they
+      // fetch for the first. (Both warpgroups stay where they zero the stages' K tails
+      // together, and in the two-set blockwise loop, which the branch would make spill.)
+      if constexpr (kPromote != 2) {
         const bool zeroes_tails = kAMn && kBMn && split_depth;
         if (!zeroes_tails && u.tm * kGgBM + cw * 64 >= u.rows) {
           for (int kb = 0; kb < num_kb; ++kb) {
