@@ -241,13 +241,16 @@ def ref_scaled(a, b, sa, sb, scaling: str) -> torch.Tensor:
     return (A * SA) @ (B * SB)
 
 
-# The kernel forms an environment switch selects (read at each call): the promoted tile's width
-# (the planner's, or forced), and C staged through shared memory and TMA stores with the scales
+# The kernel forms an environment switch selects (read at each call): CTA pairs sharing B or
+# lone CTAs (the planner's: lone up to 128 rows), the promoted tile's width (the planner's, or
+# forced), and C staged through shared memory and TMA stores with the scales
 # applied first (the default where it can run) or written from registers.
 FP8_FORMS = {"default": {}, "tile128": {"GEMMT_FP8_TILE": "128"},
              "tile192": {"GEMMT_FP8_TILE": "192"},
              "registers": {"GEMMT_GROUPED_TMA_STORE": "0"},
-             "tile192_registers": {"GEMMT_FP8_TILE": "192", "GEMMT_GROUPED_TMA_STORE": "0"}}
+             "tile192_registers": {"GEMMT_FP8_TILE": "192", "GEMMT_GROUPED_TMA_STORE": "0"},
+             "pairs": {"GEMMT_FP8_CLUSTER": "2"}, "lone": {"GEMMT_FP8_CLUSTER": "1"},
+             "lone_registers": {"GEMMT_FP8_CLUSTER": "1", "GEMMT_GROUPED_TMA_STORE": "0"}}
 
 
 @needs_hopper

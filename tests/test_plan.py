@@ -1054,6 +1054,15 @@ def test_grouped_plan_promoted_fp8_tile(m: int, n: int, k: int, tile: int) -> No
     assert _native.load().plan_grouped(m, n, k, 1, 0, 132)["fp8_promoted_tile_n"] == tile
 
 
+@pytest.mark.parametrize("m,cluster,tile", [
+    (1, 1, 128), (64, 1, 128), (128, 1, 128),  # a pair's second CTA would have no rows
+    (129, 2, 128), (8192, 2, 192),             # pairs sharing B, the planner's promoted tile
+])
+def test_grouped_plan_fp8_cluster(m: int, cluster: int, tile: int) -> None:
+    plan = _native.load().plan_grouped(m, 28672, 8192, 1, 0, 132)
+    assert plan["fp8_cluster"] == cluster and plan["fp8_promoted_tile_n"] == tile
+
+
 def test_grouped_plan_tile_bound_covers_every_split() -> None:
     lib = _native.load()
     # Rows split over 64 groups: each group may add a partial tile row, plus the rows past

@@ -50,6 +50,10 @@ int promoted_tile_width(const Shape& s, int sm_count) {
   return cost(192, 1.12) < cost(128, 1.0) ? 192 : 128;
 }
 
+int fp8_cluster(const Shape& s) {
+  return s.m <= kBM ? 1 : 2;
+}
+
 int ctas_per_sm(const Shape& s) {
   const bool many_rows = s.m > int64_t{32} * s.groups;
   return s.split == kSplitRows && s.n < 4096 && many_rows ? 2 : 1;

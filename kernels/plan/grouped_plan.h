@@ -46,6 +46,12 @@ bool staged_c(const Shape& s);
 // (4096 x 4096 x 4096 comes out even).
 int promoted_tile_width(const Shape& s, int sm_count);
 
+// CTAs of an FP8 product (row / column or tensor scales) stacked in pairs along M, sharing B
+// (2), or each alone (1). A pair covers 256 rows: over at most 128 its second CTA has none,
+// and half the SMs would do the products (33-64 tokens of a 28672 x 8192 weight ran at
+// 0.41-0.55x torch._scaled_mm, twice the time the weight's bytes take; H200).
+int fp8_cluster(const Shape& s);
+
 // An upper bound on the tiles of the list with this width (exact without a split): a split
 // of rows or columns adds at most one partial tile per group, and one for the rows or
 // columns past the last offset, which are written as zeros.

@@ -206,6 +206,17 @@ int promoted_tile_width(const GroupedGemmArgs& x, int sms) {
   if (env != nullptr && std::strcmp(env, "128") == 0) return 128;
   return grouped_plan::promoted_tile_width(shape_of(x), sms);
 }
+// CTA pairs for FP8 where grouped_plan::fp8_cluster says (block scales: always, their
+// instances are pairs). GEMMT_FP8_CLUSTER=1 / 2 forces either (read at each call, for A/B
+// runs).
+int fp8_cluster(const GroupedGemmArgs& x) {
+  if (!is_fp8_kind(x.kind)) return 1;
+  if (x.scale == ScaleKind::kBlock) return 2;
+  const char* env = std::getenv("GEMMT_FP8_CLUSTER");
+  if (env != nullptr && std::strcmp(env, "1") == 0) return 1;
+  if (env != nullptr && std::strcmp(env, "2") == 0) return 2;
+  return grouped_plan::fp8_cluster(shape_of(x));
+}
 bool fits_int(int64_t v) {
   return v >= 0 && v < (int64_t{1} << 31);
 }
@@ -293,9 +304,12 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   const bool promote = is_fp8_kind(x.kind) && (!x.fast_accum || x.scale == ScaleKind::kBlock);
   const grouped_plan::Shape shape = shape_of(x);
   const bool two_per_sm = two_ctas_per_sm(x);
-  const int bn = promote      ? promoted_tile_width(x, sms)
-                 : two_per_sm ? 128
-                              : grouped_plan::tile_width(shape, sms);
+  const int cluster = fp8_cluster(x);
+  // A lone FP8 CTA takes the 128 x 128 tile (its only instance).
+  const int bn = is_fp8_kind(x.kind) && cluster == 1 ? 128
+                 : promote                           ? promoted_tile_width(x, sms)
+                 : two_per_sm                        ? 128
+                                                     : grouped_plan::tile_width(shape, sms);
 
   sm90::GroupedLaunch l{};
   OperandView a = a_view(y), b = b_view(y);
@@ -305,7 +319,7 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   l.bn = bn;
   l.promote = promote ? promote_sets(x.scale == ScaleKind::kBlock, x.b_block_cols) : 0;
   l.block = x.scale == ScaleKind::kBlock;
-  l.cluster = is_fp8_kind(x.kind) ? 2 : 1;
+  l.cluster = cluster;
   l.per_sm = two_per_sm ? 2 : 1;
   if (!encode_operand(&l.a, a, x.kind, 128)) {
     *step = "encoding the tensor map of a";

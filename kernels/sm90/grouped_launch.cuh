@@ -82,7 +82,8 @@ cudaError_t launch_grouped_16bit(const sm90::GroupedLaunch& l, cudaStream_t stre
 
 // The FP8 instances of one operand pair (one group, CTA pairs): the promoted sum on the
 // 128-wide tile (row / column scales from one set of partial sums, block scales from two),
-// fast accumulation on the 256- or 128-wide one.
+// fast accumulation on the 256- or 128-wide one; and lone CTAs on the 128-wide tile, promoted
+// or not (row / column or tensor scales, at most 128 rows).
 template <int kKind>
 cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t stream) {
   if (l.a_mn || l.b_mn || l.per_sm != 1) return cudaErrorInvalidValue;
@@ -95,6 +96,13 @@ cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t s
     }
     if (l.promote != 2) return cudaErrorInvalidValue;
     return launch_grouped_instance<kKind, false, false, 128, 2, kBlockSquare, 2>(l, stream);
+  }
+  if (l.cluster == 1) {
+    // Lone CTAs (a product of at most 128 rows): the 128 x 128 tile.
+    if (l.bn != 128 || l.promote > 1) return cudaErrorInvalidValue;
+    return l.promote == 1
+               ? launch_grouped_instance<kKind, false, false, 128, 1, kBlockNone, 1>(l, stream)
+               : launch_grouped_instance<kKind, false, false, 128, 0, kBlockNone, 1>(l, stream);
   }
   if (l.promote == 1) {
     return l.bn == 192
