@@ -242,12 +242,15 @@ def ref_scaled(a, b, sa, sb, scaling: str) -> torch.Tensor:
 
 
 # The kernel forms an environment switch selects (read at each call): the promoted tile's width
-# (the planner's, or forced), and C staged through shared memory and TMA stores with the scales
-# applied first (the default where it can run) or written from registers.
+# (the planner's, or forced; or three consumer warpgroups on a 192 x 128 tile), and C staged
+# through shared memory and TMA stores with the scales applied first (the default where it can
+# run) or written from registers.
 FP8_FORMS = {"default": {}, "tile128": {"GEMMT_FP8_TILE": "128"},
              "tile192": {"GEMMT_FP8_TILE": "192"},
              "registers": {"GEMMT_GROUPED_TMA_STORE": "0"},
-             "tile192_registers": {"GEMMT_FP8_TILE": "192", "GEMMT_GROUPED_TMA_STORE": "0"}}
+             "tile192_registers": {"GEMMT_FP8_TILE": "192", "GEMMT_GROUPED_TMA_STORE": "0"},
+             "three_warpgroups": {"GEMMT_FP8_WGS": "3"},
+             "three_warpgroups_registers": {"GEMMT_FP8_WGS": "3", "GEMMT_GROUPED_TMA_STORE": "0"}}
 
 
 @needs_hopper

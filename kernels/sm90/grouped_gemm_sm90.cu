@@ -206,6 +206,13 @@ int promoted_tile_width(const GroupedGemmArgs& x, int sms) {
   if (env != nullptr && std::strcmp(env, "128") == 0) return 128;
   return grouped_plan::promoted_tile_width(shape_of(x), sms);
 }
+// Consumer warpgroups of the promoted FP8 tile with row / column scales: 2, or 3 (192 x 128
+// tiles) where GEMMT_FP8_WGS=3 asks (read at each call, for A/B runs).
+int promoted_wgs(const GroupedGemmArgs& x) {
+  if (x.scale == ScaleKind::kBlock) return 2;
+  const char* env = std::getenv("GEMMT_FP8_WGS");
+  return env != nullptr && std::strcmp(env, "3") == 0 ? 3 : 2;
+}
 bool fits_int(int64_t v) {
   return v >= 0 && v < (int64_t{1} << 31);
 }
@@ -293,7 +300,10 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   const bool promote = is_fp8_kind(x.kind) && (!x.fast_accum || x.scale == ScaleKind::kBlock);
   const grouped_plan::Shape shape = shape_of(x);
   const bool two_per_sm = two_ctas_per_sm(x);
-  const int bn = promote      ? promoted_tile_width(x, sms)
+  const int wgs = promote ? promoted_wgs(x) : 2;
+  const int bm = 64 * wgs;
+  const int bn = wgs == 3     ? 128
+                 : promote    ? promoted_tile_width(x, sms)
                  : two_per_sm ? 128
                               : grouped_plan::tile_width(shape, sms);
 
@@ -307,7 +317,8 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   l.block = x.scale == ScaleKind::kBlock;
   l.cluster = is_fp8_kind(x.kind) ? 2 : 1;
   l.per_sm = two_per_sm ? 2 : 1;
-  if (!encode_operand(&l.a, a, x.kind, 128)) {
+  l.wgs = wgs;
+  if (!encode_operand(&l.a, a, x.kind, bm)) {
     *step = "encoding the tensor map of a";
     return cudaErrorInvalidValue;
   }
@@ -323,7 +334,7 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   p.n = static_cast<int>(x.n);
   p.k = static_cast<int>(x.k);
   // A pair's units are pairs of tile rows.
-  p.tiles_m = static_cast<int>((x.m + 128 * l.cluster - 1) / (128 * l.cluster));
+  p.tiles_m = static_cast<int>((x.m + bm * l.cluster - 1) / (bm * l.cluster));
   p.tiles_n = static_cast<int>((x.n + bn - 1) / bn);
   p.c = x.c;
   p.c_sg = x.c_sg;
@@ -342,14 +353,14 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   p.act = x.act;
   // The ring at its deepest, or a stage shorter with C's tile staged beside it.
   p.store_c = 0;
-  p.stages = bn == 256 ? 4 : (bn == 192 ? 5 : 6);
+  p.stages = bn == 256 ? 4 : (bn == 192 || wgs == 3 ? 5 : 6);
   std::memset(&l.c, 0, sizeof(l.c));
   // A C the driver will not map (strides past its limits) is written from registers.
   if (two_per_sm) {
     p.stages = 3;
   } else if (use_staged_c(x) && encode_c_map(&l.c, x)) {
     p.store_c = 1;
-    p.stages = bn == 256 ? 3 : (bn == 192 ? 4 : 5);
+    p.stages = bn == 256 ? 3 : (bn == 192 || wgs == 3 ? 4 : 5);
   }
   const int64_t tiles = grouped_plan::max_tiles(shape, bn);
   if (tiles == 0) return cudaSuccess;

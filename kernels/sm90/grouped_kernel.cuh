@@ -50,9 +50,11 @@ constexpr int kGgThreads = 384;
 // addressing fit; 384 threads would leave 80, too few, and setmaxnreg cannot give a one-warp
 // producer's registers away).
 constexpr int kGgPairThreads = 288;
-template <int kPerSm>
+// kWgs consumer warpgroups (2, or 3 on the promoted FP8 tile: one adds its partial sums while
+// two have products queued) after a producer warpgroup.
+template <int kPerSm, int kWgs = 2>
 constexpr int gg_threads() {
-  return kPerSm == 1 ? kGgThreads : kGgPairThreads;
+  return kPerSm == 1 ? 128 * (kWgs + 1) : kGgPairThreads;
 }
 constexpr int kGgBM = 128;
 // The kernel's kBlock: FP8 block scales of A (1x128) with B's 128x128 ones, or with 128x1 ones
@@ -61,22 +63,24 @@ constexpr int kBlockNone = 0;
 constexpr int kBlockSquare = 1;
 constexpr int kBlockCols = 2;
 
-template <int kKind, int kBN>
+template <int kKind, int kBN, int kWgs = 2>
 struct GgCfg {
   static_assert(kBN == 128 || kBN == 192 || kBN == 256,
                 "grouped tiles: 128 x 128, 128 x 192 (FP8 promoted) and 128 x 256");
+  static_assert(kWgs == 2 || (kWgs == 3 && kBN == 128), "three warpgroups: the 192 x 128 tile");
+  static constexpr int kBM = 64 * kWgs;  // 64 rows a consumer warpgroup
   static constexpr int kElt = is_fp8_kind(kKind) ? 1 : 2;
   static constexpr int kBK = 128 / kElt;  // K per stage: one 128-byte row
   // The ring's depth is a launch parameter: C staged through shared memory (16-bit C, one
   // 128 x kBN tile) takes the room of a stage or two.
-  static constexpr int kMaxStages = kBN == 256 ? 4 : (kBN == 192 ? 5 : 6);
+  static constexpr int kMaxStages = kBN == 256 ? 4 : (kBN == 192 || kWgs == 3 ? 5 : 6);
   // The ring of a CTA that shares its SM with another (kPerSm == 2).
   static constexpr int kPairStages = 3;
-  static constexpr int kStagedStages = kBN == 256 ? 3 : (kBN == 192 ? 4 : 5);
-  static constexpr int kABytes = kGgBM * 128;
+  static constexpr int kStagedStages = kBN == 256 ? 3 : (kBN == 192 || kWgs == 3 ? 4 : 5);
+  static constexpr int kABytes = kBM * 128;
   static constexpr int kBBytes = kBN * 128;
   static constexpr int kAcc = kBN / 2;
-  static constexpr int kCBytes = kGgBM * kBN * 2;
+  static constexpr int kCBytes = kBM * kBN * 2;
   // first tile of each group, then each group's first row / column / k of its split range
   // (each with the tail group and an end entry)
   static constexpr int kTableBytes = 2 * (kGroupedMaxGroups + 2) * 4;
@@ -475,13 +479,16 @@ __device__ __forceinline__ void gg_store_staged(const CUtensorMap* map, uint32_t
 // kPerSm == 2: two CTAs an SM (128-wide 16-bit tiles, a ring of at most kPairStages, consumer
 // registers halved), so that one CTA's epilogue and ramp-up run beside the other's products.
 template <int kKind, bool kAMn, bool kBMn, int kBN, int kPromote, int kBlock, int kCluster,
-          int kPerSm = 1>
-__global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
+          int kPerSm = 1, int kWgs = 2>
+__global__ void __launch_bounds__(gg_threads<kPerSm, kWgs>(), kPerSm)
     sm90_grouped_gemm_kernel(const __grid_constant__ CUtensorMap tma_a,
                              const __grid_constant__ CUtensorMap tma_b,
                              const __grid_constant__ CUtensorMap tma_c, const GgParams p) {
 #if defined(GEMMT_SM90_DEVICE_CODE)
-  using Cfg = GgCfg<kKind, kBN>;
+  using Cfg = GgCfg<kKind, kBN, kWgs>;
+  constexpr int kBM = Cfg::kBM;
+  static_assert(kWgs == 2 || (kPerSm == 1 && kPromote == 1 && !kBlock && !kAMn && !kBMn),
+                "three warpgroups: the promoted FP8 tile with row / column scales");
   // C through shared memory and TMA (the host sets it for a 16-bit C with no bias or activation
   // and a mappable C; FP8 scales are applied in registers first). The ring is then p.stages
   // deep, the staging after it. (Not with block scales: its registers are spent on two sets of
@@ -524,7 +531,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
 #pragma unroll
     for (int s = 0; s < stages; ++s) {
       mbar_init(full_bar(s), 1);
-      mbar_init(empty_bar(s), kConsumerWarps * kCluster);
+      mbar_init(empty_bar(s), 4 * kWgs * kCluster);
     }
     fence_barrier_init();
   }
@@ -547,7 +554,8 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
   };
 
   if (producer) {
-    if constexpr (kPerSm == 1) setmaxnreg_dec<40>();
+    // Three consumer warpgroups at 160 registers leave the producer 32 (64K a CTA).
+    if constexpr (kPerSm == 1) setmaxnreg_dec<kWgs == 3 ? 32 : 40>();
     if (kPerSm != 1 || warp_in_wg == 0) {
       const bool leader = elect_one();
       if (leader) {
@@ -562,7 +570,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
         const bool split_rows = p.split == static_cast<int>(GroupSplit::kRows);
         const bool split_cols = p.split == static_cast<int>(GroupSplit::kCols);
         const bool split_depth = p.split == static_cast<int>(GroupSplit::kDepth);
-        const int a_row = (split_rows ? u.begin : 0) + u.tm * kGgBM;
+        const int a_row = (split_rows ? u.begin : 0) + u.tm * kBM;
         const int b_col = (split_cols ? u.begin : 0) + u.tn * kBN;
         // A 3-D operand's third coordinate is the group; a 2-D one (split) has one matrix.
         const int a_g = split_rows || split_depth ? 0 : u.g;
@@ -605,14 +613,14 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
     }
     __syncwarp();
   } else {
-    if constexpr (kPerSm == 1) setmaxnreg_inc<232>();
+    if constexpr (kPerSm == 1) setmaxnreg_inc<kWgs == 3 ? 160 : 232>();
     const int tid = static_cast<int>(threadIdx.x) - kConsumerBase;
     const int cw = tid >> 7;
     constexpr uint32_t kAStep = (kAMn ? 16 * 128 : 32) >> 4;
     constexpr uint32_t kBStep = (kBMn ? 16 * 128 : 32) >> 4;
     constexpr uint32_t kALbo = kAMn ? kMnBox : 16;
     constexpr uint32_t kBLbo = kBMn ? kMnBox : 16;
-    constexpr uint32_t kAHalf = (Cfg::kABytes / 2) >> 4;
+    constexpr uint32_t kAHalf = (64 * 128) >> 4;  // a warpgroup's 64 rows of A
     auto release = [&](int s) {
       if constexpr (kCluster == 1) {
         if (lane == 0) mbar_arrive_local(empty_bar(s));
@@ -630,7 +638,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
 #pragma unroll
       for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.f;
       // Block scales: this thread's two rows of A, and the tile's column block of B.
-      const int row_l = u.tm * kGgBM + cw * 64 + warp_in_wg * 16 + (lane >> 2);
+      const int row_l = u.tm * kBM + cw * 64 + warp_in_wg * 16 + (lane >> 2);
       const int r0 = min(row_l, p.m - 1), r1 = min(row_l + 8, p.m - 1);
       const int col_blk = (u.tn * kBN) / 128;
       int prev_stage = -1;
@@ -665,7 +673,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
       // zero the stages' K tails together, and in the FP8 promoted loops.)
       if constexpr (kPromote == 0) {
         const bool zeroes_tails = kAMn && kBMn && split_depth;
-        if (!zeroes_tails && u.tm * kGgBM + cw * 64 >= u.rows) {
+        if (!zeroes_tails && u.tm * kBM + cw * 64 >= u.rows) {
           for (int kb = 0; kb < num_kb; ++kb) {
             mbar_wait(full_bar(stage), phase);
             release(stage);
@@ -812,7 +820,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
         fence_accumulators(acc);
         if (num_kb > 0) release(prev_stage);
       }
-      const int row0 = u.tm * kGgBM + cw * 64;
+      const int row0 = u.tm * kBM + cw * 64;
       bool stored = false;
       if constexpr (kCanStage) {
         const bool split_rows = p.split == static_cast<int>(GroupSplit::kRows);

@@ -15,11 +15,12 @@ namespace gemmt {
 namespace {
 
 template <int kKind, bool kAMn, bool kBMn, int kBN, int kPromote, int kBlock, int kCluster = 1,
-          int kPerSm = 1>
+          int kPerSm = 1, int kWgs = 2>
 cudaError_t launch_grouped_instance(const sm90::GroupedLaunch& l, cudaStream_t stream) {
   constexpr auto kernel =
-      sm90_grouped_gemm_kernel<kKind, kAMn, kBMn, kBN, kPromote, kBlock, kCluster, kPerSm>;
-  using Cfg = GgCfg<kKind, kBN>;
+      sm90_grouped_gemm_kernel<kKind, kAMn, kBMn, kBN, kPromote, kBlock, kCluster, kPerSm, kWgs>;
+  using Cfg = GgCfg<kKind, kBN, kWgs>;
+  if (l.wgs != kWgs) return cudaErrorInvalidValue;
   // The ring's depth and the staging buffer are launch parameters; the kernel trusts them.
   const bool staged = l.p.store_c != 0;
   if (staged && (kPerSm != 1 || kBlock)) return cudaErrorInvalidValue;
@@ -30,13 +31,13 @@ cudaError_t launch_grouped_instance(const sm90::GroupedLaunch& l, cudaStream_t s
   GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(Cfg::kSmemBytes));
   if constexpr (kPerSm != 1) GEMMT_RETURN_IF_ERROR(prefer_max_shared_carveout<kernel>());
   if constexpr (kCluster == 1) {
-    return launch_programmatic<kernel>(dim3(l.grid), dim3(gg_threads<kPerSm>()), smem, stream, l.a,
-                                       l.b, l.c, l.p);
+    return launch_programmatic<kernel>(dim3(l.grid), dim3(gg_threads<kPerSm, kWgs>()), smem, stream,
+                                       l.a, l.b, l.c, l.p);
   } else {
     if (l.cluster != kCluster || l.grid % kCluster != 0) return cudaErrorInvalidValue;
     cudaLaunchAttribute attr[2];
-    cudaLaunchConfig_t cfg = cluster_launch_config(dim3(l.grid), dim3(gg_threads<kPerSm>()), smem,
-                                                   stream, kCluster, attr);
+    cudaLaunchConfig_t cfg = cluster_launch_config(dim3(l.grid), dim3(gg_threads<kPerSm, kWgs>()),
+                                                   smem, stream, kCluster, attr);
     // As many pairs as can be resident at once (a GPC's SMs may not pair up): more would run
     // as a second, mostly idle wave of the persistent grid.
     static std::atomic<int> cache[kMaxCachedDevices] = {};
@@ -95,6 +96,11 @@ cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t s
     }
     if (l.promote != 2) return cudaErrorInvalidValue;
     return launch_grouped_instance<kKind, false, false, 128, 2, kBlockSquare, 2>(l, stream);
+  }
+  if (l.promote == 1 && l.wgs == 3) {
+    return l.bn == 128 ? launch_grouped_instance<kKind, false, false, 128, 1, kBlockNone, 2, 1, 3>(
+                             l, stream)
+                       : cudaErrorInvalidValue;
   }
   if (l.promote == 1) {
     return l.bn == 192

@@ -47,6 +47,7 @@ struct GroupedLaunch {
   bool block;   // FP8: with 1x128 / 128x128 block scales
   int cluster;  // 1, or 2: CTA pairs along M sharing B (FP8, one group)
   int per_sm;   // CTAs an SM: 1, or 2 (128-wide 16-bit tiles with K-major A)
+  int wgs;      // consumer warpgroups: 2, or 3 (the 192 x 128 promoted FP8 tile)
 };
 
 // One per kind and tile width (16-bit) or operand pair (float8), each in its own translation
