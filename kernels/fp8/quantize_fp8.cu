@@ -679,6 +679,48 @@ __global__ void __launch_bounds__(kStreamThreads)
   }
 }
 
+// ---- tensor, small x: one CTA ----
+// Decode-sized activations (a few tokens of a Linear's input): the amax, the scale and the
+// cast in one CTA and one launch, where the memset and the two grid-wide passes above cost
+// more in launches than the bytes take to read. Same amax (the largest magnitude, NaN
+// ignored, 0 when there is none) and the same cast as those passes: bit-identical results.
+constexpr int kSmallThreads = 512;
+constexpr int64_t kSmallTensorElems = int64_t{1} << 16;
+
+template <typename T, bool kE5M2>
+__global__ void __launch_bounds__(kSmallThreads)
+    tensor_small_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, int64_t ld,
+                        bool vec_in, bool vec_out, uint8_t* __restrict__ q,
+                        float* __restrict__ scale) {
+  __shared__ float partial[kSmallThreads / 32];
+  const int64_t chunks = ceil_div(cols, kChunk);
+  float m = 0.0f;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k = threadIdx.x; k < chunks; k += kSmallThreads) {
+      Chunk<T> raw;
+      load_chunk(x + r * ld + k * kChunk, chunk_len(cols, k * kChunk), vec_in, raw);
+      m = fmaxf(m, max_mag_chunk(raw));
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = m;
+  __syncthreads();
+  float amax = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kSmallThreads / 32; ++w) amax = fmaxf(amax, partial[w]);
+  const float mult = scale_mult(amax > 0.0f ? amax : 0.0f, fp8_top<kE5M2>());
+  if (threadIdx.x == 0) scale[0] = dequant_scale(mult);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k = threadIdx.x; k < chunks; k += kSmallThreads) {
+      const int n = chunk_len(cols, k * kChunk);
+      Chunk<T> raw;
+      load_chunk(x + r * ld + k * kChunk, n, vec_in, raw);
+      store8(q + r * cols + k * kChunk, n, vec_out, quantize_chunk(raw, mult, kE5M2));
+    }
+  }
+}
+
 // ---- 128x128 tiles: block_128x128, and every granularity with the transpose ----
 
 enum class TileMode : int {
@@ -1138,8 +1180,6 @@ cudaError_t run_typed(const Fp8QuantizeArgs& a, cudaStream_t stream) {
 
   switch (a.granularity) {
     case Fp8Granularity::kTensor: {
-      auto* amax = static_cast<unsigned int*>(a.workspace);
-      GEMMT_RETURN_IF_ERROR(cudaMemsetAsync(amax, 0, sizeof(unsigned int), stream));
       // A contiguous x is one long row: no row loop, and the 2-D grid stays small.
       const bool flat = ld == a.cols;
       const int64_t rows = flat ? 1 : a.rows;
@@ -1147,6 +1187,13 @@ cudaError_t run_typed(const Fp8QuantizeArgs& a, cudaStream_t stream) {
       const int64_t fld = flat ? cols : ld;
       const bool fvec_in = is_aligned<16>(x) && (rows == 1 || (fld * sizeof(T)) % 16 == 0);
       const bool fvec_out = is_aligned<8>(a.q) && (rows == 1 || cols % kChunk == 0);
+      if (!transpose && a.rows * a.cols <= kSmallTensorElems) {
+        tensor_small_kernel<T, kE5M2>
+            <<<1, kSmallThreads, 0, stream>>>(x, rows, cols, fld, fvec_in, fvec_out, a.q, a.scale);
+        GEMMT_RETURN_LAUNCH_ERROR();
+      }
+      auto* amax = static_cast<unsigned int*>(a.workspace);
+      GEMMT_RETURN_IF_ERROR(cudaMemsetAsync(amax, 0, sizeof(unsigned int), stream));
       dim3 grid;
       GEMMT_RETURN_IF_ERROR(resident_stream_grid<tensor_amax_kernel<T>>(rows, cols, &grid));
       tensor_amax_kernel<T><<<grid, kStreamThreads, 0, stream>>>(x, rows, cols, fld, fvec_in, amax);
@@ -1193,7 +1240,10 @@ bool valid_granularity(Fp8Granularity g) {
 
 size_t quantize_fp8_workspace_bytes(Fp8Granularity granularity, int64_t rows, int64_t cols,
                                     bool with_transpose) {
-  if (granularity == Fp8Granularity::kTensor) return 16;
+  if (granularity == Fp8Granularity::kTensor) {
+    // A small x without the transpose runs in one CTA and needs no global amax.
+    return !with_transpose && rows * cols <= kSmallTensorElems ? 0 : 16;
+  }
   if (granularity == Fp8Granularity::kRow && with_transpose && rows > 0 && cols > 0) {
     return align16(static_cast<size_t>(rows) * sizeof(unsigned int)) +
            align16(static_cast<size_t>(cols) * sizeof(unsigned int));
