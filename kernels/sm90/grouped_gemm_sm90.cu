@@ -121,8 +121,12 @@ OperandView b_view(const GroupedGemmArgs& x) {
 // 1.13-1.22x faster than two with row / column scales; two run 1.12-1.39x faster than one with
 // block scales (H200, docs/performance.md). 128x1 scales of B take one: their promotion loads a
 // scale for every column, and a second set would not fit beside those loads in the registers.
+// GEMMT_FP8_BLOCK_SETS=1 gives 128x128 block scales one set too (read at each call, for A/B
+// runs).
 int promote_sets(bool block, bool block_cols) {
-  return block && !block_cols ? 2 : 1;
+  if (!block || block_cols) return 1;
+  const char* env = std::getenv("GEMMT_FP8_BLOCK_SETS");
+  return env != nullptr && std::strcmp(env, "1") == 0 ? 1 : 2;
 }
 
 // The translation unit holding the instance of this kind and tile width.
@@ -212,6 +216,12 @@ int promoted_wgs(const GroupedGemmArgs& x) {
   if (x.scale == ScaleKind::kBlock) return 2;
   const char* env = std::getenv("GEMMT_FP8_WGS");
   return env != nullptr && std::strcmp(env, "3") == 0 ? 3 : 2;
+}
+// Whether the consumer warpgroups of a one-set promoted loop issue their k-blocks' products in
+// turn (GEMMT_FP8_ORDER=1; read at each call, for A/B runs).
+int promoted_order() {
+  const char* env = std::getenv("GEMMT_FP8_ORDER");
+  return env != nullptr && std::strcmp(env, "1") == 0 ? 1 : 0;
 }
 bool fits_int(int64_t v) {
   return v >= 0 && v < (int64_t{1} << 31);
@@ -353,6 +363,7 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   p.act = x.act;
   // The ring at its deepest, or a stage shorter with C's tile staged beside it.
   p.store_c = 0;
+  p.ordered = l.promote == 1 ? promoted_order() : 0;
   p.stages = bn == 256 ? 4 : (bn == 192 || wgs == 3 ? 5 : 6);
   std::memset(&l.c, 0, sizeof(l.c));
   // A C the driver will not map (strides past its limits) is written from registers.

@@ -57,6 +57,9 @@ constexpr int gg_threads() {
   return kPerSm == 1 ? 128 * (kWgs + 1) : kGgPairThreads;
 }
 constexpr int kGgBM = 128;
+// The first of the named barriers through which the consumer warpgroups of the promoted FP8
+// loop take turns (0 is __syncthreads, 1 the K-tail zeroing's).
+constexpr uint32_t kTurnBarrier = 8;
 // The kernel's kBlock: FP8 block scales of A (1x128) with B's 128x128 ones, or with 128x1 ones
 // (a scale a column and k-block: the blockwise weight gradient).
 constexpr int kBlockNone = 0;
@@ -630,6 +633,11 @@ __global__ void __launch_bounds__(gg_threads<kPerSm, kWgs>(), kPerSm)
     };
     int stage = 0;
     uint32_t phase = 0;
+    // Issue in turn (p.ordered): warpgroup c waits on barrier kTurnBarrier + c, which the one
+    // before it arrives on once it has issued a k-block; the CTA's first k-block needs no turn,
+    // and warpgroup 0 takes the last warpgroup's final arrival after its loop.
+    const bool ordered = kPromote == 1 && p.ordered != 0;
+    bool first_turn = true;
     float acc[Cfg::kAcc];
     GgUnit u;
     for (int t = first_unit; unit(t, u); t += unit_stride) {
@@ -696,21 +704,33 @@ __global__ void __launch_bounds__(gg_threads<kPerSm, kWgs>(), kPerSm)
           }
         }
       };
-      // The partial sums of k-block kb into the float32 sum, times f0 / f1 (this thread's two
-      // rows) and, with 128x1 scales of B, each column's scale of that k-block.
-      auto promote = [&](float (&part)[Cfg::kAcc], float f0, float f1, int kb) {
+      // 128x1 scales of B: this thread's columns' scales of k-block kb (columns past N, the
+      // last tile's, read the last scale; their sums are dropped).
+      constexpr int kColScales = kBlock == kBlockCols ? Cfg::kAcc / 2 : 1;
+      auto column_scales = [&](int kb, float (&cs)[kColScales]) {
         if constexpr (kBlock == kBlockCols) {
-          const float* const sbk = p.sb + static_cast<int64_t>(kb) * p.sb_s0;
-          const int c0 = u.tn * kBN + 2 * (lane & 3);
+          if (kb < num_kb) {
+            const float* const sbk = p.sb + static_cast<int64_t>(kb) * p.sb_s0;
+            const int c0 = u.tn * kBN + 2 * (lane & 3);
+#pragma unroll
+            for (int j = 0; j < Cfg::kAcc / 4; ++j) {
+              cs[2 * j] = __ldg(sbk + min(c0 + 8 * j, p.n - 1));
+              cs[2 * j + 1] = __ldg(sbk + min(c0 + 8 * j + 1, p.n - 1));
+            }
+          }
+        }
+      };
+      // The partial sums of a k-block into the float32 sum, times f0 / f1 (this thread's two
+      // rows) and, with 128x1 scales of B, each column's scale cs of that k-block.
+      auto promote = [&](float (&part)[Cfg::kAcc], float f0, float f1,
+                         const float (&cs)[kColScales]) {
+        if constexpr (kBlock == kBlockCols) {
 #pragma unroll
           for (int j = 0; j < Cfg::kAcc / 4; ++j) {
-            // Columns past N (the last tile's) read the last scale; their sums are dropped.
-            const float s0 = __ldg(sbk + min(c0 + 8 * j, p.n - 1));
-            const float s1 = __ldg(sbk + min(c0 + 8 * j + 1, p.n - 1));
-            acc[4 * j] = fmaf(part[4 * j] * s0, f0, acc[4 * j]);
-            acc[4 * j + 1] = fmaf(part[4 * j + 1] * s1, f0, acc[4 * j + 1]);
-            acc[4 * j + 2] = fmaf(part[4 * j + 2] * s0, f1, acc[4 * j + 2]);
-            acc[4 * j + 3] = fmaf(part[4 * j + 3] * s1, f1, acc[4 * j + 3]);
+            acc[4 * j] = fmaf(part[4 * j] * cs[2 * j], f0, acc[4 * j]);
+            acc[4 * j + 1] = fmaf(part[4 * j + 1] * cs[2 * j + 1], f0, acc[4 * j + 1]);
+            acc[4 * j + 2] = fmaf(part[4 * j + 2] * cs[2 * j], f1, acc[4 * j + 2]);
+            acc[4 * j + 3] = fmaf(part[4 * j + 3] * cs[2 * j + 1], f1, acc[4 * j + 3]);
           }
         } else {
 #pragma unroll
@@ -729,21 +749,36 @@ __global__ void __launch_bounds__(gg_threads<kPerSm, kWgs>(), kPerSm)
         wgmma_commit();
       };
       if constexpr (kPromote == 1) {
-        // One set of partial sums, waited for at each k-block: the two consumer warpgroups
-        // drift apart, so one promotes while the other's products run. The scales of the next
-        // k-block are loaded a block ahead, so their latency hides behind this one's products.
+        // One set of partial sums, waited for at each k-block: while one consumer warpgroup
+        // adds its sums, another's products run. With p.ordered the warpgroups issue their
+        // k-blocks in turn (each waits for the one before it to have issued), so that their
+        // products queue one after another on the tensor cores instead of finishing together
+        // and leaving them idle through every warpgroup's additions at once. Block scales are
+        // loaded two k-blocks ahead and column scales one, so their latency hides behind the
+        // products.
         float part[Cfg::kAcc];
-        float f0, f1, n0, n1;
+        float f0, f1, n0, n1, nn0, nn1;
+        float cs[kColScales], cs_next[kColScales];
         block_scales(0, f0, f1);
+        block_scales(1, n0, n1);
+        column_scales(0, cs);
         for (int kb = 0; kb < num_kb; ++kb) {
-          block_scales(kb + 1, n0, n1);
+          block_scales(kb + 2, nn0, nn1);
+          column_scales(kb + 1, cs_next);
+          if (ordered && !(cw == 0 && first_turn)) named_barrier_sync(kTurnBarrier + cw, 256);
           issue_partial(kb, part);
+          if (ordered) named_barrier_arrive(kTurnBarrier + (cw + 1) % kWgs, 256);
+          first_turn = false;
           wgmma_wait<0>();
           fence_accumulators(part);
           release(stage);
-          promote(part, f0, f1, kb);
+          promote(part, f0, f1, cs);
           f0 = n0;
           f1 = n1;
+          n0 = nn0;
+          n1 = nn1;
+#pragma unroll
+          for (int j = 0; j < kColScales; ++j) cs[j] = cs_next[j];
           advance();
         }
       } else if constexpr (kPromote == 2) {
@@ -752,6 +787,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm, kWgs>(), kPerSm)
         // the products of this form: C7514.)
         float part0[Cfg::kAcc], part1[Cfg::kAcc];
         float pf0 = 1.f, pf1 = 1.f;  // the scales of the partial sums in flight
+        const float no_cols[kColScales] = {1.f};  // (128x1 scales take one set)
         auto step = [&](int kb, float (&cur)[Cfg::kAcc], float (&prev)[Cfg::kAcc]) {
           float f0, f1;
           block_scales(kb, f0, f1);
@@ -760,7 +796,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm, kWgs>(), kPerSm)
             wgmma_wait<1>();
             fence_accumulators(prev);
             release(prev_stage);
-            promote(prev, pf0, pf1, kb - 1);
+            promote(prev, pf0, pf1, no_cols);
           }
           pf0 = f0;
           pf1 = f1;
@@ -775,10 +811,10 @@ __global__ void __launch_bounds__(gg_threads<kPerSm, kWgs>(), kPerSm)
           release(prev_stage);
           if (num_kb & 1) {
             fence_accumulators(part0);
-            promote(part0, pf0, pf1, num_kb - 1);
+            promote(part0, pf0, pf1, no_cols);
           } else {
             fence_accumulators(part1);
-            promote(part1, pf0, pf1, num_kb - 1);
+            promote(part1, pf0, pf1, no_cols);
           }
         }
       } else {
@@ -850,6 +886,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm, kWgs>(), kPerSm)
         gg_store_any<is_fp8_kind(kKind) && !kBlock>(p, u, acc, row0, u.tn * kBN, warp_in_wg, lane);
       fence_accumulators(acc);
     }
+    if (ordered && cw == 0 && !first_turn) named_barrier_sync(kTurnBarrier, 256);
     // C's last stores complete before the CTA (and its shared memory) goes.
     if (staged_c && lane == 0) bulk_wait_all();
   }
