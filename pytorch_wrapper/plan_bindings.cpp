@@ -403,14 +403,15 @@ void bind_plans(py::module_& m) {
         d["tile_n"] = bn;
         d["staged_c"] = per_sm == 1 && grouped_plan::staged_c(s);
         d["max_tiles"] = grouped_plan::max_tiles(s, bn);
-        d["fp8_promoted_tile_n"] = grouped_plan::promoted_tile_width(s, sm_count);
+        const grouped_plan::PromotedTile fp8 = grouped_plan::promoted_tile(s, sm_count);
+        d["fp8_promoted_tile"] = py::make_tuple(fp8.rows, fp8.cols);
         return d;
       },
       "The grouped / scaled Hopper GEMM's plan (kernels/plan/grouped_plan.cpp) for 16-bit "
       "operands with a K-major A: CTAs an SM, tile width, whether C is staged through shared "
       "memory (where it can be), and the bound on its tiles; split: 0 none, 1 rows, 2 columns, "
-      "3 the contraction dimension (its extent the total of the groups'). fp8_promoted_tile_n: "
-      "the promoted FP8 tile's width for one product of this shape.",
+      "3 the contraction dimension (its extent the total of the groups'). fp8_promoted_tile: "
+      "the promoted FP8 tile (rows, columns) for one product of this shape.",
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("groups"), py::arg("split"),
       py::arg("sm_count"));
   m.def("plan_simt", &plan_simt,

@@ -242,21 +242,16 @@ def ref_scaled(a, b, sa, sb, scaling: str) -> torch.Tensor:
 
 
 # The kernel forms an environment switch selects (read at each call): the promoted tile's width
-# (the planner's, or forced; or three consumer warpgroups on a 192 x 128 tile), the warpgroups
-# issuing their k-blocks in turn, one set of partial sums for 128x128 block scales, and C staged
-# through shared memory and TMA stores with the scales applied first (the default where it can
-# run) or written from registers.
+# (the planner's, or forced: 128 x 128, 128 x 192, or 192 x 128 on three consumer warpgroups),
+# and C staged through shared memory and TMA stores with the scales applied first (the default
+# where it can run) or written from registers.
 FP8_FORMS = {"default": {}, "tile128": {"GEMMT_FP8_TILE": "128"},
              "tile192": {"GEMMT_FP8_TILE": "192"},
              "registers": {"GEMMT_GROUPED_TMA_STORE": "0"},
              "tile192_registers": {"GEMMT_FP8_TILE": "192", "GEMMT_GROUPED_TMA_STORE": "0"},
-             "three_warpgroups": {"GEMMT_FP8_WGS": "3"},
-             "three_warpgroups_registers": {"GEMMT_FP8_WGS": "3", "GEMMT_GROUPED_TMA_STORE": "0"},
-             "ordered": {"GEMMT_FP8_ORDER": "1"},
-             "tile128_ordered": {"GEMMT_FP8_TILE": "128", "GEMMT_FP8_ORDER": "1"},
-             "three_warpgroups_ordered": {"GEMMT_FP8_WGS": "3", "GEMMT_FP8_ORDER": "1"},
-             "block_one_set": {"GEMMT_FP8_BLOCK_SETS": "1"},
-             "block_one_set_ordered": {"GEMMT_FP8_BLOCK_SETS": "1", "GEMMT_FP8_ORDER": "1"}}
+             "three_warpgroups": {"GEMMT_FP8_TILE": "192x128"},
+             "three_warpgroups_registers": {"GEMMT_FP8_TILE": "192x128",
+                                            "GEMMT_GROUPED_TMA_STORE": "0"}}
 
 
 @needs_hopper

@@ -1043,15 +1043,17 @@ def test_grouped_plan_ctas_and_epilogue(m: int, n: int, k: int, groups: int, spl
 
 
 @pytest.mark.parametrize("m,n,k,tile", [
-    (8192, 28672, 8192, 192),   # large products: the 192-wide promoted tile
-    (2048, 14336, 4096, 192),   # 14 waves of 128-wide pairs against 10 of 192-wide ones
-    (8192, 4096, 4096, 192),
-    (4096, 4096, 4096, 128),    # 8 even waves at 128 against 6 at 192: 128 by a hair
-    (256, 256, 4096, 128),      # one wave either way: the narrower tile wastes nothing
+    (8192, 28672, 8192, (192, 128)),  # 75 waves of 192-row pairs against 73 of 192-wide ones
+    (8192, 4096, 4096, (192, 128)),   # 11 waves either way: the faster tile
+    (4096, 4096, 4096, (192, 128)),   # 6 waves of either wide tile against 8 of 128 x 128
+    (2048, 14336, 4096, (128, 192)),  # 10 waves against 11 (2048 rows: 10.7 tiles of 192)
+    (8192, 8192, 8192, (128, 192)),   # 21 waves against 22: the rates do not make up for it
+    (256, 256, 4096, (128, 128)),     # one wave either way: the smallest tile wastes nothing
 ])
-def test_grouped_plan_promoted_fp8_tile(m: int, n: int, k: int, tile: int) -> None:
-    # Waves of CTA pairs times the width over the measured rate (1.12x for 192): grouped_plan.h.
-    assert _native.load().plan_grouped(m, n, k, 1, 0, 132)["fp8_promoted_tile_n"] == tile
+def test_grouped_plan_promoted_fp8_tile(m: int, n: int, k: int, tile: tuple[int, int]) -> None:
+    # Waves of CTA pairs times the tile's area over its measured rate (1.12 for 128 x 192,
+    # 1.17 for 192 x 128): grouped_plan.h.
+    assert _native.load().plan_grouped(m, n, k, 1, 0, 132)["fp8_promoted_tile"] == tile
 
 
 def test_grouped_plan_tile_bound_covers_every_split() -> None:

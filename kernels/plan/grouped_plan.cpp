@@ -1,5 +1,7 @@
 #include "plan/grouped_plan.h"
 
+#include <utility>
+
 namespace gemmt {
 namespace grouped_plan {
 namespace {
@@ -39,15 +41,24 @@ int tile_width(const Shape& s, int sm_count) {
   return wide >= sm_count ? 256 : 128;
 }
 
-int promoted_tile_width(const Shape& s, int sm_count) {
-  // Time ~ waves x width / rate, waves of CTA pairs (two tile rows a unit).
+PromotedTile promoted_tile(const Shape& s, int sm_count) {
+  // Waves of CTA pairs (two tile rows a unit) x area / rate.
   const int64_t slots = sm_count / 2 > 0 ? sm_count / 2 : 1;
-  const int64_t pair_rows = ceil_div(ceil_div(s.m, kBM), 2);
-  auto cost = [&](int bn, double rate) {
-    const int64_t units = pair_rows * ceil_div(s.n, bn);
-    return static_cast<double>(ceil_div(units, slots)) * bn / rate;
+  auto cost = [&](PromotedTile t, double rate) {
+    const int64_t units = ceil_div(ceil_div(s.m, t.rows), 2) * ceil_div(s.n, t.cols);
+    return static_cast<double>(ceil_div(units, slots)) * t.rows * t.cols / rate;
   };
-  return cost(192, 1.12) < cost(128, 1.0) ? 192 : 128;
+  PromotedTile best{128, 128};
+  double best_cost = cost(best, 1.0);
+  for (const auto& [tile, rate] : {std::pair{PromotedTile{128, 192}, 1.12},
+                                   std::pair{PromotedTile{192, 128}, 1.17}}) {
+    const double c = cost(tile, rate);
+    if (c < best_cost) {
+      best = tile;
+      best_cost = c;
+    }
+  }
+  return best;
 }
 
 int ctas_per_sm(const Shape& s) {

@@ -38,13 +38,19 @@ int ctas_per_sm(const Shape& s);
 // group 1.08-1.15x; 0.90-0.93x on 1536-wide products with 64-256 uneven rows a group.
 bool staged_c(const Shape& s);
 
-// The width of the promoted FP8 tile (a float32 sum of 128-deep partial products, row /
-// column or tensor scales; one product, CTA pairs along M): 128 or 192. The 192-wide tile
-// holds 96 partial sums beside 96 float32 sums a thread and reads less of each operand per
-// product; on an H200 its waves ran 1.10-1.13x faster than the 128-wide tile's on LLM
-// products. It wins unless its coarser column tiles leave more of the last wave idle
-// (4096 x 4096 x 4096 comes out even).
-int promoted_tile_width(const Shape& s, int sm_count);
+// The promoted FP8 tile (a float32 sum of 128-deep partial products, row / column or tensor
+// scales; one product, CTA pairs along M): 128 x 128; 128 x 192, whose two consumer
+// warpgroups hold 96 partial sums beside 96 float32 sums a thread and read less of each
+// operand per product; or 192 x 128, three consumer warpgroups of 64 rows, so that while one
+// adds its partial sums two have products queued. Time ~ waves of CTA pairs x the tile's area
+// / its rate. Rates measured on an H200 on LLM products: 128 x 192 ran its waves 1.10-1.13x
+// faster than 128 x 128 (rate 1.12); 192 x 128 ran them 1.02-1.09x (median 1.045) faster
+// than 128 x 192 (rate 1.17). A wider tile wins unless its coarser tiles leave more of the
+// last wave idle.
+struct PromotedTile {
+  int rows, cols;
+};
+PromotedTile promoted_tile(const Shape& s, int sm_count);
 
 // An upper bound on the tiles of the list with this width (exact without a split): a split
 // of rows or columns adds at most one partial tile per group, and one for the rows or

@@ -121,12 +121,8 @@ OperandView b_view(const GroupedGemmArgs& x) {
 // 1.13-1.22x faster than two with row / column scales; two run 1.12-1.39x faster than one with
 // block scales (H200, docs/performance.md). 128x1 scales of B take one: their promotion loads a
 // scale for every column, and a second set would not fit beside those loads in the registers.
-// GEMMT_FP8_BLOCK_SETS=1 gives 128x128 block scales one set too (read at each call, for A/B
-// runs).
 int promote_sets(bool block, bool block_cols) {
-  if (!block || block_cols) return 1;
-  const char* env = std::getenv("GEMMT_FP8_BLOCK_SETS");
-  return env != nullptr && std::strcmp(env, "1") == 0 ? 1 : 2;
+  return block && !block_cols ? 2 : 1;
 }
 
 // The translation unit holding the instance of this kind and tile width.
@@ -200,28 +196,17 @@ bool two_ctas_per_sm(const GroupedGemmArgs& x) {
   return grouped_plan::ctas_per_sm(shape_of(x)) == 2;
 }
 
-// The promoted FP8 tile's width (grouped_plan::promoted_tile_width; block scales: 128, their
-// columns come in blocks of 128). GEMMT_FP8_TILE=128 / 192 forces either (read at each call,
-// for A/B runs).
-int promoted_tile_width(const GroupedGemmArgs& x, int sms) {
-  if (x.scale == ScaleKind::kBlock) return 128;
+// The promoted FP8 tile (grouped_plan::promoted_tile; block scales: 128 x 128, their columns
+// come in blocks of 128 and their two sets of partial sums fill the registers).
+// GEMMT_FP8_TILE=128 / 192 / 192x128 forces 128 x 128, 128 x 192 or 192 x 128 (read at each
+// call, for A/B runs).
+grouped_plan::PromotedTile promoted_tile(const GroupedGemmArgs& x, int sms) {
+  if (x.scale == ScaleKind::kBlock) return {128, 128};
   const char* env = std::getenv("GEMMT_FP8_TILE");
-  if (env != nullptr && std::strcmp(env, "192") == 0) return 192;
-  if (env != nullptr && std::strcmp(env, "128") == 0) return 128;
-  return grouped_plan::promoted_tile_width(shape_of(x), sms);
-}
-// Consumer warpgroups of the promoted FP8 tile with row / column scales: 2, or 3 (192 x 128
-// tiles) where GEMMT_FP8_WGS=3 asks (read at each call, for A/B runs).
-int promoted_wgs(const GroupedGemmArgs& x) {
-  if (x.scale == ScaleKind::kBlock) return 2;
-  const char* env = std::getenv("GEMMT_FP8_WGS");
-  return env != nullptr && std::strcmp(env, "3") == 0 ? 3 : 2;
-}
-// Whether the consumer warpgroups of a one-set promoted loop issue their k-blocks' products in
-// turn (GEMMT_FP8_ORDER=1; read at each call, for A/B runs).
-int promoted_order() {
-  const char* env = std::getenv("GEMMT_FP8_ORDER");
-  return env != nullptr && std::strcmp(env, "1") == 0 ? 1 : 0;
+  if (env != nullptr && std::strcmp(env, "128") == 0) return {128, 128};
+  if (env != nullptr && std::strcmp(env, "192") == 0) return {128, 192};
+  if (env != nullptr && std::strcmp(env, "192x128") == 0) return {192, 128};
+  return grouped_plan::promoted_tile(shape_of(x), sms);
 }
 bool fits_int(int64_t v) {
   return v >= 0 && v < (int64_t{1} << 31);
@@ -310,10 +295,11 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   const bool promote = is_fp8_kind(x.kind) && (!x.fast_accum || x.scale == ScaleKind::kBlock);
   const grouped_plan::Shape shape = shape_of(x);
   const bool two_per_sm = two_ctas_per_sm(x);
-  const int wgs = promote ? promoted_wgs(x) : 2;
-  const int bm = 64 * wgs;
-  const int bn = wgs == 3     ? 128
-                 : promote    ? promoted_tile_width(x, sms)
+  const grouped_plan::PromotedTile tile =
+      promote ? promoted_tile(x, sms) : grouped_plan::PromotedTile{128, 0};
+  const int bm = tile.rows;
+  const int wgs = bm / 64;
+  const int bn = promote      ? tile.cols
                  : two_per_sm ? 128
                               : grouped_plan::tile_width(shape, sms);
 
@@ -363,7 +349,6 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   p.act = x.act;
   // The ring at its deepest, or a stage shorter with C's tile staged beside it.
   p.store_c = 0;
-  p.ordered = l.promote == 1 ? promoted_order() : 0;
   p.stages = bn == 256 ? 4 : (bn == 192 || wgs == 3 ? 5 : 6);
   std::memset(&l.c, 0, sizeof(l.c));
   // A C the driver will not map (strides past its limits) is written from registers.

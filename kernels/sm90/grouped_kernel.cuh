@@ -57,9 +57,6 @@ constexpr int gg_threads() {
   return kPerSm == 1 ? 128 * (kWgs + 1) : kGgPairThreads;
 }
 constexpr int kGgBM = 128;
-// The first of the named barriers through which the consumer warpgroups of the promoted FP8
-// loop take turns (0 is __syncthreads, 1 the K-tail zeroing's).
-constexpr uint32_t kTurnBarrier = 8;
 // The kernel's kBlock: FP8 block scales of A (1x128) with B's 128x128 ones, or with 128x1 ones
 // (a scale a column and k-block: the blockwise weight gradient).
 constexpr int kBlockNone = 0;
@@ -633,11 +630,6 @@ __global__ void __launch_bounds__(gg_threads<kPerSm, kWgs>(), kPerSm)
     };
     int stage = 0;
     uint32_t phase = 0;
-    // Issue in turn (p.ordered): warpgroup c waits on barrier kTurnBarrier + c, which the one
-    // before it arrives on once it has issued a k-block; the CTA's first k-block needs no turn,
-    // and warpgroup 0 takes the last warpgroup's final arrival after its loop.
-    const bool ordered = kPromote == 1 && p.ordered != 0;
-    bool first_turn = true;
     float acc[Cfg::kAcc];
     GgUnit u;
     for (int t = first_unit; unit(t, u); t += unit_stride) {
@@ -749,13 +741,11 @@ __global__ void __launch_bounds__(gg_threads<kPerSm, kWgs>(), kPerSm)
         wgmma_commit();
       };
       if constexpr (kPromote == 1) {
-        // One set of partial sums, waited for at each k-block: while one consumer warpgroup
-        // adds its sums, another's products run. With p.ordered the warpgroups issue their
-        // k-blocks in turn (each waits for the one before it to have issued), so that their
-        // products queue one after another on the tensor cores instead of finishing together
-        // and leaving them idle through every warpgroup's additions at once. Block scales are
-        // loaded two k-blocks ahead and column scales one, so their latency hides behind the
-        // products.
+        // One set of partial sums, waited for at each k-block: the consumer warpgroups drift
+        // apart, so one adds its sums while the others' products run. (Making them issue their
+        // k-blocks in turn, through named barriers, ran 2-10% slower: docs/performance.md.)
+        // Block scales are loaded two k-blocks ahead and column scales one, so their latency
+        // hides behind the products.
         float part[Cfg::kAcc];
         float f0, f1, n0, n1, nn0, nn1;
         float cs[kColScales], cs_next[kColScales];
@@ -765,10 +755,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm, kWgs>(), kPerSm)
         for (int kb = 0; kb < num_kb; ++kb) {
           block_scales(kb + 2, nn0, nn1);
           column_scales(kb + 1, cs_next);
-          if (ordered && !(cw == 0 && first_turn)) named_barrier_sync(kTurnBarrier + cw, 256);
           issue_partial(kb, part);
-          if (ordered) named_barrier_arrive(kTurnBarrier + (cw + 1) % kWgs, 256);
-          first_turn = false;
           wgmma_wait<0>();
           fence_accumulators(part);
           release(stage);
@@ -886,7 +873,6 @@ __global__ void __launch_bounds__(gg_threads<kPerSm, kWgs>(), kPerSm)
         gg_store_any<is_fp8_kind(kKind) && !kBlock>(p, u, acc, row0, u.tn * kBN, warp_in_wg, lane);
       fence_accumulators(acc);
     }
-    if (ordered && cw == 0 && !first_turn) named_barrier_sync(kTurnBarrier, 256);
     // C's last stores complete before the CTA (and its shared memory) goes.
     if (staged_c && lane == 0) bulk_wait_all();
   }

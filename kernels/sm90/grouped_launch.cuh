@@ -94,8 +94,6 @@ cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t s
                  ? launch_grouped_instance<kKind, false, false, 128, 1, kBlockCols, 2>(l, stream)
                  : cudaErrorInvalidValue;
     }
-    if (l.promote == 1)
-      return launch_grouped_instance<kKind, false, false, 128, 1, kBlockSquare, 2>(l, stream);
     if (l.promote != 2) return cudaErrorInvalidValue;
     return launch_grouped_instance<kKind, false, false, 128, 2, kBlockSquare, 2>(l, stream);
   }

@@ -34,7 +34,6 @@ struct GroupedParams {
   Activation act;
   int stages;   // the depth of the operand ring (GgCfg: kMaxStages, or kStagedStages when staged)
   int store_c;  // 1: C leaves through shared memory and TMA stores (the map c), 16-bit kinds
-  int ordered;  // promoted FP8, one set of partial sums: the warpgroups issue k-blocks in turn
 };
 
 struct GroupedLaunch {
