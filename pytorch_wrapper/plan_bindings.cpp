@@ -404,8 +404,7 @@ void bind_plans(py::module_& m) {
         d["staged_c"] = per_sm == 1 && grouped_plan::staged_c(s);
         d["max_tiles"] = grouped_plan::max_tiles(s, bn);
         d["fp8_cluster"] = grouped_plan::fp8_cluster(s);
-        d["fp8_promoted_tile_n"] =
-            d["fp8_cluster"].cast<int>() == 1 ? 128 : grouped_plan::promoted_tile_width(s, sm_count);
+        d["fp8_promoted_tile_n"] = grouped_plan::promoted_tile_width(s, sm_count);
         return d;
       },
       "The grouped / scaled Hopper GEMM's plan (kernels/plan/grouped_plan.cpp) for 16-bit "

@@ -40,6 +40,7 @@ int tile_width(const Shape& s, int sm_count) {
 }
 
 int promoted_tile_width(const Shape& s, int sm_count) {
+  if (fp8_cluster(s) == 1) return 128;  // lone CTAs: their one instance
   // Time ~ waves x width / rate, waves of CTA pairs (two tile rows a unit).
   const int64_t slots = sm_count / 2 > 0 ? sm_count / 2 : 1;
   const int64_t pair_rows = ceil_div(ceil_div(s.m, kBM), 2);

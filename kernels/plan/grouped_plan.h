@@ -43,7 +43,7 @@ bool staged_c(const Shape& s);
 // holds 96 partial sums beside 96 float32 sums a thread and reads less of each operand per
 // product; on an H200 its waves ran 1.10-1.13x faster than the 128-wide tile's on LLM
 // products. It wins unless its coarser column tiles leave more of the last wave idle
-// (4096 x 4096 x 4096 comes out even).
+// (4096 x 4096 x 4096 comes out even). Lone CTAs (fp8_cluster) take 128.
 int promoted_tile_width(const Shape& s, int sm_count);
 
 // CTAs of an FP8 product (row / column or tensor scales) stacked in pairs along M, sharing B

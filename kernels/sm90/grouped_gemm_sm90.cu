@@ -305,7 +305,8 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   const grouped_plan::Shape shape = shape_of(x);
   const bool two_per_sm = two_ctas_per_sm(x);
   const int cluster = fp8_cluster(x);
-  // A lone FP8 CTA takes the 128 x 128 tile (its only instance).
+  // A lone FP8 CTA takes the 128 x 128 tile (its only instance), also where a switch forces
+  // lone CTAs or fast accumulation skips the promoted tile's planner.
   const int bn = is_fp8_kind(x.kind) && cluster == 1 ? 128
                  : promote                           ? promoted_tile_width(x, sms)
                  : two_per_sm                        ? 128

@@ -766,7 +766,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
         // is waited for, added to the float32 sum and its stage released. (ptxas serialises
         // the products of this form: C7514.)
         float part0[Cfg::kAcc], part1[Cfg::kAcc];
-        float pf0 = 1.f, pf1 = 1.f;  // the scales of the partial sums in flight
+        float pf0 = 1.f, pf1 = 1.f;               // the scales of the partial sums in flight
         const float no_cols[kColScales] = {1.f};  // (128x1 scales take one set)
         auto step = [&](int kb, float (&cur)[Cfg::kAcc], float (&prev)[Cfg::kAcc]) {
           float f0, f1;
