@@ -633,3 +633,98 @@ def test_cached_plan_that_cannot_run_falls_back(tmp_path: Path) -> None:
     with gemmt.tune(False, cache=tmp_path / "none.txt"):
         out = gemmt.mm(a, b)
     assert torch.allclose(out, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def _forced_linear(x: torch.Tensor, w: torch.Tensor, plan: str, tmp_path: Path,
+                   bias: torch.Tensor | None = None, act: str = "none") -> torch.Tensor:
+    """linear(x, w, bias, act) run on the Hopper plan `plan` (a cached entry put in by hand)."""
+    with gemmt.tune(True):
+        gemmt.linear(x, w, bias, act)
+    (entry,) = gemmt.tuning_entries()
+    gemmt.clear_tuning_cache()
+    lib().tuning_insert(entry["device"], entry["problem"], plan, 1.0, 2.0)
+    with gemmt.tune(False, cache=tmp_path / "none.txt"):
+        out = gemmt.linear(x, w, bias, act)
+    gemmt.clear_tuning_cache()
+    return out
+
+
+def _reduction_kernels(fn) -> int:
+    """How many split-k reduction kernels one call of fn launches."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if "reduce_slice" in e.name)
+
+
+@cuda
+@pytest.mark.skipif(not HAS_CUDA or torch.cuda.get_device_capability() < (9, 0),
+                    reason="the Hopper GEMM")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_cuda_split_in_cluster_matches_reduction_pass(dtype: torch.dtype, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # A split whose slices add up in a cluster's shared memory gives what the workspace and
+    # reduction pass give, bit for bit (same float32 sums in the same order, one rounding), with
+    # no reduction kernel; every width that can take it, 2 to 8 slices, both orientations,
+    # ragged edges, and an epilogue where the staged store carries it.
+    torch.manual_seed(0)
+    cases = [  # tokens, in, out, plan
+        (5, 1000, 520, "wgmma:bn=64:splits=3:orient=swapped"),
+        (16, 4096, 1024, "wgmma:bn=64:splits=8:orient=swapped"),
+        (37, 2048, 384, "wgmma:bn=64:splits=2:orient=given"),
+        (130, 1536, 600, "wgmma:bn=256:splits=4:orient=given"),
+        (200, 2048, 256, "wgmma:bn=256:splits=5:orient=swapped"),
+        (96, 3000, 500, "wgmma:bn=192:splits=3:orient=given"),
+    ]
+    if dtype == torch.float32:  # tf32: no 128x192 tile; the given orientation
+        cases = [c for c in cases if ":bn=192:" not in c[3] and ":orient=given" in c[3]]
+        torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        for m, k, n, plan in cases:
+            x = torch.randn(m, k, device="cuda").to(dtype)
+            w = (torch.randn(n, k, device="cuda") / math.sqrt(k)).to(dtype)
+            monkeypatch.setenv("GEMMT_SPLIT_CLUSTER", "0")
+            ref_pass = _forced_linear(x, w, plan, tmp_path)
+            monkeypatch.setenv("GEMMT_SPLIT_CLUSTER", "1")
+            out = _forced_linear(x, w, plan, tmp_path)
+            assert torch.equal(out, ref_pass), (m, k, n, plan)
+            exact = (x.double() @ w.double().t())
+            err = ((out.double() - exact).norm() / exact.norm()).item()
+            assert err < (2e-2 if dtype == torch.float32 else 1e-2), (m, k, n, plan, err)
+        # The cluster path launches no reduction kernel; the pass launches one.
+        m, k, n, plan = cases[1] if dtype == torch.float32 else cases[0]
+        x = torch.randn(m, k, device="cuda").to(dtype)
+        w = (torch.randn(n, k, device="cuda") / math.sqrt(k)).to(dtype)
+        with gemmt.tune(True):
+            gemmt.linear(x, w)
+        (entry,) = gemmt.tuning_entries()
+        gemmt.clear_tuning_cache()
+        lib().tuning_insert(entry["device"], entry["problem"], plan, 1.0, 2.0)
+        with gemmt.tune(False, cache=tmp_path / "none.txt"):
+            monkeypatch.setenv("GEMMT_SPLIT_CLUSTER", "1")
+            assert _reduction_kernels(lambda: gemmt.linear(x, w)) == 0
+            monkeypatch.setenv("GEMMT_SPLIT_CLUSTER", "0")
+            assert _reduction_kernels(lambda: gemmt.linear(x, w)) == 1
+        if dtype != torch.float32:
+            # bias and GELU through the staged store (given orientation, 192 / 256 wide).
+            for m, k, n, plan in cases[3:]:
+                if ":orient=given" not in plan:
+                    continue
+                x = torch.randn(m, k, device="cuda").to(dtype)
+                w = (torch.randn(n, k, device="cuda") / math.sqrt(k)).to(dtype)
+                b = torch.randn(n, device="cuda").to(dtype)
+                monkeypatch.setenv("GEMMT_SPLIT_CLUSTER", "0")
+                ref_pass = _forced_linear(x, w, plan, tmp_path, b, "gelu")
+                monkeypatch.setenv("GEMMT_SPLIT_CLUSTER", "1")
+                out = _forced_linear(x, w, plan, tmp_path, b, "gelu")
+                exact = F.gelu(x.double() @ w.double().t() + b.double())
+                for o in (out, ref_pass):
+                    err = ((o.double() - exact).norm() / exact.norm()).item()
+                    assert err < 1e-2, (m, k, n, plan, err)
+                ulp = torch.finfo(dtype).eps * out.float().abs().clamp_min(1e-3)
+                assert ((out.float() - ref_pass.float()).abs() <= 2 * ulp).all(), (m, k, n, plan)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = False
