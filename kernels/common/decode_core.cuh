@@ -44,7 +44,6 @@
 
 #include <cstdint>
 
-#include "common/shared_memory.cuh"
 #include "gemmt/cuda_check.h"
 #include "gemmt/launch.cuh"
 #include "plan/decode_plan.h"
@@ -120,7 +119,20 @@ __device__ __forceinline__ void cluster_barrier() {
 
 // Four floats at the same shared-memory offset in CTA `rank` of the cluster.
 __device__ __forceinline__ float4 load_peer(const float* local, uint32_t rank) {
-  return ld_peer_v4_f32(smem_addr(local), rank);
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#if __CUDA_ARCH__ >= 900
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(local));
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(remote)
+               : "memory");
+#else
+  (void)local;
+  (void)rank;
+#endif
+  return v;
 }
 
 // The two W rows (g and g + 8 of the warp's 16) of one K slice: this lane's 16 bytes each.

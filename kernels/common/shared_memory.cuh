@@ -41,36 +41,11 @@ __device__ __forceinline__ void st_shared_v2_f32(uint32_t addr, float x, float y
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
 }
 
-__device__ __forceinline__ void st_shared_v4_f32(uint32_t addr, float x, float y, float z,
-                                                 float w) {
-  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(x), "f"(y), "f"(z),
-               "f"(w)
-               : "memory");
-}
-
 __device__ __forceinline__ void st_shared_v4(uint32_t addr, uint32_t x, uint32_t y, uint32_t z,
                                              uint32_t w) {
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(x), "r"(y), "r"(z),
                "r"(w)
                : "memory");
-}
-
-// Four floats at shared-memory address `addr` of CTA `rank` of the cluster (sm_90+; the
-// caller has made sure, by a cluster barrier, that the peer has written them and still runs).
-__device__ __forceinline__ float4 ld_peer_v4_f32(uint32_t addr, uint32_t rank) {
-  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
-  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "r"(remote)
-               : "memory");
-#else
-  (void)addr;
-  (void)rank;
-#endif
-  return v;
 }
 
 }  // namespace gemmt

@@ -100,9 +100,6 @@ struct Params {
   // Split-k: a unit of work is (tile, k-slice); slice s covers k-blocks
   // [s * kb_per_split, (s + 1) * kb_per_split) and writes its float32 partial tile to
   // partial[(s * m + row) * n + col]. splits == 1: units are tiles and C is written directly.
-  // splits > 1 with partial null: the slices of a tile are the CTAs of one cluster, one unit
-  // each, and add up in shared memory (epilogue.cuh: split_cluster_reduce); C is written as
-  // for splits == 1.
   int splits;
   int kb_per_split;
   float* partial;
@@ -138,14 +135,6 @@ struct KindTraits<kTF32> {
 };
 
 constexpr int kConsumerWarps = 8;
-
-// Whether the consumer warpgroups take whole tiles in turn (the medium tile, kernel.cuh)
-// instead of a 64-row half of every tile each. Not with a tf32 A through registers, whose
-// fragments for both halves would not fit beside the accumulators.
-template <int kKind, bool kAMn, int kBN>
-constexpr bool ping_pong() {
-  return kBN == kBNMedium && !(kKind == kTF32 && kAMn);
-}
 // Box of an MN-major operand: 128 bytes along M/N by the stage's K extent (64 rows of
 // 16-bit values, 32 of tf32).
 template <int kKind>

@@ -121,45 +121,6 @@ __device__ __forceinline__ void store_partial_block(const Params& p, const float
   store_block<float, kAcc>(q, acc, row0, n0, warp_in_wg, lane);
 }
 
-// The k-slices of a tile that are the CTAs of one cluster (Params: partial null, splits > 1;
-// rank r computed slice r) add up in shared memory instead of a workspace and a reduction
-// pass: every CTA leaves its accumulators in its drained ring, and rank 0 adds its peers'
-// through distributed shared memory in rank order (the order of the reduction pass, so both
-// give the same sums), then stores the tile as an unsplit one. Called by the 256 consumer
-// threads (ct = 0..255) of every CTA of the cluster; true on the CTA that stores. `stash`:
-// the ring's start, whose stages no wgmma reads any more once both warpgroups are here.
-template <int kAcc>
-__device__ __forceinline__ bool split_cluster_reduce(float (&acc)[kAcc], uint32_t stash, int ct) {
-  // A thread's accumulators as kAcc / 4 float4, each a 4 KB row of the whole CTA's: a warp
-  // stores and loads 512 contiguous bytes at a time.
-  const uint32_t mine = stash + static_cast<uint32_t>(ct) * 16;
-  named_barrier_sync(3, 256);  // 0 is __syncthreads, 1 and 2 the warpgroups' staged stores
-#pragma unroll
-  for (int j = 0; j < kAcc / 4; ++j) {
-    st_shared_v4_f32(mine + j * 4096, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
-  }
-  cluster_arrive();
-  cluster_wait();  // every slice is in its CTA's shared memory
-  const uint32_t rank = cluster_ctarank();
-  if (rank == 0) {
-    const uint32_t slices = cluster_nctarank();
-    for (uint32_t r = 1; r < slices; ++r) {
-#pragma unroll
-      for (int j = 0; j < kAcc / 4; ++j) {
-        const float4 v = ld_peer_v4_f32(mine + j * 4096, r);
-        acc[4 * j] += v.x;
-        acc[4 * j + 1] += v.y;
-        acc[4 * j + 2] += v.z;
-        acc[4 * j + 3] += v.w;
-      }
-    }
-  }
-  // The peers' shared memory must outlive rank 0's reads.
-  cluster_arrive();
-  cluster_wait();
-  return rank == 0;
-}
-
 // One round of the staged epilogue of a consumer warpgroup: wait until TMA has read the
 // buffer of the previous round, fill it, make the writes visible to the async proxy, and
 // let one thread hand it to TMA. The global writes then overlap the next tile's main loop;

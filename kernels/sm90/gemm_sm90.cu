@@ -10,7 +10,6 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -68,50 +67,40 @@ namespace {
 // The instances of the plan's tile width and the launch's cluster shape.
 template <int kKind, int kBN>
 cudaError_t launch_cluster(const Problem& pr, const Plan& plan, const Maps& maps, const Launch& l,
-                           bool* in_cluster, cudaStream_t stream) {
+                           cudaStream_t stream) {
   if constexpr (kBN == kBNNarrow) {
-    return sm90::launch_width<kKind, kBN, 1>(pr, plan, maps, l, in_cluster, stream);
+    return sm90::launch_width<kKind, kBN, 1>(pr, plan, maps, l, stream);
   } else {
-    return l.cluster == 2
-               ? sm90::launch_width<kKind, kBN, 2>(pr, plan, maps, l, in_cluster, stream)
-               : sm90::launch_width<kKind, kBN, 1>(pr, plan, maps, l, in_cluster, stream);
+    return l.cluster == 2 ? sm90::launch_width<kKind, kBN, 2>(pr, plan, maps, l, stream)
+                          : sm90::launch_width<kKind, kBN, 1>(pr, plan, maps, l, stream);
   }
 }
 
 // The instances of the plan's kind and tile width (instances_<kind>_<width>[_pair].cu).
 template <int kKind>
 cudaError_t launch_kind(const Problem& pr, const Plan& plan, const Maps& maps, const Launch& l,
-                        bool* in_cluster, cudaStream_t stream) {
+                        cudaStream_t stream) {
   switch (plan.bn) {
     case kBNNarrow:
-      return launch_cluster<kKind, kBNNarrow>(pr, plan, maps, l, in_cluster, stream);
+      return launch_cluster<kKind, kBNNarrow>(pr, plan, maps, l, stream);
     case kBNMedium:
-      return launch_cluster<kKind, kBNMedium>(pr, plan, maps, l, in_cluster, stream);
+      return launch_cluster<kKind, kBNMedium>(pr, plan, maps, l, stream);
     case kBNThreeQuarter:
       if constexpr (kKind == kTF32) {
         return cudaErrorNotSupported;  // 16-bit only (the planner never picks it for tf32)
       } else {
-        return launch_cluster<kKind, kBNThreeQuarter>(pr, plan, maps, l, in_cluster, stream);
+        return launch_cluster<kKind, kBNThreeQuarter>(pr, plan, maps, l, stream);
       }
     default:
-      return launch_cluster<kKind, kBNWide>(pr, plan, maps, l, in_cluster, stream);
+      return launch_cluster<kKind, kBNWide>(pr, plan, maps, l, stream);
   }
-}
-
-// Whether splits may add their slices in a cluster's shared memory: yes unless the
-// environment sets GEMMT_SPLIT_CLUSTER=0 (read at every call, for A/B runs and tests of the
-// reduction pass).
-bool split_cluster_allowed() {
-  const char* v = std::getenv("GEMMT_SPLIT_CLUSTER");
-  return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
 // Launches the product for arguments make_plan accepts. cluster: 0 automatic, 1 single
 // CTAs, 2 B-multicast pairs (granted only when the 128-row tile count is even and there is
 // no split: a pair needs both of its M tiles). store: 0 automatic, 1 direct register-to-
 // global stores, 2 TMA stores (granted only when C rows are 16-byte aligned). sp.splits > 1
-// needs `partial` (partial_bytes) and adds the reduction pass, unless the slices add up in a
-// cluster (launch.cuh: split_fits_cluster).
+// needs `partial` (partial_bytes) and adds the reduction pass.
 cudaError_t run_planned(const Problem& pr, cudaStream_t stream, detail::Sm90Cluster cluster,
                         detail::Sm90Store store, const SplitPlan& sp, float* partial) {
   const GemmArgs& args = pr.args;
@@ -128,9 +117,7 @@ cudaError_t run_planned(const Problem& pr, cudaStream_t stream, detail::Sm90Clus
     return cudaErrorNotSupported;
   }
   MapShape c_shape;
-  // A split added up in a cluster stores C as an unsplit product does.
-  const bool maybe_in_cluster = split && split_cluster_allowed();
-  const bool c_tma_ok = (!split || maybe_in_cluster) && store != detail::Sm90Store::kDirect &&
+  const bool c_tma_ok = !split && store != detail::Sm90Store::kDirect &&
                         staged_store_possible(pr) && c_tma_shape(pr, &c_shape) &&
                         encode_map(&maps.c, args.c, c_shape, plan.kind);
   // The kernel applies an epilogue only on the staged path (a split's reduction applies it).
@@ -144,22 +131,20 @@ cudaError_t run_planned(const Problem& pr, cudaStream_t stream, detail::Sm90Clus
   l.tma_store = c_tma_ok;
   l.split = sp;
   l.partial = split || sp.stream_k ? partial : nullptr;
-  l.split_in_cluster = maybe_in_cluster && (args.epilogue.empty() || c_tma_ok);
-  bool in_cluster = false;
   cudaError_t launched;
   switch (plan.kind) {
     case kBF16:
-      launched = launch_kind<kBF16>(pr, plan, maps, l, &in_cluster, stream);
+      launched = launch_kind<kBF16>(pr, plan, maps, l, stream);
       break;
     case kF16:
-      launched = launch_kind<kF16>(pr, plan, maps, l, &in_cluster, stream);
+      launched = launch_kind<kF16>(pr, plan, maps, l, stream);
       break;
     default:
-      launched = launch_kind<kTF32>(pr, plan, maps, l, &in_cluster, stream);
+      launched = launch_kind<kTF32>(pr, plan, maps, l, stream);
       break;
   }
   GEMMT_RETURN_IF_ERROR(launched);
-  if (!split || in_cluster) return cudaSuccess;
+  if (!split) return cudaSuccess;
   // The slices are in C's orientation; the reduction writes C as the caller described it.
   GemmArgs out = args;
   if (pr.c_trans) std::swap(out.m, out.n);

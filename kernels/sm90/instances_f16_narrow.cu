@@ -7,7 +7,7 @@ namespace sm90 {
 
 template cudaError_t launch_width<kF16, kBNNarrow, 1>(const Problem& pr, const Plan& plan,
                                                       const Maps& maps, const Launch& l,
-                                                      bool* split_in_cluster, cudaStream_t stream);
+                                                      cudaStream_t stream);
 
 }  // namespace sm90
 }  // namespace gemmt

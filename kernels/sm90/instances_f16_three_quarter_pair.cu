@@ -7,7 +7,6 @@ namespace sm90 {
 
 template cudaError_t launch_width<kF16, kBNThreeQuarter, 2>(const Problem& pr, const Plan& plan,
                                                             const Maps& maps, const Launch& l,
-                                                            bool* split_in_cluster,
                                                             cudaStream_t stream);
 
 }  // namespace sm90

@@ -114,8 +114,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kMnBox = mn_box_bytes<kKind>();
   // tf32 with an M-major A: A goes through registers (the only transposable tf32 operand).
   constexpr bool kARegs = kKind == kTF32 && kAMn;
-  // The medium tile runs ping-pong (whole tiles per consumer warpgroup, config.cuh).
-  constexpr bool kPingPong = ping_pong<kKind, kAMn, kBN>();
+  // The medium tile runs ping-pong (whole tiles per consumer warpgroup, config.cuh), except
+  // with A through registers, whose fragments for both halves would not fit beside the
+  // accumulators.
+  constexpr bool kPingPong = kBN == kBNMedium && !kARegs;
   // Stream-k (scheduler.cuh) runs on the wide tile only.
   constexpr bool kStreamK = kBN == kBNWide;
   // Arrivals that free a stage: the warps of the warpgroup(s) that read it, on every CTA of
@@ -258,11 +260,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     __syncwarp();
-    // The two cluster barriers of split_cluster_reduce (epilogue.cuh), which count every thread.
-    if (p.splits > 1 && p.partial == nullptr) {
-      cluster_sync();
-      cluster_sync();
-    }
   } else {
     setmaxnreg_inc<232>();
     const int cw = wg - 1;  // cooperative: which 64-row half of each tile this warpgroup owns
@@ -286,7 +283,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // 64 rows of C from one block of accumulators: a split-k slice's partial, the staged
     // (TMA) store or the register-to-global one.
     auto store_rows = [&](const float (&a)[Cfg::kAcc], const Unit& w, int row0, int n0) {
-      if (p.splits > 1 && p.partial != nullptr) {
+      if (p.splits > 1) {
         store_partial_block(p, a, w.split, row0, n0, warp_in_wg, lane);
       } else if (Cfg::kStagedStore && p.tma_store) {
         if constexpr (Cfg::kStagedStore) {
@@ -433,11 +430,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             for_each_giver(p, w, cluster_id, num_clusters,
                            [&](int q) { sk_take(p, acc, sk_slot<kCluster>(q, rank), cw_t); });
           }
-          // A split over the cluster: rank 0 stores the tile once the slices are added.
-          const bool stores =
-              !(p.splits > 1 && p.partial == nullptr) ||
-              split_cluster_reduce(acc, smem_a, static_cast<int>(threadIdx.x) - 128);
-          if (stores) store_rows(acc, w, origin.x + cw_t * 64, origin.y);
+          store_rows(acc, w, origin.x + cw_t * 64, origin.y);
         }
         fence_accumulators(acc);
         GEMMT_TRACE(i, 4);

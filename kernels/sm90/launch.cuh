@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <type_traits>
 
 #include "gemmt/cuda_check.h"
 #include "gemmt/launch.cuh"
@@ -26,27 +25,24 @@ using sm90::Plan;
 using sm90::Problem;
 using sm90::SplitPlan;
 
-// How many clusters of `size` CTAs (2 to kMaxClusterSize) of this kernel fit on the device at
-// once; the answer depends only on the device and the size (every instantiation has the same
-// block size and one CTA per SM).
-constexpr int kMaxClusterSize = 8;  // the portable limit
-
+// How many 2-CTA clusters of this kernel fit on the device at once; the answer depends only
+// on the device (every instantiation has the same block size and one CTA per SM).
 template <typename Kernel>
-int resident_clusters(Kernel kernel, int sm_count, int size) {
-  static std::atomic<int> cache[kMaxClusterSize + 1][kMaxCachedDevices] = {};
+int max_pair_clusters(Kernel kernel, int sm_count) {
+  static std::atomic<int> cache[kMaxCachedDevices] = {};
   int clusters = 0;
-  const cudaError_t err = cached_per_device(cache[size], &clusters, [&](int, int* count) {
+  const cudaError_t err = cached_per_device(cache, &clusters, [&](int, int* count) {
     cudaLaunchAttribute attr[2];
-    const int grid = size * std::max(1, sm_count / size);
-    cudaLaunchConfig_t cfg = cluster_launch_config(
-        dim3(grid), dim3(kThreads), TileCfg<kBNWide>::kSmemBytes, nullptr, size, attr);
+    cudaLaunchConfig_t cfg =
+        cluster_launch_config(dim3(2 * (sm_count / 2 > 0 ? sm_count / 2 : 1)), dim3(kThreads),
+                              TileCfg<kBNWide>::kSmemBytes, nullptr, 2, attr);
     const cudaError_t e = cudaOccupancyMaxActiveClusters(count, kernel, &cfg);
     if (e != cudaSuccess) return e;
     return *count < 1 ? cudaErrorInvalidConfiguration : cudaSuccess;
   });
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    return sm_count / size;  // not cached: a later call may get a real answer
+    return sm_count / 2;  // not cached: a later call may get a real answer
   }
   return clusters;
 }
@@ -95,52 +91,18 @@ cudaError_t plan_stream_k(Params& p, bool stream_k, bool tail, int& clusters, cu
   return cudaMemsetAsync(flags, 0, static_cast<size_t>(slots) * 2 * sizeof(int), stream);
 }
 
-// Whether a split's slices can meet in a cluster's shared memory (Params: split over a
-// cluster): single CTAs whose warpgroups share every tile (not ping-pong), at most
-// kMaxClusterSize slices, one CTA a unit with every cluster resident at once, and a ring that
-// holds a CTA's accumulators.
-template <int kKind, bool kAMn, int kCluster, int kBN, typename Kernel>
-bool split_fits_cluster(Kernel kernel, const Params& p, int sm_count) {
-  static_assert(kThreads - 128 == 256, "two consumer warpgroups of 128 threads");
-  static_assert(256 * TileCfg<kBN>::kAcc * 4 <= TileCfg<kBN>::kStages * TileCfg<kBN>::kStageBytes,
-                "the ring holds the consumers' accumulators");
-  if (kCluster != 1 || ping_pong<kKind, kAMn, kBN>()) return false;
-  if (p.splits < 2 || p.splits > kMaxClusterSize || p.partial == nullptr) return false;
-  const int64_t units = static_cast<int64_t>(p.tiles_m) * p.tiles_n * p.splits;
-  return units <= sm_count &&
-         units <= static_cast<int64_t>(resident_clusters(kernel, sm_count, p.splits)) * p.splits;
-}
-
-// Launches one instance. cluster_ok: a split may add its slices in a cluster (the caller then
-// skips the reduction pass when *in_cluster comes back true).
 template <int kKind, bool kAMn, bool kBMn, int kCluster, int kBN>
-cudaError_t launch(const Maps& maps, Params p, int sm_count, SkSpread sk, bool cluster_ok,
-                   bool* in_cluster, cudaStream_t stream) {
+cudaError_t launch(const Maps& maps, Params p, int sm_count, SkSpread sk, cudaStream_t stream) {
   constexpr auto kernel = sm90_gemm_kernel<kKind, kAMn, kBMn, kCluster, kBN>;
   constexpr int kSmemBytes = TileCfg<kBN>::kSmemBytes;
   GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(kSmemBytes));
-  *in_cluster = cluster_ok && split_fits_cluster<kKind, kAMn, kCluster, kBN>(kernel, p, sm_count);
-  if (*in_cluster) {
-    // One CTA a unit; blocks t * splits .. t * splits + splits - 1 (tile t's slices in
-    // scheduler.cuh's unit order) form one cluster, rank r slice r.
-    const int units = p.tiles_m * p.tiles_n * p.splits;
-    p.partial = nullptr;
-    p.sk_dp_units = units;
-    p.sk_kb_total = 0;
-    cudaLaunchAttribute attr[2];
-    cudaLaunchConfig_t cfg = cluster_launch_config(
-        dim3(static_cast<unsigned>(units)), dim3(kThreads), kSmemBytes, stream, p.splits, attr);
-    add_programmatic_launch<kernel>(cfg, attr);
-    GEMMT_RETURN_IF_ERROR(cudaLaunchKernelEx(&cfg, kernel, maps.a, maps.b, maps.c, p));
-    GEMMT_RETURN_LAUNCH_ERROR();
-  }
   int max_clusters = sm_count;
-  if constexpr (kCluster > 1) max_clusters = resident_clusters(kernel, sm_count, kCluster);
+  if constexpr (kCluster > 1) max_clusters = max_pair_clusters(kernel, sm_count);
   // The stream-k workspace holds one slot per SM, two at least (sm90::sk_slots).
   max_clusters = std::max(1, std::min(max_clusters, sm_count / kCluster));
   const int total_units = p.tiles_m * p.tiles_n * p.splits;
   // A stream-k tile's last piece waits for the others, which needs every CTA resident at
-  // once: the grid never exceeds what fits (resident_clusters, or one CTA per SM). Stream-k
+  // once: the grid never exceeds what fits (max_pair_clusters, or one CTA per SM). Stream-k
   // runs on the wide tile only.
   const bool stream_k = kBN == kBNWide && sk != SkSpread::kOff;
   int clusters = max_clusters;
@@ -163,19 +125,18 @@ cudaError_t launch(const Maps& maps, Params p, int sm_count, SkSpread sk, bool c
 
 template <int kKind, int kCluster, int kBN>
 cudaError_t launch_layout(const Plan& plan, const Maps& maps, const Params& p, int sm_count,
-                          SkSpread skc, bool cluster_ok, bool* in_cluster, cudaStream_t stream) {
-  auto go = [&](auto a_mn, auto b_mn) {
-    return launch<kKind, decltype(a_mn)::value, decltype(b_mn)::value, kCluster, kBN>(
-        maps, p, sm_count, skc, cluster_ok, in_cluster, stream);
-  };
-  using Yes = std::true_type;
-  using No = std::false_type;
+                          SkSpread skc, cudaStream_t stream) {
   if constexpr (kKind == kTF32) {
     if (plan.b_mn) return cudaErrorNotSupported;
-    return plan.a_mn ? go(Yes{}, No{}) : go(No{}, No{});
+    return plan.a_mn ? launch<kKind, true, false, kCluster, kBN>(maps, p, sm_count, skc, stream)
+                     : launch<kKind, false, false, kCluster, kBN>(maps, p, sm_count, skc, stream);
   } else {
-    if (plan.a_mn) return plan.b_mn ? go(Yes{}, Yes{}) : go(Yes{}, No{});
-    return plan.b_mn ? go(No{}, Yes{}) : go(No{}, No{});
+    if (plan.a_mn) {
+      return plan.b_mn ? launch<kKind, true, true, kCluster, kBN>(maps, p, sm_count, skc, stream)
+                       : launch<kKind, true, false, kCluster, kBN>(maps, p, sm_count, skc, stream);
+    }
+    return plan.b_mn ? launch<kKind, false, true, kCluster, kBN>(maps, p, sm_count, skc, stream)
+                     : launch<kKind, false, false, kCluster, kBN>(maps, p, sm_count, skc, stream);
   }
 }
 
@@ -230,16 +191,14 @@ namespace sm90 {
 // parallel build compiles them side by side.
 template <int kKind, int kBN, int kCluster>
 cudaError_t launch_width(const Problem& pr, const Plan& plan, const Maps& maps, const Launch& l,
-                         bool* split_in_cluster, cudaStream_t stream) {
+                         cudaStream_t stream) {
   static_assert(kCluster == 1 || (kCluster == 2 && kBN != kBNNarrow),
                 "the narrow tile runs in single CTAs only");
-  *split_in_cluster = false;
   if (l.cluster != kCluster) return cudaErrorInvalidConfiguration;
   SkSpread skc = SkSpread::kOff;
   const Params p = params_of<kKind>(pr, plan, l, &skc);
   const int sm_count = pr.args.sm_count > 0 ? pr.args.sm_count : 1;
-  return launch_layout<kKind, kCluster, kBN>(plan, maps, p, sm_count, skc, l.split_in_cluster,
-                                             split_in_cluster, stream);
+  return launch_layout<kKind, kCluster, kBN>(plan, maps, p, sm_count, skc, stream);
 }
 
 }  // namespace sm90

@@ -1,6 +1,5 @@
 // The Hopper GEMM's launchers, one translation unit per operand kind and tile width
-// (instances_<kind>_<width>[_pair].cu), called by gemm_sm90.cu with a plan of
-// kernels/plan/sm90_plan.h.
+// (instances_<kind>_<width>[_pair].cu), called by gemm_sm90.cu with a plan of kernels/plan/sm90_plan.h.
 #pragma once
 
 #include <cuda.h>
@@ -22,9 +21,6 @@ struct Launch {
   bool tma_store = false;  // C goes out through shared memory and TMA
   SplitPlan split;         // k-slices; more than one needs `partial`
   float* partial = nullptr;
-  // The slices may add up in a cluster's shared memory instead of `partial` and a reduction
-  // pass (launch.cuh: split_fits_cluster decides); C is then stored as an unsplit tile's.
-  bool split_in_cluster = false;
 };
 
 // The instances of one operand kind (TcKind), tile width (kBNWide ... kBNNarrow) and cluster
@@ -33,10 +29,9 @@ struct Launch {
 // instances_<kind>_<width>_pair.cu for pairs (no pairs for the narrow tile; the 128x192 width
 // for 16-bit kinds only). The pairs are a translation unit of their own because each of the
 // two halves was the longest step of the build.
-// *split_in_cluster: whether a split added its slices in a cluster (no reduction pass left).
 template <int kKind, int kBN, int kCluster>
 cudaError_t launch_width(const Problem& pr, const Plan& plan, const Maps& maps, const Launch& l,
-                         bool* split_in_cluster, cudaStream_t stream);
+                         cudaStream_t stream);
 
 }  // namespace sm90
 }  // namespace gemmt
