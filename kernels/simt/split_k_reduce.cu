@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "gemmt/cuda_check.h"
+#include "gemmt/launch.cuh"
 #include "simt/common.cuh"
 #include "simt/launchers.h"
 
@@ -28,6 +29,8 @@ __global__ void __launch_bounds__(256)
     reduce_slices_kernel(const float* __restrict__ ws, int splits, int64_t rows, int64_t cols,
                          typename Elem<T>::raw* out, int64_t ld, int64_t cs, float alpha,
                          float beta, const EpilogueView<T> epi) {
+  grid_dependency_wait();  // launched programmatically: reduce_slices_typed
+  allow_dependent_launch();
   const int64_t col = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
   if (col >= cols) return;
   const int64_t slice = rows * cols;
@@ -56,6 +59,8 @@ constexpr int kReduceUnroll = 16;
 template <class T>
 __global__ void __launch_bounds__(kReduceThreads)
     reduce_slice_quads_kernel(const float* __restrict__ ws, int splits, const OutView<T> o) {
+  grid_dependency_wait();  // launched programmatically: reduce_slices_typed
+  allow_dependent_launch();
   const int64_t slice = o.m * o.n;
   const int64_t quads = slice / 4;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kReduceThreads + threadIdx.x; i < quads;
@@ -107,21 +112,27 @@ __global__ void __launch_bounds__(256)
 // C = alpha * (sum of `splits` float32 slices [splits][m][n]) + beta * C. The quad kernel
 // needs 16-byte aligned slices: the workspaces planned here are, a caller's buffer passed to
 // gemm_reduce_k_slices may not be.
+// Both are programmatic launches (gemmt/launch.cuh): behind a split GEMM that lets its
+// dependents launch early (the Hopper kernel does), their blocks are placed on the SMs the
+// GEMM leaves free and wait there for its end, instead of being launched after it; and the
+// kernel after them may place its blocks while they run.
 template <class T>
 cudaError_t reduce_slices_typed(const GemmArgs& a, const float* slices, int splits,
                                 cudaStream_t stream) {
   if (a.n % 4 == 0 && is_aligned(slices, 16)) {
     const int64_t blocks = std::min<int64_t>(ceil_div(a.m * a.n / 4, kReduceThreads), 16384);
-    reduce_slice_quads_kernel<T><<<static_cast<unsigned>(blocks), kReduceThreads, 0, stream>>>(
-        slices, splits, make_out<T>(a));
+    GEMMT_RETURN_IF_ERROR(launch_programmatic<reduce_slice_quads_kernel<T>>(
+        dim3(static_cast<unsigned>(blocks)), dim3(kReduceThreads), 0, stream, slices, splits,
+        make_out<T>(a)));
     GEMMT_RETURN_LAUNCH_ERROR();
   }
   const int64_t gx = ceil_div(a.n, 256);
   if (gx > kMaxGridX) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(std::min<int64_t>(a.m, 65535)));
-  reduce_slices_kernel<T>
-      <<<grid, 256, 0, stream>>>(slices, splits, a.m, a.n, static_cast<typename Elem<T>::raw*>(a.c),
-                                 a.ldc, 1, a.alpha, a.beta, make_epilogue_view<T>(a.epilogue));
+  GEMMT_RETURN_IF_ERROR(launch_programmatic<reduce_slices_kernel<T>>(
+      grid, dim3(256), 0, stream, slices, splits, a.m, a.n,
+      static_cast<typename Elem<T>::raw*>(a.c), a.ldc, int64_t{1}, a.alpha, a.beta,
+      make_epilogue_view<T>(a.epilogue)));
   GEMMT_RETURN_LAUNCH_ERROR();
 }
 
@@ -155,9 +166,9 @@ cudaError_t reduce_vector_slices(ScalarType t, const float* ws, int splits, int6
   if (gx > kMaxGridX) return cudaErrorInvalidValue;
   return with_simt_type(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    reduce_slices_kernel<T><<<static_cast<unsigned>(gx), 256, 0, stream>>>(
-        ws, splits, 1, cols, static_cast<typename Elem<T>::raw*>(out), 0, cs, alpha, beta,
-        EpilogueView<T>{});
+    GEMMT_RETURN_IF_ERROR(launch_programmatic<reduce_slices_kernel<T>>(
+        dim3(static_cast<unsigned>(gx)), dim3(256), 0, stream, ws, splits, int64_t{1}, cols,
+        static_cast<typename Elem<T>::raw*>(out), int64_t{0}, cs, alpha, beta, EpilogueView<T>{}));
     GEMMT_RETURN_LAUNCH_ERROR();
   });
 }
