@@ -470,6 +470,28 @@ def test_cuda_float64(variant: str, layout: str) -> None:
 
 
 @pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA or torch.cuda.get_device_capability()[0] < 8,
+                    reason="FP64 tensor cores")
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt", "mn", "oo", "pp", "ss"])
+def test_cuda_float64_dmma_ctas_agree(layout: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The dmma kernel's two CTA shapes (128 x 128, one an SM; 128 x 64, two an SM) add every
+    # output's k-steps in the same order: the same bits, each within float64 rounding.
+    for m, n, k in FP64_SHAPES:
+        a = fp64_operand((m, k), layout[0])
+        b = fp64_operand((k, n), layout[1])
+        c0 = torch.randn(m, n, dtype=torch.float64, device="cuda")
+        expected = cpu_reference64(c0, a, b, 0.5, -1.5)
+        outs = {}
+        for tile in ("128", "64"):
+            monkeypatch.setenv("GEMMT_FP64_TILE", tile)
+            c = c0.clone()
+            gemmt.gemm(c, a, b, 0.5, -1.5, variant="dmma")
+            assert rel_err(c, expected) <= 1e-12, (tile, m, n, k, layout)
+            outs[tile] = c
+        assert torch.equal(outs["128"], outs["64"]), (m, n, k, layout)
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("variant", fp64_variants())
 def test_cuda_float64_output_layouts_and_edges(variant: str) -> None:
     a = torch.randn(70, 45, dtype=torch.float64, device="cuda")

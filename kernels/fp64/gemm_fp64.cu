@@ -44,6 +44,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "common/cp_async.cuh"
@@ -59,17 +61,25 @@ namespace gemmt {
 namespace {
 
 constexpr int kElt = 8;
-constexpr int kBM = 128;
-constexpr int kBN = 128;
-constexpr int kBK = 16;  // doubles of K per stage: 128-byte tile rows
+constexpr int kBM = 128;  // the CTA tile along the MMA's A role (or along M, simt form)
+constexpr int kBK = 16;   // doubles of K per stage: 128-byte tile rows
 constexpr int kStages = 3;
-constexpr int kThreads = 256;
-constexpr int kTileBytes = 128 * kBK * kElt;  // 16 KB: 128 (M or N) x 16 (K) doubles
-constexpr int kStageBytes = 2 * kTileBytes;
-constexpr int kSmemBytes = kStages * kStageBytes;
-// Rows of 128x128 tiles visited together, so that concurrently running CTAs share panels of
-// A and B in L2.
+// Rows of tiles visited together, so that concurrently running CTAs share panels of A and B
+// in L2.
 constexpr int kGroupM = 8;
+
+// The CTA of tile extent kTB along the MMA's B role (128, or 64: cuBLAS DGEMM's shape, two
+// CTAs an SM that do not wait on each other's barriers): 2 x kTB / 32 warps of 64 x 32.
+template <int kTB>
+struct Cta {
+  static constexpr int kThreads = 2 * kTB;
+  static constexpr int kWarpsB = kTB / 32;
+  static constexpr int kABytes = kBM * kBK * kElt;  // 16 KB
+  static constexpr int kBBytes = kTB * kBK * kElt;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes;
+  static constexpr int kPerSm = kTB == 64 ? 2 : 1;
+};
 
 // The per-thread constants of the unchecked copy path of one operand tile (see Tile).
 // How an operand's tiles are filled: 16-byte cp.async (unit stride, 16-byte aligned rows),
@@ -97,18 +107,18 @@ struct Params {
   EpilogueParams epi;
 };
 
-// A tile's geometry: K-major (kMn false) is 128 rows (M or N) of 16 doubles, MN-major is 16
-// rows (K) of 128 doubles. The CTA copies it in kPasses passes of kRowsPerPass rows.
-// kPlainK: a K-major tile read by 8-byte fragment loads at the MMA's own k order (see
-// compute_stage_dmma).
-template <bool kMn, bool kPlainK = false>
+// A tile's geometry: K-major (kMn false) is kExtent rows (M or N) of 16 doubles, MN-major is
+// 16 rows (K) of kExtent doubles. The CTA's kThr threads copy it in kPasses passes of
+// kRowsPerPass rows. kPlainK: a K-major tile read by 8-byte fragment loads at the MMA's own k
+// order (see compute_stage_dmma).
+template <bool kMn, bool kPlainK = false, int kExtent = 128, int kThr = 256>
 struct Tile {
-  static constexpr int kRows = kMn ? kBK : 128;
-  static constexpr int kRowBytes = kMn ? 128 * kElt : kBK * kElt;
+  static constexpr int kRows = kMn ? kBK : kExtent;
+  static constexpr int kRowBytes = kMn ? kExtent * kElt : kBK * kElt;
   static constexpr int kChunksPerRow = kRowBytes / 16;
-  static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
+  static constexpr int kRowsPerPass = kThr / kChunksPerRow;
   static constexpr int kPasses = kRows / kRowsPerPass;
-  static_assert(kRows % kRowsPerPass == 0, "tile must split evenly over the CTA");
+  static_assert(kPasses * kRowsPerPass == kRows, "tile must split evenly over the CTA");
 
   // Byte offset of 16-byte chunk `chunk` of row `row`. The 16-byte fragment loads of a
   // quarter warp read rows g and g + 1 (g even) of a K-major tile at chunks t (t < 4):
@@ -260,12 +270,14 @@ __device__ __forceinline__ void ld_shared_v2_f64(uint32_t addr, double& x, doubl
   asm volatile("ld.shared.v2.f64 {%0, %1}, [%2];\n" : "=d"(x), "=d"(y) : "r"(addr));
 }
 
-// Elements (x, p) and (x, p + 1) of a tile, p even: one 16-byte load in a K-major tile.
-template <bool kMn>
+// Elements (x, p) and (x, p + 1) of a tile kExtent wide, p even: one 16-byte load in a K-major
+// tile.
+template <bool kMn, int kExtent = 128>
 __device__ __forceinline__ void load_k_pair(uint32_t tile, int x, int p, double& v0, double& v1) {
   if constexpr (kMn) {
-    v0 = ld_shared_f64(tile + Tile<true>::offset(x, p));
-    v1 = ld_shared_f64(tile + Tile<true>::offset(x, p + 1));
+    using T = Tile<true, false, kExtent>;
+    v0 = ld_shared_f64(tile + T::offset(x, p));
+    v1 = ld_shared_f64(tile + T::offset(x, p + 1));
   } else {
     ld_shared_v2_f64(tile + Tile<false>::offset(x, p), v0, v1);
   }
@@ -356,8 +368,8 @@ __device__ __forceinline__ void compute_stage_dmma_plain_k(uint32_t sA, uint32_t
 }
 
 // One stage of the dmma form: kBK / 8 steps of k8 for the warp's 4 x 4 blocks. sA and sB
-// are the tiles in the MMA's A and B roles.
-template <bool kAMn, bool kBMn>
+// are the tiles in the MMA's A and B roles, 128 and kTB wide.
+template <bool kAMn, bool kBMn, int kTB>
 __device__ __forceinline__ void compute_stage_dmma(uint32_t sA, uint32_t sB, double (&acc)[4][4][4],
                                                    int warp_m, int warp_n, int lane) {
   if constexpr (!kAMn && !kBMn) {
@@ -374,7 +386,7 @@ __device__ __forceinline__ void compute_stage_dmma(uint32_t sA, uint32_t sB, dou
     double bf[4][2];
 #pragma unroll
     for (int nj = 0; nj < 4; ++nj) {
-      load_k_pair<kBMn>(sB, warp_n * 32 + nj * 8 + g, p0 + 2 * t, bf[nj][0], bf[nj][1]);
+      load_k_pair<kBMn, kTB>(sB, warp_n * 32 + nj * 8 + g, p0 + 2 * t, bf[nj][0], bf[nj][1]);
     }
 #pragma unroll
     for (int mi = 0; mi < 4; ++mi) {
@@ -426,21 +438,26 @@ __device__ __forceinline__ void store_pair(const Params& p, int64_t row, int64_t
 }
 
 // kAMn / kBMn: the layouts of the tiles in the MMA's A and B roles (for the simt form, of A
-// and B). kSwap: those roles hold B and A, and the accumulators are tiles of C^T.
-template <bool kTensorCores, bool kAMn, bool kBMn, bool kSwap>
-__global__ void __launch_bounds__(kThreads, 1) fp64_gemm_kernel(const Params p) {
+// and B). kSwap: those roles hold B and A, and the accumulators are tiles of C^T. kTB: the
+// CTA tile along the B role (Cta; the simt form: 128).
+template <bool kTensorCores, bool kAMn, bool kBMn, bool kSwap, int kTB>
+__global__ void __launch_bounds__(Cta<kTB>::kThreads, Cta<kTB>::kPerSm)
+    fp64_gemm_kernel(const Params p) {
   static_assert(!kSwap || (kTensorCores && kAMn), "the transposed form needs an MN-major A role");
+  static_assert(kTensorCores || kTB == 128, "the simt form's thread grid covers 128 x 128");
+  using C = Cta<kTB>;
   constexpr bool kPlainK = kTensorCores && !kAMn && !kBMn;  // compute_stage_dmma_plain_k
-  using TA = Tile<kAMn, kPlainK>;
-  using TB = Tile<kBMn, kPlainK>;
+  using TA = Tile<kAMn, kPlainK, kBM, C::kThreads>;
+  using TB = Tile<kBMn, kPlainK, kTB, C::kThreads>;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t smem_base = smem_addr(smem);
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
-  const int warp_m = warp >> 2;  // 0..1, along the MMA's A role
-  const int warp_n = warp & 3;   // 0..3, along its B role
+  static_assert((C::kWarpsB & (C::kWarpsB - 1)) == 0, "a power of two of warps along B");
+  const int warp_m = warp >> (C::kWarpsB == 4 ? 2 : 1);  // 0..1, along the MMA's A role
+  const int warp_n = warp & (C::kWarpsB - 1);            // along its B role
 
   // The CTA walks the output tiles blockIdx.x, blockIdx.x + gridDim.x, ... (one tile each when
   // the grid covers them all). Before a tile's epilogue, which works from registers and global
@@ -451,7 +468,7 @@ __global__ void __launch_bounds__(kThreads, 1) fp64_gemm_kernel(const Params p) 
   const int64_t a_extent = kSwap ? p.n : p.m;
   const int64_t b_extent = kSwap ? p.m : p.n;
 
-  // The per-tile copy state: origins along the MMA's A and B roles (kBM == kBN), how many
+  // The per-tile copy state: origins along the MMA's A and B roles, how many
   // k-tiles skip the bounds arithmetic (all whole ones when the CTA tile is in range and both
   // operands stream by cp.async), and each thread's first source chunk.
   struct TileState {
@@ -460,30 +477,29 @@ __global__ void __launch_bounds__(kThreads, 1) fp64_gemm_kernel(const Params p) 
     const uint8_t* src_b;
   };
   auto start_tile = [&](int64_t t) {
-    const tc::TileIndex tile =
-        tc::grouped_tile(static_cast<int>(t), p.tiles_m, p.tiles_n, kGroupM);
-    const int64_t m0 = static_cast<int64_t>(tile.m) * kBM;
-    const int64_t n0 = static_cast<int64_t>(tile.n) * kBN;
+    const tc::TileIndex tile = tc::grouped_tile(static_cast<int>(t), p.tiles_m, p.tiles_n, kGroupM);
+    // C's tile is kBM x kTB, or kTB x kBM when the roles hold B and A.
+    const int64_t m0 = static_cast<int64_t>(tile.m) * (kSwap ? kTB : kBM);
+    const int64_t n0 = static_cast<int64_t>(tile.n) * (kSwap ? kBM : kTB);
     TileState s;
     s.a0 = kSwap ? n0 : m0;
     s.b0 = kSwap ? m0 : n0;
     const bool interior = p.copy_a != kCopyElements && p.copy_b != kCopyElements &&
-                          s.a0 + kBM <= a_extent && s.b0 + kBN <= b_extent;
+                          s.a0 + kBM <= a_extent && s.b0 + kTB <= b_extent;
     s.full_ktiles = interior ? p.k / kBK : 0;
     s.src_a = TA::first_source(p.mma_a, s.a0, p.copy_a, tid);
     s.src_b = TB::first_source(p.mma_b, s.b0, p.copy_b, tid);
     return s;
   };
   auto load = [&](const TileState& s, int slot, int64_t kt) {
-    const uint32_t stage = smem_base + static_cast<uint32_t>(slot) * kStageBytes;
+    const uint32_t stage = smem_base + static_cast<uint32_t>(slot) * C::kStageBytes;
     if (kt < s.full_ktiles) {
       TA::load_fast(stage, s.src_a + kt * p.steps_a.kt_step, p.steps_a, p.copy_a, tid);
-      TB::load_fast(stage + kTileBytes, s.src_b + kt * p.steps_b.kt_step, p.steps_b, p.copy_b,
-                    tid);
+      TB::load_fast(stage + C::kABytes, s.src_b + kt * p.steps_b.kt_step, p.steps_b, p.copy_b, tid);
     } else {
       const int64_t k0 = kt * kBK;
       TA::load_checked(stage, p.mma_a, p.copy_a, kAMn ? k0 : s.a0, kAMn ? s.a0 : k0, tid);
-      TB::load_checked(stage + kTileBytes, p.mma_b, p.copy_b, kBMn ? k0 : s.b0, kBMn ? s.b0 : k0,
+      TB::load_checked(stage + C::kABytes, p.mma_b, p.copy_b, kBMn ? k0 : s.b0, kBMn ? s.b0 : k0,
                        tid);
     }
   };
@@ -520,11 +536,11 @@ __global__ void __launch_bounds__(kThreads, 1) fp64_gemm_kernel(const Params p) 
       __syncthreads();
       if (kt + kStages - 1 < ktiles) load(cur, next_slot, kt + kStages - 1);
       cp_async_commit();
-      const uint32_t stage = smem_base + static_cast<uint32_t>(slot) * kStageBytes;
+      const uint32_t stage = smem_base + static_cast<uint32_t>(slot) * C::kStageBytes;
       if constexpr (kTensorCores) {
-        compute_stage_dmma<kAMn, kBMn>(stage, stage + kTileBytes, acc, warp_m, warp_n, lane);
+        compute_stage_dmma<kAMn, kBMn, kTB>(stage, stage + C::kABytes, acc, warp_m, warp_n, lane);
       } else {
-        compute_stage_simt<kAMn, kBMn>(stage, stage + kTileBytes, acc, tid);
+        compute_stage_simt<kAMn, kBMn>(stage, stage + C::kABytes, acc, tid);
       }
       slot = slot == kStages - 1 ? 0 : slot + 1;
       next_slot = next_slot == kStages - 1 ? 0 : next_slot + 1;
@@ -585,21 +601,25 @@ __global__ void __launch_bounds__(kThreads, 1) fp64_gemm_kernel(const Params p) 
 
 // ---- Host side ---------------------------------------------------------------------
 
-template <bool kTensorCores, bool kAMn, bool kBMn, bool kSwap>
+template <bool kTensorCores, bool kAMn, bool kBMn, bool kSwap, int kTB>
 cudaError_t launch(Params p, cudaStream_t stream) {
-  constexpr auto kernel = fp64_gemm_kernel<kTensorCores, kAMn, kBMn, kSwap>;
-  GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(kSmemBytes));
-  p.steps_a = Tile<kAMn>::steps(p.mma_a.outer_stride);
-  p.steps_b = Tile<kBMn>::steps(p.mma_b.outer_stride);
+  using C = Cta<kTB>;
+  constexpr auto kernel = fp64_gemm_kernel<kTensorCores, kAMn, kBMn, kSwap, kTB>;
+  GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(C::kSmemBytes));
+  p.steps_a = Tile<kAMn, false, kBM, C::kThreads>::steps(p.mma_a.outer_stride);
+  p.steps_b = Tile<kBMn, false, kTB, C::kThreads>::steps(p.mma_b.outer_stride);
+  // C's tiles: kBM x kTB, or kTB x kBM when the roles hold B and A.
+  p.tiles_m = static_cast<int>((p.m + (kSwap ? kTB : kBM) - 1) / (kSwap ? kTB : kBM));
+  p.tiles_n = static_cast<int>((p.n + (kSwap ? kBM : kTB) - 1) / (kSwap ? kBM : kTB));
   const int64_t tiles = static_cast<int64_t>(p.tiles_m) * p.tiles_n;
   int64_t grid = tiles;
   if (kTensorCores) {
-    // One CTA per SM (the kernel's shared memory and registers allow no more).
+    // kPerSm CTAs an SM (what the kernel's shared memory and registers allow), walking tiles.
     int sms = 0;
     GEMMT_RETURN_IF_ERROR(current_device_sm_count(&sms));
-    if (sms > 0 && sms < grid) grid = sms;
+    if (sms > 0 && static_cast<int64_t>(sms) * C::kPerSm < grid) grid = sms * C::kPerSm;
   }
-  kernel<<<static_cast<unsigned>(grid), kThreads, kSmemBytes, stream>>>(p);
+  kernel<<<static_cast<unsigned>(grid), C::kThreads, C::kSmemBytes, stream>>>(p);
   GEMMT_RETURN_LAUNCH_ERROR();
 }
 
@@ -612,19 +632,31 @@ int copy_mode(const tc::Operand& op) {
   return unit && aligned ? kCopy8 : kCopyElements;
 }
 
+// The dmma form's CTA along the B role: 128 unless GEMMT_FP64_TILE=64 (read at every call).
+bool narrow_cta() {
+  const char* v = std::getenv("GEMMT_FP64_TILE");
+  return v != nullptr && std::strcmp(v, "64") == 0;
+}
+
+template <bool kAMn, bool kBMn, bool kSwap>
+cudaError_t launch_dmma(Params& p, cudaStream_t stream) {
+  return narrow_cta() ? launch<true, kAMn, kBMn, kSwap, 64>(p, stream)
+                      : launch<true, kAMn, kBMn, kSwap, 128>(p, stream);
+}
+
 // p.mma_a and p.mma_b hold A and B on entry.
 cudaError_t launch_layout(bool tensor_cores, Params& p, bool a_mn, bool b_mn, cudaStream_t stream) {
   if (!tensor_cores) {
     if (a_mn) {
-      return b_mn ? launch<false, true, true, false>(p, stream)
-                  : launch<false, true, false, false>(p, stream);
+      return b_mn ? launch<false, true, true, false, 128>(p, stream)
+                  : launch<false, true, false, false, 128>(p, stream);
     }
-    return b_mn ? launch<false, false, true, false>(p, stream)
-                : launch<false, false, false, false>(p, stream);
+    return b_mn ? launch<false, false, true, false, 128>(p, stream)
+                : launch<false, false, false, false, 128>(p, stream);
   }
   if (a_mn) {
-    return b_mn ? launch<true, true, true, false>(p, stream)
-                : launch<true, true, false, false>(p, stream);
+    return b_mn ? launch_dmma<true, true, false>(p, stream)
+                : launch_dmma<true, false, false>(p, stream);
   }
   if (b_mn) {
     // A K-major and B MN-major: B takes the MMA's A role (see the file comment).
@@ -634,9 +666,9 @@ cudaError_t launch_layout(bool tensor_cores, Params& p, bool a_mn, bool b_mn, cu
     const int copy = p.copy_a;
     p.copy_a = p.copy_b;
     p.copy_b = copy;
-    return launch<true, true, false, true>(p, stream);
+    return launch_dmma<true, false, true>(p, stream);
   }
-  return launch<true, false, false, false>(p, stream);
+  return launch_dmma<false, false, false>(p, stream);
 }
 
 }  // namespace
@@ -647,8 +679,9 @@ bool gemm_fp64_simt_supports(const GemmArgs& args) {
   // With k == 0, A and B are empty tensors, whose data pointers may be null: C = beta * C.
   if (args.c == nullptr || (args.k > 0 && (args.a == nullptr || args.b == nullptr))) return false;
   if (args.ldc < args.n && args.m > 1) return false;
-  const int64_t tiles_m = (args.m + kBM - 1) / kBM;
-  const int64_t tiles_n = (args.n + kBN - 1) / kBN;
+  // The tile counts of the smaller (64-wide) CTA bound both.
+  const int64_t tiles_m = (args.m + 63) / 64;
+  const int64_t tiles_n = (args.n + 63) / 64;
   // The raster works in 32-bit tile indices, grouped along either direction.
   return tiles_m * tiles_n <= INT32_MAX - kGroupM * (tiles_m > tiles_n ? tiles_m : tiles_n);
 }
@@ -679,8 +712,6 @@ cudaError_t gemm_fp64_run(const GemmArgs& args, bool tensor_cores, cudaStream_t 
       (reinterpret_cast<uintptr_t>(args.c) % (2 * kElt)) == 0 && (args.ldc % 2 == 0 || args.m == 1);
   p.copy_a = copy_mode(p.mma_a);
   p.copy_b = copy_mode(p.mma_b);
-  p.tiles_m = static_cast<int>((args.m + kBM - 1) / kBM);
-  p.tiles_n = static_cast<int>((args.n + kBN - 1) / kBN);
   return launch_layout(tensor_cores, p, a_mn, b_mn, stream);
 }
 
