@@ -6,7 +6,8 @@
 //     tensor cores (and as a second, independent float64 path that tests compare against).
 //
 // One CTA of 8 warps computes a 128x128 tile of C; in the dmma form each warp owns 64x32 of it
-// (4 x 4 m16n8 blocks: 64 double accumulators a thread). Operand tiles are 16 doubles (128
+// (4 x 4 m16n8 blocks: 64 double accumulators a thread), and the dmma form also has a CTA of 4
+// such warps over 128 x 64, two an SM (Cta, launch_dmma). Operand tiles are 16 doubles (128
 // bytes) deep along K and flow through a 3-stage cp.async ring of 96 KB: a stage holds 2 k8
 // steps, about 1800 cycles of DMMA work on an H100 SM, so two stages in flight cover DRAM
 // latency; 96 KB also fits the 99 KB of sm_86/sm_89.
@@ -39,8 +40,8 @@
 // tiles, which read 128 bytes of each of 128 rows, have the L2 fetch 256-byte blocks, so
 // that every other k-tile of those rows is already in L2.
 //
-// The dmma form launches at most one CTA per SM, each walking output tiles; a CTA issues the
-// first k-tiles of its next tile before the epilogue of the current one.
+// The dmma form launches at most one CTA per SM (two of the 128 x 64 ones), each walking output
+// tiles; a CTA issues the first k-tiles of its next tile before the epilogue of the current one.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -69,7 +70,8 @@ constexpr int kStages = 3;
 constexpr int kGroupM = 8;
 
 // The CTA of tile extent kTB along the MMA's B role (128, or 64: cuBLAS DGEMM's shape, two
-// CTAs an SM that do not wait on each other's barriers): 2 x kTB / 32 warps of 64 x 32.
+// CTAs an SM that do not wait on each other's barriers; launch_dmma picks): 2 x kTB / 32 warps
+// of 64 x 32.
 template <int kTB>
 struct Cta {
   static constexpr int kThreads = 2 * kTB;
@@ -632,16 +634,31 @@ int copy_mode(const tc::Operand& op) {
   return unit && aligned ? kCopy8 : kCopyElements;
 }
 
-// The dmma form's CTA along the B role: 128 unless GEMMT_FP64_TILE=64 (read at every call).
-bool narrow_cta() {
+// The dmma form's CTA along the B role. Two 128 x 64 CTAs an SM, which do not wait on each
+// other's barriers, against one 128 x 128 (H200, same process, 4096^3: 0.78 / 0.79 / 0.77 of
+// cuBLAS against 0.74 for the layouts without the swap, 1000^3 0.52 against 0.43; with the
+// swap, where the 128-wide tile reads fewer bytes a flop, 128 x 128 kept up to 11% ahead once
+// its tiles fill the SMs: 2048^3 0.84 against 0.75). GEMMT_FP64_TILE=64 or 128 (read at every
+// call) forces one.
+template <bool kSwap>
+bool narrow_cta(const Params& p) {
   const char* v = std::getenv("GEMMT_FP64_TILE");
-  return v != nullptr && std::strcmp(v, "64") == 0;
+  if (v != nullptr && std::strcmp(v, "64") == 0) return true;
+  if (v != nullptr && std::strcmp(v, "128") == 0) return false;
+  if (!kSwap) return true;
+  int sms = 0;
+  if (current_device_sm_count(&sms) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  const int64_t tiles = ((p.m + kBM - 1) / kBM) * ((p.n + kBM - 1) / kBM);
+  return tiles < sms;
 }
 
 template <bool kAMn, bool kBMn, bool kSwap>
 cudaError_t launch_dmma(Params& p, cudaStream_t stream) {
-  return narrow_cta() ? launch<true, kAMn, kBMn, kSwap, 64>(p, stream)
-                      : launch<true, kAMn, kBMn, kSwap, 128>(p, stream);
+  return narrow_cta<kSwap>(p) ? launch<true, kAMn, kBMn, kSwap, 64>(p, stream)
+                              : launch<true, kAMn, kBMn, kSwap, 128>(p, stream);
 }
 
 // p.mma_a and p.mma_b hold A and B on entry.
