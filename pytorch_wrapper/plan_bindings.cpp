@@ -15,6 +15,7 @@
 #include "gemmt/gemm_args.h"
 #include "gemmt/gemm_variant.h"
 #include "plan/decode_plan.h"
+#include "plan/fp64_plan.h"
 #include "plan/grouped_plan.h"
 #include "plan/plan_rules.h"
 #include "plan/simt_plan.h"
@@ -415,6 +416,17 @@ void bind_plans(py::module_& m) {
       "for one product of this shape.",
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("groups"), py::arg("split"),
       py::arg("sm_count"));
+  m.def(
+      "plan_fp64",
+      [](int64_t m, int64_t n, bool swap, int sm_count) {
+        py::dict d;
+        d["cta_width"] = fp64_plan::dmma_cta_width(m, n, swap, sm_count);
+        return d;
+      },
+      "The float64 tensor-core kernel's plan (kernels/plan/fp64_plan.cpp): cta_width, the CTA's "
+      "extent along the MMA's B role (64: two CTAs an SM; 128: one); swap: A K-major and B "
+      "MN-major, which the kernel runs as C^T.",
+      py::arg("m"), py::arg("n"), py::arg("swap"), py::arg("sm_count"));
   m.def("plan_simt", &plan_simt,
         "The SIMT planner's plan for one problem on a device with the given occupancy per tile "
         "shape (blocks_per_sm: {'large': .., 'medium': .., 'small': .., 'fat': .., 'narrow': "

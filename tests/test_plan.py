@@ -1075,3 +1075,19 @@ def test_grouped_plan_tile_bound_covers_every_split() -> None:
     assert plan["max_tiles"] == 8 * 2 * -(-384 // plan["tile_n"])
     # Nothing to write.
     assert lib.plan_grouped(0, 512, 256, 4, 1, 132)["max_tiles"] == 0
+
+
+# ---- The float64 tensor-core kernel's CTA (kernels/plan/fp64_plan.cpp) --------------------------
+def test_fp64_cta_width() -> None:
+    """128 x 64 CTAs (two an SM) for the layouts without the swap at every size, and for the
+    swapped form (row-major A and B) only where its 128 x 128 tiles would not fill the SMs."""
+    plan = _native.load().plan_fp64
+    for m, n in [(1, 1), (1000, 1000), (4096, 4096), (8192, 8192)]:
+        assert plan(m, n, False, 132)["cta_width"] == 64
+    assert plan(4096, 4096, True, 132)["cta_width"] == 128
+    assert plan(1000, 1000, True, 132)["cta_width"] == 64
+    # The boundary: 11 x 12 = 132 tiles fill 132 SMs, 11 x 11 = 121 do not; 108 SMs (an A100)
+    # take the 121.
+    assert plan(11 * 128, 12 * 128 - 1, True, 132)["cta_width"] == 128
+    assert plan(11 * 128, 11 * 128, True, 132)["cta_width"] == 64
+    assert plan(11 * 128, 11 * 128, True, 108)["cta_width"] == 128

@@ -57,6 +57,7 @@
 #include "gemmt/gemm.h"
 #include "gemmt/launch.cuh"
 #include "gemmt/numeric.cuh"
+#include "plan/fp64_plan.h"
 
 namespace gemmt {
 namespace {
@@ -634,25 +635,19 @@ int copy_mode(const tc::Operand& op) {
   return unit && aligned ? kCopy8 : kCopyElements;
 }
 
-// The dmma form's CTA along the B role. Two 128 x 64 CTAs an SM, which do not wait on each
-// other's barriers, against one 128 x 128 (H200, same process, 4096^3: 0.78 / 0.79 / 0.77 of
-// cuBLAS against 0.74 for the layouts without the swap, 1000^3 0.52 against 0.43; with the
-// swap, where the 128-wide tile reads fewer bytes a flop, 128 x 128 kept up to 11% ahead once
-// its tiles fill the SMs: 2048^3 0.84 against 0.75). GEMMT_FP64_TILE=64 or 128 (read at every
-// call) forces one.
+// The dmma form's CTA along the B role (kernels/plan/fp64_plan.h); GEMMT_FP64_TILE=64 or 128
+// (read at every call) forces one.
 template <bool kSwap>
 bool narrow_cta(const Params& p) {
   const char* v = std::getenv("GEMMT_FP64_TILE");
   if (v != nullptr && std::strcmp(v, "64") == 0) return true;
   if (v != nullptr && std::strcmp(v, "128") == 0) return false;
-  if (!kSwap) return true;
   int sms = 0;
   if (current_device_sm_count(&sms) != cudaSuccess) {
     (void)cudaGetLastError();
-    return false;
+    sms = 1;
   }
-  const int64_t tiles = ((p.m + kBM - 1) / kBM) * ((p.n + kBM - 1) / kBM);
-  return tiles < sms;
+  return fp64_plan::dmma_cta_width(p.m, p.n, kSwap, sms) == 64;
 }
 
 template <bool kAMn, bool kBMn, bool kSwap>
