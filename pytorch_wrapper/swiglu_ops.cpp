@@ -1,8 +1,9 @@
 // swiglu(gate, up) = silu(gate) * up and its backward: argument checks, CPU kernels, CUDA
 // launches. float32, float16 and bfloat16 (float64 too on CPU, for gradcheck); any shape,
 // gate and up of one shape. Arithmetic in the dtype's op-math type, rounded once. The CPU
-// kernels chain ATen's vectorised ops (on float chunks for float16 and bfloat16); the
-// plain loops stay as the *_cpu_reference functions.
+// kernels chain ATen's vectorised ops (on float chunks for float16 and bfloat16; bfloat16's
+// backward: its exponential on float chunks, the rest in one pass, below); the plain loops stay
+// as the *_cpu_reference functions.
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 
@@ -52,6 +53,48 @@ at::Tensor flat(const at::Tensor& t) {
 void swiglu_chain(const at::Tensor& x, const at::Tensor& u, at::Tensor& out) {
   at::silu_out(out, x);
   out.mul_(u);
+}
+
+// The bfloat16 backward on CPU takes sigmoid (the exponential) from ATen's vectorised float
+// kernel, on a float copy of a chunk of the gate, and does the rest in one pass over the chunk
+// that reads the 16-bit inputs and writes both 16-bit gradients: the chain of ATen ops (float16,
+// and the forward) spends four more passes converting operands and results. Same float
+// arithmetic, one rounding. Measured on a 2-core x86-64 CPU, 2^20 elements: 0.53 ms against the
+// chain's 0.64 (torch's bf16 ops: 0.52); without the AVX2 form of the loop, 0.99. The forward in
+// the same form (silu from ATen, the product in one pass) ran 0.36 ms against the chain's 0.33,
+// and keeps the chain.
+
+// The loops below in an AVX2 form too, picked at load time on CPUs that have it (GCC / Clang
+// function multiversioning on x86-64), besides the baseline the build targets.
+#if defined(__linux__) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define GEMMT_CPU_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define GEMMT_CPU_CLONES
+#endif
+
+// bfloat16 <-> float as bit operations without branches, so that the loops below vectorise in
+// a build without -march flags; round_bf16 rounds to nearest even and keeps a NaN a NaN, as
+// c10::BFloat16's constructor does.
+inline float bf16_value(c10::BFloat16 v) {
+  return c10::bit_cast<float>(static_cast<uint32_t>(v.x) << 16);
+}
+
+inline c10::BFloat16 round_bf16(float f) {
+  const uint32_t u = c10::bit_cast<uint32_t>(f);
+  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  const bool nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
+  return c10::BFloat16(static_cast<uint16_t>(nan ? 0x7FC0u : rounded), c10::BFloat16::from_bits());
+}
+
+// d_gate[i] = round(g u s (1 + x (1 - s))), d_up[i] = round(g x s), with s = sigmoid(x).
+GEMMT_CPU_CLONES void swiglu_backward_round(const c10::BFloat16* g, const float* x, const float* s,
+                                            const c10::BFloat16* u, c10::BFloat16* d_gate,
+                                            c10::BFloat16* d_up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = bf16_value(g[i]), xs = x[i] * s[i];
+    d_gate[i] = round_bf16(gi * bf16_value(u[i]) * (s[i] + xs * (1.f - s[i])));
+    d_up[i] = round_bf16(gi * xs);
+  }
 }
 
 // d_gate = silu'(x) * (g * u) and d_up = g * silu(x), as swiglu_chain.
@@ -122,6 +165,20 @@ std::tuple<at::Tensor, at::Tensor> swiglu_backward_cpu(const at::Tensor& grad,
     return {d_gate, d_up};
   }
   const at::Tensor g = flat(grad), x = flat(gate), u = flat(up);
+  if (gate.scalar_type() == at::kBFloat16) {
+    const c10::BFloat16 *pg = g.const_data_ptr<c10::BFloat16>(),
+                        *pu = u.const_data_ptr<c10::BFloat16>();
+    c10::BFloat16 *pdg = d_gate.mutable_data_ptr<c10::BFloat16>(),
+                  *pdu = d_up.mutable_data_ptr<c10::BFloat16>();
+    float_chunks<2>(x.numel(), [&](int64_t lo, int64_t len, std::array<at::Tensor, 2>& f) {
+      at::Tensor &xf = f[0], &sf = f[1];
+      xf.copy_(x.narrow(0, lo, len));
+      at::sigmoid_out(sf, xf);
+      swiglu_backward_round(pg + lo, xf.const_data_ptr<float>(), sf.const_data_ptr<float>(),
+                            pu + lo, pdg + lo, pdu + lo, len);
+    });
+    return {d_gate, d_up};
+  }
   const at::Tensor dg = d_gate.view({-1}), du = d_up.view({-1});
   float_chunks<4>(x.numel(), [&](int64_t lo, int64_t len, std::array<at::Tensor, 4>& f) {
     at::Tensor &gf = f[0], &xf = f[1], &uf = f[2], &tf = f[3];
