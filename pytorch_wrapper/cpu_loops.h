@@ -88,17 +88,32 @@ void cpu_binary(const char* op, const at::Tensor& a, const at::Tensor& b, const 
 // from chunk to chunk. A CPU kernel that chains several ATen ops for a float16 or bfloat16
 // result runs the chain on float copies of one chunk at a time: the intermediates keep the
 // op-math type (one rounding at the end, as a fused loop) and never leave the cache.
+// The buffers live as long as the thread and serve every call on it. Allocated at every call,
+// 256 KB each (above glibc's default mmap threshold, so possibly mapped and unmapped each
+// time), they ran a bf16 swiglu_backward of 2^20 elements at 1.3 ms throughout in one of ten
+// processes on a 2-core machine, 0.54-0.55 ms in the others; kept per thread, ten of ten ran
+// at 0.54-0.55.
+constexpr int64_t kFloatChunk = 1 << 16;
+constexpr int kMaxFloatChunkBuffers = 4;
+
+inline const at::Tensor& float_chunk_buffer(int i) {
+  thread_local std::array<at::Tensor, kMaxFloatChunkBuffers> buffers;
+  at::Tensor& t = buffers[static_cast<std::size_t>(i)];
+  if (!t.defined()) t = at::empty({kFloatChunk}, at::TensorOptions().dtype(at::kFloat));
+  return t;
+}
+
 template <int buffers, typename Body>
 void float_chunks(int64_t n, Body body) {
-  constexpr int64_t kChunk = 1 << 16;
-  at::parallel_for(0, (n + kChunk - 1) / kChunk, 1, [&](int64_t begin, int64_t end) {
-    const int64_t cap = std::min(kChunk, n - begin * kChunk);
-    std::array<at::Tensor, buffers> scratch, bufs;
-    for (auto& t : scratch) t = at::empty({cap}, at::TensorOptions().dtype(at::kFloat));
+  static_assert(buffers <= kMaxFloatChunkBuffers, "float_chunks holds four buffers a thread");
+  at::parallel_for(0, (n + kFloatChunk - 1) / kFloatChunk, 1, [&](int64_t begin, int64_t end) {
+    std::array<at::Tensor, buffers> bufs;
     for (int64_t c = begin; c < end; ++c) {
-      const int64_t lo = c * kChunk, len = std::min(kChunk, n - lo);
-      for (int i = 0; i < buffers; ++i)
-        bufs[i] = len == cap ? scratch[i] : scratch[i].narrow(0, 0, len);
+      const int64_t lo = c * kFloatChunk, len = std::min(kFloatChunk, n - lo);
+      for (int i = 0; i < buffers; ++i) {
+        const at::Tensor& t = float_chunk_buffer(i);
+        bufs[i] = len == kFloatChunk ? t : t.narrow(0, 0, len);
+      }
       body(lo, len, bufs);
     }
   });
