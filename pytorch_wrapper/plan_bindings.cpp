@@ -418,15 +418,16 @@ void bind_plans(py::module_& m) {
       py::arg("sm_count"));
   m.def(
       "plan_fp64",
-      [](int64_t m, int64_t n, bool swap, int sm_count) {
+      [](int64_t m, int64_t n, bool swap, int sm_count, int narrow_per_sm) {
         py::dict d;
-        d["cta_width"] = fp64_plan::dmma_cta_width(m, n, swap, sm_count);
+        d["cta_width"] = fp64_plan::dmma_cta_width(m, n, swap, sm_count, narrow_per_sm);
         return d;
       },
       "The float64 tensor-core kernel's plan (kernels/plan/fp64_plan.cpp): cta_width, the CTA's "
       "extent along the MMA's B role (64: two CTAs an SM; 128: one); swap: A K-major and B "
-      "MN-major, which the kernel runs as C^T.",
-      py::arg("m"), py::arg("n"), py::arg("swap"), py::arg("sm_count"));
+      "MN-major, which the kernel runs as C^T; narrow_per_sm: 128 x 64 CTAs an SM holds.",
+      py::arg("m"), py::arg("n"), py::arg("swap"), py::arg("sm_count"),
+      py::arg("narrow_per_sm") = 2);
   m.def("plan_simt", &plan_simt,
         "The SIMT planner's plan for one problem on a device with the given occupancy per tile "
         "shape (blocks_per_sm: {'large': .., 'medium': .., 'small': .., 'fat': .., 'narrow': "

@@ -1091,3 +1091,6 @@ def test_fp64_cta_width() -> None:
     assert plan(11 * 128, 12 * 128 - 1, True, 132)["cta_width"] == 128
     assert plan(11 * 128, 11 * 128, True, 132)["cta_width"] == 64
     assert plan(11 * 128, 11 * 128, True, 108)["cta_width"] == 128
+    # Where one SM holds a single 128 x 64 CTA (shared memory short of two), always 128.
+    for swap in (False, True):
+        assert plan(1000, 1000, swap, 132, 1)["cta_width"] == 128

@@ -91,15 +91,16 @@ cudaError_t prefer_max_shared_carveout() {
   });
 }
 
-// Blocks of kKernel (static shared memory only) that one SM holds at once with `threads`
-// threads each, cached per device: a launcher that sizes a persistent grid asks on every
-// launch, and the answer never changes for a device's function object.
+// Blocks of kKernel that one SM holds at once with `threads` threads and `dynamic_smem` bytes
+// of dynamic shared memory each (a kernel above 48 KB must have been granted them first:
+// allow_dynamic_smem), cached per device: a launcher that sizes a persistent grid asks on every
+// launch, and the answer never changes for a device's function object and its one size.
 template <auto kKernel>
-cudaError_t resident_blocks_per_sm(int threads, int* blocks) {
+cudaError_t resident_blocks_per_sm(int threads, int* blocks, std::size_t dynamic_smem = 0) {
   static std::atomic<int> cache[kMaxCachedDevices] = {};
-  return cached_per_device(cache, blocks, [threads](int, int* count) {
+  return cached_per_device(cache, blocks, [threads, dynamic_smem](int, int* count) {
     const cudaError_t err =
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(count, kKernel, threads, 0);
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(count, kKernel, threads, dynamic_smem);
     if (err != cudaSuccess) return err;
     return *count < 1 ? cudaErrorInvalidConfiguration : cudaSuccess;
   });

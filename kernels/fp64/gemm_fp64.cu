@@ -636,24 +636,30 @@ int copy_mode(const tc::Operand& op) {
 }
 
 // The dmma form's CTA along the B role (kernels/plan/fp64_plan.h); GEMMT_FP64_TILE=64 or 128
-// (read at every call) forces one.
-template <bool kSwap>
+// (read at every call) forces one. kNarrow: the 128 x 64 instance, whose residency (two an SM
+// on the H100 / H200, one where shared memory is short) the plan needs.
+template <bool kSwap, auto kNarrow>
 bool narrow_cta(const Params& p) {
   const char* v = std::getenv("GEMMT_FP64_TILE");
   if (v != nullptr && std::strcmp(v, "64") == 0) return true;
   if (v != nullptr && std::strcmp(v, "128") == 0) return false;
-  int sms = 0;
-  if (current_device_sm_count(&sms) != cudaSuccess) {
+  int sms = 0, per_sm = 0;
+  constexpr int kThreads = Cta<64>::kThreads;
+  constexpr int kSmem = Cta<64>::kSmemBytes;
+  if (current_device_sm_count(&sms) != cudaSuccess ||
+      allow_dynamic_smem<kNarrow>(kSmem) != cudaSuccess ||
+      resident_blocks_per_sm<kNarrow>(kThreads, &per_sm, kSmem) != cudaSuccess) {
     (void)cudaGetLastError();
-    sms = 1;
+    return false;  // the 128 x 128 CTA, which every device here runs one an SM
   }
-  return fp64_plan::dmma_cta_width(p.m, p.n, kSwap, sms) == 64;
+  return fp64_plan::dmma_cta_width(p.m, p.n, kSwap, sms, per_sm) == 64;
 }
 
 template <bool kAMn, bool kBMn, bool kSwap>
 cudaError_t launch_dmma(Params& p, cudaStream_t stream) {
-  return narrow_cta<kSwap>(p) ? launch<true, kAMn, kBMn, kSwap, 64>(p, stream)
-                              : launch<true, kAMn, kBMn, kSwap, 128>(p, stream);
+  constexpr auto kNarrow = fp64_gemm_kernel<true, kAMn, kBMn, kSwap, 64>;
+  return narrow_cta<kSwap, kNarrow>(p) ? launch<true, kAMn, kBMn, kSwap, 64>(p, stream)
+                                       : launch<true, kAMn, kBMn, kSwap, 128>(p, stream);
 }
 
 // p.mma_a and p.mma_b hold A and B on entry.

@@ -17,7 +17,10 @@ namespace fp64_plan {
 // 4095 x 4097 x 1000 (tt); with the swap 128 x 128 stayed 1-5% ahead where its tiles fill the
 // SMs (4096^3, 4095 x 4097 x 1000, 6000^3, 8192^3; 2048^3 and 3000 x 5000 x 700 went either
 // way or behind) and fell behind where they do not (1000^3: 0.43-0.47 against 0.52-0.56).
-int dmma_cta_width(int64_t m, int64_t n, bool swap, int sm_count);
+// narrow_per_sm: how many 128 x 64 CTAs one SM of the device holds (2 on the H100 and H200; 1
+// where 228 KB of shared memory is not there, such as the 100 KB of sm_86 / sm_89, where a lone
+// 4-warp CTA would leave half of an SM's warps idle): below 2, 128.
+int dmma_cta_width(int64_t m, int64_t n, bool swap, int sm_count, int narrow_per_sm);
 
 }  // namespace fp64_plan
 }  // namespace gemmt
