@@ -1,9 +1,10 @@
 // swiglu(gate, up) = silu(gate) * up and its backward: argument checks, CPU kernels, CUDA
 // launches. float32, float16 and bfloat16 (float64 too on CPU, for gradcheck); any shape,
-// gate and up of one shape. Arithmetic in the dtype's op-math type, rounded once. The CPU
-// kernels chain ATen's vectorised ops (on float chunks for float16 and bfloat16; bfloat16's
-// backward: its exponential on float chunks, the rest in one pass, below); the plain loops stay
-// as the *_cpu_reference functions.
+// gate and up of one shape. The CUDA kernels compute in float and round once. On CPU the
+// forward is torch's own composition (ATen's silu, then the product, each rounded to the
+// dtype); the backward chains ATen's vectorised ops (on float chunks for float16; bfloat16's:
+// its exponential on float chunks, the rest in one pass, below) and rounds once. The plain
+// loops stay as the *_cpu_reference functions.
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 
@@ -48,8 +49,12 @@ at::Tensor flat(const at::Tensor& t) {
   return t.contiguous().view({-1});
 }
 
-// out = silu(x) * u, each intermediate in x's own type (float32, float64, or float inside
-// float_chunks). out may not alias x or u.
+// out = silu(x) * u, each step rounded to x's type: torch's F.silu(x) * u. For float16 and
+// bfloat16 that is two roundings where the reference loop has one (an ulp apart at most), at
+// torch's speed: rounded once from float chunks (four more passes converting operands and
+// results), the bfloat16 forward ran at 0.74x of torch on a 2-core x86-64 CPU (2^20
+// elements: 0.33 ms against 0.245), and two one-pass forms at 0.36 ms and 0.99 ms
+// (docs/performance.md). out may not alias x or u.
 void swiglu_chain(const at::Tensor& x, const at::Tensor& u, at::Tensor& out) {
   at::silu_out(out, x);
   out.mul_(u);
@@ -60,9 +65,7 @@ void swiglu_chain(const at::Tensor& x, const at::Tensor& u, at::Tensor& out) {
 // that reads the 16-bit inputs and writes both 16-bit gradients: the chain of ATen ops (float16,
 // and the forward) spends four more passes converting operands and results. Same float
 // arithmetic, one rounding. Measured on a 2-core x86-64 CPU, 2^20 elements: 0.53 ms against the
-// chain's 0.64 (torch's bf16 ops: 0.52); without the AVX2 form of the loop, 0.99. The forward in
-// the same form (silu from ATen, the product in one pass) ran 0.36 ms against the chain's 0.33,
-// and keeps the chain.
+// chain's 0.64 (torch's bf16 ops: 0.52); without the AVX2 form of the loop, 0.99.
 
 // The loops below in an AVX2 form too, picked at load time on CPUs that have it (GCC / Clang
 // function multiversioning on x86-64), besides the baseline the build targets.
@@ -117,18 +120,7 @@ at::Tensor swiglu_cpu(const at::Tensor& gate, const at::Tensor& up) {
   at::Tensor out = swiglu_meta(gate, up);
   if (out.numel() == 0) return out;
   at::AutoDispatchBelowADInplaceOrView guard;
-  if (!reduced_float(gate)) {
-    swiglu_chain(gate, up, out);
-    return out;
-  }
-  const at::Tensor x = flat(gate), u = flat(up), o = out.view({-1});
-  float_chunks<2>(x.numel(), [&](int64_t lo, int64_t len, std::array<at::Tensor, 2>& f) {
-    f[0].copy_(x.narrow(0, lo, len));
-    f[1].copy_(u.narrow(0, lo, len));
-    at::silu_(f[0]);
-    f[0].mul_(f[1]);
-    o.narrow(0, lo, len).copy_(f[0]);
-  });
+  swiglu_chain(gate, up, out);
   return out;
 }
 
