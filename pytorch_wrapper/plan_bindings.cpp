@@ -34,16 +34,18 @@ namespace {
 // callers each plan against their own table).
 struct FakeDevice {
   std::array<int, simt::kNumPipeTiles> blocks_per_sm{};
-  int refused_tile = -1;  // this tile's instances report a device error
+  std::array<bool, simt::kNumPipeTiles> absent{};  // not in the table: as if not compiled
+  int refused_tile = -1;                           // this tile's instances report a device error
 };
 thread_local FakeDevice fake_device;
 
 simt::PipeInstance query_fake(ScalarType t, simt::PipeTile tile, simt::LoadMode a, simt::LoadMode b,
                               bool interior, bool stream_k) {
   simt::PipeInstance inst;
-  inst.built = simt::pipe_instance_built(t, tile, a, b, interior, stream_k);
-  if (!inst.built) return inst;
   const int i = static_cast<int>(tile);
+  inst.built =
+      simt::pipe_instance_built(t, tile, a, b, interior, stream_k) && !fake_device.absent[i];
+  if (!inst.built) return inst;
   inst.blocks_per_sm = fake_device.blocks_per_sm[i];
   // cudaErrorInvalidDeviceFunction (98): what a device without the instance's image says.
   if (i == fake_device.refused_tile) inst.error = 98;
@@ -137,8 +139,8 @@ py::dict plan_simt(const std::string& variant, const std::string& dtype, int64_t
     const char* name = simt::pipe_tile_name(static_cast<simt::PipeTile>(i));
     const auto it = blocks_per_sm.find(name);
     if (it == blocks_per_sm.end()) {
-      throw std::invalid_argument(std::string("plan_simt: blocks_per_sm has no entry for tile '") +
-                                  name + "'");
+      dev.absent[i] = true;
+      continue;
     }
     dev.blocks_per_sm[i] = it->second;
     if (refuse == name) dev.refused_tile = i;
@@ -431,8 +433,9 @@ void bind_plans(py::module_& m) {
   m.def("plan_simt", &plan_simt,
         "The SIMT planner's plan for one problem on a device with the given occupancy per tile "
         "shape (blocks_per_sm: {'large': .., 'medium': .., 'small': .., 'fat': .., 'narrow': "
-        "..}); refuse names a tile whose instances the device refuses; device >= 0 uses the "
-        "calling thread's plan cache. Operand addresses are 1 MiB plus offsets (bytes); "
+        "..,  'skinny': ..}; a tile left out is planned as not compiled); refuse names a tile "
+        "whose instances the device refuses; device >= 0 uses the calling thread's plan cache. "
+        "Operand addresses are 1 MiB plus offsets (bytes); "
         "cc_major: the device's compute capability (0: unknown).",
         py::arg("variant"), py::arg("dtype"), py::arg("m"), py::arg("n"), py::arg("k"),
         py::arg("a_strides"), py::arg("b_strides"), py::arg("ldc"), py::arg("offsets"),

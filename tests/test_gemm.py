@@ -332,6 +332,37 @@ def test_cuda_single_token_products(dtype: torch.dtype) -> None:
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
+def test_cuda_float32_few_rows_on_the_32_row_tile(layout: str) -> None:
+    """float32 products of at most 32 rows against a long weight run split-k on the 32 x 256
+    tile (kernels/plan/simt_plan.h: kSkinny), through `auto` and named: against float64,
+    with C poisoned first, with alpha and beta, bit for bit on a repeat, and with n not a
+    multiple of the tile; the kernel that ran is the 32-row one."""
+    # The last three: A or B rows not 16-byte multiples in some layouts (scalar loads, the
+    # 64-row tiles), and a weight of one 256-wide tile (the 64 x 128 tile fills more SMs).
+    for m, n, k, skinny in [(1, 4096, 4096, True), (8, 4096, 4100, True),
+                            (16, 4096, 8192, True), (32, 4096, 4096, True),
+                            (5, 2000, 4100, False), (32, 4097, 4096, False),
+                            (32, 256, 4096, False)]:
+        a = operand((m, k), torch.float32, "cuda", layout[0])
+        b = operand((k, n), torch.float32, "cuda", layout[1])
+        for variant in ("auto", "split_k"):
+            c = torch.full((m, n), float("nan"), device="cuda")
+            gemmt.gemm(c, a, b, variant=variant)
+            assert rel_err(c, a.double() @ b.double()) <= 1e-5, (m, n, k, variant)
+            again = torch.full_like(c, float("nan"))
+            gemmt.gemm(again, a, b, variant=variant)
+            assert torch.equal(c, again), (m, n, k, variant)
+        c = randn(m, n, device="cuda")
+        expected = reference(c, a, b, 0.5, 2.0)
+        gemmt.gemm(c, a, b, 0.5, 2.0, variant="split_k")
+        assert rel_err(c, expected) <= 1e-5, (m, n, k, "alpha beta")
+        if skinny:
+            names = _cuda_kernel_names(lambda: gemmt.gemm(c, a, b, variant="split_k"))
+            assert any("PipeConfig<32, 256" in name for name in names), (m, n, k, names)
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cuda_split_k_deterministic(dtype: torch.dtype) -> None:
     # float32: the SIMT split-k; bfloat16: the tensor-core split-k. Both add their k-slices

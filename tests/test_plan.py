@@ -24,13 +24,13 @@ import plan_sweep  # noqa: E402  (tests/plan_sweep.py: the sweep and the snapsho
 import tune_evidence  # noqa: E402  (tests/tune_evidence.py: the tuner's winners, replayed)
 
 SMS = 132
-OCCUPANCY = {"large": 2, "medium": 3, "small": 4, "fat": 1, "narrow": 3}
+OCCUPANCY = {"large": 2, "medium": 3, "small": 4, "fat": 1, "narrow": 3, "skinny": 3}
 ELEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 SIMT_VARIANTS = ["naive", "smem_tiled", "register_blocked", "warp_tiled", "pipelined", "split_k",
                  "gemv"]
 # Block tile of each tile shape (kPipeShapes).
 TILE_SHAPES = {"large": (128, 128), "medium": (64, 128), "small": (64, 64), "fat": (128, 256),
-               "narrow": (128, 64)}
+               "narrow": (128, 64), "skinny": (32, 256)}
 
 
 def plan(variant: str, dtype: str, m: int, n: int, k: int, *, a_layout: str = "row",
@@ -134,6 +134,26 @@ def test_choices_match_the_measured_fastest_tiles() -> None:
     for size in (2048, 4096, 8192):
         big = plan("pipelined", "float32", size, size, size)
         assert (big["tile"], big["interior"]) == ("fat", True), size
+
+
+def test_few_float32_rows_take_the_32_row_tile() -> None:
+    """A float32 product of at most 32 rows against a long weight is FFMA-bound, and the
+    64-row tiles spend half their FFMAs or more on rows past m: split-k runs it on the
+    32 x 256 tile, whose blocks do the same work as the 64 x 128 tile's with half as many of
+    them. From 33 rows, and for layouts that need scalar loads, the 64-row tiles."""
+    for m in (2, 8, 16, 24, 32):
+        for n, k in ((4096, 4096), (4096, 11008), (2048, 8192)):
+            p = plan("split_k", "float32", m, n, k)
+            assert p["wants_split_k"] and p["tile"] == "skinny" and p["splits"] > 1, (m, n, k)
+            assert p["tiles_m"] == 1 and p["tiles_n"] * 256 >= n
+    for m in (33, 48, 64):
+        assert plan("split_k", "float32", m, 4096, 4096)["tile"] == "medium", m
+    assert plan("split_k", "float32", 32, 4096, 4096, a_layout="strided")["tile"] != "skinny"
+    # Without the tile (a device table that leaves it out), the 64-row tile as before.
+    old = {key: v for key, v in OCCUPANCY.items() if key != "skinny"}
+    assert plan("split_k", "float32", 32, 4096, 4096, occupancy=old)["tile"] == "medium"
+    # 16-bit operands have no such tile.
+    assert plan("split_k", "bfloat16", 32, 4096, 4096)["tile"] != "skinny"
 
 
 def test_a_k_major_float32_weight_is_copied_where_that_costs_less() -> None:

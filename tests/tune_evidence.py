@@ -26,7 +26,7 @@ from gemmt import _native
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 SMS = 132
-OCCUPANCY = {"large": 2, "medium": 3, "small": 4, "fat": 1, "narrow": 3}
+OCCUPANCY = {"large": 2, "medium": 3, "small": 4, "fat": 1, "narrow": 3, "skinny": 3}
 # Devices as the CUDA runtime describes them (gemmt/device_info.h), shared with
 # tests/test_plan.py: the H100 SXM the planners' constants were measured on, and an H200 as it
 # reported itself (torch 2.11, driver 580: 60 MiB of L2, 3201 MHz x 6016 bits, 4.8 TB/s).

@@ -47,6 +47,8 @@ const char* pipe_tile_name(PipeTile t) {
       return "fat";
     case PipeTile::kNarrow:
       return "narrow";
+    case PipeTile::kSkinny:
+      return "skinny";
     default:
       return "unknown";
   }
@@ -125,8 +127,7 @@ double wave_cost(const PipeChoice& e, const PipeInstance& inst, double blocks, d
 // cost; runs start at different k, so when the operands exceed L2 a run that needs more DRAM
 // bandwidth than kStreamKDramBytesPerClk is slowed in proportion.
 void consider_stream_k(const GemmArgs& a, const PipeChoice& e, int64_t tiles, int64_t k_tiles,
-                       double sms, double operand_bytes, bool force, double& cost,
-                       PipePlan& plan) {
+                       double sms, double operand_bytes, bool force, double& cost, PipePlan& plan) {
   if (!e.streamk_inst.built || e.streamk_inst.error != 0) return;
   const int64_t wave = static_cast<int64_t>(sms) * std::max(1, e.streamk_inst.blocks_per_sm);
   const int64_t rem = tiles % wave;
@@ -211,13 +212,12 @@ PipePlan plan_pipelined_uncached(const GemmArgs& a, const PipeOptions& opt,
       PipePlan cand;
       if (splits > 1) {
         const double mn = static_cast<double>(a.m) * static_cast<double>(a.n);
-        cost += (splits * mn * 8.0 + mn * es * 2.0) / (split_bytes_per_clk(a) * sms) +
-                kSplitFixedCost;
+        cost +=
+            (splits * mn * 8.0 + mn * es * 2.0) / (split_bytes_per_clk(a) * sms) + kSplitFixedCost;
       } else if (opt.stream_k != 0 && a.k > 0) {
         const double operand_bytes =
             es * (static_cast<double>(a.m) * a.k + static_cast<double>(a.k) * a.n);
-        consider_stream_k(a, e, tm * tn, k_tiles, sms, operand_bytes, opt.stream_k > 0, cost,
-                          cand);
+        consider_stream_k(a, e, tm * tn, k_tiles, sms, operand_bytes, opt.stream_k > 0, cost, cand);
       }
       if (best.error != kPlanOk || cost < best_cost) {
         best_cost = cost;
@@ -254,8 +254,7 @@ PipePlan plan_pipelined(const GemmArgs& a, const PipeOptions& opt, const PipeCat
              stream_k == o.stream_k && dtype == o.dtype && allow_split == o.allow_split &&
              allow_interior == o.allow_interior && query == o.query &&
              dev.l2_bytes == o.dev.l2_bytes && dev.memory_clock_khz == o.dev.memory_clock_khz &&
-             dev.memory_bus_bits == o.dev.memory_bus_bits &&
-             dev.sm_clock_khz == o.dev.sm_clock_khz;
+             dev.memory_bus_bits == o.dev.memory_bus_bits && dev.sm_clock_khz == o.dev.sm_clock_khz;
     }
   };
   // The last few plans of this thread: per thread, so no lock and no thread ever sees another's

@@ -47,8 +47,8 @@ WarpTiledLoad warp_tiled_load(ScalarType t, const void* base, int64_t c_stride, 
 // ---- Step 5: the pipelined kernel's tile shapes ---------------------------------------------
 // The block tiles the pipelined kernel is compiled for. kLarge, kMedium and kSmall serve every
 // dtype (16-bit inputs usually go to the tensor cores, so their SIMT build keeps only kLarge
-// and kSmall); kFat and kNarrow are float32 only.
-enum class PipeTile : int { kLarge = 0, kMedium, kSmall, kFat, kNarrow, kCount };
+// and kSmall); kFat, kNarrow and kSkinny are float32 only.
+enum class PipeTile : int { kLarge = 0, kMedium, kSmall, kFat, kNarrow, kSkinny, kCount };
 constexpr int kNumPipeTiles = static_cast<int>(PipeTile::kCount);
 
 // One tile shape: block tile bm x bn x bk, warp tile wm x wn, thread tile tm x tn, shared-memory
@@ -69,10 +69,14 @@ struct PipeShape {
 //   Fat   : 128x256, 2x4 warps of 64x64, one 8-warp block per SM; each B panel loaded once
 //           for 256 columns. Its interior instance keeps four stages.
 //   Narrow: 128x64, 4x1 warps of 32x64 (Medium on its side), for n <= 64.
+//   Skinny: 32x256, 1x4 warps of 32x64 (Medium's warps in one row), for m <= 32: the 64-row
+//           tiles of the others spend half their FFMAs or more on rows past m, and these
+//           products (a few rows against a long weight) are FFMA-bound in float32, not
+//           bandwidth-bound: 32 x 4096 x 4096 is 1.1 GFLOP against 64 MB read.
 inline constexpr PipeShape kPipeShapes[kNumPipeTiles] = {
     {128, 128, 16, 64, 64, 16, 8, 3, 2, 0}, {64, 128, 16, 32, 64, 8, 8, 3, 3, 3},
     {64, 64, 16, 32, 32, 8, 4, 3, 4, 0},    {128, 256, 16, 64, 64, 16, 8, 3, 1, 4},
-    {128, 64, 16, 32, 64, 8, 8, 3, 3, 0},
+    {128, 64, 16, 32, 64, 8, 8, 3, 3, 0},   {32, 256, 16, 32, 64, 8, 8, 3, 3, 0},
 };
 
 constexpr const PipeShape& pipe_shape(PipeTile t) {
@@ -96,7 +100,8 @@ LoadMode pipe_load_mode(ScalarType t, const void* base, int64_t c_stride, int64_
 
 // Which instances of the pipelined kernel are compiled. Interior instances (whole tiles,
 // branch-free copies) exist for float32 kMedium and kFat in vector modes; the stream-k form
-// for float32 kMedium and kFat (general and interior) in vector modes.
+// for float32 kMedium and kFat (general and interior) in vector modes; kSkinny in vector
+// modes only (a layout that needs scalar loads takes the 64-row tiles).
 constexpr bool pipe_instance_built(ScalarType t, PipeTile tile, LoadMode a, LoadMode b,
                                    bool interior, bool stream_k) {
   const bool f32 = t == ScalarType::kFloat32;
@@ -106,6 +111,7 @@ constexpr bool pipe_instance_built(ScalarType t, PipeTile tile, LoadMode a, Load
   if (!f32 && !(tile == PipeTile::kLarge || tile == PipeTile::kSmall)) return false;
   if (interior && !(f32 && vector && medium_or_fat)) return false;
   if (stream_k && !(f32 && vector && medium_or_fat)) return false;
+  if (tile == PipeTile::kSkinny && !vector) return false;
   return tile != PipeTile::kCount;
 }
 
@@ -127,12 +133,13 @@ struct PipeCatalog {
 // ---- The cost model's constants (docs/performance.md, "SIMT cost model", has the history) ----
 // Relative FFMA efficiency of each tile shape at full occupancy, fitted to H100 timings of
 // every shape on square, long-k, tall-skinny and non-multiple problems.
-inline constexpr double kPipeEfficiency[kNumPipeTiles] = {1.0, 0.9, 0.6, 1.02, 0.9};
+// Skinny: Medium's warp tile, so Medium's rate (not yet fitted to timings of its own).
+inline constexpr double kPipeEfficiency[kNumPipeTiles] = {1.0, 0.9, 0.6, 1.02, 0.9, 0.9};
 // Interior instances run faster than their general ones (H100 sweep: Medium 5-10%, Fat 2-7%;
 // Fat's kept low enough that the measured-fastest tile is still picked on every square).
-inline constexpr double kPipeInteriorEfficiency[kNumPipeTiles] = {0.0, 0.97, 0.0, 1.05, 0.0};
+inline constexpr double kPipeInteriorEfficiency[kNumPipeTiles] = {0.0, 0.97, 0.0, 1.05, 0.0, 0.0};
 // FFMA rate of one 4-warp block alone on an SM, relative to full occupancy (H100, 1024^3).
-inline constexpr double kPipeLoneBlockRate[kNumPipeTiles] = {0.5, 0.67, 0.5, 0.5, 0.67};
+inline constexpr double kPipeLoneBlockRate[kNumPipeTiles] = {0.5, 0.67, 0.5, 0.5, 0.67, 0.67};
 // A split-k slice keeps at least this many k-tiles so its pipeline reaches steady state.
 constexpr int64_t kMinKTilesPerSplit = 16;
 constexpr int kMaxSplits = 64;

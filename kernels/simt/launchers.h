@@ -41,6 +41,7 @@ PipeKernel pipe_kernel_f32_medium(LoadMode a, LoadMode b, bool stream_k);
 PipeKernel pipe_kernel_f32_medium_interior(LoadMode a, LoadMode b, bool stream_k);
 PipeKernel pipe_kernel_f32_small(LoadMode a, LoadMode b, bool stream_k);
 PipeKernel pipe_kernel_f32_narrow(LoadMode a, LoadMode b, bool stream_k);
+PipeKernel pipe_kernel_f32_skinny(LoadMode a, LoadMode b, bool stream_k);
 PipeKernel pipe_kernel_f16_small(LoadMode a, LoadMode b);
 PipeKernel pipe_kernel_bf16_small(LoadMode a, LoadMode b);
 // The heaviest sets (float32 Large and Fat, Fat's interior form, 16-bit Large) are split

@@ -77,6 +77,8 @@ PipeKernel pipe_kernel(ScalarType t, PipeTile tile, LoadMode a, LoadMode b, bool
                       : by_a_mode<ScalarType::kFloat32, PipeTile::kFat, false>(a, b, stream_k);
     case PipeTile::kNarrow:
       return pipe_kernel_f32_narrow(a, b, stream_k);
+    case PipeTile::kSkinny:
+      return pipe_kernel_f32_skinny(a, b, stream_k);
     default:
       return PipeKernel{};
   }

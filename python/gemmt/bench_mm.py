@@ -35,6 +35,10 @@ POINTS = [
     ("fp16 6000^3, A transposed", torch.float16, 6000, 6000, 6000, True, False),
     ("fp32 3000x5000x700", torch.float32, 3000, 5000, 700, False, False),
     ("fp32 32x4096x4096", torch.float32, 32, 4096, 4096, False, False),
+    # the class of the last: float32 with few rows against a long weight
+    ("fp32 8x4096x4096", torch.float32, 8, 4096, 4096, False, False),
+    ("fp32 16x4096x11008", torch.float32, 16, 4096, 11008, False, False),
+    ("fp32 32x11008x4096", torch.float32, 32, 11008, 4096, False, False),
     ("tf32 2048x8192x1024", torch.float32, 2048, 8192, 1024, False, True),
     ("bf16 4096^3", torch.bfloat16, 4096, 4096, 4096, False, False),
 ]
