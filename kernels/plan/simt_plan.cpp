@@ -574,18 +574,42 @@ SimtFamilyPlan plan_k_major_b(const GemmArgs& a, KMajorB how, const PipeCatalog&
   return fp;
 }
 
-bool simt_split_k_class(const GemmArgs& args) {
-  const int64_t tiles = ceil_div(args.m, 128) * ceil_div(args.n, 128);
+namespace {
+
+// At most half as many t_m x t_n tiles as SMs, and k >= 4096.
+bool few_tiles_long_k(const GemmArgs& args, int64_t t_m, int64_t t_n) {
+  const int64_t tiles = ceil_div(args.m, t_m) * ceil_div(args.n, t_n);
   return tiles * 2 <= args.sm_count && args.k >= 4096;
 }
 
+// float32 of at most 32 rows, which the 32 x 256 tile runs without rows to spare.
+bool few_float32_rows(const GemmArgs& args) {
+  return args.dtype == ScalarType::kFloat32 && args.m <= pipe_shape(PipeTile::kSkinny).bm;
+}
+
+}  // namespace
+
+bool simt_split_k_class(const GemmArgs& args) {
+  // float32 of at most 32 rows counts the 32-row tile's 32 x 256 tiles: it runs them
+  // FFMA-bound, and unsplit, a weight of 11008 or 14336 columns left 43-56 of them to the
+  // pipelined kernel's 64 x 128 tiles with a stream-k wave at 0.3-0.65 of cuBLAS (H200).
+  if (few_float32_rows(args)) {
+    const PipeShape& skinny = pipe_shape(PipeTile::kSkinny);
+    return few_tiles_long_k(args, skinny.bm, skinny.bn);
+  }
+  return few_tiles_long_k(args, 128, 128);
+}
+
 bool simt_wants_split_k(const GemmArgs& args, const PipeCatalog& cat) {
-  // Split-k pays when the output has too few 128x128 tiles to occupy every SM while k is
-  // long enough that each slice still streams a deep panel; elsewhere the pipelined kernel
-  // (with stream-k for its last wave) is faster (H100: 1024^3 fp32, docs/performance.md).
+  // Split-k pays when the output has too few tiles to occupy every SM while k is long enough
+  // that each slice still streams a deep panel; elsewhere the pipelined kernel (with stream-k
+  // for its last wave) is faster (H100: 1024^3 fp32, docs/performance.md). The 32 x 256
+  // tiles' count holds where the split runs on that tile; a split on another (the layout
+  // needs scalar loads, or the device has no such tile) keeps the 128 x 128 count.
   if (!simt_split_k_class(args)) return false;
   const SimtFamilyPlan fp = plan_simt(args, GemmVariant::kSplitK, cat);
-  return fp.error == kPlanOk && fp.pipe.splits > 1;
+  if (fp.error != kPlanOk || fp.pipe.splits <= 1) return false;
+  return fp.pipe.choice.tile == PipeTile::kSkinny || few_tiles_long_k(args, 128, 128);
 }
 
 }  // namespace simt

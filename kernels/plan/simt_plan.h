@@ -340,7 +340,8 @@ SimtFamilyPlan plan_k_major_b(const GemmArgs& args, KMajorB how, const PipeCatal
 // faster than the pipelined kernel with a stream-k last wave), and the planner, allowed to
 // split, gives more than one slice. gemm_pick runs kSplitK exactly when this says so.
 bool simt_wants_split_k(const GemmArgs& args, const PipeCatalog& cat);
-// The shape half of that policy: at most half as many 128x128 tiles as SMs, k >= 4096.
+// The shape half of that policy: at most half as many 128x128 tiles as SMs (32x256 tiles
+// for float32 of at most 32 rows), k >= 4096.
 bool simt_split_k_class(const GemmArgs& args);
 
 }  // namespace simt
