@@ -338,10 +338,12 @@ def test_cuda_float32_few_rows_on_the_32_row_tile(layout: str) -> None:
     tile (kernels/plan/simt_plan.h: kSkinny), through `auto` and named: against float64,
     with C poisoned first, with alpha and beta, bit for bit on a repeat, and with n not a
     multiple of the tile; the kernel that ran is the 32-row one."""
-    # The last three: A or B rows not 16-byte multiples in some layouts (scalar loads, the
-    # 64-row tiles), and a weight of one 256-wide tile (the 64 x 128 tile fills more SMs).
+    # 8 x 28672 x 4096: unsplit under `auto`, W read in place when K-major. The last three: A
+    # or B rows not 16-byte multiples in some layouts (scalar loads, the 64-row tiles), and a
+    # weight of one 256-wide tile (the 64 x 128 tile fills more SMs).
     for m, n, k, skinny in [(1, 4096, 4096, True), (8, 4096, 4100, True),
                             (16, 4096, 8192, True), (32, 4096, 4096, True),
+                            (8, 28672, 4096, True),
                             (5, 2000, 4100, False), (32, 4097, 4096, False),
                             (32, 256, 4096, False)]:
         a = operand((m, k), torch.float32, "cuda", layout[0])

@@ -186,7 +186,7 @@ def test_x_at_w_t_in_float32_copies_the_smaller_operand() -> None:
     written column-major), so that the operand copied for the kernel is x (m x k), not W
     (n x k); where x is M-major already, nothing is copied at all."""
     for m, n, k in ((512, 11008, 4096), (2048, 11008, 4096), (2048, 4096, 11008),
-                    (2048, 128256, 4096), (16, 4096, 4096), (64, 1000, 520),
+                    (2048, 128256, 4096), (64, 1000, 520),
                     (200, 1030, 333), (384, 3000, 777)):  # the last three: test_gemm.py
         p = plan("pipelined", "float32", m, n, k, b_layout="col")
         assert p["swapped"] and p["staged_b"], (m, n, k)
@@ -194,6 +194,17 @@ def test_x_at_w_t_in_float32_copies_the_smaller_operand() -> None:
         pitch = (m + 3) // 4 * 4
         assert p["workspace_bytes"] >= k * pitch * 4
         assert p["tiles_m"] * p["block_m"] >= n and p["tiles_n"] * p["block_n"] >= m
+    # At most 32 rows: as they lie, W read in place, nothing copied (on the 32-row tile where
+    # its 32 x 256 tiles fill the SMs; 16 x 4096 x 4096 goes to split-k on it under `auto`);
+    # on a device without that tile, transposed and x copied as above.
+    without = {key: v for key, v in OCCUPANCY.items() if key != "skinny"}
+    for m, n, k in ((16, 4096, 4096), (4, 28672, 4096), (32, 128256, 4096)):
+        p = plan("pipelined", "float32", m, n, k, b_layout="col")
+        assert not p["swapped"] and not p["staged_b"], (m, n, k)
+        assert p["tile"] == ("medium" if n == 4096 else "skinny"), (m, n, k)
+        assert (p["a_mode"], p["b_mode"]) == ("vec_k", "vec_k")
+        q = plan("pipelined", "float32", m, n, k, b_layout="col", occupancy=without)
+        assert q["swapped"] and q["staged_b"], (m, n, k)
     # An M-major x: both operands are read as they lie once transposed.
     q = plan("pipelined", "float32", 2048, 11008, 4096, a_layout="col", b_layout="col")
     assert q["swapped"] and not q["staged_b"] and (q["a_mode"], q["b_mode"]) == ("vec_k", "vec_c")

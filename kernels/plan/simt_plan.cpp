@@ -71,6 +71,11 @@ LoadMode pipe_load_mode(ScalarType t, const void* base, int64_t c_stride, int64_
 
 namespace {
 
+// float32 of at most 32 rows, which the 32 x 256 tile runs without rows to spare.
+bool few_float32_rows(const GemmArgs& args) {
+  return args.dtype == ScalarType::kFloat32 && args.m <= pipe_shape(PipeTile::kSkinny).bm;
+}
+
 LoadMode a_mode_of(const GemmArgs& a) {
   return pipe_load_mode(a.dtype, a.a, a.a_stride_m, a.a_stride_k, a.m, a.k);
 }
@@ -354,6 +359,19 @@ bool swaps_operands(const GemmArgs& a) {
   return am == kVecK && a.m < a.n && stages_b(transposed_problem(a));
 }
 
+// A few float32 rows run on the 32-row tile as they lie, reading the K-major B in place,
+// where the device has that tile for their layout: swapped, they were the n' <= 32 columns of
+// 64-wide tiles, which ran 1.5-1.6x slower (H200, 4-32 rows against 28672 x 4096 and
+// 128256 x 4096 weights).
+namespace {
+bool few_rows_in_place(const GemmArgs& a, const PipeCatalog& cat) {
+  if (!few_float32_rows(a)) return false;
+  const PipeInstance inst =
+      cat.query(a.dtype, PipeTile::kSkinny, a_mode_of(a), b_mode_of(a), false, false);
+  return inst.built && inst.error == 0;
+}
+}  // namespace
+
 void plan_pipelined_staged(const GemmArgs& a, bool allow_split, bool staged, const PipeCatalog& cat,
                            SimtFamilyPlan& fp) {
   PipeOptions opt;
@@ -533,7 +551,7 @@ SimtFamilyPlan plan_simt(const GemmArgs& a, GemmVariant v, const PipeCatalog& ca
     case GemmVariant::kPipelined:
     case GemmVariant::kSplitK: {
       if (a.k == 0) break;
-      if (v == GemmVariant::kPipelined && swaps_operands(a)) {
+      if (v == GemmVariant::kPipelined && swaps_operands(a) && !few_rows_in_place(a, cat)) {
         const GemmArgs t = transposed_problem(a);
         fp.swapped = true;
         plan_pipelined_staged(t, false, stages_b(t), cat, fp);
@@ -580,11 +598,6 @@ namespace {
 bool few_tiles_long_k(const GemmArgs& args, int64_t t_m, int64_t t_n) {
   const int64_t tiles = ceil_div(args.m, t_m) * ceil_div(args.n, t_n);
   return tiles * 2 <= args.sm_count && args.k >= 4096;
-}
-
-// float32 of at most 32 rows, which the 32 x 256 tile runs without rows to spare.
-bool few_float32_rows(const GemmArgs& args) {
-  return args.dtype == ScalarType::kFloat32 && args.m <= pipe_shape(PipeTile::kSkinny).bm;
 }
 
 }  // namespace
