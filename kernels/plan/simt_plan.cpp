@@ -603,13 +603,12 @@ bool few_tiles_long_k(const GemmArgs& args, int64_t t_m, int64_t t_n) {
 }  // namespace
 
 bool simt_split_k_class(const GemmArgs& args) {
-  // float32 of at most 32 rows counts the 32-row tile's 32 x 256 tiles: it runs them
-  // FFMA-bound, and unsplit, a weight of 11008 or 14336 columns left 43-56 of them to the
-  // pipelined kernel's 64 x 128 tiles with a stream-k wave at 0.3-0.65 of cuBLAS (H200).
-  if (few_float32_rows(args)) {
-    const PipeShape& skinny = pipe_shape(PipeTile::kSkinny);
-    return few_tiles_long_k(args, skinny.bm, skinny.bn);
-  }
+  // float32 of at most 32 rows: any k >= 4096, the split planner's cost model deciding. The
+  // 32-row tile runs them FFMA-bound: unsplit, a weight of 11008 or 14336 columns left 43-56
+  // of its tiles to the pipelined kernel's 64 x 128 tiles with a stream-k wave (0.3-0.65 of
+  // cuBLAS, H200), and 112-501 of them (28672-128256 columns) ran one block an SM, whole k
+  // each (0.52-0.96 at 2-16 rows).
+  if (few_float32_rows(args)) return args.k >= 4096;
   return few_tiles_long_k(args, 128, 128);
 }
 
