@@ -156,6 +156,20 @@ def test_few_float32_rows_take_the_32_row_tile() -> None:
     assert plan("split_k", "bfloat16", 32, 4096, 4096)["tile"] != "skinny"
 
 
+def test_gemv_takes_two_to_four_float32_rows_against_a_k_major_weight() -> None:
+    """x @ W.T in float32 with 2-4 rows: the row-dot gemv reads each row of W once for all of
+    them (its split workspace holds a slice set per row of x); not with 5 rows, an N-major B
+    (the column sweep has one vector), or 16-bit operands (the tensor-core kernels)."""
+    for m in (2, 3, 4):
+        p = plan("gemv", "float32", m, 4096, 4096, b_layout="col")
+        assert p["supported"] and not p["colsweep"] and p["rows_per_block"] > 0, m
+        q = plan("gemv", "float32", m, 256, 65536, b_layout="col")
+        assert q["splits"] > 1 and q["workspace_bytes"] == q["splits"] * m * 256 * 4, (m, q)
+    assert not plan("gemv", "float32", 5, 4096, 4096, b_layout="col")["supported"]
+    assert not plan("gemv", "float32", 3, 4096, 4096, b_layout="row")["supported"]
+    assert not plan("gemv", "bfloat16", 3, 4096, 4096, b_layout="col")["supported"]
+
+
 def test_a_k_major_float32_weight_is_copied_where_that_costs_less() -> None:
     """A K-major float32 B whose product is not run transposed (here: m >= n) is copied
     N-major before the product where the copy (about 8% of the product at m = 1024, falling as

@@ -419,9 +419,25 @@ int64_t gemv_prefetch_blocks(const GemvPlan& g, int64_t elem_bytes, const GemmAr
   return std::min(kGemvPrefetchLeadPerSm, fit) * sms;
 }
 
+bool gemv_takes_few_rows(const GemmArgs& a) {
+  return a.dtype == ScalarType::kFloat32 && !a.allow_tf32 && a.m > 1 && a.m <= kGemvMaxVecs &&
+         a.n > 1 && (a.b_stride_k == 1 || a.k == 1);
+}
+
 GemvPlan plan_gemv(const GemmArgs& a, int warps_per_row) {
   GemvPlan g;
-  if (a.n == 1) {
+  if (a.m > 1 && a.n > 1) {  // gemv_takes_few_rows: the rows of A against B^T's rows
+    g.mat = a.b;
+    g.s_r = a.b_stride_n;
+    g.s_p = a.b_stride_k;
+    g.vec = a.a;
+    g.s_v = a.a_stride_k;
+    g.rows = a.n;
+    g.s_out = 1;
+    g.vecs = static_cast<int>(a.m);
+    g.s_vv = a.a_stride_m;
+    g.s_ov = a.ldc;
+  } else if (a.n == 1) {
     g.mat = a.a;
     g.s_r = a.a_stride_m;
     g.s_p = a.a_stride_k;
@@ -443,7 +459,7 @@ GemvPlan plan_gemv(const GemmArgs& a, int warps_per_row) {
   const int64_t ve = 16 / es;
   const int64_t rows = g.rows, len = g.len;
   const auto sabs = [](int64_t v) { return v < 0 ? -v : v; };
-  g.colsweep = rows > 1 && (len == 1 || (g.s_p != 1 && sabs(g.s_r) <= sabs(g.s_p)));
+  g.colsweep = g.vecs == 1 && rows > 1 && (len == 1 || (g.s_p != 1 && sabs(g.s_r) <= sabs(g.s_p)));
   int64_t min_chunk;
   if (g.colsweep) {
     g.vec16 = g.s_r == 1 && is_aligned(g.mat, 16) && (len == 1 || (g.s_p * es) % 16 == 0);
@@ -452,7 +468,8 @@ GemvPlan plan_gemv(const GemmArgs& a, int warps_per_row) {
     min_chunk = 64;  // 8 warps x 8 steps
   } else {
     g.vec16 = (len == 1 || g.s_p == 1) && (len == 1 || g.s_v == 1) && is_aligned(g.mat, 16) &&
-              is_aligned(g.vec, 16) && (rows == 1 || (g.s_r * es) % 16 == 0);
+              is_aligned(g.vec, 16) && (rows == 1 || (g.s_r * es) % 16 == 0) &&
+              (g.vecs == 1 || (g.s_vv * es) % 16 == 0);
     const int wpr = warps_per_row > 0 ? warps_per_row : gemv_warps_per_row(len);
     g.rows_per_block = 8 / wpr;
     g.blocks_x = ceil_div(rows, g.rows_per_block);
@@ -491,7 +508,7 @@ bool simt_variant_supports(const GemmArgs& args, GemmVariant v) {
     case GemmVariant::kSplitK:
       return true;
     case GemmVariant::kGemv:
-      return args.m == 1 || args.n == 1;
+      return args.m == 1 || args.n == 1 || gemv_takes_few_rows(args);
     default:
       return false;
   }
@@ -566,7 +583,7 @@ SimtFamilyPlan plan_simt(const GemmArgs& a, GemmVariant v, const PipeCatalog& ca
       sp.threads = 256;
       sp.splits = fp.gemv.splits;
       if (fp.gemv.splits > 1) {
-        sp.workspace_bytes = static_cast<std::size_t>(fp.gemv.splits) *
+        sp.workspace_bytes = static_cast<std::size_t>(fp.gemv.splits) * fp.gemv.vecs *
                              static_cast<std::size_t>(fp.gemv.rows) * sizeof(float);
       }
       if (fp.gemv.blocks_x > kMaxGridX) fp.error = kPlanNotSupported;

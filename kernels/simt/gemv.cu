@@ -1,5 +1,6 @@
 // SIMT GEMM family, gemv: m == 1 or n == 1 (a different problem rather than a step up the
-// ladder; `auto` picks it for every such product).
+// ladder; `auto` picks it for every such product), and float32 products of 2-4 rows against a
+// K-major B, whose rows the row-dot kernel reads once for all of them.
 //
 // Each output is a dot product of length k, every matrix element
 // is used once, so the kernel is bound by DRAM bandwidth: the goal is wide, coalesced loads
@@ -32,12 +33,43 @@ struct GemvParams {
   void* out;
   int64_t s_out;
   float alpha, beta;
-  float* partial;  // [splits][rows] when p is split
+  float* partial;  // [splits][rows] when p is split ([vectors][splits][rows]: GemvRowsParams)
   int64_t p_per_split;
   int rows_per_block;  // row-dot: 1, 2, 4 or 8 rows per 8-warp block
   bool vec16;
   int64_t prefetch_blocks;  // row-dot, sm_90+: L2 prefetch of the rows this many blocks ahead
 };
+
+// The row-dot kernel's parameters for NV > 1 vectors (rows of A): vector v at vec + v * s_vv,
+// its outputs at out + v * s_ov. One vector keeps GemvParams, and with it the code the
+// single-vector kernels were measured with.
+struct GemvRowsParams : GemvParams {
+  int64_t s_vv, s_ov;
+};
+
+template <int NV>
+using RowdotParams = std::conditional_t<NV == 1, GemvParams, GemvRowsParams>;
+
+template <class P>
+constexpr bool kManyVectors = std::is_same<P, GemvRowsParams>::value;
+
+// Where vector `vector`'s partial sum or output for `row` goes.
+template <class P>
+__device__ __forceinline__ int64_t partial_index(const P& g, int vector, int64_t row) {
+  if constexpr (kManyVectors<P>)
+    return (static_cast<int64_t>(vector) * gridDim.y + blockIdx.y) * g.rows + row;
+  return static_cast<int64_t>(blockIdx.y) * g.rows + row;
+}
+template <class P>
+__device__ __forceinline__ int64_t out_offset(const P& g, int vector, int64_t row) {
+  if constexpr (kManyVectors<P>) return row * g.s_out + vector * g.s_ov;
+  return row * g.s_out;
+}
+template <class P, class raw>
+__device__ __forceinline__ const raw* vector_at(const P& g, const raw* vec, int vector) {
+  if constexpr (kManyVectors<P>) return vec + vector * g.s_vv;
+  return vec;
+}
 
 // Asks L2 for `bytes` (a multiple of 16) at the 16-byte aligned `p`; nothing before sm_90.
 __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
@@ -49,13 +81,13 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
 #endif
 }
 
-template <class T>
-__device__ __forceinline__ void gemv_finish(const GemvParams& g, int64_t row, float s) {
+template <class T, class P = GemvParams>
+__device__ __forceinline__ void gemv_finish(const P& g, int vector, int64_t row, float s) {
   if (g.partial != nullptr) {
-    g.partial[static_cast<int64_t>(blockIdx.y) * g.rows + row] = s;
+    g.partial[partial_index(g, vector, row)] = s;
     return;
   }
-  auto* o = static_cast<typename Elem<T>::raw*>(g.out) + row * g.s_out;
+  auto* o = static_cast<typename Elem<T>::raw*>(g.out) + out_offset(g, vector, row);
   float v = g.alpha * s;
   if (g.beta != 0.f) v = fmaf(g.beta, Elem<T>::to_float(*o), v);
   *o = Elem<T>::from_float(v);
@@ -91,11 +123,12 @@ __device__ __forceinline__ void prefetch_rows_ahead(const GemvParams& g) {
     prefetch_l2(static_cast<const raw*>(g.mat) + ahead * g.s_r, bytes);
 }
 
-template <class T>
-__global__ void __launch_bounds__(256) gemv_rowdot_kernel(const GemvParams g) {
+// NV vectors (rows of A) share each pass over a row of the matrix: the row is read once.
+template <class T, int NV>
+__global__ void __launch_bounds__(256) gemv_rowdot_kernel(const RowdotParams<NV> g) {
   using raw = typename Elem<T>::raw;
   constexpr int VE = 16 / sizeof(raw);
-  __shared__ float red[8];
+  __shared__ float red[NV][8];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wpr = 8 / g.rows_per_block;
   const int row_in_block = warp / wpr, sub = warp % wpr;
@@ -105,7 +138,9 @@ __global__ void __launch_bounds__(256) gemv_rowdot_kernel(const GemvParams g) {
   const raw* mat = static_cast<const raw*>(g.mat);
   const raw* vec = static_cast<const raw*>(g.vec);
   const int stride = wpr * 32;
-  float acc = 0.f;
+  float acc[NV];
+#pragma unroll
+  for (int v = 0; v < NV; ++v) acc[v] = 0.f;
   if (row < g.rows && p0 < p1) {
     const raw* mrow = mat + row * g.s_r;
     int64_t tail = p0;
@@ -113,22 +148,37 @@ __global__ void __launch_bounds__(256) gemv_rowdot_kernel(const GemvParams g) {
       // p0 is a multiple of VE and rows are 16-byte aligned (checked on the host).
       const int64_t nvec = (p1 - p0) / VE;
       const uint4* mv = reinterpret_cast<const uint4*>(mrow + p0);
-      const uint4* vv = reinterpret_cast<const uint4*>(vec + p0);
+      const uint4* vv[NV];
+#pragma unroll
+      for (int v = 0; v < NV; ++v)
+        vv[v] = reinterpret_cast<const uint4*>(vector_at(g, vec, v) + p0);
 #pragma unroll 4
-      for (int64_t i = sub * 32 + lane; i < nvec; i += stride) acc = dot16<T>(mv[i], vv[i], acc);
+      for (int64_t i = sub * 32 + lane; i < nvec; i += stride) {
+#pragma unroll
+        for (int v = 0; v < NV; ++v) acc[v] = dot16<T>(mv[i], vv[v][i], acc[v]);
+      }
       tail = p0 + nvec * VE;
     }
-    for (int64_t q = tail + sub * 32 + lane; q < p1; q += stride)
-      acc = fmaf(ld<T>(mrow, q * g.s_p), ld<T>(vec, q * g.s_v), acc);
+    for (int64_t q = tail + sub * 32 + lane; q < p1; q += stride) {
+#pragma unroll
+      for (int v = 0; v < NV; ++v)
+        acc[v] = fmaf(ld<T>(mrow, q * g.s_p), ld<T>(vector_at(g, vec, v), q * g.s_v), acc[v]);
+    }
   }
 #pragma unroll
-  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (lane == 0) red[warp] = acc;
+  for (int v = 0; v < NV; ++v) {
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) acc[v] += __shfl_xor_sync(0xffffffffu, acc[v], off);
+    if (lane == 0) red[v][warp] = acc[v];
+  }
   __syncthreads();
   if (sub == 0 && lane == 0 && row < g.rows) {
-    float s = 0.f;
-    for (int w = 0; w < wpr; ++w) s += red[row_in_block * wpr + w];
-    gemv_finish<T>(g, row, s);
+#pragma unroll
+    for (int v = 0; v < NV; ++v) {
+      float s = 0.f;
+      for (int w = 0; w < wpr; ++w) s += red[v][row_in_block * wpr + w];
+      gemv_finish<T>(g, v, row, s);
+    }
   }
   // Last, with the loads' registers free: the prefetch serves a block that starts later.
   // 16-bit only (plan_gemv): in the float32 instance it cost registers for no use.
@@ -187,9 +237,38 @@ __global__ void __launch_bounds__(256) gemv_colsweep_kernel(const GemvParams g) 
       float s = 0.f;
 #pragma unroll
       for (int w = 0; w < 8; ++w) s += red[w][i][lane];
-      gemv_finish<T>(g, r0 + i, s);
+      gemv_finish<T>(g, 0, r0 + i, s);
     }
   }
+}
+
+// The row-dot kernel for `vecs` vectors: 2-4 for float32 only (gemv_takes_few_rows).
+template <class T>
+cudaError_t launch_rowdot(const GemvParams& g, const GemvPlan& pl, dim3 grid, cudaStream_t stream) {
+  if (pl.vecs == 1) {
+    gemv_rowdot_kernel<T, 1><<<grid, 256, 0, stream>>>(g);
+    return cudaSuccess;
+  }
+  if constexpr (std::is_same<T, float>::value) {
+    GemvRowsParams r;
+    static_cast<GemvParams&>(r) = g;
+    r.s_vv = pl.s_vv;
+    r.s_ov = pl.s_ov;
+    switch (pl.vecs) {
+      case 2:
+        gemv_rowdot_kernel<T, 2><<<grid, 256, 0, stream>>>(r);
+        return cudaSuccess;
+      case 3:
+        gemv_rowdot_kernel<T, 3><<<grid, 256, 0, stream>>>(r);
+        return cudaSuccess;
+      case 4:
+        gemv_rowdot_kernel<T, 4><<<grid, 256, 0, stream>>>(r);
+        return cudaSuccess;
+      default:
+        break;
+    }
+  }
+  return cudaErrorInvalidValue;
 }
 
 template <class T>
@@ -224,12 +303,18 @@ cudaError_t run_gemv_typed(const GemmArgs& a, const GemvPlan& pl, float* workspa
     else
       gemv_colsweep_kernel<T, false><<<grid, 256, 0, stream>>>(g);
   } else {
-    gemv_rowdot_kernel<T><<<grid, 256, 0, stream>>>(g);
+    GEMMT_RETURN_IF_ERROR(launch_rowdot<T>(g, pl, grid, stream));
   }
   GEMMT_RETURN_IF_ERROR(cudaGetLastError());
   if (pl.splits > 1) {
-    return reduce_vector_slices(a.dtype, workspace, pl.splits, pl.rows, a.c, pl.s_out, a.alpha,
-                                a.beta, stream);
+    // Each vector's slices are [splits][rows] of the workspace, its outputs a row of C.
+    for (int v = 0; v < pl.vecs; ++v) {
+      GEMMT_RETURN_IF_ERROR(reduce_vector_slices(
+          a.dtype, workspace + static_cast<int64_t>(v) * pl.splits * pl.rows, pl.splits, pl.rows,
+          static_cast<char*>(a.c) +
+              v * pl.s_ov * static_cast<int64_t>(sizeof(typename Elem<T>::raw)),
+          pl.s_out, a.alpha, a.beta, stream));
+    }
   }
   return cudaSuccess;
 }

@@ -12,7 +12,7 @@
 //                                    (instances: pipelined_*.cu; launch: pipelined_launch.cu)
 //   5b. stream_k.cuh                 the last, partial wave as even runs of k-tiles
 //   6. split_k_reduce.cu             k-slices and their fixed-order reduction
-//   7. gemv.cu                       m == 1 or n == 1
+//   7. gemv.cu                       m == 1 or n == 1, and float32 of 2-4 rows (row-dot)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -144,6 +144,10 @@ std::size_t gemm_simt_workspace_bytes(const GemmArgs& args, GemmVariant v) {
 
 bool gemm_simt_wants_split_k(const GemmArgs& args) {
   return simt::simt_wants_split_k(args, simt::device_pipe_catalog());
+}
+
+bool gemm_simt_gemv_takes_few_rows(const GemmArgs& args) {
+  return simt::gemv_takes_few_rows(args);
 }
 
 cudaError_t gemm_simt_run(const GemmArgs& args, GemmVariant v, void* workspace,
