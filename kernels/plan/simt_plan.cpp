@@ -426,18 +426,7 @@ bool gemv_takes_few_rows(const GemmArgs& a) {
 
 GemvPlan plan_gemv(const GemmArgs& a, int warps_per_row) {
   GemvPlan g;
-  if (a.m > 1 && a.n > 1) {  // gemv_takes_few_rows: the rows of A against B^T's rows
-    g.mat = a.b;
-    g.s_r = a.b_stride_n;
-    g.s_p = a.b_stride_k;
-    g.vec = a.a;
-    g.s_v = a.a_stride_k;
-    g.rows = a.n;
-    g.s_out = 1;
-    g.vecs = static_cast<int>(a.m);
-    g.s_vv = a.a_stride_m;
-    g.s_ov = a.ldc;
-  } else if (a.n == 1) {
+  if (a.n == 1) {
     g.mat = a.a;
     g.s_r = a.a_stride_m;
     g.s_p = a.a_stride_k;
@@ -445,7 +434,7 @@ GemvPlan plan_gemv(const GemmArgs& a, int warps_per_row) {
     g.s_v = a.b_stride_k;
     g.rows = a.m;
     g.s_out = a.ldc;
-  } else {
+  } else {  // B^T's rows against the row of A, or the 2-4 rows of gemv_takes_few_rows
     g.mat = a.b;
     g.s_r = a.b_stride_n;
     g.s_p = a.b_stride_k;
@@ -453,6 +442,9 @@ GemvPlan plan_gemv(const GemmArgs& a, int warps_per_row) {
     g.s_v = a.a_stride_k;
     g.rows = a.n;
     g.s_out = 1;
+    g.vecs = static_cast<int>(std::max<int64_t>(a.m, 1));
+    g.s_vv = a.a_stride_m;
+    g.s_ov = a.ldc;
   }
   g.len = a.k;
   const int64_t es = elem_bytes(a.dtype);
