@@ -365,27 +365,33 @@ def test_cuda_float32_few_rows_on_the_32_row_tile(layout: str) -> None:
 
 
 @pytest.mark.cuda
-def test_cuda_gemv_two_to_four_rows() -> None:
-    """float32 x @ W.T with 2-4 rows runs gemv's row-dot kernel for all rows at once, through
-    `auto` and named: against float64 with C poisoned, alpha and beta, a split dot product
-    (few outputs, long rows), rows of x not 16-byte aligned (scalar path), and a strided C."""
-    for m, n, k in [(2, 4096, 4096), (3, 1000, 4099), (4, 256, 65536), (4, 11008, 4096)]:
-        w = randn(n, k, device="cuda")
+@pytest.mark.parametrize("weight", ["k_major", "n_major"])
+def test_cuda_gemv_two_to_four_rows(weight: str) -> None:
+    """float32 x @ W.T (W K-major: the row-dot kernel) and a @ W (N-major: the column sweep)
+    with 2-4 rows run gemv for all rows at once, through `auto` and named: against float64
+    with C poisoned, alpha and beta, a split dot product (few outputs, long rows), rows of x
+    not 16-byte aligned (scalar path), an odd width (the sweep's tail), and a strided C."""
+    sweep = weight == "n_major"
+    for m, n, k in [(2, 4096, 4096), (3, 1001, 4099), (4, 256, 65536), (4, 11008, 4096)]:
+        w = randn(k, n, device="cuda") if sweep else randn(n, k, device="cuda").t()
         for x in (randn(m, k, device="cuda"), randn(m, k + 1, device="cuda")[:, 1:]):
             for variant in ("auto", "gemv"):
                 c = torch.full((m, n), float("nan"), device="cuda")
-                gemmt.gemm(c, x, w.t(), variant=variant)
-                assert rel_err(c, x.double() @ w.double().t()) <= 1e-5, (m, n, k, variant)
+                gemmt.gemm(c, x, w, variant=variant)
+                assert rel_err(c, x.double() @ w.double()) <= 1e-5, (m, n, k, variant)
             c = randn(m, n, device="cuda")
-            expected = reference(c, x, w.t(), 0.5, 2.0)
-            gemmt.gemm(c, x, w.t(), 0.5, 2.0)
+            expected = reference(c, x, w, 0.5, 2.0)
+            gemmt.gemm(c, x, w, 0.5, 2.0)
             assert rel_err(c, expected) <= 1e-5, (m, n, k, "alpha beta")
             wide = torch.full((m, 2 * n), float("nan"), device="cuda")
-            gemmt.gemm(wide[:, ::2], x, w.t())
-            assert rel_err(wide[:, ::2], x.double() @ w.double().t()) <= 1e-5, (m, n, k)
+            gemmt.gemm(wide[:, ::2], x, w)
+            assert rel_err(wide[:, ::2], x.double() @ w.double()) <= 1e-5, (m, n, k)
             assert wide[:, 1::2].isnan().all()
-        names = _cuda_kernel_names(lambda: gemmt.gemm(c, x, w.t()))
-        assert any("gemv_rowdot_kernel<float, %d>" % m in name for name in names), names
+        kernel = "gemv_colsweep_kernel<float, %s, %d>" % ("true" if n % 4 == 0 else "false", m)
+        if not sweep:
+            kernel = "gemv_rowdot_kernel<float, %d>" % m
+        names = _cuda_kernel_names(lambda: gemmt.gemm(c, x, w))
+        assert any(kernel in name for name in names), (kernel, names)
 
 
 @pytest.mark.cuda

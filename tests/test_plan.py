@@ -156,17 +156,21 @@ def test_few_float32_rows_take_the_32_row_tile() -> None:
     assert plan("split_k", "bfloat16", 32, 4096, 4096)["tile"] != "skinny"
 
 
-def test_gemv_takes_two_to_four_float32_rows_against_a_k_major_weight() -> None:
-    """x @ W.T in float32 with 2-4 rows: the row-dot gemv reads each row of W once for all of
-    them (its split workspace holds a slice set per row of x); not with 5 rows, an N-major B
-    (the column sweep has one vector), or 16-bit operands (the tensor-core kernels)."""
+def test_gemv_takes_two_to_four_float32_rows_against_a_unit_stride_weight() -> None:
+    """float32 with 2-4 rows: gemv reads each element of the weight once for all of them,
+    the row-dot kernel for x @ W.T (W's rows contiguous) and the column sweep for a @ W (its
+    split workspace holds a slice set per row of x); not with 5 rows, a weight without a
+    unit stride, or 16-bit operands (the tensor-core kernels)."""
     for m in (2, 3, 4):
         p = plan("gemv", "float32", m, 4096, 4096, b_layout="col")
         assert p["supported"] and not p["colsweep"] and p["rows_per_block"] > 0, m
         q = plan("gemv", "float32", m, 256, 65536, b_layout="col")
         assert q["splits"] > 1 and q["workspace_bytes"] == q["splits"] * m * 256 * 4, (m, q)
+        r = plan("gemv", "float32", m, 4096, 4096, b_layout="row")
+        assert r["supported"] and r["colsweep"], m
+        assert r["splits"] > 1 and r["workspace_bytes"] == r["splits"] * m * 4096 * 4, (m, r)
     assert not plan("gemv", "float32", 5, 4096, 4096, b_layout="col")["supported"]
-    assert not plan("gemv", "float32", 3, 4096, 4096, b_layout="row")["supported"]
+    assert not plan("gemv", "float32", 3, 4096, 4096, b_layout="strided")["supported"]
     assert not plan("gemv", "bfloat16", 3, 4096, 4096, b_layout="col")["supported"]
 
 

@@ -421,7 +421,7 @@ int64_t gemv_prefetch_blocks(const GemvPlan& g, int64_t elem_bytes, const GemmAr
 
 bool gemv_takes_few_rows(const GemmArgs& a) {
   return a.dtype == ScalarType::kFloat32 && !a.allow_tf32 && a.m > 1 && a.m <= kGemvMaxVecs &&
-         a.n > 1 && (a.b_stride_k == 1 || a.k == 1);
+         a.n > 1 && (a.b_stride_k == 1 || a.b_stride_n == 1 || a.k == 1);
 }
 
 GemvPlan plan_gemv(const GemmArgs& a, int warps_per_row) {
@@ -451,7 +451,7 @@ GemvPlan plan_gemv(const GemmArgs& a, int warps_per_row) {
   const int64_t ve = 16 / es;
   const int64_t rows = g.rows, len = g.len;
   const auto sabs = [](int64_t v) { return v < 0 ? -v : v; };
-  g.colsweep = g.vecs == 1 && rows > 1 && (len == 1 || (g.s_p != 1 && sabs(g.s_r) <= sabs(g.s_p)));
+  g.colsweep = rows > 1 && (len == 1 || (g.s_p != 1 && sabs(g.s_r) <= sabs(g.s_p)));
   int64_t min_chunk;
   if (g.colsweep) {
     g.vec16 = g.s_r == 1 && is_aligned(g.mat, 16) && (len == 1 || (g.s_p * es) % 16 == 0);

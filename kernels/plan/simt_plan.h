@@ -272,8 +272,8 @@ struct GemvPlan {
   int64_t s_v = 0;
   int64_t rows = 0, len = 0;
   int64_t s_out = 0;
-  // Vectors dotted with each row (row-dot kernel): the rows of a float32 A of 2-4 rows
-  // (gemv_takes_few_rows), vector v at vec + v * s_vv, its outputs at out + v * s_ov.
+  // Vectors dotted with each row: the rows of a float32 A of 2-4 rows (gemv_takes_few_rows),
+  // vector v at vec + v * s_vv, its outputs at out + v * s_ov.
   int vecs = 1;
   int64_t s_vv = 0, s_ov = 0;
   bool colsweep = false;   // r contiguous: lanes own rows and walk p
@@ -289,9 +289,9 @@ struct GemvPlan {
 
 // The most rows of A the row-dot gemv takes at once (GemvPlan::vecs).
 constexpr int kGemvMaxVecs = 4;
-// float32 products of 2-4 rows whose B is K-major (x @ W.T with W's rows contiguous): the
-// row-dot gemv reads each row of W once for every row of A, at the weight's streaming rate,
-// where a block tile of 32 rows or more spends most of its FFMAs on rows past m.
+// float32 products of 2-4 rows whose B has a unit stride (x @ W.T, a @ W): gemv reads each
+// element of the weight once for every row of A, at the weight's streaming rate, where a
+// block tile of 32 rows or more spends most of its FFMAs on rows past m.
 bool gemv_takes_few_rows(const GemmArgs& a);
 
 // Warps that share one row of the row-dot kernel (1, 2, 4 or 8) for dot products of len

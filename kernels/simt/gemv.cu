@@ -1,6 +1,6 @@
 // SIMT GEMM family, gemv: m == 1 or n == 1 (a different problem rather than a step up the
-// ladder; `auto` picks it for every such product), and float32 products of 2-4 rows against a
-// K-major B, whose rows the row-dot kernel reads once for all of them.
+// ladder; `auto` picks it for every such product), and float32 products of 2-4 rows, which
+// both kernels run against each element of B read once for all of them.
 //
 // Each output is a dot product of length k, every matrix element
 // is used once, so the kernel is bound by DRAM bandwidth: the goal is wide, coalesced loads
@@ -185,68 +185,88 @@ __global__ void __launch_bounds__(256) gemv_rowdot_kernel(const RowdotParams<NV>
   if constexpr (sizeof(raw) == 2) prefetch_rows_ahead<raw>(g);
 }
 
-template <class T, bool VEC>
-__global__ void __launch_bounds__(256) gemv_colsweep_kernel(const GemvParams g) {
+template <class T, bool VEC, int NV>
+__global__ void __launch_bounds__(256) gemv_colsweep_kernel(const RowdotParams<NV> g) {
   using raw = typename Elem<T>::raw;
   constexpr int VR = VEC ? 16 / static_cast<int>(sizeof(raw)) : 1;
-  __shared__ float red[8][VR][32];
+  __shared__ float red[8][NV][VR][32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * 32 + lane) * VR;
   const int64_t p0 = static_cast<int64_t>(blockIdx.y) * g.p_per_split;
   const int64_t p1 = min(g.len, p0 + g.p_per_split);
   const raw* mat = static_cast<const raw*>(g.mat);
   const raw* vec = static_cast<const raw*>(g.vec);
-  float acc[VR];
+  float acc[NV][VR];
 #pragma unroll
-  for (int i = 0; i < VR; ++i) acc[i] = 0.f;
+  for (int v = 0; v < NV; ++v)
+#pragma unroll
+    for (int i = 0; i < VR; ++i) acc[v][i] = 0.f;
   if (r0 < g.rows) {
     if (VEC && r0 + VR <= g.rows) {
 #pragma unroll 4
       for (int64_t q = p0 + warp; q < p1; q += 8) {
-        const float x = ld<T>(vec, q * g.s_v);
+        float x[NV];
+#pragma unroll
+        for (int v = 0; v < NV; ++v) x[v] = ld<T>(vector_at(g, vec, v), q * g.s_v);
         const raw* src = mat + r0 + q * g.s_p;
         if constexpr (std::is_same<T, float>::value) {
-          const float4 v = *reinterpret_cast<const float4*>(src);
-          acc[0] = fmaf(v.x, x, acc[0]);
-          acc[1] = fmaf(v.y, x, acc[1]);
-          acc[2] = fmaf(v.z, x, acc[2]);
-          acc[3] = fmaf(v.w, x, acc[3]);
+          const float4 m = *reinterpret_cast<const float4*>(src);
+#pragma unroll
+          for (int v = 0; v < NV; ++v) {
+            acc[v][0] = fmaf(m.x, x[v], acc[v][0]);
+            acc[v][1] = fmaf(m.y, x[v], acc[v][1]);
+            acc[v][2] = fmaf(m.z, x[v], acc[v][2]);
+            acc[v][3] = fmaf(m.w, x[v], acc[v][3]);
+          }
         } else {
           float f[8];
           unpack8<T>(*reinterpret_cast<const uint4*>(src), f);
 #pragma unroll
-          for (int i = 0; i < VR; ++i) acc[i] = fmaf(f[i % 8], x, acc[i]);
+          for (int v = 0; v < NV; ++v)
+#pragma unroll
+            for (int i = 0; i < VR; ++i) acc[v][i] = fmaf(f[i % 8], x[v], acc[v][i]);
         }
       }
     } else {
       for (int64_t q = p0 + warp; q < p1; q += 8) {
-        const float x = ld<T>(vec, q * g.s_v);
 #pragma unroll
-        for (int i = 0; i < VR; ++i)
-          if (r0 + i < g.rows) acc[i] = fmaf(ld<T>(mat, (r0 + i) * g.s_r + q * g.s_p), x, acc[i]);
+        for (int v = 0; v < NV; ++v) {
+          const float x = ld<T>(vector_at(g, vec, v), q * g.s_v);
+#pragma unroll
+          for (int i = 0; i < VR; ++i)
+            if (r0 + i < g.rows)
+              acc[v][i] = fmaf(ld<T>(mat, (r0 + i) * g.s_r + q * g.s_p), x, acc[v][i]);
+        }
       }
     }
   }
 #pragma unroll
-  for (int i = 0; i < VR; ++i) red[warp][i][lane] = acc[i];
+  for (int v = 0; v < NV; ++v)
+#pragma unroll
+    for (int i = 0; i < VR; ++i) red[warp][v][i][lane] = acc[v][i];
   __syncthreads();
   if (warp == 0) {
 #pragma unroll
-    for (int i = 0; i < VR; ++i) {
-      if (r0 + i >= g.rows) break;
-      float s = 0.f;
+    for (int v = 0; v < NV; ++v) {
 #pragma unroll
-      for (int w = 0; w < 8; ++w) s += red[w][i][lane];
-      gemv_finish<T>(g, 0, r0 + i, s);
+      for (int i = 0; i < VR; ++i) {
+        if (r0 + i >= g.rows) break;
+        float s = 0.f;
+#pragma unroll
+        for (int w = 0; w < 8; ++w) s += red[w][v][i][lane];
+        gemv_finish<T>(g, v, r0 + i, s);
+      }
     }
   }
 }
 
-// The row-dot kernel for `vecs` vectors: 2-4 for float32 only (gemv_takes_few_rows).
-template <class T>
-cudaError_t launch_rowdot(const GemvParams& g, const GemvPlan& pl, dim3 grid, cudaStream_t stream) {
+// Calls launch(count, params) with the plan's vector count as a compile-time constant and the
+// parameters of that count: one vector GemvParams, 2-4 (float32 only, gemv_takes_few_rows)
+// GemvRowsParams.
+template <class T, class Launch>
+cudaError_t with_vector_count(const GemvParams& g, const GemvPlan& pl, Launch&& launch) {
   if (pl.vecs == 1) {
-    gemv_rowdot_kernel<T, 1><<<grid, 256, 0, stream>>>(g);
+    launch(std::integral_constant<int, 1>{}, g);
     return cudaSuccess;
   }
   if constexpr (std::is_same<T, float>::value) {
@@ -256,13 +276,13 @@ cudaError_t launch_rowdot(const GemvParams& g, const GemvPlan& pl, dim3 grid, cu
     r.s_ov = pl.s_ov;
     switch (pl.vecs) {
       case 2:
-        gemv_rowdot_kernel<T, 2><<<grid, 256, 0, stream>>>(r);
+        launch(std::integral_constant<int, 2>{}, r);
         return cudaSuccess;
       case 3:
-        gemv_rowdot_kernel<T, 3><<<grid, 256, 0, stream>>>(r);
+        launch(std::integral_constant<int, 3>{}, r);
         return cudaSuccess;
       case 4:
-        gemv_rowdot_kernel<T, 4><<<grid, 256, 0, stream>>>(r);
+        launch(std::integral_constant<int, 4>{}, r);
         return cudaSuccess;
       default:
         break;
@@ -298,12 +318,16 @@ cudaError_t run_gemv_typed(const GemmArgs& a, const GemvPlan& pl, float* workspa
   }
   const dim3 grid(static_cast<unsigned>(pl.blocks_x), static_cast<unsigned>(pl.splits));
   if (pl.colsweep) {
-    if (g.vec16)
-      gemv_colsweep_kernel<T, true><<<grid, 256, 0, stream>>>(g);
-    else
-      gemv_colsweep_kernel<T, false><<<grid, 256, 0, stream>>>(g);
+    GEMMT_RETURN_IF_ERROR(with_vector_count<T>(g, pl, [&](auto nv, const auto& params) {
+      if (g.vec16)
+        gemv_colsweep_kernel<T, true, decltype(nv)::value><<<grid, 256, 0, stream>>>(params);
+      else
+        gemv_colsweep_kernel<T, false, decltype(nv)::value><<<grid, 256, 0, stream>>>(params);
+    }));
   } else {
-    GEMMT_RETURN_IF_ERROR(launch_rowdot<T>(g, pl, grid, stream));
+    GEMMT_RETURN_IF_ERROR(with_vector_count<T>(g, pl, [&](auto nv, const auto& params) {
+      gemv_rowdot_kernel<T, decltype(nv)::value><<<grid, 256, 0, stream>>>(params);
+    }));
   }
   GEMMT_RETURN_IF_ERROR(cudaGetLastError());
   if (pl.splits > 1) {

@@ -12,7 +12,7 @@
 //                                    (instances: pipelined_*.cu; launch: pipelined_launch.cu)
 //   5b. stream_k.cuh                 the last, partial wave as even runs of k-tiles
 //   6. split_k_reduce.cu             k-slices and their fixed-order reduction
-//   7. gemv.cu                       m == 1 or n == 1, and float32 of 2-4 rows (row-dot)
+//   7. gemv.cu                       m == 1 or n == 1, and float32 of 2-4 rows
 #include <cuda_runtime.h>
 
 #include <algorithm>
