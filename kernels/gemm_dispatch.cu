@@ -54,9 +54,9 @@ GemmVariant gemm_pick(const GemmArgs& args) {
   // split planner streams the same weights at 0.8-1.07.
   // m == 1 goes to gemv, except for the 16-bit weights that the wgmma kernel's narrow tile
   // streams faster (gemm_sm90_streams_single_row).
-  // float32 with 2-4 rows against a B with a unit stride goes to gemv too, which reads each
-  // element of B once for all of them (gemv_takes_few_rows).
-  if ((args.m == 1 || args.n == 1 || gemm_simt_gemv_takes_few_rows(args)) &&
+  // float32 with 2-4 rows against a K-major B, or 2 against an N-major one, goes to gemv too,
+  // which reads each element of B once for all of them (gemv_picks_few_rows).
+  if ((args.m == 1 || args.n == 1 || gemm_simt_gemv_picks_few_rows(args)) &&
       gemm_supports(args, GemmVariant::kGemv)) {
     const bool narrow_tile = is_tensor_core_problem(args) && gemm_sm90_streams_single_row(args);
     return narrow_tile ? GemmVariant::kWgmma : GemmVariant::kGemv;

@@ -368,11 +368,12 @@ def test_cuda_float32_few_rows_on_the_32_row_tile(layout: str) -> None:
 @pytest.mark.parametrize("weight", ["k_major", "n_major"])
 def test_cuda_gemv_two_to_four_rows(weight: str) -> None:
     """float32 x @ W.T (W K-major: the row-dot kernel) and a @ W (N-major: the column sweep)
-    with 2-4 rows run gemv for all rows at once, through `auto` and named: against float64
+    with 2-4 rows run gemv for all rows at once, named (and through `auto` for 2-4 rows of
+    x @ W.T, 2 of a @ W; `auto`'s other paths are checked too): against float64
     with C poisoned, alpha and beta, a split dot product (few outputs, long rows), rows of x
     not 16-byte aligned (scalar path), an odd width (the sweep's tail), and a strided C."""
     sweep = weight == "n_major"
-    for m, n, k in [(2, 4096, 4096), (3, 1001, 4099), (4, 256, 65536), (4, 11008, 4096)]:
+    for m, n, k in [(3, 1001, 4099), (4, 256, 65536), (4, 11008, 4096), (2, 4096, 4096)]:
         w = randn(k, n, device="cuda") if sweep else randn(n, k, device="cuda").t()
         for x in (randn(m, k, device="cuda"), randn(m, k + 1, device="cuda")[:, 1:]):
             for variant in ("auto", "gemv"):
@@ -390,8 +391,12 @@ def test_cuda_gemv_two_to_four_rows(weight: str) -> None:
         kernel = "gemv_colsweep_kernel<float, %s, %d>" % ("true" if n % 4 == 0 else "false", m)
         if not sweep:
             kernel = "gemv_rowdot_kernel<float, %d>" % m
-        names = _cuda_kernel_names(lambda: gemmt.gemm(c, x, w))
+        names = _cuda_kernel_names(lambda: gemmt.gemm(c, x, w, variant="gemv"))
         assert any(kernel in name for name in names), (kernel, names)
+        # `auto` takes the column sweep for 2 rows only (more ran slower than split-k on the
+        # 32-row tile), the row-dot kernel for 2-4.
+        auto = _cuda_kernel_names(lambda: gemmt.gemm(c, x, w))
+        assert any(kernel in name for name in auto) == (not sweep or m == 2), (m, auto)
 
 
 @pytest.mark.cuda

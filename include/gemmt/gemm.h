@@ -40,8 +40,8 @@ cudaError_t gemm_run(const GemmArgs& args, GemmVariant v, void* workspace, cudaS
 bool gemm_simt_supports(const GemmArgs& args, GemmVariant v);
 // The one split-k policy (simt_wants_split_k in kernels/plan/simt_plan.h).
 bool gemm_simt_wants_split_k(const GemmArgs& args);
-// float32 products of 2-4 rows that gemv runs (gemv_takes_few_rows, same header).
-bool gemm_simt_gemv_takes_few_rows(const GemmArgs& args);
+// float32 products of 2-4 rows that `auto` runs on gemv (gemv_picks_few_rows, same header).
+bool gemm_simt_gemv_picks_few_rows(const GemmArgs& args);
 std::size_t gemm_simt_workspace_bytes(const GemmArgs& args, GemmVariant v);
 cudaError_t gemm_simt_run(const GemmArgs& args, GemmVariant v, void* workspace,
                           cudaStream_t stream);

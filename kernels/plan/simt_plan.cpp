@@ -424,6 +424,10 @@ bool gemv_takes_few_rows(const GemmArgs& a) {
          a.n > 1 && (a.b_stride_k == 1 || a.b_stride_n == 1 || a.k == 1);
 }
 
+bool gemv_picks_few_rows(const GemmArgs& a) {
+  return gemv_takes_few_rows(a) && (a.b_stride_k == 1 || a.k == 1 || a.m == 2);
+}
+
 GemvPlan plan_gemv(const GemmArgs& a, int warps_per_row) {
   GemvPlan g;
   if (a.n == 1) {

@@ -293,6 +293,11 @@ constexpr int kGemvMaxVecs = 4;
 // element of the weight once for every row of A, at the weight's streaming rate, where a
 // block tile of 32 rows or more spends most of its FFMAs on rows past m.
 bool gemv_takes_few_rows(const GemmArgs& a);
+// Those `auto` runs on gemv: 2-4 rows against a K-major B (the row-dot kernel), 2 against an
+// N-major one. The column sweep's 4 rows ran slower than the 32 x 256 tile's split (H200:
+// 4 x 4096 x 4096 43 us against 37, 4 x 4096 -> 14336 128 against 94), its 2 rows faster
+// (25 against 36 us, 64 against 94).
+bool gemv_picks_few_rows(const GemmArgs& a);
 
 // Warps that share one row of the row-dot kernel (1, 2, 4 or 8) for dot products of len
 // elements.

@@ -146,8 +146,8 @@ bool gemm_simt_wants_split_k(const GemmArgs& args) {
   return simt::simt_wants_split_k(args, simt::device_pipe_catalog());
 }
 
-bool gemm_simt_gemv_takes_few_rows(const GemmArgs& args) {
-  return simt::gemv_takes_few_rows(args);
+bool gemm_simt_gemv_picks_few_rows(const GemmArgs& args) {
+  return simt::gemv_picks_few_rows(args);
 }
 
 cudaError_t gemm_simt_run(const GemmArgs& args, GemmVariant v, void* workspace,
