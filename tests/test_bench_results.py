@@ -198,3 +198,21 @@ def test_fp8_convergence_result_holds_what_it_claims() -> None:
                 assert r[f"{key}_vs_bf16"] == pytest.approx(r[key] / base[key] - 1)
             assert r["within_tolerance"] == (abs(r["final_train_loss_vs_bf16"]) <= 0.01
                                              and abs(r["held_out_loss_vs_bf16"]) <= 0.01)
+
+
+def test_fp32_few_rows_script_needs_a_gpu(tmp_path: Path) -> None:
+    """benchmarks/fp32_few_rows.py (the few-row float32 table of h200_mm/) says what it needs
+    and exits 1 on a machine without CUDA, writing nothing."""
+    import subprocess
+    import sys
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("runs the whole sweep on a GPU")
+    script = ROOT / "benchmarks" / "fp32_few_rows.py"
+    done = subprocess.run([sys.executable, str(script), "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "needs a CUDA device" in done.stdout, done
+    assert not list(tmp_path.iterdir())
+
