@@ -19,37 +19,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-from typing import Callable
 
 import torch
 
 import gemmt
+from gemmt._bench_kit import interleaved_ms
 
 WEIGHTS = [(4096, 4096), (4096, 11008), (11008, 4096), (2048, 8192), (5120, 5120),
            (14336, 4096), (1024, 4096), (28672, 4096), (128256, 4096)]  # (n, k)
 ROWS = [2, 4, 8, 16, 24, 32, 48]
 SHORT_K = [(3000, 5000, 700), (3000, 5000, 1024), (3000, 5000, 4096), (4096, 4096, 704),
            (2048, 8192, 512)]
-
-
-def median_ms(fns: dict[str, Callable[[], object]], rounds: int, reps: int) -> dict[str, float]:
-    """Median time per call of each function over rounds that take turns between them."""
-    for fn in fns.values():
-        for _ in range(3):
-            fn()
-    torch.cuda.synchronize()
-    samples: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(reps):
-                fn()
-            end.record()
-            end.synchronize()
-            samples[name].append(start.elapsed_time(end) / reps)
-    return {name: statistics.median(s) for name, s in samples.items()}
 
 
 def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -62,8 +42,9 @@ def race(x: torch.Tensor, w: torch.Tensor, rounds: int, reps: int) -> dict[str, 
     c = torch.full((x.shape[0], w.shape[1]), float("nan"), device="cuda")
     gemmt.gemm(c, x, w)
     err = rel_err(c, x.double() @ w.double())
-    t = median_ms({"torch": lambda: torch.matmul(x, w, out=c),
-                   "gemmt": lambda: gemmt.gemm(c, x, w)}, rounds, reps)
+    t = interleaved_ms({"torch": lambda: torch.matmul(x, w, out=c),
+                        "gemmt": lambda: gemmt.gemm(c, x, w)}, "cuda", rounds=rounds, reps=reps,
+                       budget_s=float("inf"), queued=False)
     return {"torch_ms": t["torch"], "gemmt_ms": t["gemmt"], "ratio": t["torch"] / t["gemmt"],
             "rel_err": err}
 
