@@ -40,7 +40,7 @@ struct GemvParams {
   int64_t prefetch_blocks;  // row-dot, sm_90+: L2 prefetch of the rows this many blocks ahead
 };
 
-// The row-dot kernel's parameters for NV > 1 vectors (rows of A): vector v at vec + v * s_vv,
+// The gemv kernels' parameters for NV > 1 vectors (rows of A): vector v at vec + v * s_vv,
 // its outputs at out + v * s_ov. One vector keeps GemvParams, and with it the code the
 // single-vector kernels were measured with.
 struct GemvRowsParams : GemvParams {
