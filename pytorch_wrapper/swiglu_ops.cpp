@@ -62,10 +62,10 @@ void swiglu_chain(const at::Tensor& x, const at::Tensor& u, at::Tensor& out) {
 
 // The bfloat16 backward on CPU takes sigmoid (the exponential) from ATen's vectorised float
 // kernel, on a float copy of a chunk of the gate, and does the rest in one pass over the chunk
-// that reads the 16-bit inputs and writes both 16-bit gradients: the chain of ATen ops (float16,
-// and the forward) spends four more passes converting operands and results. Same float
-// arithmetic, one rounding. Measured on a 2-core x86-64 CPU, 2^20 elements: 0.53 ms against the
-// chain's 0.64 (torch's bf16 ops: 0.52); without the AVX2 form of the loop, 0.99.
+// that reads the 16-bit inputs and writes both 16-bit gradients: the chain of ATen ops (as for
+// float16) spends four more passes converting operands and results. Same float arithmetic, one
+// rounding. Measured on a 2-core x86-64 CPU, 2^20 elements: 0.53 ms against the chain's 0.64
+// (torch's bf16 ops: 0.52); without the AVX2 form of the loop, 0.99.
 
 // The loops below in an AVX2 form too, picked at load time on CPUs that have it (GCC / Clang
 // function multiversioning on x86-64), besides the baseline the build targets.

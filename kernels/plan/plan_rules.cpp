@@ -204,8 +204,9 @@ constexpr PlanRule kRules[] = {
      "h100_tune in class at 0 points, deciding none. h200_tune in class at 0 points, deciding "
      "none"},
     {"simt_split_k", "simt", "simt_wants_split_k (gemm_pick)",
-     "at most half as many 128x128 tiles as SMs (32x256 tiles for float32 of at most 32 rows "
-     "split on that tile) and k >= 4096, where the split-k planner gives more than one slice",
+     "k >= 4096 and at most half as many 128x128 tiles as SMs, or any width for float32 of at "
+     "most 32 rows split on the 32x256 tile, where the split-k planner gives more than one "
+     "slice",
      "the split-k variant instead of the pipelined kernel",
      "few tiles leave SMs idle unless k is cut; elsewhere the pipelined kernel with a "
      "stream-k last wave is faster",

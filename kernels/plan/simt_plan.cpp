@@ -628,9 +628,9 @@ bool simt_split_k_class(const GemmArgs& args) {
 bool simt_wants_split_k(const GemmArgs& args, const PipeCatalog& cat) {
   // Split-k pays when the output has too few tiles to occupy every SM while k is long enough
   // that each slice still streams a deep panel; elsewhere the pipelined kernel (with stream-k
-  // for its last wave) is faster (H100: 1024^3 fp32, docs/performance.md). The 32 x 256
-  // tiles' count holds where the split runs on that tile; a split on another (the layout
-  // needs scalar loads, or the device has no such tile) keeps the 128 x 128 count.
+  // for its last wave) is faster (H100: 1024^3 fp32, docs/performance.md). The few-rows class
+  // holds where the split runs on the 32-row tile; a split on another (the layout needs
+  // scalar loads, or the device has no such tile) keeps the 128 x 128 count.
   if (!simt_split_k_class(args)) return false;
   const SimtFamilyPlan fp = plan_simt(args, GemmVariant::kSplitK, cat);
   if (fp.error != kPlanOk || fp.pipe.splits <= 1) return false;

@@ -287,7 +287,7 @@ struct GemvPlan {
   int64_t blocks_x = 0;
 };
 
-// The most rows of A the row-dot gemv takes at once (GemvPlan::vecs).
+// The most rows of A gemv takes at once (GemvPlan::vecs).
 constexpr int kGemvMaxVecs = 4;
 // float32 products of 2-4 rows whose B has a unit stride (x @ W.T, a @ W): gemv reads each
 // element of the weight once for every row of A, at the weight's streaming rate, where a
@@ -356,8 +356,8 @@ SimtFamilyPlan plan_k_major_b(const GemmArgs& args, KMajorB how, const PipeCatal
 // faster than the pipelined kernel with a stream-k last wave), and the planner, allowed to
 // split, gives more than one slice. gemm_pick runs kSplitK exactly when this says so.
 bool simt_wants_split_k(const GemmArgs& args, const PipeCatalog& cat);
-// The shape half of that policy: at most half as many 128x128 tiles as SMs (32x256 tiles
-// for float32 of at most 32 rows), k >= 4096.
+// The shape half of that policy: k >= 4096 and at most half as many 128x128 tiles as SMs, or
+// any width for float32 of at most 32 rows (the split-k planner's cost model deciding).
 bool simt_split_k_class(const GemmArgs& args);
 
 }  // namespace simt
