@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+from typing import Iterator
+
 import pytest
 import torch
 
@@ -329,6 +333,80 @@ def test_cuda_single_token_products(dtype: torch.dtype) -> None:
             names = _cuda_kernel_names(lambda: gemmt.gemm(c, x, w.t()))
             ran_gemv = any("gemv" in name for name in names)
             assert ran_gemv != narrow, (n, k, names)
+
+
+def _column_errors(out: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """Each column's relative error against ref (float64)."""
+    out64, ref64 = out.double(), ref.double()
+    return (out64 - ref64).norm(dim=0) / ref64.norm(dim=0).clamp_min(1e-30)
+
+
+def _forced_plan_runs(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, plans: list[str]
+                      ) -> Iterator[str]:
+    """Runs gemmt.gemm(c, a, b) once under each Hopper plan string (the tuner's forced
+    schedules, through its cache in memory), yielding the plan after each run."""
+    from gemmt import _native
+    native = _native.load()
+    mode, path = native.tuning_state()
+    try:
+        native.tuning_clear()
+        native.tuning_configure("tune", "")
+        gemmt.gemm(c, a, b)
+        torch.cuda.synchronize()
+        entry = gemmt.tuning_entries()[0]
+        for plan in plans:
+            native.tuning_clear()
+            native.tuning_insert(entry["device"], entry["problem"], plan, 1.0, 1.0)
+            native.tuning_configure("cached", os.path.join(tempfile.gettempdir(), "gemmt-none"))
+            c.fill_(float("nan"))
+            gemmt.gemm(c, a, b)
+            torch.cuda.synchronize()
+            yield plan
+    finally:
+        native.tuning_clear()
+        native.tuning_configure(mode, path)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("x_layout", ["n", "t"])
+@pytest.mark.parametrize("w_layout", ["n", "t"])
+def test_cuda_trimmed_tiles(dtype: torch.dtype, x_layout: str, w_layout: str) -> None:
+    """The 16-bit wide and three-quarter tiles compute only the columns their last column of
+    tiles has (kernels/plan/sm90_plan.h: trimmed_tile_width): batched decode runs swapped
+    with the tokens as those columns (swap_for_batched_decode), and products as given trim
+    their last column. Token counts off every width step (72: a multiple of 8, not 16),
+    both operand layouts (an MN-major B trims by 64), through `auto` and, on sm_90, forced
+    onto each trimmed tile swapped: every output column within 4x torch's own error against
+    float64 (and the worst column within 4x torch's worst), C poisoned first."""
+    props = torch.cuda.get_device_properties(0)
+    hopper = (props.major, props.minor) == (9, 0) and gemmt.build_info()["sm90a_kernels"]
+    k = 1024
+    cases = [(m, 4096) for m in (65, 72, 100, 128, 129, 144, 176, 191, 200, 241, 256)]
+    cases += [(1000, 200), (1000, 1000), (300, 4096 + 200)]
+    for m, n in cases:
+        x = randn(m, k, device="cuda").to(dtype)
+        if x_layout == "t":
+            x = x.t().contiguous().t()
+        w = randn(n, k, device="cuda").to(dtype)  # the weight, out_features x in_features
+        b = w.t() if w_layout == "t" else w.t().contiguous()  # K-major or N-major (k, n)
+        ref = x.double() @ b.double()
+        theirs = _column_errors(torch.matmul(x, b), ref)
+        c = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+
+        def check(what: str) -> None:
+            ours = _column_errors(c, ref)
+            assert torch.isfinite(ours).all(), (m, n, what)
+            worst = (ours / theirs.clamp_min(1e-4)).max().item()
+            assert worst <= 4.0 and ours.max() <= 4 * theirs.max(), (m, n, what, worst)
+
+        gemmt.gemm(c, x, b)
+        check("auto")
+        if hopper and m <= 256:
+            plans = [f"wgmma:bn={bn}:splits={s}:orient=swapped" for bn in (192, 256)
+                     for s in (0, 1)]
+            for plan in _forced_plan_runs(c, x, b, plans):
+                check(plan)
 
 
 @pytest.mark.cuda

@@ -50,6 +50,20 @@ constexpr PlanRule kRules[] = {
      "it); the product as given timed at 64. As given won by 5-12% at 4-64 tokens through 5120 x "
      "5120 on the H100 (both dtypes) and by 0-9% at some of 2-64 tokens through 2048- to 5120-row "
      "weights on the H200; elsewhere the swap held"},
+    {"swap_for_batched_decode", "sm90", "problem_for",
+     "16-bit x @ W^T or g @ W with 129 <= m <= 192 tokens and n > 256, where the swapped "
+     "problem is supported on the three-quarter tile",
+     "run C^T = W x^T on the three-quarter tile: one column of tiles holds every token and "
+     "computes only the columns they fill (trimmed_tile_width); the model's split for it",
+     "as given, the tokens are two 128-row tiles, the second 1-64 rows full, so half of its "
+     "tensor-core work or more is spent on rows that do not exist",
+     "H200, 129-192 tokens over six weights of 16 MB to 1 GB, bf16 and fp16: 0.44-0.78 of "
+     "cuBLAS before, 0.67-0.97 after (e.g. 144 x 4096 x 4096 35.0 -> 22.2 us); 65-128 and "
+     "193-256 tokens lost swapped, on either tile",
+     "h200_tune/ab_batched_decode_h200_2026-11-29.json", "-", true, &sm90::swap_for_batched_decode,
+     "(a) decides none of the tuned plans. h100_tune in class at 0 points, deciding none. "
+     "h200_tune in class at 0 points, deciding none. The sweeps time 100, 128, 200 and 256 "
+     "tokens, none in its class"},
     {"swap_for_tf32", "sm90", "problem_for",
      "tf32, n > 64, B not K-major (a row-major b), A not M-major",
      "run C^T = B^T A^T: B becomes an M-major A read through registers, A a K-major B",
@@ -87,7 +101,8 @@ constexpr PlanRule kRules[] = {
      "h200_tune in class at 0 points, deciding none"},
     {"batched_decode_roofline", "sm90", "best_splits (split_search_open)",
      "16-bit, 64 < m <= 256 tokens, a weight from DRAM (over the L2 budget), m under the "
-     "roofline's ridge (ridge_tokens: 380 on the H100, 266 on the H200)",
+     "roofline's ridge (ridge_tokens: 380 on the H100, 266 on the H200); the same with the "
+     "tokens as n, as a swapped product has them (swap_for_batched_decode)",
      "open the k-split search even where the tiles fill half of the SMs; the model, priced "
      "with the device's DRAM rate and streaming share, picks the split",
      "m tokens do m FLOPs per weight byte (2m per 2-byte element), so under the ridge the "

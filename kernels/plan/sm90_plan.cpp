@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "common/copy_layout.h"
 #include "common/gemm_tc_kind.h"
@@ -198,6 +199,12 @@ double spread_cost_us(const GemmArgs& args, int64_t whole_waves) {
 
 }  // namespace
 
+double trimmed_tile_share(const GemmArgs& args, int bn) {
+  const int kind = tc_kind_of(args);
+  if (bn != kBNThreeQuarter || (kind != kBF16 && kind != kF16) || args.n >= bn) return 1.0;
+  return trimmed_tile_width(args.n, false, bn) / static_cast<double>(bn);
+}
+
 double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp) {
   const double sms = static_cast<double>(sm_count_of(args));
   const double units = static_cast<double>(tile_count(args, bn)) * sp.splits;
@@ -208,7 +215,8 @@ double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp) {
                        : bn == kBNMedium       ? (tf32 ? kKbUsMediumTf32 : kKbUsMedium)
                                                : (tf32 ? kKbUsNarrowTf32 : kKbUsNarrow);
   const double elt = static_cast<double>(element_size(args.dtype));
-  const double compute = waves * (sp.kb_per_split + kUnitFixedKb) * kb_us(args, kb_ref_us);
+  const double compute = waves * (sp.kb_per_split + kUnitFixedKb) *
+                         kb_us(args, kb_ref_us * trimmed_tile_share(args, bn));
   // (An earlier rule rated products of one M tile by the busy share of their last wave, after
   // 4096x11008 weights with m <= 64 ran at 0.47-0.74 of cuBLAS on 64-wide tiles in 1.3 waves.
   // Those tiles then loaded 128-row A boxes of mostly zero fill; with boxes trimmed to the
@@ -301,7 +309,11 @@ bool batched_decode_roofline(const GemmArgs& args) {
 }
 
 bool split_search_open(const GemmArgs& args, int bn) {
-  return tile_count(args, bn) * 2 <= sm_count_of(args) || batched_decode_roofline(args);
+  if (tile_count(args, bn) * 2 <= sm_count_of(args) || batched_decode_roofline(args)) return true;
+  // The same class run swapped (swap_for_batched_decode): the tokens are the columns.
+  GemmArgs t = args;
+  std::swap(t.m, t.n);
+  return batched_decode_roofline(t);
 }
 
 bool no_split_past_half_the_sms(const GemmArgs& args) {
@@ -505,6 +517,15 @@ bool swap_for_small_m(const GemmArgs& args) {
   return problem_supported(swapped(args), true);
 }
 
+bool swap_for_batched_decode(const GemmArgs& args) {
+  const int kind = tc_kind_of(args);
+  if ((kind != kBF16 && kind != kF16) || args.m <= kBM || args.m > kBNThreeQuarter) return false;
+  if (args.n <= 2 * kBM) return false;
+  Problem sw = swapped(args);
+  sw.bn = kBNThreeQuarter;
+  return problem_supported(sw, true);
+}
+
 bool streams_single_row(const GemmArgs& args) {
   if (args.m != 1 || args.n < kSingleRowMinRows || !args.epilogue.empty()) return false;
   const double b_bytes =
@@ -522,6 +543,11 @@ Problem problem_for(const GemmArgs& args, Orientation orient) {
   if (orient == Orientation::kAsGiven) return as_given(args);
   if (orient == Orientation::kSwapped) return swapped(args);
   if (swap_for_tf32(args) || swap_for_small_m(args)) return swapped(args);
+  if (swap_for_batched_decode(args)) {
+    Problem pr = swapped(args);
+    pr.bn = kBNThreeQuarter;
+    return pr;
+  }
   Problem pr = as_given(args);
   if (epilogue_takes_medium(args)) pr.bn = kBNMedium;
   return pr;

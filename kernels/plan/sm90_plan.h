@@ -22,6 +22,17 @@ constexpr int kBNThreeQuarter = 192;
 constexpr int kBNMedium = 128;
 constexpr int kBNNarrow = 64;
 
+// The width a tile bn columns wide computes of a column of tiles that has `cols` columns of
+// C left (the three-quarter tile trims; kernels/sm90/kernel.cuh): cols rounded up to 16, or to
+// 64 with an MN-major B (the 128-byte swizzle atom of such a B is 64 columns wide); bn once
+// that reaches it. A swapped product of 129-192 tokens is one such column: 144 tokens run as
+// 144 columns of tensor-core work instead of 192.
+constexpr int trimmed_tile_width(int64_t cols, bool b_mn, int bn) {
+  const int64_t q = b_mn ? 64 : 16;
+  const int64_t w = cols < 1 ? q : (cols + q - 1) / q * q;
+  return w >= bn ? bn : static_cast<int>(w);
+}
+
 // Geometry of one operand as a 2-D tensor map: dim 0 is the contiguous one.
 struct MapShape {
   uint64_t dims[2];
@@ -230,6 +241,19 @@ bool swap_for_tf32(const GemmArgs& args);
 // the swapped problem is supported: an epilogue then needs a split (the transposed 16-bit
 // store is register-to-global, which does not apply it).
 bool swap_for_small_m(const GemmArgs& args);
+
+// Batched decode of 129-192 tokens (16-bit) against a weight of more than 256 rows: run as
+// C^T = W x^T on the three-quarter tile, whose one column of tiles then holds every token and
+// computes only the columns they fill (trimmed_tile_width). As given, such tokens are two
+// 128-row tiles whose second has 1-64 rows, so half its tensor-core work or more is spent on
+// rows that do not exist. The split is the model's for that tile. Not with an epilogue the
+// swapped plan cannot apply (an unsplit C^T is stored from registers without it).
+bool swap_for_batched_decode(const GemmArgs& args);
+
+// The share of a tile bn wide that a 16-bit product of n < bn columns computes on it
+// (trimmed_tile_width over bn, at K-major granularity: the model does not see layouts): below 1
+// for the three-quarter tile only, whose k-block time split_cost_us scales by it.
+double trimmed_tile_share(const GemmArgs& args, int bn);
 
 // One-token products (m == 1, 16-bit, x @ W^T) that the swapped narrow tile streams faster
 // than the gemv kernel of the SIMT family: a weight from DRAM (over l2_budget_bytes) of at least

@@ -15,7 +15,11 @@
 // storing its tile while the other computes the next. On the wide tile the last wave can run
 // stream-k: its k-blocks are spread over all CTAs and a tile cut into pieces is finished by
 // the CTA of its last piece, which adds the other pieces' partials (scheduler.cuh: unit_at,
-// epilogue.cuh: sk_give / sk_take). config.cuh has the tile widths, epilogue.cuh the stores.
+// epilogue.cuh: sk_give / sk_take). On the three-quarter tile a column of tiles with fewer
+// columns of C than the tile (a swapped batched decode's tokens) issues narrower wgmma, of the
+// columns rounded up to 16 (sm90::trimmed_tile_width); its loop is a copy of the main one so
+// that the other tiles' code stays as it was. config.cuh has the tile widths, epilogue.cuh the
+// stores.
 //
 // Stage layout (every operand row is 128 bytes, i.e. 128B-swizzle atoms of 8 rows):
 //   A K-major : 128 rows (M) x 64 bf16 of K                      one TMA box {64, 128}
@@ -40,6 +44,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "gemmt/launch.cuh"
 #include "sm90/config.cuh"
@@ -97,6 +102,26 @@ __device__ __forceinline__ void tf32_rs_kblock(float (&acc)[kBN / 2], uint32_t (
   wgmma_commit();
 }
 
+// Calls f(std::integral_constant<int, w>) for a block width w of a kBN-wide tile
+// (sm90::trimmed_tile_width): kW, kW + kStep, ... below kBN, or kBN itself.
+template <int kW, int kStep, int kBN, class F>
+__device__ __forceinline__ void with_width_from(int w, F&& f) {
+  if constexpr (kW >= kBN) {
+    f(std::integral_constant<int, kBN>{});
+  } else if (w == kW) {
+    f(std::integral_constant<int, kW>{});
+  } else {
+    with_width_from<kW + kStep, kStep, kBN>(w, f);
+  }
+}
+
+// Widths by 16, or by 64 with an MN-major B.
+template <bool kBMn, int kBN, class F>
+__device__ __forceinline__ void with_tile_width(int w, F&& f) {
+  constexpr int kStep = kBMn ? 64 : 16;
+  with_width_from<kStep, kStep, kBN>(w, f);
+}
+
 #endif  // GEMMT_SM90_DEVICE_CODE
 
 template <int kKind, bool kAMn, bool kBMn, int kCluster, int kBN>
@@ -120,6 +145,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kPingPong = kBN == kBNMedium && !kARegs;
   // Stream-k (scheduler.cuh) runs on the wide tile only.
   constexpr bool kStreamK = kBN == kBNWide;
+  // The three-quarter tile (16-bit only) computes only the columns of C its last column of
+  // tiles has. (The wide tile trimmed the same way lost to the product as given wherever the
+  // three-quarter one does not serve, and cost its CTA-pair instances a 4-byte spill.)
+  constexpr bool kTrims = kBN == kBNThreeQuarter;
   // Arrivals that free a stage: the warps of the warpgroup(s) that read it, on every CTA of
   // the cluster.
   constexpr int kReaderWarps = kPingPong ? kConsumerWarps / 2 : kConsumerWarps;
@@ -397,7 +426,36 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         } else {
           GEMMT_TRACE(i, 0);
-          for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
+          // On the last column of tiles, only the columns C has (with_tile_width): the same
+          // k-blocks on a block kW < kBN columns wide.
+          bool trimmed = false;
+          if constexpr (kTrims) {
+            const int width = sm90::trimmed_tile_width(p.n - origin.y, kBMn, kBN);
+            trimmed = width != kBN;
+            if (trimmed) {
+              with_tile_width<kBMn, kBN>(width, [&](auto width_c) {
+                constexpr int kW = decltype(width_c)::value;
+                if constexpr (kW < kBN) {
+                  for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
+                    mbar_wait(full_bar(stage), phase);
+                    const uint64_t da =
+                        make_desc(smem_a + stage * kABytes, kALbo, 1024) + cw * kAHalf;
+                    const uint64_t db = make_desc(smem_b + stage * kBBytes, kBLbo, 1024);
+                    wgmma_fence();
+#pragma unroll
+                    for (int kk = 0; kk < 4; ++kk) {
+                      wgmma_step_trimmed<kKind, kAMn ? 1 : 0, kBMn ? 1 : 0, kW>(
+                          acc, da + kk * kAStep, db + kk * kBStep,
+                          (kb != w.kb_begin || kk != 0) ? 1u : 0u);
+                    }
+                    wgmma_commit();
+                    retire_previous(kb, w.kb_begin, prev_stage);
+                  }
+                }
+              });
+            }
+          }
+          for (int kb = w.kb_begin; !trimmed && kb < w.kb_end; ++kb) {
             mbar_wait(full_bar(stage), phase);
             if (kb == w.kb_begin) GEMMT_TRACE(i, 1);
             if (kb == w.kb_begin + 4) GEMMT_TRACE(i, 5);

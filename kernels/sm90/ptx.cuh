@@ -244,13 +244,14 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint3
          (static_cast<uint64_t>((sbo >> 4) & 0x3FFFu) << 32) | (uint64_t{1} << 62);
 }
 
-#define GEMMT_ACC8(i)                                                                             \
+#define GEMMT_ACC_AT(i)                                                                           \
   "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
       "+f"(d[i + 6]), "+f"(d[i + 7])
-#define GEMMT_ACC128                                                                            \
-  GEMMT_ACC8(0), GEMMT_ACC8(8), GEMMT_ACC8(16), GEMMT_ACC8(24), GEMMT_ACC8(32), GEMMT_ACC8(40), \
-      GEMMT_ACC8(48), GEMMT_ACC8(56), GEMMT_ACC8(64), GEMMT_ACC8(72), GEMMT_ACC8(80),           \
-      GEMMT_ACC8(88), GEMMT_ACC8(96), GEMMT_ACC8(104), GEMMT_ACC8(112), GEMMT_ACC8(120)
+#define GEMMT_ACC128                                                                              \
+  GEMMT_ACC_AT(0), GEMMT_ACC_AT(8), GEMMT_ACC_AT(16), GEMMT_ACC_AT(24), GEMMT_ACC_AT(32),         \
+      GEMMT_ACC_AT(40), GEMMT_ACC_AT(48), GEMMT_ACC_AT(56), GEMMT_ACC_AT(64), GEMMT_ACC_AT(72),   \
+      GEMMT_ACC_AT(80), GEMMT_ACC_AT(88), GEMMT_ACC_AT(96), GEMMT_ACC_AT(104), GEMMT_ACC_AT(112), \
+      GEMMT_ACC_AT(120)
 #define GEMMT_D128                                                                               \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                      \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "             \
@@ -276,8 +277,9 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint3
                : ACCS                                                                       \
                : "l"(da), "l"(db), "r"(accumulate))
 
-#define GEMMT_ACC32 GEMMT_ACC8(0), GEMMT_ACC8(8), GEMMT_ACC8(16), GEMMT_ACC8(24)
-#define GEMMT_ACC64 GEMMT_ACC32, GEMMT_ACC8(32), GEMMT_ACC8(40), GEMMT_ACC8(48), GEMMT_ACC8(56)
+#define GEMMT_ACC32 GEMMT_ACC_AT(0), GEMMT_ACC_AT(8), GEMMT_ACC_AT(16), GEMMT_ACC_AT(24)
+#define GEMMT_ACC64 \
+  GEMMT_ACC32, GEMMT_ACC_AT(32), GEMMT_ACC_AT(40), GEMMT_ACC_AT(48), GEMMT_ACC_AT(56)
 #define GEMMT_D32                                                                \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, " \
   "%17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
@@ -287,7 +289,8 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint3
   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
-#define GEMMT_ACC96 GEMMT_ACC64, GEMMT_ACC8(64), GEMMT_ACC8(72), GEMMT_ACC8(80), GEMMT_ACC8(88)
+#define GEMMT_ACC96 \
+  GEMMT_ACC64, GEMMT_ACC_AT(64), GEMMT_ACC_AT(72), GEMMT_ACC_AT(80), GEMMT_ACC_AT(88)
 #define GEMMT_D96                                                                    \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
@@ -296,6 +299,56 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint3
   "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
   "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}"
 
+// Accumulator lists and register strings of the narrower steps (the trimmed three-quarter
+// tile's).
+#define GEMMT_ACC8 GEMMT_ACC_AT(0)
+#define GEMMT_ACC16 GEMMT_ACC8, GEMMT_ACC_AT(8)
+#define GEMMT_ACC24 GEMMT_ACC16, GEMMT_ACC_AT(16)
+#define GEMMT_ACC40 GEMMT_ACC32, GEMMT_ACC_AT(32)
+#define GEMMT_ACC48 GEMMT_ACC40, GEMMT_ACC_AT(40)
+#define GEMMT_ACC56 GEMMT_ACC48, GEMMT_ACC_AT(48)
+#define GEMMT_ACC72 GEMMT_ACC64, GEMMT_ACC_AT(64)
+#define GEMMT_ACC80 GEMMT_ACC72, GEMMT_ACC_AT(72)
+#define GEMMT_ACC88 GEMMT_ACC80, GEMMT_ACC_AT(80)
+#define GEMMT_D8 "{%0, %1, %2, %3, %4, %5, %6, %7}"
+#define GEMMT_D16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define GEMMT_D24                                                           \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23}"
+#define GEMMT_D40                                                                    \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39}"
+#define GEMMT_D48                                                                    \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}"
+#define GEMMT_D56                                                                    \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55}"
+
+#define GEMMT_D72                                                                    \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+  "%64, %65, %66, %67, %68, %69, %70, %71}"
+#define GEMMT_D80                                                                    \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79}"
+#define GEMMT_D88                                                                    \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+  "%80, %81, %82, %83, %84, %85, %86, %87}"
+
 // wgmma_m64n<N>: D(64xN, fp32) (+)= A(64xK) * B(KxN) for one K step (16 for 16-bit types, 8
 // for tf32, 32 for fp8), both operands from shared memory. `accumulate` == 0 overwrites D, which is
 // how each tile starts without zeroing registers. NACC = N / 2 accumulators a thread; the strings
@@ -303,9 +356,10 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint3
 // (NACC is pasted, not passed, so that the accumulator list reaches the asm statement as one macro
 // argument.)
 #define GEMMT_DEFINE_WGMMA(N, NACC, A, B, P, TA, TB)                                             \
-  template <int kKind, int kTransA, int kTransB>                                                 \
-  __device__ __forceinline__ void wgmma_m64n##N(float (&d)[NACC], uint64_t da, uint64_t db,      \
+  template <int kKind, int kTransA, int kTransB, int kAcc = NACC>                                \
+  __device__ __forceinline__ void wgmma_m64n##N(float (&d)[kAcc], uint64_t da, uint64_t db,      \
                                                 uint32_t accumulate) {                           \
+    static_assert(NACC <= kAcc, "the block's accumulators are the first of d");                  \
     if constexpr (kKind == kBF16) {                                                              \
       GEMMT_WGMMA_16("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16", GEMMT_D##NACC,  \
                      GEMMT_ACC##NACC, P, A, B, TA, TB);                                          \
@@ -336,6 +390,16 @@ GEMMT_DEFINE_WGMMA(256, 128, "%128", "%129", "%130", "%131", "%132")
 GEMMT_DEFINE_WGMMA(192, 96, "%96", "%97", "%98", "%99", "%100")
 GEMMT_DEFINE_WGMMA(128, 64, "%64", "%65", "%66", "%67", "%68")
 GEMMT_DEFINE_WGMMA(64, 32, "%32", "%33", "%34", "%35", "%36")
+// The trimmed three-quarter tile's (wgmma_step_trimmed).
+GEMMT_DEFINE_WGMMA(176, 88, "%88", "%89", "%90", "%91", "%92")
+GEMMT_DEFINE_WGMMA(160, 80, "%80", "%81", "%82", "%83", "%84")
+GEMMT_DEFINE_WGMMA(144, 72, "%72", "%73", "%74", "%75", "%76")
+GEMMT_DEFINE_WGMMA(112, 56, "%56", "%57", "%58", "%59", "%60")
+GEMMT_DEFINE_WGMMA(96, 48, "%48", "%49", "%50", "%51", "%52")
+GEMMT_DEFINE_WGMMA(80, 40, "%40", "%41", "%42", "%43", "%44")
+GEMMT_DEFINE_WGMMA(48, 24, "%24", "%25", "%26", "%27", "%28")
+GEMMT_DEFINE_WGMMA(32, 16, "%16", "%17", "%18", "%19", "%20")
+GEMMT_DEFINE_WGMMA(16, 8, "%8", "%9", "%10", "%11", "%12")
 #undef GEMMT_DEFINE_WGMMA
 
 // One K step of the consumer's 64 x kBN block.
@@ -350,6 +414,43 @@ __device__ __forceinline__ void wgmma_step(float (&d)[kBN / 2], uint64_t da, uin
     wgmma_m64n128<kKind, kTransA, kTransB>(d, da, db, accumulate);
   } else {
     wgmma_m64n64<kKind, kTransA, kTransB>(d, da, db, accumulate);
+  }
+}
+
+// One K step of a consumer's 64 x (2 kAcc) block cut to its first kN columns (sm90::
+// trimmed_tile_width): one m64nkN on its first kN / 2 accumulators (fragment order is
+// column-block order). They stay elements of the consumer's one array; the accumulators of the
+// columns cut off keep whatever they held, lie past C's last column, and no store writes them.
+// (Widths over 128 as m64n128 and a second instruction on B's rows from 128 on made ptxas
+// serialise the main loop's wgmma, C7511, in three of the four layouts.)
+template <int kKind, int kTransA, int kTransB, int kN, int kAcc>
+__device__ __forceinline__ void wgmma_step_trimmed(float (&d)[kAcc], uint64_t da, uint64_t db,
+                                                   uint32_t accumulate) {
+  static_assert(kN % 16 == 0 && kN >= 16 && kN < 2 * kAcc,
+                "a trimmed width: by 16, under the block's");
+  if constexpr (kN == 16) {
+    wgmma_m64n16<kKind, kTransA, kTransB>(d, da, db, accumulate);
+  } else if constexpr (kN == 32) {
+    wgmma_m64n32<kKind, kTransA, kTransB>(d, da, db, accumulate);
+  } else if constexpr (kN == 48) {
+    wgmma_m64n48<kKind, kTransA, kTransB>(d, da, db, accumulate);
+  } else if constexpr (kN == 64) {
+    wgmma_m64n64<kKind, kTransA, kTransB>(d, da, db, accumulate);
+  } else if constexpr (kN == 80) {
+    wgmma_m64n80<kKind, kTransA, kTransB>(d, da, db, accumulate);
+  } else if constexpr (kN == 96) {
+    wgmma_m64n96<kKind, kTransA, kTransB>(d, da, db, accumulate);
+  } else if constexpr (kN == 112) {
+    wgmma_m64n112<kKind, kTransA, kTransB>(d, da, db, accumulate);
+  } else if constexpr (kN == 128) {
+    wgmma_m64n128<kKind, kTransA, kTransB>(d, da, db, accumulate);
+  } else if constexpr (kN == 144) {
+    wgmma_m64n144<kKind, kTransA, kTransB>(d, da, db, accumulate);
+  } else if constexpr (kN == 160) {
+    wgmma_m64n160<kKind, kTransA, kTransB>(d, da, db, accumulate);
+  } else {
+    static_assert(kN == 176, "a width defined above");
+    wgmma_m64n176<kKind, kTransA, kTransB>(d, da, db, accumulate);
   }
 }
 
@@ -387,9 +488,6 @@ __device__ __forceinline__ void wgmma_step_tf32_rs(float (&d)[kBN / 2], const ui
                ", p, 1, 1, 0;\n}\n"                                                         \
                : ACCS                                                                       \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate))
-#define GEMMT_ACC16 GEMMT_ACC8(0), GEMMT_ACC8(8)
-#define GEMMT_D8 "{%0, %1, %2, %3, %4, %5, %6, %7}"
-#define GEMMT_D16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 
 template <int kN>
 __device__ __forceinline__ void wgmma_f16_rs(float (&d)[kN / 2], const uint32_t (&a)[4],
@@ -403,7 +501,7 @@ __device__ __forceinline__ void wgmma_f16_rs(float (&d)[kN / 2], const uint32_t 
                        "%21", "{%16, %17, %18, %19}", "%20");
   } else {
     GEMMT_WGMMA_F16_RS("wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16", GEMMT_D8,
-                       GEMMT_ACC8(0), "%13", "{%8, %9, %10, %11}", "%12");
+                       GEMMT_ACC_AT(0), "%13", "{%8, %9, %10, %11}", "%12");
   }
 }
 
@@ -414,7 +512,22 @@ __device__ __forceinline__ void wgmma_f16_rs(float (&d)[kN / 2], const uint32_t 
 #undef GEMMT_ACC16
 #undef GEMMT_D8
 #undef GEMMT_D16
+#undef GEMMT_ACC_AT
 #undef GEMMT_ACC8
+#undef GEMMT_ACC24
+#undef GEMMT_ACC40
+#undef GEMMT_ACC48
+#undef GEMMT_ACC56
+#undef GEMMT_D24
+#undef GEMMT_D40
+#undef GEMMT_D48
+#undef GEMMT_D56
+#undef GEMMT_D88
+#undef GEMMT_ACC88
+#undef GEMMT_D80
+#undef GEMMT_ACC80
+#undef GEMMT_D72
+#undef GEMMT_ACC72
 #undef GEMMT_ACC32
 #undef GEMMT_ACC64
 #undef GEMMT_ACC96
