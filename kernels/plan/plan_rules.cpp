@@ -57,9 +57,10 @@ constexpr PlanRule kRules[] = {
      "computes only the columns they fill (trimmed_tile_width); the model's split for it",
      "as given, the tokens are two 128-row tiles, the second 1-64 rows full, so half of its "
      "tensor-core work or more is spent on rows that do not exist",
-     "H200, 129-192 tokens over six weights of 16 MB to 1 GB, bf16 and fp16: 0.44-0.78 of "
-     "cuBLAS before, 0.67-0.97 after (e.g. 144 x 4096 x 4096 35.0 -> 22.2 us); 65-128 and "
-     "193-256 tokens lost swapped, on either tile",
+     "H200, 129-192 tokens over six weights of 16 MB to 1 GB (26 points, bf16 and fp16, two "
+     "runs): median (worst) 0.67 (0.45) of cuBLAS before, 0.89 (0.66) after, 1.19x faster "
+     "(1.06-1.67x), e.g. 144 x 4096 x 4096 35.0 -> 21.5 us; swapped, 65-128 and 193-256 "
+     "tokens lost to the product as given on either tile",
      "h200_tune/ab_batched_decode_h200_2026-11-29.json", "-", true, &sm90::swap_for_batched_decode,
      "(a) decides none of the tuned plans. h100_tune in class at 0 points, deciding none. "
      "h200_tune in class at 0 points, deciding none. The sweeps time 100, 128, 200 and 256 "
