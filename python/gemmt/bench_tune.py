@@ -35,7 +35,8 @@ from gemmt.bench_linear import L2_BYTES, _Replay
 SECTIONS = ("decode", "prefill")
 # (out_features, in_features): weights of 16 MB, 32 MB, 52 MB, 140 MB and 1 GB in 16 bits.
 DECODE_WEIGHTS = [(2048, 4096), (4096, 4096), (5120, 5120), (13824, 5120), (128256, 4096)]
-DECODE_TOKENS = [1, 2, 4, 8, 16, 32, 64, 100, 128, 200, 256]
+# 160 is in swap_for_batched_decode's class (129-192 tokens); --quick takes every other count.
+DECODE_TOKENS = [1, 2, 4, 8, 16, 32, 64, 100, 128, 160, 200, 256]
 PREFILL_LAYERS = [(4096, 4096), (4096, 11008), (11008, 4096), (4096, 14336), (14336, 4096)]
 PREFILL_TOKENS = [512, 2048, 4096]
 
