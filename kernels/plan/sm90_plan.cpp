@@ -201,7 +201,8 @@ double spread_cost_us(const GemmArgs& args, int64_t whole_waves) {
 
 double trimmed_tile_share(const GemmArgs& args, int bn) {
   const int kind = tc_kind_of(args);
-  if (bn != kBNThreeQuarter || (kind != kBF16 && kind != kF16) || args.n >= bn) return 1.0;
+  if (bn != kBNThreeQuarter || (kind != kBF16 && kind != kF16)) return 1.0;
+  if (args.n <= kBNMedium || args.n >= bn) return 1.0;
   return trimmed_tile_width(args.n, false, bn) / static_cast<double>(bn);
 }
 

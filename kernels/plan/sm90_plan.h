@@ -251,8 +251,10 @@ bool swap_for_small_m(const GemmArgs& args);
 bool swap_for_batched_decode(const GemmArgs& args);
 
 // The share of a tile bn wide that a 16-bit product of n < bn columns computes on it
-// (trimmed_tile_width over bn, at K-major granularity: the model does not see layouts): below 1
-// for the three-quarter tile only, whose k-block time split_cost_us scales by it.
+// (trimmed_tile_width over bn, at K-major granularity: the model does not see layouts), which
+// split_cost_us scales the k-block time by: below 1 for the three-quarter tile with 129-191
+// columns only, the class measured (swap_for_batched_decode). Up to 128 columns the medium
+// tile computes as few, ping-pong, and the model keeps pricing the three-quarter one whole.
 double trimmed_tile_share(const GemmArgs& args, int bn);
 
 // One-token products (m == 1, 16-bit, x @ W^T) that the swapped narrow tile streams faster
