@@ -109,7 +109,8 @@ constexpr PlanRule kRules[] = {
      "m tokens do m FLOPs per weight byte (2m per 2-byte element), so under the ridge the "
      "floor is streaming the weight once and a plan that leaves SMs idle (2 x 40 tiles of a "
      "5120-wide weight on 132 SMs) misses it; the faster the DRAM, the more CTAs must stream "
-     "it. Moves no H100 plan; on the H200 e.g. 129 x 5120 x 5120 to 128x256 tiles in 3 slices",
+     "it. On the H200 e.g. 200 x 7168 -> 18432 to 128x192 tiles in 2 slices (the H100 keeps whole "
+     "tiles)",
      "to be measured (H100 0.67-0.97 and H200 0.65-0.81 of cuBLAS at 200 tokens before)",
      "issue 50, item 4", "L2 size, DRAM bandwidth, SM clock, SM count", false,
      &sm90::batched_decode_roofline,
