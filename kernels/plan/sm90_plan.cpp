@@ -199,6 +199,16 @@ double spread_cost_us(const GemmArgs& args, int64_t whole_waves) {
 
 }  // namespace
 
+// The widths the three-quarter tile's kernel has instructions for (kernels/sm90/ptx.cuh:
+// wgmma_step_trimmed): multiples of 16 below 192 with a K-major B, of 64 with an MN-major one.
+static_assert(trimmed_tile_width(1, false, kBNThreeQuarter) == 16, "");
+static_assert(trimmed_tile_width(129, false, kBNThreeQuarter) == 144, "");
+static_assert(trimmed_tile_width(176, false, kBNThreeQuarter) == 176, "");
+static_assert(trimmed_tile_width(177, false, kBNThreeQuarter) == kBNThreeQuarter, "");
+static_assert(trimmed_tile_width(65, true, kBNThreeQuarter) == 128, "");
+static_assert(trimmed_tile_width(129, true, kBNThreeQuarter) == kBNThreeQuarter, "");
+static_assert(trimmed_tile_width(5000, false, kBNThreeQuarter) == kBNThreeQuarter, "");
+
 double trimmed_tile_share(const GemmArgs& args, int bn) {
   const int kind = tc_kind_of(args);
   if (bn != kBNThreeQuarter || (kind != kBF16 && kind != kF16)) return 1.0;
