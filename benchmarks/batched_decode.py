@@ -16,6 +16,7 @@ default plans alone are timed, since another schedule timed in the same rounds m
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import os
@@ -89,7 +90,9 @@ def main() -> int:
     rows = sweep(args.rounds)
     os.makedirs(args.out, exist_ok=True)
     doc = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "gemmt": gemmt.build_info(), "tag": args.tag, "rows": rows}
+           "cuda": torch.version.cuda, "gemmt": gemmt.build_info(), "tag": args.tag,
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "rounds": args.rounds, "rows": rows}
     with open(os.path.join(args.out, f"batched_decode_{args.tag}.json"), "w") as f:
         json.dump(doc, f, indent=1)
     return 0

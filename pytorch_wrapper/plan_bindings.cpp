@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -252,6 +253,7 @@ py::dict plan_sm90(const std::string& dtype, int64_t m, int64_t n, int64_t k,
   sm90::Plan plan;
   bool supported = false, planned = false;
   std::size_t ws = 0;
+  int last_row = std::numeric_limits<int>::max();
   {
     py::gil_scoped_release release;
     pr = sm90::problem_with(a, tile_n, orientation);
@@ -263,6 +265,7 @@ py::dict plan_sm90(const std::string& dtype, int64_t m, int64_t n, int64_t k,
       sm90::Problem staged = pr;
       staged.args = sm90::staged_args(pr.args, st, planning_workspace());
       planned = sm90::make_plan(staged, &plan, kernels_built);
+      if (planned) last_row = sm90::last_tile_row(staged, plan);
     }
   }
   d["supported"] = supported;
@@ -285,6 +288,7 @@ py::dict plan_sm90(const std::string& dtype, int64_t m, int64_t n, int64_t k,
     d["a_box_rows"] = plan.a.box[1];
     d["b_box_rows"] = plan.b.box[1];
     d["stage_tx_bytes"] = sm90::stage_tx_bytes(plan);
+    d["last_tile_row"] = last_row == std::numeric_limits<int>::max() ? -1 : last_row;
   }
   return d;
 }
@@ -382,7 +386,8 @@ void bind_plans(py::module_& m) {
         "orientation (0: the planner's, 1: as given, 2: swapped) to force, as the tuner's "
         "candidates do (gemmt/gemm_tc_hooks.h); "
         "device_info: the device's l2_bytes, memory_clock_khz, memory_bus_bits and sm_clock_khz "
-        "(any left out: the reference H100's).",
+        "(any left out: the reference H100's). last_tile_row: the first row of the last 128-row "
+        "tile when it is moved up to end at row m (-1: tiles in place).",
         py::arg("dtype"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("a_strides"),
         py::arg("b_strides"), py::arg("ldc"), py::arg("offsets"), py::arg("sm_count"),
         py::arg("allow_tf32") = false, py::arg("beta") = 0.0f, py::arg("cc_major") = 9,

@@ -410,6 +410,48 @@ def test_cuda_trimmed_tiles(dtype: torch.dtype, x_layout: str, w_layout: str) ->
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("x_layout", ["n", "t"])
+def test_cuda_last_tile_moved_up(dtype: torch.dtype, x_layout: str,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows not a multiple of 128 run the last 128-row tile moved up to end at row m
+    (kernels/plan/sm90_plan.h: last_tile_row), so that two tiles write the rows they share:
+    C poisoned first, every column within 4x torch's error against float64, bit for bit the
+    tiles left in place (GEMMT_SM90_LAST_TILE=0), through gemm, linear with bias and gelu
+    (the staged epilogue writes the shared rows twice) and split plans; beta != 0 keeps the
+    tiles in place and reads C once."""
+    k = 1024
+    for m, n in [(129, 4096), (200, 4096), (255, 2048), (300, 4096), (200, 14336), (1000, 1000)]:
+        x = randn(m, k, device="cuda").to(dtype)
+        if x_layout == "t":
+            x = x.t().contiguous().t()
+        w = randn(n, k, device="cuda").to(dtype)
+        bias = randn(n, device="cuda").to(dtype)
+        ref = x.double() @ w.double().t()
+        theirs = _column_errors(torch.matmul(x, w.t()), ref)
+        outs = {}
+        for shift in ("0", "1"):
+            monkeypatch.setenv("GEMMT_SM90_LAST_TILE", shift)
+            c = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+            gemmt.gemm(c, x, w.t())
+            ours = _column_errors(c, ref)
+            assert torch.isfinite(ours).all(), (m, n, shift)
+            assert (ours / theirs.clamp_min(1e-4)).max().item() <= 4.0, (m, n, shift)
+            outs[shift] = (c, gemmt.linear(x, w, bias, "gelu"))
+        assert torch.equal(outs["0"][0], outs["1"][0]), (m, n)
+        assert torch.equal(outs["0"][1], outs["1"][1]), (m, n)
+        torch.testing.assert_close(outs["1"][1].float(),
+                                   torch.nn.functional.gelu(ref + bias.double()).float(),
+                                   rtol=2e-2, atol=2e-2)
+        # beta reads C: c = 0.5 * c0 + x @ w^T, each element of C read once.
+        c0 = randn(m, n, device="cuda").to(dtype)
+        c = c0.clone()
+        gemmt.gemm(c, x, w.t(), 1.0, 0.5)
+        want = ref + 0.5 * c0.double()
+        assert rel_err(c, want) < 4 * rel_err(torch.matmul(x, w.t()) + 0.5 * c0, want) + 1e-3
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
 def test_cuda_float32_few_rows_on_the_32_row_tile(layout: str) -> None:
     """float32 products of at most 32 rows against a long weight run split-k on the 32 x 256

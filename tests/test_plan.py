@@ -375,6 +375,29 @@ def test_sm90_takes_tensor_core_problems_on_hopper_only() -> None:
     assert sm90(4096, 4096, 4096, dtype="float32", allow_tf32=True)["supported"]
 
 
+def test_sm90_last_tile_ends_at_the_last_row() -> None:
+    """Rows not a multiple of 128: the last 128-row tile is moved up to end at row m, so its
+    A boxes never cross A's end (last_tile_row), where C is not read, there is more than one
+    tile and TMA accepts the box start; in the kernel's orientation (C^T: the weight's rows)."""
+    assert sm90(200, 4096, 4096, b_layout="col")["last_tile_row"] == 72
+    assert sm90(300, 4096, 4096)["last_tile_row"] == 172
+    assert sm90(4097, 4097, 4097)["last_tile_row"] == 3969
+    for m in (100, 128, 256, 4096):  # one tile, or whole tiles
+        assert sm90(m, 4096, 4096)["last_tile_row"] == -1, m
+    # beta != 0: the rows two tiles share would be read after one of them wrote them.
+    assert sm90(200, 4096, 4096, beta=1.0)["last_tile_row"] == -1
+    # An M-major A read in place (its column stride a 16-byte multiple, so m - 128 rows are
+    # too) moves with it.
+    p = sm90(296, 4096, 4096, a_layout="col")
+    assert p["a_mn_major"] and p["last_tile_row"] == 168
+    # Swapped (C^T = W x^T): the kernel's rows are the weight's.
+    p = sm90(16, 4100, 4096, b_layout="col")
+    assert p["c_trans"] and p["last_tile_row"] == 4100 - 128
+    assert sm90(144, 5120, 5120, b_layout="col")["last_tile_row"] == -1
+    # 144 tokens through 4096 x 4096 run as given (given_narrow_fills_the_gpu): rows 16..143.
+    assert sm90(144, 4096, 4096, b_layout="col")["last_tile_row"] == 16
+
+
 def test_sm90_choices() -> None:
     big = sm90(4096, 4096, 4096)
     assert (big["tile_n"], big["splits"], big["workspace_bytes"]) == (256, 1, 0)
@@ -448,6 +471,20 @@ def test_sm90_swap_rule_limits() -> None:
         assert not sm90(m, 256, 4096, b_layout="col")["c_trans"], m
     assert not sm90(16, 64, 4096, b_layout="col")["c_trans"]
     assert not sm90(16, 11008, 4096, dtype="float32", allow_tf32=True, b_layout="col")["c_trans"]
+    # Where the product as given runs unsplit on narrow tiles that fill 90% of a wave (4096
+    # rows: 2 x 64 tiles on 132 SMs), it stays as given (given_narrow_fills_the_gpu); 3072
+    # rows (96 tiles) and a 5120 x 5120 weight (128-wide tiles as given) still swap.
+    for m in (129, 144, 192):
+        for n, k, swaps in ((4096, 4096, False), (4096, 2048, False), (3072, 4096, True),
+                            (5120, 5120, True)):
+            p = sm90(m, n, k, b_layout="col")
+            assert p["c_trans"] == swaps, (m, n, k)
+            if not swaps:
+                assert (p["tile_n"], p["splits"]) == (64, 1), (m, n, k)
+    # On 160 SMs the same 128 tiles fill 0.8 of a wave: swapped.
+    wide_gpu = _native.load().plan_sm90("bfloat16", 144, 4096, 4096, (4096, 1), (1, 4096), 4096,
+                                        (0, 0, 0), 160)
+    assert wide_gpu["c_trans"] and wide_gpu["tile_n"] == 192
     # The transposed 16-bit store does not apply an epilogue: a bias keeps the product as
     # given unless the swapped plan splits k (the reduction applies it), and as given it
     # takes a wider tile, whose staged store applies it, where an unsplit narrow one would not.

@@ -52,7 +52,9 @@ constexpr PlanRule kRules[] = {
      "weights on the H200; elsewhere the swap held"},
     {"swap_for_batched_decode", "sm90", "problem_for",
      "16-bit x @ W^T or g @ W with 129 <= m <= 192 tokens and n > 256, where the swapped "
-     "problem is supported on the three-quarter tile",
+     "problem is supported on the three-quarter tile, except where the product as given runs "
+     "unsplit on narrow tiles filling 90% of a wave (given_narrow_fills_the_gpu: a weight of "
+     "about 4096 x 4096)",
      "run C^T = W x^T on the three-quarter tile: one column of tiles holds every token and "
      "computes only the columns they fill (trimmed_tile_width); the model's split for it",
      "as given, the tokens are two 128-row tiles, the second 1-64 rows full, so half of its "
@@ -60,8 +62,11 @@ constexpr PlanRule kRules[] = {
      "H200, 129-192 tokens over six weights of 16 MB to 1 GB (26 points, bf16 and fp16, two "
      "runs): median (worst) 0.67 (0.45) of cuBLAS before, 0.89 (0.66) after, 1.19x faster "
      "(1.06-1.67x), e.g. 144 x 4096 x 4096 34.1 -> 21.4 us; swapped, 65-128 and 193-256 "
-     "tokens lost to the product as given on either tile",
-     "h200_tune/ab_batched_decode_h200_2026-11-29.json", "-", true, &sm90::swap_for_batched_decode,
+     "tokens lost to the product as given on either tile. Once the last tile ends at row m "
+     "(last_tile_row), 4096 x 4096 as given (2 x 64 narrow tiles, unsplit) ran 1.04-1.17x "
+     "faster than swapped at 136-192 tokens, and the five larger weights 1.1-1.3x slower",
+     "h200_tune/ab_batched_decode_h200_2026-11-29.json, ab_last_tile_h200_2026-11-29.json",
+     "SM count", true, &sm90::swap_for_batched_decode,
      "(a) decides none of the tuned plans. h100_tune in class at 0 points, deciding none. "
      "h200_tune in class at 0 points, deciding none. The sweeps time 100, 128, 200 and 256 "
      "tokens, none in its class"},

@@ -531,10 +531,17 @@ bool swap_for_small_m(const GemmArgs& args) {
 bool swap_for_batched_decode(const GemmArgs& args) {
   const int kind = tc_kind_of(args);
   if ((kind != kBF16 && kind != kF16) || args.m <= kBM || args.m > kBNThreeQuarter) return false;
-  if (args.n <= 2 * kBM) return false;
+  if (args.n <= 2 * kBM || given_narrow_fills_the_gpu(args)) return false;
   Problem sw = swapped(args);
   sw.bn = kBNThreeQuarter;
   return problem_supported(sw, true);
+}
+
+bool given_narrow_fills_the_gpu(const GemmArgs& args) {
+  const Problem given = as_given(args);
+  if (given.bn != kBNNarrow || split_plan_or_auto(given, 0).splits != 1) return false;
+  return static_cast<double>(tile_count(given.args, given.bn)) >=
+         kGivenNarrowMinFill * static_cast<double>(sm_count_of(args));
 }
 
 bool streams_single_row(const GemmArgs& args) {
@@ -657,6 +664,15 @@ bool c_tma_shape(const Problem& pr, MapShape* shape) {
   const int64_t c_outer = pr.c_trans ? args.n : args.m;
   return is_aligned(args.c, 16) &&
          map_shape(c_inner, c_outer, args.ldc, elt, 128u / static_cast<uint32_t>(elt), 64, shape);
+}
+
+int last_tile_row(const Problem& pr, const Plan& plan) {
+  const GemmArgs& args = pr.args;
+  constexpr int kNone = std::numeric_limits<int>::max();
+  if (args.m <= kBM || args.m % kBM == 0 || args.beta != 0.0) return kNone;
+  const int64_t first = args.m - kBM;
+  if (plan.a_mn && (first * plan.elt) % 16 != 0) return kNone;
+  return static_cast<int>(first);
 }
 
 bool staged_store_possible(const Problem& pr) {

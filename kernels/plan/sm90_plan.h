@@ -247,8 +247,18 @@ bool swap_for_small_m(const GemmArgs& args);
 // computes only the columns they fill (trimmed_tile_width). As given, such tokens are two
 // 128-row tiles whose second has 1-64 rows, so half its tensor-core work or more is spent on
 // rows that do not exist. The split is the model's for that tile. Not with an epilogue the
-// swapped plan cannot apply (an unsplit C^T is stored from registers without it).
+// swapped plan cannot apply (an unsplit C^T is stored from registers without it), nor where
+// the product as given fills the GPU unsplit on the narrow tile (given_narrow_fills_the_gpu).
 bool swap_for_batched_decode(const GemmArgs& args);
+
+// As given, the product runs unsplit on the narrow (64-wide) tile with at least
+// kGivenNarrowMinFill of a wave of tiles: a weight of about 4096 x 4096 at 129-192 tokens
+// (2 x 64 tiles on 132 SMs). There the given plan streams the weight on every SM in one pass,
+// where the swapped 128 x 192 tiles (32 rows of tiles in 3 slices) left a quarter of the SMs
+// idle and added the slices' reduction: as given ran 1.04-1.17x faster (H200, 4096 x 4096 at
+// 136-192 tokens, with the last tile moved up: last_tile_row).
+bool given_narrow_fills_the_gpu(const GemmArgs& args);
+constexpr double kGivenNarrowMinFill = 0.9;
 
 // The share of a tile bn wide that a 16-bit product of n < bn columns computes on it
 // (trimmed_tile_width over bn, at K-major granularity: the model does not see layouts), which
@@ -293,6 +303,15 @@ bool staging_fits(const GemmArgs& args, const Staging& st);
 // C as a {n, m} tensor with 64-row boxes of 128 bytes, the staging layout of the epilogue
 // (transposed: C's lines are the tile grid's columns). False when TMA cannot write C.
 bool c_tma_shape(const Problem& pr, MapShape* shape);
+
+// The first row of the last 128-row tile when that tile is moved up to end at row m, so that
+// its A boxes never cross the end of A (TMA fills the missing rows with zeros, but such boxes
+// ran a 200-token batched decode 1.3x slower than 256 tokens on the same plan): products of
+// more than one 128-row tile whose rows are not a multiple of 128, with C not read
+// (beta == 0: the rows the last two tiles share are written twice, with the same values),
+// and a box start that TMA accepts there (an M-major A's inner coordinate must stay a
+// multiple of 16 bytes). INT_MAX: the tiles stay in place.
+int last_tile_row(const Problem& pr, const Plan& plan);
 
 // Whether C can go out through the staged (shared memory + TMA) store, the only one that
 // applies an epilogue: every tile but the narrow one, and for C^T only the tf32 kernel's

@@ -102,6 +102,10 @@ struct Params {
   // partial[(s * m + row) * n + col]. splits == 1: units are tiles and C is written directly.
   int splits;
   int kb_per_split;
+  // First row of the last 128-row tile, when that tile is moved up to end at row m (every
+  // operand row it reads then exists: TMA boxes that cross the end of A ran the narrow tile
+  // of a 200-token batched decode 1.3x slower than 256 tokens); INT_MAX leaves tiles in place.
+  int last_m0;
   float* partial;
   // Stream-k (splits == 1 only): units [0, sk_dp_units) are whole tiles, dealt round-robin
   // to the clusters; the k-blocks of the remaining tiles, sk_kb_total of them, are cut into

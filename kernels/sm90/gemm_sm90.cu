@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -96,6 +97,13 @@ cudaError_t launch_kind(const Problem& pr, const Plan& plan, const Maps& maps, c
   }
 }
 
+// GEMMT_SM90_LAST_TILE=0 keeps the last 128-row tile in place (read at each call, for A/B
+// runs of sm90::last_tile_row).
+bool shift_last_tile() {
+  const char* env = std::getenv("GEMMT_SM90_LAST_TILE");
+  return env == nullptr || std::strcmp(env, "0") != 0;
+}
+
 // Launches the product for arguments make_plan accepts. cluster: 0 automatic, 1 single
 // CTAs, 2 B-multicast pairs (granted only when the 128-row tile count is even and there is
 // no split: a pair needs both of its M tiles). store: 0 automatic, 1 direct register-to-
@@ -131,6 +139,7 @@ cudaError_t run_planned(const Problem& pr, cudaStream_t stream, detail::Sm90Clus
   l.tma_store = c_tma_ok;
   l.split = sp;
   l.partial = split || sp.stream_k ? partial : nullptr;
+  l.shift_last_tile = shift_last_tile();
   cudaError_t launched;
   switch (plan.kind) {
     case kBF16:

@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       uint32_t phase = 0;
       Unit w;
       for (int i = 0; unit_at<kStreamK>(i, p, cluster_id, num_clusters, w); ++i) {
-        const int2 origin = tile_origin<kCluster, kBN>(w, rank);
+        const int2 origin = tile_origin<kCluster, kBN>(w, rank, p);
         const int m0 = origin.x, n0 = origin.y;
         GEMMT_TRACE(i, 0);
         for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
@@ -366,7 +366,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           mbar_wait(turn_bar(cw), turn_phase);
           turn_phase ^= 1u;
         }
-        const int2 origin = tile_origin<kCluster, kBN>(w, rank);
+        const int2 origin = tile_origin<kCluster, kBN>(w, rank, p);
         int prev_stage = 0;
         for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
           mbar_wait(full_bar(stage), phase);
@@ -405,7 +405,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       Unit w;
       bool have = unit_at<kStreamK>(0, p, cluster_id, num_clusters, w);
       for (int i = 0; have; ++i) {
-        const int2 origin = tile_origin<kCluster, kBN>(w, rank);
+        const int2 origin = tile_origin<kCluster, kBN>(w, rank, p);
         int prev_stage = 0;
         if (p.epi.active && !p.c_trans) prefetch_tile_bias<T, kBN>(p, origin.y);
         if constexpr (kARegs) {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <limits>
 
 #include "gemmt/cuda_check.h"
 #include "gemmt/launch.cuh"
@@ -170,6 +171,7 @@ Params params_of(const Problem& pr, const Plan& plan, const Launch& l, SkSpread*
   p.c_trans = pr.c_trans ? 1 : 0;
   p.splits = split ? sp.splits : 1;
   p.kb_per_split = split ? sp.kb_per_split : p.num_kb;
+  p.last_m0 = l.shift_last_tile ? sm90::last_tile_row(pr, plan) : std::numeric_limits<int>::max();
   const bool sk = sp.stream_k && !split && partial != nullptr;
   p.partial = split || sk ? partial : nullptr;
   p.epi = make_epilogue_params(args.epilogue);

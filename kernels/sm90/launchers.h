@@ -1,5 +1,6 @@
 // The Hopper GEMM's launchers, one translation unit per operand kind and tile width
-// (instances_<kind>_<width>[_pair].cu), called by gemm_sm90.cu with a plan of kernels/plan/sm90_plan.h.
+// (instances_<kind>_<width>[_pair].cu), called by gemm_sm90.cu with a plan of
+// kernels/plan/sm90_plan.h.
 #pragma once
 
 #include <cuda.h>
@@ -21,6 +22,7 @@ struct Launch {
   bool tma_store = false;  // C goes out through shared memory and TMA
   SplitPlan split;         // k-slices; more than one needs `partial`
   float* partial = nullptr;
+  bool shift_last_tile = true;  // the last 128-row tile ends at row m (sm90::last_tile_row)
 };
 
 // The instances of one operand kind (TcKind), tile width (kBNWide ... kBNNarrow) and cluster

@@ -110,8 +110,8 @@ __device__ __forceinline__ void for_each_giver(const Params& p, const Unit& w, i
 // First row and column of this CTA's block of the unit's tile (the CTAs of a pair stack
 // along M); the producer and the consumers derive their coordinates from it alike.
 template <int kCluster, int kBN>
-__device__ __forceinline__ int2 tile_origin(const Unit& w, uint32_t rank) {
-  return make_int2((w.tm * kCluster + static_cast<int>(rank)) * kBM, w.tn * kBN);
+__device__ __forceinline__ int2 tile_origin(const Unit& w, uint32_t rank, const Params& p) {
+  return make_int2(min((w.tm * kCluster + static_cast<int>(rank)) * kBM, p.last_m0), w.tn * kBN);
 }
 
 #endif  // GEMMT_SM90_DEVICE_CODE
