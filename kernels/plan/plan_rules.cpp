@@ -63,8 +63,9 @@ constexpr PlanRule kRules[] = {
      "runs): median (worst) 0.67 (0.45) of cuBLAS before, 0.89 (0.66) after, 1.19x faster "
      "(1.06-1.67x), e.g. 144 x 4096 x 4096 34.1 -> 21.4 us; swapped, 65-128 and 193-256 "
      "tokens lost to the product as given on either tile. Once the last tile ends at row m "
-     "(last_tile_row), 4096 x 4096 as given (2 x 64 narrow tiles, unsplit) ran 1.04-1.17x "
-     "faster than swapped at 136-192 tokens, and the five larger weights 1.1-1.3x slower",
+     "(last_tile_row), 4096 x 4096 as given (2 x 64 narrow tiles, unsplit) ran 1.05-1.16x "
+     "the swapped speed at 136-192 tokens; 2048 x 4096 (as given in 4 slices) 1.00-1.09x, "
+     "4096 x 14336 0.89-1.02x, the 5120-wide and 128256-row weights 0.71-0.90x: they swap",
      "h200_tune/ab_batched_decode_h200_2026-11-29.json, ab_last_tile_h200_2026-11-29.json",
      "SM count", true, &sm90::swap_for_batched_decode,
      "(a) decides none of the tuned plans. h100_tune in class at 0 points, deciding none. "

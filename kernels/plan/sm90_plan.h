@@ -255,7 +255,7 @@ bool swap_for_batched_decode(const GemmArgs& args);
 // kGivenNarrowMinFill of a wave of tiles: a weight of about 4096 x 4096 at 129-192 tokens
 // (2 x 64 tiles on 132 SMs). There the given plan streams the weight on every SM in one pass,
 // where the swapped 128 x 192 tiles (32 rows of tiles in 3 slices) left a quarter of the SMs
-// idle and added the slices' reduction: as given ran 1.04-1.17x faster (H200, 4096 x 4096 at
+// idle and added the slices' reduction: as given ran 1.05-1.16x faster (H200, 4096 x 4096 at
 // 136-192 tokens, with the last tile moved up: last_tile_row).
 bool given_narrow_fills_the_gpu(const GemmArgs& args);
 constexpr double kGivenNarrowMinFill = 0.9;

@@ -18,8 +18,9 @@
 // epilogue.cuh: sk_give / sk_take). On the three-quarter tile a column of tiles with fewer
 // columns of C than the tile (a swapped batched decode's tokens) issues narrower wgmma, of the
 // columns rounded up to 16 (sm90::trimmed_tile_width); its loop is a copy of the main one so
-// that the other tiles' code stays as it was. config.cuh has the tile widths, epilogue.cuh the
-// stores.
+// that the other tiles' code stays as it was. When m is not a multiple of 128, the last row of
+// tiles ends at row m (Params::last_m0, sm90::last_tile_row), so no TMA box of A crosses A's
+// end. config.cuh has the tile widths, epilogue.cuh the stores.
 //
 // Stage layout (every operand row is 128 bytes, i.e. 128B-swizzle atoms of 8 rows):
 //   A K-major : 128 rows (M) x 64 bf16 of K                      one TMA box {64, 128}
