@@ -452,6 +452,44 @@ def test_cuda_last_tile_moved_up(dtype: torch.dtype, x_layout: str,
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_cuda_second_b_box_moved_back(dtype: torch.dtype) -> None:
+    """A K-major B tile's second box, where it would cross the end of B, starts earlier and
+    rewrites rows of the first (kernels/sm90/scheduler.cuh: second_b_box): last columns of
+    tiles half to fully used on each two-box width (256, 192, 128), given and swapped, split
+    and not, columns a multiple of 8 or not; every output column within 4x torch's error
+    against float64, C poisoned first."""
+    props = torch.cuda.get_device_properties(0)
+    if (props.major, props.minor) != (9, 0) or not gemmt.build_info()["sm90a_kernels"]:
+        pytest.skip("needs the sm_90a kernels on an sm_90 GPU")
+    if dtype == torch.float32:
+        torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        k = 512
+        for m, n, bn in [(256, 3 * 256 + 200, 256), (256, 3 * 256 + 129, 256),
+                         (256, 2 * 192 + 100, 192), (256, 2 * 192 + 190, 192),
+                         (256, 4 * 128 + 72, 128), (256, 4 * 128 + 65, 128), (136, 4096, 192),
+                         (150, 4096, 192)]:
+            if dtype == torch.float32 and bn == 192:
+                continue  # the 128 x 192 tile is 16-bit only
+            x = randn(m, k, device="cuda").to(dtype)
+            w = randn(n, k, device="cuda").to(dtype)
+            b = w.t()  # K-major B
+            ref = x.double() @ b.double()
+            theirs = _column_errors(torch.matmul(x, b), ref)
+            c = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+            orient = "swapped" if m < 256 else "given"
+            plans = [f"wgmma:bn={bn}:splits={s}:orient={orient}" for s in (1, 2)]
+            for plan in _forced_plan_runs(c, x, b, plans):
+                ours = _column_errors(c, ref)
+                assert torch.isfinite(ours).all(), (m, n, plan)
+                worst = (ours / theirs.clamp_min(1e-4)).max().item()
+                assert worst <= 4.0, (m, n, plan, worst)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
 def test_cuda_float32_few_rows_on_the_32_row_tile(layout: str) -> None:
     """float32 products of at most 32 rows against a long weight run split-k on the 32 x 256

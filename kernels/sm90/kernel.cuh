@@ -20,7 +20,8 @@
 // columns rounded up to 16 (sm90::trimmed_tile_width); its loop is a copy of the main one so
 // that the other tiles' code stays as it was. When m is not a multiple of 128, the last row of
 // tiles ends at row m (Params::last_m0, sm90::last_tile_row), so no TMA box of A crosses A's
-// end. config.cuh has the tile widths, epilogue.cuh the stores.
+// end; a K-major B tile's second box that would cross B's end starts earlier instead
+// (second_b_box). config.cuh has the tile widths, epilogue.cuh the stores.
 //
 // Stage layout (every operand row is 128 bytes, i.e. 128B-swizzle atoms of 8 rows):
 //   A K-major : 128 rows (M) x 64 bf16 of K                      one TMA box {64, 128}
@@ -261,11 +262,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                 tma_load(sb, &tma_b, fb, k0, n0);  // one box of 64 rows
                 // Wider tiles: two boxes of kBN / 2 rows, one from each CTA of a pair.
               } else if constexpr (kCluster == 1) {
+                const int second = second_b_box<kBN / 2>(n0, p.n);
                 tma_load(sb, &tma_b, fb, k0, n0);
-                tma_load(sb + kBBytes / 2, &tma_b, fb, k0, n0 + kBN / 2);
+                tma_load(sb + second * 128, &tma_b, fb, k0, n0 + second);
               } else {
-                tma_load_multicast(sb + rank * (kBBytes / 2), &tma_b, fb, k0,
-                                   n0 + static_cast<int>(rank) * (kBN / 2), 0x3);
+                const int first = rank == 0 ? 0 : second_b_box<kBN / 2>(n0, p.n);
+                tma_load_multicast(sb + first * 128, &tma_b, fb, k0, n0 + first, 0x3);
               }
             } else {
 #pragma unroll
