@@ -64,9 +64,12 @@ constexpr PlanRule kRules[] = {
      "(1.06-1.67x), e.g. 144 x 4096 x 4096 34.1 -> 21.4 us; swapped, 65-128 and 193-256 "
      "tokens lost to the product as given on either tile. Once the last tile ends at row m "
      "(last_tile_row), 4096 x 4096 as given (2 x 64 narrow tiles, unsplit) ran 1.05-1.16x "
-     "the swapped speed at 136-192 tokens; 2048 x 4096 (as given in 4 slices) 1.00-1.09x, "
-     "4096 x 14336 0.89-1.02x, the 5120-wide and 128256-row weights 0.71-0.90x: they swap",
-     "h200_tune/ab_batched_decode_h200_2026-11-29.json, ab_last_tile_h200_2026-11-29.json",
+     "the swapped speed at 136-192 tokens (1.02-1.13x once B's boxes no longer cross either: "
+     "second_b_box; 4096 x 2048 1.18-1.32x); 2048 x 4096 (as given in 4 slices) 0.98-1.09x, "
+     "3072 x 4096 (96 tiles) 0.98-1.03x, 4096 x 14336 0.89-1.02x, the 5120-wide and "
+     "128256-row weights 0.71-0.90x: they swap",
+     "h200_tune/ab_batched_decode_h200_2026-11-29.json, ab_last_tile_h200_2026-11-29.json, "
+     "ab_second_b_box_h200_2026-11-29.json",
      "SM count", true, &sm90::swap_for_batched_decode,
      "(a) decides none of the tuned plans. h100_tune in class at 0 points, deciding none. "
      "h200_tune in class at 0 points, deciding none. The sweeps time 100, 128, 200 and 256 "
