@@ -508,6 +508,59 @@ def tp_fsdp_2d_step(ctx: Context) -> None:
     _check_steps(ctx, make_mlp(ctx, bias=True, fused=True), mesh["tp"], mesh["dp"])
 
 
+def _float8_mlp(ctx: Context, recipe: str) -> nn.Module:
+    """The MLP with every Linear a ``Float8Linear`` of ``recipe``, the same initial weights on
+    every rank (blockwise contracts 128-wide blocks, so its features are multiples of 128)."""
+    torch.manual_seed(5)
+    dim, hidden = (128, 256) if recipe == "blockwise" else (16, 32)
+    mlp = MLP(dim, hidden, bias=True, fused=True).to(ctx.device)
+    return gemmt.nn.convert_to_float8(mlp, recipe)
+
+
+@scenario
+def fsdp_float8_step(ctx: Context) -> None:
+    """Float8Linear layers under FSDP2, every recipe: two SGD steps with each rank on its part
+    of the batch equal those of one process that runs the same parts one after the other and
+    averages their gradients. Both quantise each part on its own (dynamic scales: the amax of
+    that part's activations and gradients) and the weight whole (FSDP2 gathers it for the
+    forward), so they differ only in the order the parts' gradients are summed. The parts'
+    losses are divided by the world size, a power of two, which leaves every FP8 value of
+    the backward as it is (only the scales move)."""
+    from torch.distributed.fsdp import fully_shard
+
+    dp = ctx.world
+    rank = ctx.mesh.get_local_rank()
+    for recipe in gemmt.nn.FLOAT8_RECIPES:
+        ref, model = _float8_mlp(ctx, recipe), _float8_mlp(ctx, recipe)
+        if not all(isinstance(m, gemmt.nn.Float8Linear) for m in (ref.gate, ref.up, ref.down)):
+            raise AssertionError(f"{recipe}: the MLP's layers were not converted")
+        dim = ref.gate.in_features
+        batches = [(ctx.randn(2 * dp, 3, dim, seed=60 + 2 * i),
+                    ctx.randn(2 * dp, 3, dim, seed=61 + 2 * i)) for i in range(2)]
+        opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+        ref_losses = []
+        for x, target in batches:
+            total = torch.zeros((), device=ctx.device)
+            for xc, tc in zip(x.chunk(dp), target.chunk(dp)):
+                loss = F.mse_loss(ref(xc), tc) / dp
+                loss.backward()
+                total += loss.detach()
+            opt.step()
+            opt.zero_grad()
+            ref_losses.append(total)
+        for layer in (model.gate, model.up, model.down):
+            fully_shard(layer, mesh=ctx.mesh)
+        fully_shard(model, mesh=ctx.mesh)
+        losses = _train(model, [(x.chunk(dp)[rank], t.chunk(dp)[rank]) for x, t in batches])
+        for step, (loss, ref_loss) in enumerate(zip(losses, ref_losses)):
+            dist.all_reduce(loss)
+            assert_close(loss / dp, ref_loss, f"{recipe}: loss of step {step}")
+        ref_params = dict(ref.named_parameters())
+        for name, p in model.named_parameters():
+            assert isinstance(p, DTensor), (recipe, name, type(p))
+            assert_close(p.full_tensor(), ref_params[name].detach(), f"{recipe}: updated {name}")
+
+
 # ---------------------------------------------------------------------------------------
 
 

@@ -845,6 +845,27 @@ def test_float8_linear_eager_no_grad_and_inference_agree(recipe: str, activation
     assert rel_err(y_fused, ref) < 0.07
 
 
+@pytest.mark.parametrize("inference", [False, True])
+def test_float8_linear_batched_output_is_not_a_view(inference: bool) -> None:
+    """A batched input's output is no view of the 2-D product (FSDP2 hooks module outputs for
+    the backward, and an in-place op on a view, such as a residual add, would drop the hook),
+    and holds the 2-D product's values; its gradient reaches the input."""
+    torch.manual_seed(4)
+    layer = gemmt.nn.Float8Linear(32, 48, recipe="rowwise", inference=inference)
+    x = torch.randn(2, 5, 32, requires_grad=not inference)
+    for grad in ((False, True) if not inference else (False,)):
+        with torch.set_grad_enabled(grad):
+            y = layer(x)
+            flat = layer(x.reshape(10, 32))
+        assert y.shape == (2, 5, 48) and not y._is_view(), grad
+        assert torch.equal(y.reshape(10, 48), flat), grad
+    if not inference:
+        y = layer(x)
+        y += 1.0  # in place on the output: allowed, and the backward still runs
+        y.sum().backward()
+        assert x.grad is not None and x.grad.shape == x.shape
+
+
 def test_float8_linear_inference_quantises_weight_once() -> None:
     base = torch.nn.Linear(64, 32)
     layer = gemmt.nn.Float8Linear.from_linear(base, "rowwise", inference=True)

@@ -233,7 +233,12 @@ class Float8Linear(torch.nn.Linear):
         else:
             wq, ws = quantize_fp8(self.weight, r.w)
             y = self._product(x, wq, ws, self.bias)
-        return y.reshape(*input.shape[:-1], self.out_features)
+        if input.dim() == 2:
+            return y
+        # Not a view of the 2-D product, as torch.matmul folds batch dimensions: FSDP2 hooks
+        # each module's output for its backward, and an in-place op on a view (a residual
+        # `out += x`) would drop that hook.
+        return torch.ops.aten._unsafe_view(y, [*input.shape[:-1], self.out_features])
 
     def _product(self, x: Tensor, wq: Tensor, ws: Tensor, bias: Tensor | None) -> Tensor:
         xq, xs = quantize_fp8(x, _RECIPES[self.recipe].x)
