@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from gemmt._shapes import unfold_rows
 from gemmt.ops import ACTIVATIONS, quantize_fp8, quantize_fp8_with_transpose, scaled_mm
 
 __all__ = ["Float8Linear", "float8_eligible", "FLOAT8_RECIPES"]
@@ -233,12 +234,7 @@ class Float8Linear(torch.nn.Linear):
         else:
             wq, ws = quantize_fp8(self.weight, r.w)
             y = self._product(x, wq, ws, self.bias)
-        if input.dim() == 2:
-            return y
-        # Not a view of the 2-D product, as torch.matmul folds batch dimensions: FSDP2 hooks
-        # each module's output for its backward, and an in-place op on a view (a residual
-        # `out += x`) would drop that hook.
-        return torch.ops.aten._unsafe_view(y, [*input.shape[:-1], self.out_features])
+        return unfold_rows(y, (*input.shape[:-1], self.out_features))
 
     def _product(self, x: Tensor, wq: Tensor, ws: Tensor, bias: Tensor | None) -> Tensor:
         xq, xs = quantize_fp8(x, _RECIPES[self.recipe].x)

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from gemmt._float8 import FLOAT8_RECIPES, Float8Linear, float8_eligible
+from gemmt._shapes import unfold_rows
 from gemmt.ops import ACTIVATIONS, linear
 
 __all__ = ["Linear", "replace_linear"]
@@ -223,7 +224,7 @@ class MoE(torch.nn.Module):
         routing, weights = _route(self, flat)
         out = moe_experts(flat, self.gate_up_proj, self.down_proj, weights, routing.expert_ids,
                           routing.token_order, routing.offsets)
-        return out.reshape(x.shape)
+        return unfold_rows(out, x.shape)
 
     def extra_repr(self) -> str:
         text = (f"hidden_size={self.hidden_size}, intermediate_size={self.intermediate_size}, "
@@ -322,7 +323,7 @@ class ExpertParallelMoE(torch.nn.Module):
         routing, weights = _route(self, flat)
         out = expert_parallel_experts(flat, weights, routing.expert_ids, self.gate_up_proj,
                                       self.down_proj, self.group)
-        return out.reshape(x.shape)
+        return unfold_rows(out, x.shape)
 
     def extra_repr(self) -> str:
         text = (f"hidden_size={self.hidden_size}, intermediate_size={self.intermediate_size}, "
