@@ -50,6 +50,35 @@ def test_exported_names() -> None:
     assert "ExpertParallelMoE" in gemmt.nn.__all__
 
 
+@pytest.mark.parametrize(("tokens", "num_experts", "top_k", "world"),
+                         [(37, 16, 8, 4), (20, 8, 2, 2), (9, 4, 1, 4), (0, 8, 2, 2), (5, 6, 6, 3)])
+def test_dispatch_sends_each_token_once_per_rank(tokens: int, num_experts: int, top_k: int,
+                                                 world: int) -> None:
+    """The dispatch plan (gemmt/moe_parallel.py: _dispatch_rows) sends a token's row to each
+    rank holding one of its experts exactly once, grouped by rank, and points every slot at
+    its token's row on its rank."""
+    e_local = num_experts // world
+    gen = torch.Generator().manual_seed(tokens + top_k)
+    ids = torch.rand(tokens, num_experts, generator=gen).topk(top_k, dim=1).indices
+    order, _ = gemmt.moe_permute(ids, num_experts)
+    flat = ids.reshape(-1)
+    send, per_rank, row_of_slot = gemmt.moe_parallel._dispatch_rows(order, flat, top_k,
+                                                                     e_local, world)
+    dest = flat.index_select(0, order.long()) // e_local
+    token = order.long() // top_k
+    want = {r: sorted({int(t) for t, d in zip(token, dest) if int(d) == r})
+            for r in range(world)}
+    assert per_rank.tolist() == [len(want[r]) for r in range(world)]
+    first = [sum(len(want[q]) for q in range(r)) for r in range(world)]
+    for r in range(world):
+        assert send[first[r]:first[r] + len(want[r])].tolist() == want[r], r
+    rows = torch.tensor([first[int(d)] for d in dest], dtype=torch.long) + row_of_slot
+    assert torch.equal(send.index_select(0, rows), token)
+    assert int(per_rank.sum()) <= tokens * min(top_k, world)
+    if tokens and top_k > world:
+        assert int(per_rank.sum()) < ids.numel()  # fewer rows than slots
+
+
 def test_module_needs_a_process_group() -> None:
     if dist.is_initialized():
         pytest.skip("a process group is initialised in this process")

@@ -7,10 +7,14 @@ to the rank holding its expert, runs the experts there with gemmt's grouped prod
 sends the results back, where each token's ``top_k`` results are combined as
 :func:`gemmt.moe_experts` combines them. :class:`gemmt.nn.ExpertParallelMoE` is the module.
 
+A token goes to each rank that holds one or more of its experts once, however many of its
+``top_k`` experts live there; the receiver hands the row to each of them. The results come
+back one per slot, so that the combine sums them in :func:`gemmt.moe_experts`' order.
+
 One host synchronisation per forward: the all-to-all of the tokens has uneven splits, and
-their sizes (how many slots each rank sends to each other rank) must be known on the host to
-size the receive buffers. The backward reuses the splits of the forward and synchronises
-nothing.
+their sizes (how many rows and slots each rank sends to each other rank) must be known on the
+host to size the receive buffers. The backward reuses the splits of the forward and
+synchronises nothing.
 """
 
 from __future__ import annotations
@@ -26,9 +30,10 @@ __all__ = ["expert_parallel_experts"]
 
 _NAME = "gemmt.expert_parallel_experts"
 
-# Columns of the metadata each rank sends every other rank in the counts exchange.
-_COUNT, _INVALID, _LOCAL_EXPERTS, _HIDDEN, _REFUSED = range(5)
-_META = 5
+# Columns of the metadata each rank sends every other rank in the counts exchange: slots,
+# distinct token rows, out-of-range ids, local experts, hidden size, refused arguments.
+_COUNT, _ROWS, _INVALID, _LOCAL_EXPERTS, _HIDDEN, _REFUSED = range(6)
+_META = 6
 
 
 def _exchange(x: Tensor, out_splits: Sequence[int], in_splits: Sequence[int],
@@ -55,6 +60,26 @@ class _AllToAll(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
         out_splits, in_splits = ctx.splits
         return _AllToAll.apply(grad, in_splits, out_splits, ctx.group), None, None, None
+
+
+def _dispatch_rows(order: Tensor, ids: Tensor, top_k: int, e_local: int, world: int
+                  ) -> tuple[Tensor, Tensor, Tensor]:
+    """What to send for the slots in ``order`` (sorted by global expert, so by destination
+    rank): each token once per destination rank.
+
+    ``ids`` are the slots' global expert ids (flattened ``(T, top_k)``). Returns the tokens of
+    the rows to send, grouped by destination rank (tokens ascending within a rank), how many
+    rows go to each rank (``(world,)``), and for each slot of ``order`` the index of its row
+    among the rows sent to its rank.
+    """
+    tokens = max(ids.numel() // max(top_k, 1), 1)
+    slot_token = order // top_k
+    slot_dest = ids.index_select(0, order) // e_local
+    keys, row_of_slot = torch.unique(slot_dest * tokens + slot_token, sorted=True,
+                                     return_inverse=True)
+    rows_per_rank = torch.bincount(keys // tokens, minlength=world)
+    first_row = torch.cumsum(rows_per_rank, 0) - rows_per_rank
+    return keys % tokens, rows_per_rank, row_of_slot - first_row.index_select(0, slot_dest)
 
 
 def _local_problem(x: Tensor, weights: Tensor, expert_ids: Tensor, w_gate_up: Tensor,
@@ -122,10 +147,12 @@ def expert_parallel_experts(x: Tensor, weights: Tensor, expert_ids: Tensor,
 
     Data flow: the slots are sorted by global expert (:func:`gemmt.moe_permute`), which sorts
     them by destination rank; the per-rank counts (with checks of the arguments) go through
-    one ``all_to_all_single`` and are read on the host, the only synchronisation; the token
-    rows and their local expert ids follow with uneven splits; the receiver groups the rows by
-    local expert (``moe_permute``) and runs ``grouped_mm``, ``swiglu``, ``grouped_mm``; the
-    results return with the reverse splits and are combined on the tokens' rank.
+    one ``all_to_all_single`` and are read on the host, the only synchronisation; each
+    token's row follows once per destination rank (``_dispatch_rows``), and each slot's
+    local expert id and row index with it, with uneven splits; the receiver hands every slot
+    its row, groups the slots by local expert (``moe_permute``) and runs ``grouped_mm``,
+    ``swiglu``, ``grouped_mm``; the slots' results return with the reverse splits and are
+    combined on the tokens' rank.
 
     Bad arguments on any rank (shapes, dtypes, an expert id outside ``[0, E)``, ranks that
     disagree on ``E_local`` or ``H``) raise on every rank after the counts exchange, so no
@@ -149,6 +176,9 @@ def expert_parallel_experts(x: Tensor, weights: Tensor, expert_ids: Tensor,
                                      num_experts)
         ends = offsets.view(world, e_local)[:, -1].long()
         meta[:, _COUNT] = ends - torch.cat([ends.new_zeros(1), ends[:-1]])
+        send_tokens, rows_per_rank, row_of_slot = _dispatch_rows(
+            order, torch.where(valid, ids, 0), top_k, e_local, world)
+        meta[:, _ROWS] = rows_per_rank
         meta[:, _INVALID] = (~valid).sum()
         meta[:, _LOCAL_EXPERTS] = e_local
         meta[:, _HIDDEN] = x.shape[1]
@@ -156,32 +186,40 @@ def expert_parallel_experts(x: Tensor, weights: Tensor, expert_ids: Tensor,
         meta[:, _REFUSED] = 1
     recv_meta = _exchange(meta, [1] * world, [1] * world, group)
     # The one host synchronisation: the splits of the token exchange.
-    host = torch.stack([meta[:, _COUNT], *recv_meta.unbind(1)]).tolist()
-    send_counts, recv_counts = host[0], host[1 + _COUNT]
+    host = torch.stack([meta[:, _COUNT], meta[:, _ROWS], *recv_meta.unbind(1)]).tolist()
+    send_counts, send_rows = host[0], host[1]
+    recv_counts, recv_rows = host[2 + _COUNT], host[2 + _ROWS]
+    host = host[2:]
     if problem is not None:
         raise ValueError(f"{_NAME}: {problem}")
-    refused = [r for r, bad in enumerate(host[1 + _REFUSED]) if bad]
+    refused = [r for r, bad in enumerate(host[_REFUSED]) if bad]
     if refused:
         raise RuntimeError(f"{_NAME}: the arguments of rank(s) {refused} of the group were "
                            f"refused (see the error there); every rank stops")
-    shapes = set(zip(host[1 + _LOCAL_EXPERTS], host[1 + _HIDDEN]))
+    shapes = set(zip(host[_LOCAL_EXPERTS], host[_HIDDEN]))
     if len(shapes) != 1:
         raise ValueError(
             f"{_NAME}: argument 'w_gate_up_local' expected the same number of local experts "
             f"and hidden size on every rank, got (E_local, H) per rank "
-            f"{list(zip(host[1 + _LOCAL_EXPERTS], host[1 + _HIDDEN]))}")
-    invalid = host[1 + _INVALID]
+            f"{list(zip(host[_LOCAL_EXPERTS], host[_HIDDEN]))}")
+    invalid = host[_INVALID]
     if any(invalid):
         bad = {r: n for r, n in enumerate(invalid) if n}
         raise ValueError(f"{_NAME}: argument 'expert_ids' expected values in [0, {num_experts})"
                          f" (E = world size {world} x E_local {e_local}), got out-of-range ids "
                          f"(count per rank: {bad})")
 
-    # Dispatch: each slot's token row and its expert's id on the receiving rank.
+    # Dispatch: each token's row once per destination rank; for each slot, its expert's id
+    # on the receiving rank and the index of its row among those its source sent there.
     slot_token = order // top_k
-    sent_x = _AllToAll.apply(x.index_select(0, slot_token), recv_counts, send_counts, group)
-    recv_local = _exchange(ids.index_select(0, order) % e_local, recv_counts, send_counts,
-                           group)
+    recv_x = _AllToAll.apply(x.index_select(0, send_tokens), recv_rows, send_rows, group)
+    slot_info = torch.stack([ids.index_select(0, order) % e_local, row_of_slot], 1)
+    recv_info = _exchange(slot_info, recv_counts, send_counts, group)
+    recv_local = recv_info[:, 0].contiguous()
+    counts = torch.tensor([recv_counts, recv_rows], device=device)
+    first_row = counts[1].cumsum(0) - counts[1]
+    slot_source = torch.arange(world, device=device).repeat_interleave(counts[0])
+    sent_x = recv_x.index_select(0, recv_info[:, 1] + first_row.index_select(0, slot_source))
 
     # The local experts. Each source's rows arrive sorted by expert; a stable sort groups
     # them across sources.
