@@ -54,7 +54,7 @@ def test_exported_names() -> None:
                          [(37, 16, 8, 4), (20, 8, 2, 2), (9, 4, 1, 4), (0, 8, 2, 2), (5, 6, 6, 3)])
 def test_dispatch_sends_each_token_once_per_rank(tokens: int, num_experts: int, top_k: int,
                                                  world: int) -> None:
-    """The dispatch plan (gemmt/moe_parallel.py: _dispatch_rows) sends a token's row to each
+    """The dispatch plan (gemmt/moe_parallel.py: _dispatch_plan) sends a token's row to each
     rank holding one of its experts exactly once, grouped by rank, and points every slot at
     its token's row on its rank."""
     e_local = num_experts // world
@@ -62,8 +62,9 @@ def test_dispatch_sends_each_token_once_per_rank(tokens: int, num_experts: int, 
     ids = torch.rand(tokens, num_experts, generator=gen).topk(top_k, dim=1).indices
     order, _ = gemmt.moe_permute(ids, num_experts)
     flat = ids.reshape(-1)
-    send, per_rank, row_of_slot = gemmt.moe_parallel._dispatch_rows(order, flat, top_k,
-                                                                     e_local, world)
+    mp = gemmt.moe_parallel
+    per_rank, row_of_slot, row, tok = mp._dispatch_plan(order, flat, top_k, e_local, world)
+    send = mp._rows_to_send(int(per_rank.sum()), row, tok)
     dest = flat.index_select(0, order.long()) // e_local
     token = order.long() // top_k
     want = {r: sorted({int(t) for t, d in zip(token, dest) if int(d) == r})

@@ -62,24 +62,35 @@ class _AllToAll(torch.autograd.Function):
         return _AllToAll.apply(grad, in_splits, out_splits, ctx.group), None, None, None
 
 
-def _dispatch_rows(order: Tensor, ids: Tensor, top_k: int, e_local: int, world: int
-                  ) -> tuple[Tensor, Tensor, Tensor]:
-    """What to send for the slots in ``order`` (sorted by global expert, so by destination
-    rank): each token once per destination rank.
+def _dispatch_plan(order: Tensor, ids: Tensor, top_k: int, e_local: int, world: int
+                   ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The rows to send for the slots in ``order`` (sorted by global expert, so by destination
+    rank): each token once per destination rank, grouped by rank, tokens ascending within a
+    rank. ``ids`` are the slots' global expert ids (flattened ``(T, top_k)``).
 
-    ``ids`` are the slots' global expert ids (flattened ``(T, top_k)``). Returns the tokens of
-    the rows to send, grouped by destination rank (tokens ascending within a rank), how many
-    rows go to each rank (``(world,)``), and for each slot of ``order`` the index of its row
-    among the rows sent to its rank.
+    Returns the rows each rank gets (``(world,)``), each slot's row among those sent to its
+    rank, and for every slot (in ``(rank, token)`` order) its row among all rows sent and its
+    token, from which :func:`_rows_to_send` lists the rows once their count is known. Only
+    operations of fixed size: no host synchronisation.
     """
     tokens = max(ids.numel() // max(top_k, 1), 1)
-    slot_token = order // top_k
+    slot_token = order.long() // top_k
     slot_dest = ids.index_select(0, order) // e_local
-    keys, row_of_slot = torch.unique(slot_dest * tokens + slot_token, sorted=True,
-                                     return_inverse=True)
-    rows_per_rank = torch.bincount(keys // tokens, minlength=world)
+    keys, perm = torch.sort(slot_dest * tokens + slot_token, stable=True)
+    first = torch.ones_like(keys, dtype=torch.bool)
+    first[1:] = keys[1:] != keys[:-1]
+    row = torch.cumsum(first, 0) - 1
+    rows_per_rank = torch.zeros(world, dtype=torch.long, device=keys.device)
+    rows_per_rank.scatter_add_(0, keys // tokens, first.long())
+    row_of_slot = torch.empty_like(row).scatter_(0, perm, row)
     first_row = torch.cumsum(rows_per_rank, 0) - rows_per_rank
-    return keys % tokens, rows_per_rank, row_of_slot - first_row.index_select(0, slot_dest)
+    return rows_per_rank, row_of_slot - first_row.index_select(0, slot_dest), row, keys % tokens
+
+
+def _rows_to_send(rows: int, row: Tensor, token: Tensor) -> Tensor:
+    """The token of each of the ``rows`` rows to send (slots of one row write the same
+    token)."""
+    return torch.empty(rows, dtype=torch.long, device=token.device).scatter_(0, row, token)
 
 
 def _local_problem(x: Tensor, weights: Tensor, expert_ids: Tensor, w_gate_up: Tensor,
@@ -148,7 +159,7 @@ def expert_parallel_experts(x: Tensor, weights: Tensor, expert_ids: Tensor,
     Data flow: the slots are sorted by global expert (:func:`gemmt.moe_permute`), which sorts
     them by destination rank; the per-rank counts (with checks of the arguments) go through
     one ``all_to_all_single`` and are read on the host, the only synchronisation; each
-    token's row follows once per destination rank (``_dispatch_rows``), and each slot's
+    token's row follows once per destination rank (``_dispatch_plan``), and each slot's
     local expert id and row index with it, with uneven splits; the receiver hands every slot
     its row, groups the slots by local expert (``moe_permute``) and runs ``grouped_mm``,
     ``swiglu``, ``grouped_mm``; the slots' results return with the reverse splits and are
@@ -176,7 +187,7 @@ def expert_parallel_experts(x: Tensor, weights: Tensor, expert_ids: Tensor,
                                      num_experts)
         ends = offsets.view(world, e_local)[:, -1].long()
         meta[:, _COUNT] = ends - torch.cat([ends.new_zeros(1), ends[:-1]])
-        send_tokens, rows_per_rank, row_of_slot = _dispatch_rows(
+        rows_per_rank, row_of_slot, slot_row, slot_token_sorted = _dispatch_plan(
             order, torch.where(valid, ids, 0), top_k, e_local, world)
         meta[:, _ROWS] = rows_per_rank
         meta[:, _INVALID] = (~valid).sum()
@@ -212,13 +223,15 @@ def expert_parallel_experts(x: Tensor, weights: Tensor, expert_ids: Tensor,
     # Dispatch: each token's row once per destination rank; for each slot, its expert's id
     # on the receiving rank and the index of its row among those its source sent there.
     slot_token = order // top_k
+    send_tokens = _rows_to_send(sum(send_rows), slot_row, slot_token_sorted)
     recv_x = _AllToAll.apply(x.index_select(0, send_tokens), recv_rows, send_rows, group)
     slot_info = torch.stack([ids.index_select(0, order) % e_local, row_of_slot], 1)
     recv_info = _exchange(slot_info, recv_counts, send_counts, group)
     recv_local = recv_info[:, 0].contiguous()
     counts = torch.tensor([recv_counts, recv_rows], device=device)
     first_row = counts[1].cumsum(0) - counts[1]
-    slot_source = torch.arange(world, device=device).repeat_interleave(counts[0])
+    slot_source = torch.arange(world, device=device).repeat_interleave(
+        counts[0], output_size=sum(recv_counts))  # sized from the host: no synchronisation
     sent_x = recv_x.index_select(0, recv_info[:, 1] + first_row.index_select(0, slot_source))
 
     # The local experts. Each source's rows arrive sorted by expert; a stable sort groups
