@@ -306,7 +306,7 @@ bool c_tma_shape(const Problem& pr, MapShape* shape);
 
 // The first row of the last 128-row tile when that tile is moved up to end at row m, so that
 // its A boxes never cross the end of A (TMA fills the missing rows with zeros, but such boxes
-// ran a 200-token batched decode 1.3x slower than 256 tokens on the same plan): products of
+// ran a 200-token batched decode 1.5x slower than 256 tokens on the same plan): products of
 // more than one 128-row tile whose rows are not a multiple of 128, with C not read
 // (beta == 0: the rows the last two tiles share are written twice, with the same values),
 // and a box start that TMA accepts there (an M-major A's inner coordinate must stay a

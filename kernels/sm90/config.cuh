@@ -104,7 +104,7 @@ struct Params {
   int kb_per_split;
   // First row of the last 128-row tile, when that tile is moved up to end at row m (every
   // operand row it reads then exists: TMA boxes that cross the end of A ran the narrow tile
-  // of a 200-token batched decode 1.3x slower than 256 tokens); INT_MAX leaves tiles in place.
+  // of a 200-token batched decode 1.5x slower than 256 tokens); INT_MAX leaves tiles in place.
   int last_m0;
   float* partial;
   // Stream-k (splits == 1 only): units [0, sk_dp_units) are whole tiles, dealt round-robin
