@@ -107,13 +107,11 @@ __device__ __forceinline__ void for_each_giver(const Params& p, const Unit& w, i
   for (int q = cluster - 1; q >= 0 && sk_range_end(p, q, clusters) > start; --q) f(q);
 }
 
-// First row and column of this CTA's block of the unit's tile (the CTAs of a pair stack
-// along M); the producer and the consumers derive their coordinates from it alike.
 // Where the second of a K-major B tile's two boxes (kHalf rows each) starts, in rows from the
 // tile's first: kHalf, or, where that box would cross the end of B's n rows, moved back to end
 // there (rounded up to 8 rows, a 128B-swizzle atom, so that its rows keep their place in the
-// stage) over rows of the first box, which it rewrites with the same data. A box that crosses
-// the end costs TMA about as much per missing row as a row it loads (sm90::last_tile_row).
+// stage) over rows of the first box, which it rewrites with the same data. Boxes that cross
+// the end cost time in proportion to their missing rows (measured: sm90::last_tile_row).
 template <int kHalf>
 __device__ __forceinline__ int second_b_box(int n0, int n) {
   const int rest = n - n0 - kHalf;  // rows of B the second box has to cover
@@ -121,6 +119,9 @@ __device__ __forceinline__ int second_b_box(int n0, int n) {
   return (rest + 7) & ~7;
 }
 
+// First row and column of this CTA's block of the unit's tile (the CTAs of a pair stack
+// along M, and the last row of tiles ends at row m: Params::last_m0); the producer and the
+// consumers derive their coordinates from it alike.
 template <int kCluster, int kBN>
 __device__ __forceinline__ int2 tile_origin(const Unit& w, uint32_t rank, const Params& p) {
   return make_int2(min((w.tm * kCluster + static_cast<int>(rank)) * kBM, p.last_m0), w.tn * kBN);
