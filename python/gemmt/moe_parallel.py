@@ -183,12 +183,12 @@ def expert_parallel_experts(x: Tensor, weights: Tensor, expert_ids: Tensor,
         valid = (ids >= 0) & (ids < num_experts)
         # Out-of-range ids are reported below, after the exchange; until then they are
         # placed on expert 0 so that moe_permute accepts them.
-        order, offsets = moe_permute(torch.where(valid, ids, 0).view(tokens, top_k),
-                                     num_experts)
+        placed = torch.where(valid, ids, 0)
+        order, offsets = moe_permute(placed.view(tokens, top_k), num_experts)
         ends = offsets.view(world, e_local)[:, -1].long()
         meta[:, _COUNT] = ends - torch.cat([ends.new_zeros(1), ends[:-1]])
         rows_per_rank, row_of_slot, slot_row, slot_token_sorted = _dispatch_plan(
-            order, torch.where(valid, ids, 0), top_k, e_local, world)
+            order, placed, top_k, e_local, world)
         meta[:, _ROWS] = rows_per_rank
         meta[:, _INVALID] = (~valid).sum()
         meta[:, _LOCAL_EXPERTS] = e_local
