@@ -228,10 +228,12 @@ def expert_parallel_experts(x: Tensor, weights: Tensor, expert_ids: Tensor,
     slot_info = torch.stack([ids.index_select(0, order) % e_local, row_of_slot], 1)
     recv_info = _exchange(slot_info, recv_counts, send_counts, group)
     recv_local = recv_info[:, 0].contiguous()
-    counts = torch.tensor([recv_counts, recv_rows], device=device)
-    first_row = counts[1].cumsum(0) - counts[1]
+    # The counts already on the device (a tensor made from the host lists would be copied
+    # with a stream synchronisation); sized from the host lists: no synchronisation.
+    rows_from = recv_meta[:, _ROWS]
+    first_row = rows_from.cumsum(0) - rows_from
     slot_source = torch.arange(world, device=device).repeat_interleave(
-        counts[0], output_size=sum(recv_counts))  # sized from the host: no synchronisation
+        recv_meta[:, _COUNT], output_size=sum(recv_counts))
     sent_x = recv_x.index_select(0, recv_info[:, 1] + first_row.index_select(0, slot_source))
 
     # The local experts. Each source's rows arrive sorted by expert; a stable sort groups
