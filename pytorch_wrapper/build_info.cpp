@@ -3,6 +3,7 @@
 
 #include <sstream>
 
+#include "gemmt/deferred.h"
 #include "ops.h"
 
 #ifdef GEMMT_WITH_CUDA
@@ -35,9 +36,10 @@ std::string build_info_json() {
 #else
   s << ", \"sm90a_kernels\": false";
 #endif
+  s << ", \"deferred_groups\": \"" << deferred::groups() << "\"";
 #else
   s << ", \"cuda\": false, \"cuda_version\": null, \"cuda_architectures\": \"\"";
-  s << ", \"sm90a_kernels\": false";
+  s << ", \"sm90a_kernels\": false, \"deferred_groups\": \"\"";
 #endif
 #if defined(__clang__)
   s << ", \"compiler\": \"clang " << __clang_major__ << "." << __clang_minor__ << "\"";

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "gemmt/activation.h"
+#include "gemmt/deferred.h"
 #include "gemmt/device_info.h"
 #include "gemmt/gemm_variant.h"
 #include "gemmt/types.h"
@@ -107,10 +108,19 @@ int usable_sm_count(const char* op);
 // which the planners read as the reference device's.
 const DeviceInfo& device_info(int device);
 
+// A launcher's status in words; for a kernel group that could not be compiled or loaded on
+// first use (include/gemmt/deferred.h), why.
+inline std::string launch_status_text(cudaError_t status) {
+  std::string text = cudaGetErrorString(status);
+  const char* why = deferred::failure();
+  if (status == cudaErrorSharedObjectInitFailed && why[0] != '\0') text += std::string(": ") + why;
+  return text;
+}
+
 // Turns a launcher's status into an error that names the op.
 inline void check_launch(const char* op, cudaError_t status) {
   TORCH_CHECK(status == cudaSuccess, op,
-              ": CUDA kernel launch failed: ", cudaGetErrorString(status));
+              ": CUDA kernel launch failed: ", launch_status_text(status));
 }
 #endif
 

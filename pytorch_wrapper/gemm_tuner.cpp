@@ -278,7 +278,7 @@ class Bench {
     return std::numeric_limits<double>::infinity();
   }
   static void check(cudaError_t st) {
-    TORCH_CHECK(st == cudaSuccess, "gemmt tuner: ", cudaGetErrorString(st));
+    TORCH_CHECK(st == cudaSuccess, "gemmt tuner: ", launch_status_text(st));
   }
   void* keep(at::Tensor t) {
     held_.push_back(std::move(t));

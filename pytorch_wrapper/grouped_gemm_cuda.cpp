@@ -38,7 +38,7 @@ void run(const char* op, GroupedGemmArgs& x, const at::Tensor& like) {
   const cudaError_t status = grouped_gemm_sm90(x, stream_for(like), &step);
   if (status != cudaSuccess) (void)cudaGetLastError();  // not left for a later check to find
   TORCH_CHECK(status == cudaSuccess, op, ": the Hopper grouped GEMM failed at ", step, " (",
-              cudaGetErrorString(status), "); m=", x.m, " n=", x.n, " k=", x.k,
+              launch_status_text(status), "); m=", x.m, " n=", x.n, " k=", x.k,
               " groups=", x.groups, " split=", static_cast<int>(x.split), " a strides (", x.a_sg,
               ", ", x.a_sm, ", ", x.a_sk, ") b strides (", x.b_sg, ", ", x.b_sk, ", ", x.b_sn, ")");
 }

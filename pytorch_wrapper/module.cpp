@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "gemmt/deferred.h"
 #include "gemmt/gemm_variant.h"
 #include "ops.h"
 #include "plan_bindings.h"
@@ -150,6 +151,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("max_val"), Release());
   m.def("build_info_json", &gemmt::wrapper::build_info_json,
         "JSON string: versions, architectures and compiler this module was built with");
+#ifdef GEMMT_WITH_CUDA
+  m.def(
+      "load_kernel_group",
+      [](const std::string& group) -> std::optional<std::string> {
+        if (gemmt::deferred::load(group.c_str())) return std::nullopt;
+        return std::string(gemmt::deferred::failure());
+      },
+      "Compiles (unless cached) and loads a kernel group of build_info()['deferred_groups']; "
+      "None, or why it could not",
+      py::arg("group"), Release());
+#endif
   m.def(
       "build_info",
       [] { return py::module_::import("json").attr("loads")(gemmt::wrapper::build_info_json()); },

@@ -2,13 +2,13 @@
 # On a CUDA machine, in one go: build gemmt (pip and plain CMake), run the standalone kernel
 # self-tests, the whole pytest suite (CUDA cases included), the demo, and the benchmarks.
 # Logs and JSON go under $OUT (default ./gpu-out); a summary is printed last.
-#   STAGES="build selftest test slow demo linear bench fp64 mm tune fp8 moe fp8_quant extra
-#   profile sanitize" (default: all
+#   STAGES="build selftest prepare test slow demo linear bench fp64 mm tune fp8 moe fp8_quant
+#   extra profile sanitize" (default: all
 #   but profile and sanitize); "buildtime" alone times the pip build (cold, then after touching
 #   one kernel file) and records each translation unit's compile time and the module's size.
 #   BENCH_ARGS="--quick"   passed to python -m gemmt bench
 cd "$(dirname "$0")/.."
-STAGES=${STAGES:-"build selftest test slow demo linear bench fp64 mm tune"}
+STAGES=${STAGES:-"build selftest prepare test slow demo linear bench fp64 mm tune"}
 source scripts/stages.sh
 # PYTEST_TARGETS narrows the test stage (default: the whole suite); PYTEST_ARGS adds options
 # (-k ..., --durations=20); TEST_TIMEOUT and BENCH_TIMEOUT (seconds) bound a stage.
@@ -79,6 +79,13 @@ if has selftest; then
     grep "^BENCH\|^SWEEP\|^TCSWEEP\|^DECODESWEEP" "$LOGS/${name}.log" >>"$SUMMARY"
     tail -n 5 "$LOGS/${name}.log" >>"$SUMMARY"
   done
+fi
+
+if has prepare; then
+  # The kernel groups the build compiles on first use (include/gemmt/deferred.h), all at once
+  # ahead of the tests, so that no test's time includes a compile.
+  stage "python -m gemmt prepare" "$LOGS/prepare.log" $PY -m gemmt prepare
+  tail -n 8 "$LOGS/prepare.log" | tee -a "$SUMMARY"
 fi
 
 if has test; then

@@ -51,7 +51,9 @@ def test_files_in_subfolders_are_found_by_every_reader(tmp_path: Path) -> None:
         (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / f).write_text("")
     expected = [("kernel_cuda", "kernels/a.cu"), ("kernel_cuda", "kernels/gemm/sm90/b.cu"),
-                ("kernel_host", "kernels/plan/c.cpp"), ("wrapper", "pytorch_wrapper/e.cpp")]
+                ("kernel_host", "kernels/plan/c.cpp"), ("wrapper", "pytorch_wrapper/e.cpp"),
+                # compiled into each library of kernels compiled on first use, too
+                ("deferred_support", "kernels/plan/c.cpp")]
     assert python_listing(tmp_path) == expected
     assert cmake_listing(tmp_path) == expected
     with_cuda = [p.relative_to(tmp_path.resolve()).as_posix()

@@ -66,9 +66,7 @@ constexpr int kElt = 8;
 constexpr int kBM = 128;  // the CTA tile along the MMA's A role (or along M, simt form)
 constexpr int kBK = 16;   // doubles of K per stage: 128-byte tile rows
 constexpr int kStages = 3;
-// Rows of tiles visited together, so that concurrently running CTAs share panels of A and B
-// in L2.
-constexpr int kGroupM = 8;
+constexpr int kGroupM = fp64_plan::kGroupM;
 
 // The CTA of tile extent kTB along the MMA's B role (128, or 64: cuBLAS DGEMM's shape, two
 // CTAs an SM that do not wait on each other's barriers; launch_dmma picks): 2 x kTB / 32 warps
@@ -690,23 +688,6 @@ cudaError_t launch_layout(bool tensor_cores, Params& p, bool a_mn, bool b_mn, cu
 }
 
 }  // namespace
-
-bool gemm_fp64_simt_supports(const GemmArgs& args) {
-  if (args.dtype != ScalarType::kFloat64) return false;
-  if (args.m < 1 || args.n < 1 || args.k < 0) return false;
-  // With k == 0, A and B are empty tensors, whose data pointers may be null: C = beta * C.
-  if (args.c == nullptr || (args.k > 0 && (args.a == nullptr || args.b == nullptr))) return false;
-  if (args.ldc < args.n && args.m > 1) return false;
-  // The tile counts of the smaller (64-wide) CTA bound both.
-  const int64_t tiles_m = (args.m + 63) / 64;
-  const int64_t tiles_n = (args.n + 63) / 64;
-  // The raster works in 32-bit tile indices, grouped along either direction.
-  return tiles_m * tiles_n <= INT32_MAX - kGroupM * (tiles_m > tiles_n ? tiles_m : tiles_n);
-}
-
-bool gemm_fp64_dmma_supports(const GemmArgs& args) {
-  return args.cc_major >= 8 && gemm_fp64_simt_supports(args);
-}
 
 cudaError_t gemm_fp64_run(const GemmArgs& args, bool tensor_cores, cudaStream_t stream) {
   if (!(tensor_cores ? gemm_fp64_dmma_supports(args) : gemm_fp64_simt_supports(args))) {

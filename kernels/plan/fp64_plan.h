@@ -7,6 +7,10 @@
 namespace gemmt {
 namespace fp64_plan {
 
+// Rows of tiles visited together, so that concurrently running CTAs share panels of A and B
+// in L2.
+constexpr int kGroupM = 8;
+
 // 64 (a 128 x 64 CTA of 4 warps, two an SM, cuBLAS DGEMM's shape for this layout) or 128 (a
 // 128 x 128 CTA of 8 warps, one an SM). swap: the kernel computes C^T (A K-major and B
 // MN-major: row-major tensors), where the 128-wide tile reads fewer bytes a flop. Measured on

@@ -51,6 +51,42 @@ PipeKernel pipe_kernel_bf16_small(LoadMode a, LoadMode b);
 template <ScalarType kT, PipeTile kTile, bool kInterior, int kAMode>
 PipeKernel pipe_kernel_a(LoadMode b, bool stream_k);
 
+// Whether (t, tile, interior) has an instance for A's loader mode a and some B mode.
+constexpr bool a_mode_built(ScalarType t, PipeTile tile, LoadMode a, bool interior) {
+  for (int b = 0; b < kNumLoadModes; ++b) {
+    if (pipe_instance_built(t, tile, a, static_cast<LoadMode>(b), interior, false)) return true;
+  }
+  return false;
+}
+
+template <ScalarType kT, PipeTile kTile, bool kInterior, int kAMode>
+PipeKernel by_b_mode(LoadMode b, bool stream_k) {
+  if constexpr (a_mode_built(kT, kTile, static_cast<LoadMode>(kAMode), kInterior)) {
+    return pipe_kernel_a<kT, kTile, kInterior, kAMode>(b, stream_k);
+  } else {
+    return PipeKernel{};
+  }
+}
+
+// The sets split by A's loader mode (launchers.h: pipe_kernel_a).
+template <ScalarType kT, PipeTile kTile, bool kInterior>
+PipeKernel by_a_mode(LoadMode a, LoadMode b, bool stream_k) {
+  switch (a) {
+    case kVecC:
+      return by_b_mode<kT, kTile, kInterior, kVecC>(b, stream_k);
+    case kVecK:
+      return by_b_mode<kT, kTile, kInterior, kVecK>(b, stream_k);
+    default:
+      return by_b_mode<kT, kTile, kInterior, kScalar>(b, stream_k);
+  }
+}
+
+// The 16-bit instances (pipelined_{f16,bf16}_*.cu), picked in their own translation unit
+// (pipelined_16bit.cu) so that a build may compile them on first use (include/gemmt/deferred.h,
+// group simt16): on sm_80 and later the tensor-core kernels take 16-bit products, and these
+// run only when a caller names the pipelined or split-k variant.
+PipeKernel pipe_kernel_16bit(ScalarType t, PipeTile tile, LoadMode a, LoadMode b);
+
 // Step 6 (split_k_reduce.cu): C = alpha * (sum of `splits` float32 slices [splits][m][n]) +
 // beta * C, slices added in order.
 cudaError_t reduce_slices(const GemmArgs& a, const float* slices, int splits, cudaStream_t stream);

@@ -14,56 +14,11 @@
 namespace gemmt {
 namespace simt {
 
-namespace {
-
-// Whether (t, tile, interior) has an instance for A's loader mode a and some B mode.
-constexpr bool a_mode_built(ScalarType t, PipeTile tile, LoadMode a, bool interior) {
-  for (int b = 0; b < kNumLoadModes; ++b) {
-    if (pipe_instance_built(t, tile, a, static_cast<LoadMode>(b), interior, false)) return true;
-  }
-  return false;
-}
-
-template <ScalarType kT, PipeTile kTile, bool kInterior, int kAMode>
-PipeKernel by_b_mode(LoadMode b, bool stream_k) {
-  if constexpr (a_mode_built(kT, kTile, static_cast<LoadMode>(kAMode), kInterior)) {
-    return pipe_kernel_a<kT, kTile, kInterior, kAMode>(b, stream_k);
-  } else {
-    return PipeKernel{};
-  }
-}
-
-// The sets split by A's loader mode (launchers.h: pipe_kernel_a).
-template <ScalarType kT, PipeTile kTile, bool kInterior>
-PipeKernel by_a_mode(LoadMode a, LoadMode b, bool stream_k) {
-  switch (a) {
-    case kVecC:
-      return by_b_mode<kT, kTile, kInterior, kVecC>(b, stream_k);
-    case kVecK:
-      return by_b_mode<kT, kTile, kInterior, kVecK>(b, stream_k);
-    default:
-      return by_b_mode<kT, kTile, kInterior, kScalar>(b, stream_k);
-  }
-}
-
-}  // namespace
-
 PipeKernel pipe_kernel(ScalarType t, PipeTile tile, LoadMode a, LoadMode b, bool interior,
                        bool stream_k) {
   if (!pipe_instance_built(t, tile, a, b, interior, stream_k)) return PipeKernel{};
-  // pipe_instance_built admits only kLarge and kSmall for 16-bit types.
-  switch (t) {
-    case ScalarType::kFloat16:
-      return tile == PipeTile::kLarge
-                 ? by_a_mode<ScalarType::kFloat16, PipeTile::kLarge, false>(a, b, false)
-                 : pipe_kernel_f16_small(a, b);
-    case ScalarType::kBFloat16:
-      return tile == PipeTile::kLarge
-                 ? by_a_mode<ScalarType::kBFloat16, PipeTile::kLarge, false>(a, b, false)
-                 : pipe_kernel_bf16_small(a, b);
-    default:
-      break;
-  }
+  if (t == ScalarType::kFloat16 || t == ScalarType::kBFloat16)
+    return pipe_kernel_16bit(t, tile, a, b);
   switch (tile) {
     case PipeTile::kLarge:
       return by_a_mode<ScalarType::kFloat32, PipeTile::kLarge, false>(a, b, stream_k);

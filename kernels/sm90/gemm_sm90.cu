@@ -65,38 +65,6 @@ cudaError_t bind_current_context() {
 
 namespace {
 
-// The instances of the plan's tile width and the launch's cluster shape.
-template <int kKind, int kBN>
-cudaError_t launch_cluster(const Problem& pr, const Plan& plan, const Maps& maps, const Launch& l,
-                           cudaStream_t stream) {
-  if constexpr (kBN == kBNNarrow) {
-    return sm90::launch_width<kKind, kBN, 1>(pr, plan, maps, l, stream);
-  } else {
-    return l.cluster == 2 ? sm90::launch_width<kKind, kBN, 2>(pr, plan, maps, l, stream)
-                          : sm90::launch_width<kKind, kBN, 1>(pr, plan, maps, l, stream);
-  }
-}
-
-// The instances of the plan's kind and tile width (instances_<kind>_<width>[_pair].cu).
-template <int kKind>
-cudaError_t launch_kind(const Problem& pr, const Plan& plan, const Maps& maps, const Launch& l,
-                        cudaStream_t stream) {
-  switch (plan.bn) {
-    case kBNNarrow:
-      return launch_cluster<kKind, kBNNarrow>(pr, plan, maps, l, stream);
-    case kBNMedium:
-      return launch_cluster<kKind, kBNMedium>(pr, plan, maps, l, stream);
-    case kBNThreeQuarter:
-      if constexpr (kKind == kTF32) {
-        return cudaErrorNotSupported;  // 16-bit only (the planner never picks it for tf32)
-      } else {
-        return launch_cluster<kKind, kBNThreeQuarter>(pr, plan, maps, l, stream);
-      }
-    default:
-      return launch_cluster<kKind, kBNWide>(pr, plan, maps, l, stream);
-  }
-}
-
 // GEMMT_SM90_LAST_TILE=0 keeps the last 128-row tile in place (read at each call, for A/B
 // runs of sm90::last_tile_row).
 bool shift_last_tile() {
@@ -149,7 +117,7 @@ cudaError_t run_planned(const Problem& pr, cudaStream_t stream, detail::Sm90Clus
       launched = launch_kind<kF16>(pr, plan, maps, l, stream);
       break;
     default:
-      launched = launch_kind<kTF32>(pr, plan, maps, l, stream);
+      launched = launch_tf32(pr, plan, maps, l, stream);
       break;
   }
   GEMMT_RETURN_IF_ERROR(launched);

@@ -6,6 +6,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include "common/gemm_tc_kind.h"
 #include "plan/sm90_plan.h"
 
 namespace gemmt {
@@ -34,6 +35,43 @@ struct Launch {
 template <int kKind, int kBN, int kCluster>
 cudaError_t launch_width(const Problem& pr, const Plan& plan, const Maps& maps, const Launch& l,
                          cudaStream_t stream);
+
+// The instances of the plan's tile width and the launch's cluster shape.
+template <int kKind, int kBN>
+cudaError_t launch_cluster(const Problem& pr, const Plan& plan, const Maps& maps, const Launch& l,
+                           cudaStream_t stream) {
+  if constexpr (kBN == kBNNarrow) {
+    return sm90::launch_width<kKind, kBN, 1>(pr, plan, maps, l, stream);
+  } else {
+    return l.cluster == 2 ? sm90::launch_width<kKind, kBN, 2>(pr, plan, maps, l, stream)
+                          : sm90::launch_width<kKind, kBN, 1>(pr, plan, maps, l, stream);
+  }
+}
+
+// The instances of the plan's kind and tile width (instances_<kind>_<width>[_pair].cu).
+template <int kKind>
+cudaError_t launch_kind(const Problem& pr, const Plan& plan, const Maps& maps, const Launch& l,
+                        cudaStream_t stream) {
+  switch (plan.bn) {
+    case kBNNarrow:
+      return launch_cluster<kKind, kBNNarrow>(pr, plan, maps, l, stream);
+    case kBNMedium:
+      return launch_cluster<kKind, kBNMedium>(pr, plan, maps, l, stream);
+    case kBNThreeQuarter:
+      if constexpr (kKind == kTF32) {
+        return cudaErrorNotSupported;  // 16-bit only (the planner never picks it for tf32)
+      } else {
+        return launch_cluster<kKind, kBNThreeQuarter>(pr, plan, maps, l, stream);
+      }
+    default:
+      return launch_cluster<kKind, kBNWide>(pr, plan, maps, l, stream);
+  }
+}
+
+// launch_kind<kTF32> in its own translation unit (launch_tf32.cu), with the TF32 instances: the
+// kernels a build may compile on first use (include/gemmt/deferred.h).
+cudaError_t launch_tf32(const Problem& pr, const Plan& plan, const Maps& maps, const Launch& l,
+                        cudaStream_t stream);
 
 }  // namespace sm90
 }  // namespace gemmt

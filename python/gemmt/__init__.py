@@ -21,13 +21,48 @@ __version__ = "0.1.0"
 
 _native.autoload()
 
-__all__ = ["GEMM_VARIANTS", "build_info", "distributed", "library_path", "nn", "tuning",
+__all__ = ["GEMM_VARIANTS", "build_info", "distributed", "library_path", "nn",
+           "prepare_kernels", "tuning",
            *ops.__all__, *tuning.__all__]
 
 
 def build_info() -> dict[str, Any]:
     """How the loaded library was built: torch and CUDA versions, architectures, compiler."""
     return dict(_native.load().build_info())
+
+
+def prepare_kernels(groups: list[str] | None = None) -> dict[str, float]:
+    """Compile and load now the kernel groups this build compiles on first use.
+
+    A CUDA build leaves rarely used kernels (``build_info()["deferred_groups"]``: FP8, the
+    16-bit grouped GEMM, TF32, float64, the 16-bit SIMT instances, the SIMT ladder) out of the
+    install; each compiles on its first call into a cache (``GEMMT_CACHE_DIR``, default
+    ``~/.cache/gemmt``) and loads from there afterwards. Call this (or ``python -m gemmt
+    prepare``) to pay that once ahead, e.g. in a container image. The groups build side by side.
+
+    Returns the seconds each group took (near zero when cached). Raises ``RuntimeError`` naming
+    the group and the reason when one cannot be compiled or loaded.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+    import time
+
+    lib = _native.load()
+    listed = [g for g in str(build_info().get("deferred_groups", "")).split(",") if g]
+    wanted = listed if groups is None else list(groups)
+    unknown = [g for g in wanted if g not in listed]
+    if unknown:
+        raise ValueError(f"gemmt.prepare_kernels: groups {unknown} are not compiled on first use "
+                         f"in this build (those are {listed})")
+
+    def one(group: str) -> tuple[str, float]:
+        start = time.perf_counter()
+        why = lib.load_kernel_group(group)
+        if why is not None:
+            raise RuntimeError(f"gemmt.prepare_kernels: kernel group '{group}': {why}")
+        return group, time.perf_counter() - start
+
+    with ThreadPoolExecutor(max_workers=max(1, len(wanted))) as pool:
+        return dict(pool.map(one, wanted))
 
 
 def library_path() -> str:

@@ -188,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd")
     sub.add_parser("demo", help="run every op and compare with PyTorch (the default)")
     sub.add_parser("info", help="print build_info() as JSON")
+    sub.add_parser("prepare", help="compile now the kernels this build compiles on first use")
     bench = sub.add_parser("bench", help="benchmarks: JSON, table and PNG plot")
     bench.add_argument("suite", choices=["gemm", "gemm_fp64", "memory", "linear", "mm", "tune",
                                          "fp8", "moe", "fp8_quant", "all"])
@@ -210,6 +211,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.cmd == "info":
         print(json.dumps(gemmt.build_info(), indent=2))
+        return 0
+    if args.cmd == "prepare":
+        took = gemmt.prepare_kernels()
+        for group, seconds in took.items():
+            print(f"{group}: ready ({seconds:.1f} s)")
+        if not took:
+            print("this build compiles every kernel at install time")
         return 0
     if args.cmd == "bench" and args.suite in ("fp8", "moe"):
         from pathlib import Path

@@ -1,0 +1,132 @@
+// The functions through which the rest of the library reaches each group of kernels that a
+// build may compile on first use (include/gemmt/deferred.h): one list a group, each entry
+//   X(group, return type, value when the group cannot be loaded, function, exported name,
+//     (parameters), (arguments))
+// GEMMT_DEFERRED_SELECTED(X) expands the lists of the groups deferred in this build
+// (GEMMT_DEFER_<GROUP> defined): deferred_trampolines.cu defines each such function in the
+// module, forwarding to the group's library; deferred_exports.cu defines the exported names in
+// that library.
+// A function a group adds for the rest of the library belongs here, or the module will not link.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "gemmt/fp8.h"
+#include "gemmt/fp8_decode.h"
+#include "gemmt/gemm.h"
+#include "simt/launchers.h"
+#include "sm90/grouped_launchers.h"
+#include "sm90/launchers.h"
+
+namespace gemmt {
+namespace deferred {
+
+// What a forwarding definition returns when its group cannot be loaded (failure() says why).
+constexpr cudaError_t kUnavailable = cudaErrorSharedObjectInitFailed;
+inline simt::PipeKernel unavailable_pipe_kernel() {
+  simt::PipeKernel k;
+  k.error = kUnavailable;
+  return k;
+}
+
+}  // namespace deferred
+}  // namespace gemmt
+
+// FP8: quantisation, the decode kernels, the scaled grouped GEMM's instances.
+#define GEMMT_DEFERRED_FP8(X)                                                                   \
+  X(fp8, size_t, 0, gemmt::quantize_fp8_workspace_bytes, quantize_fp8_workspace_bytes,          \
+    (gemmt::Fp8Granularity g, int64_t rows, int64_t cols, bool t), (g, rows, cols, t))          \
+  X(fp8, cudaError_t, gemmt::deferred::kUnavailable, gemmt::quantize_fp8_run, quantize_fp8_run, \
+    (const gemmt::Fp8QuantizeArgs& a, cudaStream_t s), (a, s))                                  \
+  X(fp8, bool, gemmt::deferred::refuse(why), gemmt::fp8_decode_supported, fp8_decode_supported, \
+    (const gemmt::Fp8DecodeArgs& a, const char** why), (a, why))                                \
+  X(fp8, cudaError_t, gemmt::deferred::kUnavailable, gemmt::fp8_decode_run, fp8_decode_run,     \
+    (const gemmt::Fp8DecodeArgs& a, cudaStream_t s), (a, s))                                    \
+  X(fp8, bool, gemmt::deferred::refuse(why), gemmt::fp8_decode_wgmma_supported,                 \
+    fp8_decode_wgmma_supported, (const gemmt::Fp8DecodeArgs& a, const char** why), (a, why))    \
+  X(fp8, cudaError_t, gemmt::deferred::kUnavailable, gemmt::fp8_decode_wgmma_run,               \
+    fp8_decode_wgmma_run, (const gemmt::Fp8DecodeArgs& a, cudaStream_t s), (a, s))              \
+  X(fp8, cudaError_t, gemmt::deferred::kUnavailable, gemmt::sm90::grouped_launch_e4m3,          \
+    grouped_launch_e4m3, (const gemmt::sm90::GroupedLaunch& l, cudaStream_t s), (l, s))         \
+  X(fp8, cudaError_t, gemmt::deferred::kUnavailable, gemmt::sm90::grouped_launch_e5m2_e4m3,     \
+    grouped_launch_e5m2_e4m3, (const gemmt::sm90::GroupedLaunch& l, cudaStream_t s), (l, s))    \
+  X(fp8, cudaError_t, gemmt::deferred::kUnavailable, gemmt::sm90::grouped_launch_e4m3_e5m2,     \
+    grouped_launch_e4m3_e5m2, (const gemmt::sm90::GroupedLaunch& l, cudaStream_t s), (l, s))
+
+// The 16-bit grouped GEMM's instances (the mixture-of-experts layers).
+#define GEMMT_DEFERRED_GROUPED16(X)                                                              \
+  X(grouped16, cudaError_t, gemmt::deferred::kUnavailable, gemmt::sm90::grouped_launch_bf16_128, \
+    grouped_launch_bf16_128, (const gemmt::sm90::GroupedLaunch& l, cudaStream_t s), (l, s))      \
+  X(grouped16, cudaError_t, gemmt::deferred::kUnavailable, gemmt::sm90::grouped_launch_bf16_256, \
+    grouped_launch_bf16_256, (const gemmt::sm90::GroupedLaunch& l, cudaStream_t s), (l, s))      \
+  X(grouped16, cudaError_t, gemmt::deferred::kUnavailable, gemmt::sm90::grouped_launch_f16_128,  \
+    grouped_launch_f16_128, (const gemmt::sm90::GroupedLaunch& l, cudaStream_t s), (l, s))       \
+  X(grouped16, cudaError_t, gemmt::deferred::kUnavailable, gemmt::sm90::grouped_launch_f16_256,  \
+    grouped_launch_f16_256, (const gemmt::sm90::GroupedLaunch& l, cudaStream_t s), (l, s))
+
+// The Hopper GEMM's TF32 instances.
+#define GEMMT_DEFERRED_TF32(X)                                                                     \
+  X(tf32, cudaError_t, gemmt::deferred::kUnavailable, gemmt::sm90::launch_tf32, launch_tf32,       \
+    (const gemmt::sm90::Problem& pr, const gemmt::sm90::Plan& plan, const gemmt::sm90::Maps& maps, \
+     const gemmt::sm90::Launch& l, cudaStream_t s),                                                \
+    (pr, plan, maps, l, s))
+
+// The float64 GEMM.
+#define GEMMT_DEFERRED_FP64(X)                                                             \
+  X(fp64, cudaError_t, gemmt::deferred::kUnavailable, gemmt::gemm_fp64_run, gemm_fp64_run, \
+    (const gemmt::GemmArgs& a, bool tensor_cores, cudaStream_t s), (a, tensor_cores, s))
+
+// The pipelined SIMT kernel's 16-bit instances.
+#define GEMMT_DEFERRED_SIMT16(X)                                                 \
+  X(simt16, gemmt::simt::PipeKernel, gemmt::deferred::unavailable_pipe_kernel(), \
+    gemmt::simt::pipe_kernel_16bit, pipe_kernel_16bit,                           \
+    (gemmt::ScalarType t, gemmt::simt::PipeTile tile, gemmt::simt::LoadMode a,   \
+     gemmt::simt::LoadMode b),                                                   \
+    (t, tile, a, b))
+
+// The SIMT ladder's first four steps (the teaching kernels, reached only when named).
+#define GEMMT_DEFERRED_LADDER(X)                                                           \
+  X(ladder, cudaError_t, gemmt::deferred::kUnavailable, gemmt::simt::run_naive, run_naive, \
+    (const gemmt::GemmArgs& a, cudaStream_t s), (a, s))                                    \
+  X(ladder, cudaError_t, gemmt::deferred::kUnavailable, gemmt::simt::run_smem_tiled,       \
+    run_smem_tiled, (const gemmt::GemmArgs& a, cudaStream_t s), (a, s))                    \
+  X(ladder, cudaError_t, gemmt::deferred::kUnavailable, gemmt::simt::run_register_blocked, \
+    run_register_blocked, (const gemmt::GemmArgs& a, cudaStream_t s), (a, s))              \
+  X(ladder, cudaError_t, gemmt::deferred::kUnavailable, gemmt::simt::run_warp_tiled,       \
+    run_warp_tiled, (const gemmt::GemmArgs& a, cudaStream_t s), (a, s))
+
+#ifdef GEMMT_DEFER_FP8
+#define GEMMT_IF_DEFERRED_FP8(X) GEMMT_DEFERRED_FP8(X)
+#else
+#define GEMMT_IF_DEFERRED_FP8(X)
+#endif
+#ifdef GEMMT_DEFER_GROUPED16
+#define GEMMT_IF_DEFERRED_GROUPED16(X) GEMMT_DEFERRED_GROUPED16(X)
+#else
+#define GEMMT_IF_DEFERRED_GROUPED16(X)
+#endif
+#ifdef GEMMT_DEFER_TF32
+#define GEMMT_IF_DEFERRED_TF32(X) GEMMT_DEFERRED_TF32(X)
+#else
+#define GEMMT_IF_DEFERRED_TF32(X)
+#endif
+#ifdef GEMMT_DEFER_FP64
+#define GEMMT_IF_DEFERRED_FP64(X) GEMMT_DEFERRED_FP64(X)
+#else
+#define GEMMT_IF_DEFERRED_FP64(X)
+#endif
+#ifdef GEMMT_DEFER_SIMT16
+#define GEMMT_IF_DEFERRED_SIMT16(X) GEMMT_DEFERRED_SIMT16(X)
+#else
+#define GEMMT_IF_DEFERRED_SIMT16(X)
+#endif
+#ifdef GEMMT_DEFER_LADDER
+#define GEMMT_IF_DEFERRED_LADDER(X) GEMMT_DEFERRED_LADDER(X)
+#else
+#define GEMMT_IF_DEFERRED_LADDER(X)
+#endif
+
+#define GEMMT_DEFERRED_SELECTED(X)                                                   \
+  GEMMT_IF_DEFERRED_FP8(X)                                                           \
+  GEMMT_IF_DEFERRED_GROUPED16(X) GEMMT_IF_DEFERRED_TF32(X) GEMMT_IF_DEFERRED_FP64(X) \
+      GEMMT_IF_DEFERRED_SIMT16(X) GEMMT_IF_DEFERRED_LADDER(X)

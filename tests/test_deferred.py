@@ -1,0 +1,176 @@
+"""Kernel groups compiled on first use (include/gemmt/deferred.h).
+
+On the CPU: the compile command a group's library is built with is the kernel library's own,
+and a deferred group's files leave the install-time build. On the GPU (a build that defers
+groups): a group compiles once into the cache and gives torch's results, later processes load
+it without compiling, concurrent first uses compile it once, and a group that cannot be
+compiled fails with an error that names the group and the reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import gemmt
+from conftest import HAS_CUDA, REPO_ROOT
+from gemmt import _sources
+
+CMAKE = shutil.which("cmake")
+NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc"
+                                if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+
+
+def config_macros(header: Path) -> dict[str, str]:
+    """The string macros of gemmt_deferred_config.h, unescaped."""
+    out = {}
+    for line in header.read_text().splitlines():
+        m = re.match(r'#define (GEMMT_DEFERRED_\w+) (".*")$', line)
+        if m:
+            out[m.group(1)] = ast.literal_eval(m.group(2))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CMAKE is None or NVCC is None, reason="needs cmake and nvcc")
+def test_group_libraries_compile_with_the_kernel_librarys_command(tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    subprocess.run(
+        [CMAKE, "-S", str(REPO_ROOT), "-B", str(build), "-G", "Ninja", "-DGEMMT_KERNELS_ONLY=ON",
+         "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_CUDA_ARCHITECTURES=80-real;90a",
+         "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", f"-DCMAKE_CUDA_COMPILER={NVCC}",
+         "-DGEMMT_DEFERRED_GROUPS=fp8;tf32;ladder"],
+        check=True, capture_output=True, text=True)
+    macros = config_macros(build / "generated" / "gemmt_deferred_config.h")
+    flags = macros["GEMMT_DEFERRED_FLAGS"].split("\n")[:-1]
+    split = macros["GEMMT_DEFERRED_SPLIT_FLAG"]
+    assert macros["GEMMT_DEFERRED_GROUP_LIST"] == "fp8,tf32,ladder"
+    commands = {Path(e["file"]).resolve(): shlex.split(e["command"])
+                for e in json.loads((build / "compile_commands.json").read_text())}
+    groups = _sources.groups(REPO_ROOT)
+    deferred = {p.resolve() for g in ("fp8", "tf32", "ladder") for p in groups[f"deferred_{g}"]}
+    listed = {line.split(":", 1)[1] for line in macros["GEMMT_DEFERRED_FILES"].split("\n") if line}
+    assert listed == {p.relative_to(REPO_ROOT).as_posix() for p in deferred}
+    # The deferred files leave the library; every other kernel file stays in it.
+    for path in groups["kernel_cuda"]:
+        assert (path.resolve() in commands) == (path.resolve() not in deferred), path
+    # The loader's command: the same arguments as the library's objects, file and paths aside.
+    for rel in ("kernels/gemm_dispatch.cu", "kernels/sm90/instances_bf16_narrow.cu"):
+        args = commands[(REPO_ROOT / rel).resolve()]
+        kept = [a for a in args[1:] if not a.startswith("-I")]
+        for drop in ("-o", "-c", "-x"):
+            i = kept.index(drop)
+            del kept[i:i + 2]
+        expected = list(flags)
+        if split and not rel.startswith("kernels/sm90/instances_"):
+            expected.append(split)
+        assert kept == expected, rel
+
+
+def test_every_deferred_file_is_a_kernel_file() -> None:
+    groups = _sources.groups(REPO_ROOT)
+    kernel = set(groups["kernel_cuda"]) | set(groups["kernel_host"])
+    names = [g for g in groups if g.startswith("deferred_")]
+    assert "deferred_support" in names
+    seen: set[Path] = set()
+    for name in names:
+        files = set(groups[name])
+        assert files, f"{name} lists no file"
+        assert files <= kernel, f"{name}: {sorted(map(str, files - kernel))}"
+        if name != "deferred_support":
+            assert not files & seen, f"{name} shares files with another group"
+            seen |= files
+
+
+# ---- On the GPU, with a build that defers groups -----------------------------------------
+
+def deferred_groups() -> list[str]:
+    return [g for g in str(gemmt.build_info().get("deferred_groups", "")).split(",") if g]
+
+
+needs_deferral = pytest.mark.skipif(
+    not HAS_CUDA or not {"fp64", "ladder", "tf32"} <= set(deferred_groups()),
+    reason="needs a CUDA build that compiles the fp64, ladder and tf32 groups on first use")
+
+SCRIPT = r"""
+import sys, torch, gemmt
+torch.manual_seed(0)
+a = torch.randn(300, 200, device="cuda", dtype=torch.float64)
+b = torch.randn(200, 100, device="cuda", dtype=torch.float64)
+err = ((gemmt.mm(a, b) - a @ b).norm() / (a @ b).norm()).item()
+assert err < 1e-12, err
+c = torch.full((300, 100), float("nan"), device="cuda")
+a32, b32 = a.float(), b.float()
+gemmt.gemm(c, a32, b32, variant=sys.argv[1])
+ref = a @ b
+err = ((c.double() - ref).norm() / ref.norm()).item()
+assert err < 1e-5, err
+if len(sys.argv) > 2:
+    torch.backends.cuda.matmul.allow_tf32 = True
+    a = torch.randn(512, 256, device="cuda")
+    b = torch.randn(256, 384, device="cuda")
+    ref = a.double() @ b.double()
+    err = ((gemmt.mm(a, b).double() - ref).norm() / ref.norm()).item()
+    assert err < 5e-3, err
+print("ok")
+"""
+
+
+def run_script(cache: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", SCRIPT, *args], capture_output=True, text=True,
+                          env={**os.environ, "GEMMT_CACHE_DIR": str(cache), **env}, timeout=900)
+
+
+@pytest.mark.cuda
+@needs_deferral
+def test_first_use_compiles_once_and_later_processes_load(tmp_path: Path) -> None:
+    first = run_script(tmp_path, "naive", "tf32")
+    assert first.returncode == 0, first.stderr
+    for group in ("fp64", "ladder", "tf32"):
+        assert f"compiling the '{group}' kernels" in first.stderr
+        assert list(tmp_path.glob(f"kernels-*/libgemmt_{group}.so")), group
+    again = run_script(tmp_path, "warp_tiled", "tf32")
+    assert again.returncode == 0, again.stderr
+    assert "compiling" not in again.stderr
+
+
+@pytest.mark.cuda
+@needs_deferral
+def test_concurrent_first_uses_compile_once(tmp_path: Path) -> None:
+    env = {**os.environ, "GEMMT_CACHE_DIR": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", SCRIPT, "smem_tiled"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    outs = [p.communicate(timeout=900) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
+    stderr = "".join(err for _, err in outs)
+    assert stderr.count("compiling the 'fp64' kernels") == 1
+    assert stderr.count("compiling the 'ladder' kernels") == 1
+
+
+@pytest.mark.cuda
+@needs_deferral
+def test_a_group_that_cannot_compile_is_a_clear_error(tmp_path: Path) -> None:
+    proc = run_script(tmp_path, "naive", GEMMT_NVCC=str(tmp_path / "no-such-nvcc"))
+    assert proc.returncode != 0
+    assert "RuntimeError" in proc.stderr
+    assert "kernel group 'fp64'" in proc.stderr and "GEMMT_NVCC" in proc.stderr
+    assert "Segmentation" not in proc.stderr
+
+
+@pytest.mark.cuda
+@needs_deferral
+def test_prepare_kernels_loads_the_groups() -> None:
+    took = gemmt.prepare_kernels(["fp64", "ladder"])
+    assert set(took) == {"fp64", "ladder"}
+    with pytest.raises(ValueError, match="not compiled on first use"):
+        gemmt.prepare_kernels(["no_such_group"])
