@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "gemmt/arith.h"
 #include "gemmt/gemm_args.h"
@@ -94,6 +95,20 @@ enum LoadMode : int {
   kScalar = 2,  // anything else: one element per copy
 };
 constexpr int kNumLoadModes = 3;
+
+// f(std::integral_constant<int, m>{}) for the loader mode m at run time: how a compiled
+// instance is picked from a plan's modes (every mode but kVecC and kVecK is kScalar).
+template <class F>
+auto with_load_mode(LoadMode m, F&& f) {
+  switch (m) {
+    case kVecC:
+      return f(std::integral_constant<int, kVecC>{});
+    case kVecK:
+      return f(std::integral_constant<int, kVecK>{});
+    default:
+      return f(std::integral_constant<int, kScalar>{});
+  }
+}
 
 LoadMode pipe_load_mode(ScalarType t, const void* base, int64_t c_stride, int64_t k_stride,
                         int64_t c_ext, int64_t k_ext);

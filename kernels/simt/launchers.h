@@ -71,14 +71,9 @@ PipeKernel by_b_mode(LoadMode b, bool stream_k) {
 // The sets split by A's loader mode (launchers.h: pipe_kernel_a).
 template <ScalarType kT, PipeTile kTile, bool kInterior>
 PipeKernel by_a_mode(LoadMode a, LoadMode b, bool stream_k) {
-  switch (a) {
-    case kVecC:
-      return by_b_mode<kT, kTile, kInterior, kVecC>(b, stream_k);
-    case kVecK:
-      return by_b_mode<kT, kTile, kInterior, kVecK>(b, stream_k);
-    default:
-      return by_b_mode<kT, kTile, kInterior, kScalar>(b, stream_k);
-  }
+  return with_load_mode(a, [&](auto am) {
+    return by_b_mode<kT, kTile, kInterior, decltype(am)::value>(b, stream_k);
+  });
 }
 
 // The 16-bit instances (pipelined_{f16,bf16}_*.cu), picked in their own translation unit

@@ -70,28 +70,17 @@ PipeKernel instance(bool stream_k) {
 // The instance of (T, TILE, INTERIOR) and A's loader mode AM for B's loader mode b.
 template <class T, PipeTile TILE, bool INTERIOR, int AM>
 PipeKernel pipe_kernel_of_a(LoadMode b, bool stream_k) {
-  switch (b) {
-    case kVecC:
-      return instance<T, TILE, AM, kVecC, INTERIOR>(stream_k);
-    case kVecK:
-      return instance<T, TILE, AM, kVecK, INTERIOR>(stream_k);
-    default:
-      return instance<T, TILE, AM, kScalar, INTERIOR>(stream_k);
-  }
+  return with_load_mode(
+      b, [&](auto bm) { return instance<T, TILE, AM, decltype(bm)::value, INTERIOR>(stream_k); });
 }
 
 // The instance of (T, TILE, INTERIOR) for the loader modes a and b; an empty PipeKernel when
 // it is not compiled (pipe_instance_built).
 template <class T, PipeTile TILE, bool INTERIOR>
 PipeKernel pipe_kernel_of(LoadMode a, LoadMode b, bool stream_k) {
-  switch (a) {
-    case kVecC:
-      return pipe_kernel_of_a<T, TILE, INTERIOR, kVecC>(b, stream_k);
-    case kVecK:
-      return pipe_kernel_of_a<T, TILE, INTERIOR, kVecK>(b, stream_k);
-    default:
-      return pipe_kernel_of_a<T, TILE, INTERIOR, kScalar>(b, stream_k);
-  }
+  return with_load_mode(a, [&](auto am) {
+    return pipe_kernel_of_a<T, TILE, INTERIOR, decltype(am)::value>(b, stream_k);
+  });
 }
 
 }  // namespace
