@@ -174,3 +174,22 @@ def test_prepare_kernels_loads_the_groups() -> None:
     assert set(took) == {"fp64", "ladder"}
     with pytest.raises(ValueError, match="not compiled on first use"):
         gemmt.prepare_kernels(["no_such_group"])
+
+
+@pytest.mark.cuda
+@needs_deferral
+def test_a_bare_load_library_finds_the_groups() -> None:
+    # No gemmt package in the process: the library finds the sources beside itself (an
+    # install's gemmt/_src) or in the tree it was built from.
+    script = (
+        "import torch\n"
+        f"torch.ops.load_library({gemmt.library_path()!r})\n"
+        "a = torch.randn(65, 33, device='cuda', dtype=torch.float64)\n"
+        "b = torch.randn(33, 17, device='cuda', dtype=torch.float64)\n"
+        "err = ((torch.ops.gemmt.mm(a, b) - a @ b).norm() / (a @ b).norm()).item()\n"
+        "assert err < 1e-12, err\n"
+        "print('ok')\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=900, env={k: v for k, v in os.environ.items()
+                                            if k not in ("PYTHONPATH", "GEMMT_SOURCE_DIR")})
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
