@@ -107,11 +107,36 @@ function(gemmt_defer_groups sources_var)
     string(TOUPPER "${group}" upper)
     list(APPEND defs GEMMT_DEFER_${upper})
   endforeach()
+  # The headers' digest, rewritten whenever a header changes, so the loader can refuse a
+  # group whose sources no longer match the module (cmake/header_digest.py).
+  if(NOT Python_EXECUTABLE)
+    find_package(Python 3.9 COMPONENTS Interpreter)
+  endif()
+  set(loader_depends "")
+  if(Python_EXECUTABLE)
+    file(GLOB_RECURSE headers CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/include/*.h"
+         "${PROJECT_SOURCE_DIR}/kernels/*.h" "${PROJECT_SOURCE_DIR}/kernels/*.cuh")
+    set(digest "${PROJECT_BINARY_DIR}/generated/gemmt_header_digest.h")
+    add_custom_command(
+      OUTPUT "${digest}"
+      COMMAND "${Python_EXECUTABLE}" "${PROJECT_SOURCE_DIR}/cmake/header_digest.py"
+              "${PROJECT_SOURCE_DIR}" "${digest}"
+      DEPENDS ${headers} "${PROJECT_SOURCE_DIR}/cmake/header_digest.py"
+      COMMENT "gemmt: digest of the headers")
+    list(APPEND defs GEMMT_DEFERRED_DIGEST_HEADER)
+    set(loader_depends "${digest}")
+    list(APPEND sources "${digest}")
+  endif()
+  set(${sources_var} "${sources}" PARENT_SCOPE)
   set_source_files_properties(
-    "${PROJECT_SOURCE_DIR}/kernels/deferred/deferred_loader.cu"
     "${PROJECT_SOURCE_DIR}/kernels/deferred/deferred_trampolines.cu"
     PROPERTIES COMPILE_DEFINITIONS "${defs}"
                INCLUDE_DIRECTORIES "${PROJECT_BINARY_DIR}/generated")
+  set_source_files_properties(
+    "${PROJECT_SOURCE_DIR}/kernels/deferred/deferred_loader.cu"
+    PROPERTIES COMPILE_DEFINITIONS "${defs}"
+               INCLUDE_DIRECTORIES "${PROJECT_BINARY_DIR}/generated"
+               OBJECT_DEPENDS "${loader_depends}")
   message(STATUS "gemmt: kernel groups compiled on first use: ${GEMMT_DEFERRED_GROUPS}")
 endfunction()
 

@@ -76,6 +76,65 @@ def test_group_libraries_compile_with_the_kernel_librarys_command(tmp_path: Path
         assert kept == expected, rel
 
 
+DRIVER = r"""
+#include <cstdio>
+#include "gemmt/deferred.h"
+int main(int argc, char** argv) {
+  const bool ok = gemmt::deferred::load(argv[1]);
+  std::printf("%d %s\n", ok ? 1 : 0, gemmt::deferred::failure());
+  return 0;
+}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CMAKE is None or NVCC is None or shutil.which("ninja") is None,
+                    reason="needs cmake, ninja and nvcc")
+def test_a_group_is_refused_when_the_headers_are_not_the_modules(tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    subprocess.run(
+        [CMAKE, "-S", str(REPO_ROOT), "-B", str(build), "-G", "Ninja", "-DGEMMT_KERNELS_ONLY=ON",
+         "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_CUDA_ARCHITECTURES=90a",
+         f"-DCMAKE_CUDA_COMPILER={NVCC}", "-DGEMMT_DEFERRED_GROUPS=ladder",
+         f"-DPython_EXECUTABLE={sys.executable}"],
+        check=True, capture_output=True, text=True)
+    objects = [f"CMakeFiles/gemmt_kernels.dir/kernels/deferred/{n}.cu.o"
+               for n in ("deferred_loader", "deferred_trampolines")]
+    subprocess.run(["ninja", "-C", str(build), *objects], check=True, capture_output=True)
+    # The digest the build wrote is the one cmake/header_digest.py gives for the tree.
+    sys.path.insert(0, str(REPO_ROOT / "cmake"))
+    try:
+        import header_digest
+    finally:
+        sys.path.pop(0)
+    written = (build / "generated" / "gemmt_header_digest.h").read_text()
+    assert f'"{header_digest.digest(REPO_ROOT)}"' in written
+    (tmp_path / "driver.cpp").write_text(DRIVER)
+    subprocess.run([NVCC, "-std=c++17", f"-I{REPO_ROOT / 'include'}", str(tmp_path / "driver.cpp"),
+                    *[str(build / o) for o in objects], "-ldl", "-o", str(tmp_path / "driver")],
+                   check=True, capture_output=True)
+    tree = tmp_path / "tree"
+    for part in ("include", "kernels"):
+        shutil.copytree(REPO_ROOT / part, tree / part)
+    shutil.copy(REPO_ROOT / "sources.txt", tree)
+
+    def load(**env: str) -> str:
+        run_env = {**os.environ, "GEMMT_SOURCE_DIR": str(tree),
+                   "GEMMT_CACHE_DIR": str(tmp_path / "cache"), **env}
+        return subprocess.run([str(tmp_path / "driver"), "ladder"], capture_output=True,
+                              text=True, env=run_env, check=True).stdout
+
+    # The same headers pass the check (the build then stops at the missing compiler).
+    same = load(GEMMT_NVCC=str(tmp_path / "no-such-nvcc"))
+    assert same.startswith("0 ") and "cannot run the CUDA compiler" in same, same
+    # An edited header is refused, whatever the compiler.
+    with open(tree / "kernels" / "sm90" / "launchers.h", "a") as f:
+        f.write("// edited\n")
+    edited = load()
+    assert edited.startswith("0 ") and "not the ones the module was built with" in edited, edited
+    assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").rglob("*.so"))
+
+
 def test_every_deferred_file_is_a_kernel_file() -> None:
     groups = _sources.groups(REPO_ROOT)
     kernel = set(groups["kernel_cuda"]) | set(groups["kernel_host"])

@@ -33,6 +33,11 @@
 #include <vector>
 
 #include "gemmt_deferred_config.h"
+#ifdef GEMMT_DEFERRED_DIGEST_HEADER
+#include "gemmt_header_digest.h"  // cmake/header_digest.py, rewritten when a header changes
+#else
+#define GEMMT_DEFERRED_HEADER_DIGEST ""  // no Python at configure time: not checked
+#endif
 
 extern char** environ;
 #endif
@@ -218,16 +223,27 @@ bool describe(const std::string& group, GroupBuild* b) {
     key.add(rel);
     key.add(text);
   }
+  // The headers carry the types both sides of the boundary share: a group compiled from
+  // headers other than the module's could misread its arguments, so it is refused.
+  Hash headers_digest;
   std::vector<std::string> headers;
   list_headers(b->root + "/include", &headers);
   list_headers(b->root + "/kernels", &headers);
   for (const std::string& path : headers) {
     std::string text;
     if (read_file(path, &text)) {
-      key.add(path.substr(b->root.size()));
-      key.add(text);
+      headers_digest.add(path.substr(b->root.size()));
+      headers_digest.add(text);
     }
   }
+  const std::string built_with = GEMMT_DEFERRED_HEADER_DIGEST;
+  if (!built_with.empty() && headers_digest.hex() != built_with) {
+    return fail("gemmt: the headers at " + b->root + " are not the ones the module was built " +
+                "with (digest " + headers_digest.hex() + ", the module's " + built_with +
+                "), so kernel group '" + group + "' is not compiled from them; rebuild the " +
+                "module, or set GEMMT_SOURCE_DIR to the sources it was built from");
+  }
+  key.add(headers_digest.hex());
   b->dir = cache_root() + "/kernels-" + key.hex();
   b->library = b->dir + "/libgemmt_" + group + ".so";
   return true;
