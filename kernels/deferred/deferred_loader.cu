@@ -249,7 +249,7 @@ bool describe(const std::string& group, GroupBuild* b) {
   return true;
 }
 
-// Runs argv with its output to log; the exit status, or -1 when it could not start.
+// Starts argv with its output to log: its pid, or -1 when it could not start.
 pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -261,6 +261,7 @@ pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
   pid_t pid = -1;
   const int rc = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) errno = rc;  // posix_spawnp returns its error rather than setting errno
   return rc == 0 ? pid : -1;
 }
 
