@@ -41,7 +41,8 @@ def config_macros(header: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(CMAKE is None or NVCC is None, reason="needs cmake and nvcc")
+@pytest.mark.skipif(CMAKE is None or NVCC is None or shutil.which("ninja") is None,
+                    reason="needs cmake, ninja and nvcc")
 def test_group_libraries_compile_with_the_kernel_librarys_command(tmp_path: Path) -> None:
     build = tmp_path / "build"
     subprocess.run(
