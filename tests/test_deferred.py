@@ -40,17 +40,21 @@ def config_macros(header: Path) -> dict[str, str]:
     return out
 
 
+def configure_kernels(build: Path, groups: str, *extra: str) -> None:
+    """Configures the kernel library alone (sm_80 and sm_90a) with `groups` deferred."""
+    subprocess.run(
+        [CMAKE, "-S", str(REPO_ROOT), "-B", str(build), "-G", "Ninja", "-DGEMMT_KERNELS_ONLY=ON",
+         "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_CUDA_ARCHITECTURES=80-real;90a",
+         f"-DCMAKE_CUDA_COMPILER={NVCC}", f"-DGEMMT_DEFERRED_GROUPS={groups}", *extra],
+        check=True, capture_output=True, text=True)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(CMAKE is None or NVCC is None or shutil.which("ninja") is None,
                     reason="needs cmake, ninja and nvcc")
 def test_group_libraries_compile_with_the_kernel_librarys_command(tmp_path: Path) -> None:
     build = tmp_path / "build"
-    subprocess.run(
-        [CMAKE, "-S", str(REPO_ROOT), "-B", str(build), "-G", "Ninja", "-DGEMMT_KERNELS_ONLY=ON",
-         "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_CUDA_ARCHITECTURES=80-real;90a",
-         "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", f"-DCMAKE_CUDA_COMPILER={NVCC}",
-         "-DGEMMT_DEFERRED_GROUPS=fp8;tf32;ladder"],
-        check=True, capture_output=True, text=True)
+    configure_kernels(build, "fp8;tf32;ladder", "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON")
     macros = config_macros(build / "generated" / "gemmt_deferred_config.h")
     flags = macros["GEMMT_DEFERRED_FLAGS"].split("\n")[:-1]
     split = macros["GEMMT_DEFERRED_SPLIT_FLAG"]
@@ -93,12 +97,7 @@ int main(int argc, char** argv) {
                     reason="needs cmake, ninja and nvcc")
 def test_a_group_is_refused_when_the_headers_are_not_the_modules(tmp_path: Path) -> None:
     build = tmp_path / "build"
-    subprocess.run(
-        [CMAKE, "-S", str(REPO_ROOT), "-B", str(build), "-G", "Ninja", "-DGEMMT_KERNELS_ONLY=ON",
-         "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_CUDA_ARCHITECTURES=90a",
-         f"-DCMAKE_CUDA_COMPILER={NVCC}", "-DGEMMT_DEFERRED_GROUPS=ladder",
-         f"-DPython_EXECUTABLE={sys.executable}"],
-        check=True, capture_output=True, text=True)
+    configure_kernels(build, "ladder", f"-DPython_EXECUTABLE={sys.executable}")
     objects = [f"CMakeFiles/gemmt_kernels.dir/kernels/deferred/{n}.cu.o"
                for n in ("deferred_loader", "deferred_trampolines")]
     subprocess.run(["ninja", "-C", str(build), *objects], check=True, capture_output=True)

@@ -126,7 +126,8 @@ inline simt::PipeKernel unavailable_pipe_kernel() {
 #define GEMMT_IF_DEFERRED_LADDER(X)
 #endif
 
-#define GEMMT_DEFERRED_SELECTED(X)                                                   \
-  GEMMT_IF_DEFERRED_FP8(X)                                                           \
-  GEMMT_IF_DEFERRED_GROUPED16(X) GEMMT_IF_DEFERRED_TF32(X) GEMMT_IF_DEFERRED_FP64(X) \
-      GEMMT_IF_DEFERRED_SIMT16(X) GEMMT_IF_DEFERRED_LADDER(X)
+#define GEMMT_DEFERRED_SELECTED(X)                                                \
+  GEMMT_IF_DEFERRED_FP8(X)                                                        \
+  GEMMT_IF_DEFERRED_GROUPED16(X)                                                  \
+  GEMMT_IF_DEFERRED_TF32(X) GEMMT_IF_DEFERRED_FP64(X) GEMMT_IF_DEFERRED_SIMT16(X) \
+      GEMMT_IF_DEFERRED_LADDER(X)
