@@ -32,49 +32,53 @@ inline simt::PipeKernel unavailable_pipe_kernel() {
 }  // namespace deferred
 }  // namespace gemmt
 
+// An entry of namespace ns returning a launch status (kUnavailable when the group cannot be
+// loaded), exported under its own name.
+#define GEMMT_DEFERRED_STATUS(X, group, ns, name, params, args) \
+  X(group, cudaError_t, gemmt::deferred::kUnavailable, ns::name, name, params, args)
+// One kind's (or operand pair's) instances of the grouped GEMM (sm90/grouped_launchers.h).
+#define GEMMT_DEFERRED_GROUPED(X, group, name)       \
+  GEMMT_DEFERRED_STATUS(X, group, gemmt::sm90, name, \
+                        (const gemmt::sm90::GroupedLaunch& l, cudaStream_t s), (l, s))
+
 // FP8: quantisation, the decode kernels, the scaled grouped GEMM's instances.
 #define GEMMT_DEFERRED_FP8(X)                                                                   \
   X(fp8, size_t, 0, gemmt::quantize_fp8_workspace_bytes, quantize_fp8_workspace_bytes,          \
     (gemmt::Fp8Granularity g, int64_t rows, int64_t cols, bool t), (g, rows, cols, t))          \
-  X(fp8, cudaError_t, gemmt::deferred::kUnavailable, gemmt::quantize_fp8_run, quantize_fp8_run, \
-    (const gemmt::Fp8QuantizeArgs& a, cudaStream_t s), (a, s))                                  \
+  GEMMT_DEFERRED_STATUS(X, fp8, gemmt, quantize_fp8_run,                                        \
+                        (const gemmt::Fp8QuantizeArgs& a, cudaStream_t s), (a, s))              \
   X(fp8, bool, gemmt::deferred::refuse(why), gemmt::fp8_decode_supported, fp8_decode_supported, \
     (const gemmt::Fp8DecodeArgs& a, const char** why), (a, why))                                \
-  X(fp8, cudaError_t, gemmt::deferred::kUnavailable, gemmt::fp8_decode_run, fp8_decode_run,     \
-    (const gemmt::Fp8DecodeArgs& a, cudaStream_t s), (a, s))                                    \
+  GEMMT_DEFERRED_STATUS(X, fp8, gemmt, fp8_decode_run,                                          \
+                        (const gemmt::Fp8DecodeArgs& a, cudaStream_t s), (a, s))                \
   X(fp8, bool, gemmt::deferred::refuse(why), gemmt::fp8_decode_wgmma_supported,                 \
     fp8_decode_wgmma_supported, (const gemmt::Fp8DecodeArgs& a, const char** why), (a, why))    \
-  X(fp8, cudaError_t, gemmt::deferred::kUnavailable, gemmt::fp8_decode_wgmma_run,               \
-    fp8_decode_wgmma_run, (const gemmt::Fp8DecodeArgs& a, cudaStream_t s), (a, s))              \
-  X(fp8, cudaError_t, gemmt::deferred::kUnavailable, gemmt::sm90::grouped_launch_e4m3,          \
-    grouped_launch_e4m3, (const gemmt::sm90::GroupedLaunch& l, cudaStream_t s), (l, s))         \
-  X(fp8, cudaError_t, gemmt::deferred::kUnavailable, gemmt::sm90::grouped_launch_e5m2_e4m3,     \
-    grouped_launch_e5m2_e4m3, (const gemmt::sm90::GroupedLaunch& l, cudaStream_t s), (l, s))    \
-  X(fp8, cudaError_t, gemmt::deferred::kUnavailable, gemmt::sm90::grouped_launch_e4m3_e5m2,     \
-    grouped_launch_e4m3_e5m2, (const gemmt::sm90::GroupedLaunch& l, cudaStream_t s), (l, s))
+  GEMMT_DEFERRED_STATUS(X, fp8, gemmt, fp8_decode_wgmma_run,                                    \
+                        (const gemmt::Fp8DecodeArgs& a, cudaStream_t s), (a, s))                \
+  GEMMT_DEFERRED_GROUPED(X, fp8, grouped_launch_e4m3)                                           \
+  GEMMT_DEFERRED_GROUPED(X, fp8, grouped_launch_e5m2_e4m3)                                      \
+  GEMMT_DEFERRED_GROUPED(X, fp8, grouped_launch_e4m3_e5m2)
 
 // The 16-bit grouped GEMM's instances (the mixture-of-experts layers).
-#define GEMMT_DEFERRED_GROUPED16(X)                                                              \
-  X(grouped16, cudaError_t, gemmt::deferred::kUnavailable, gemmt::sm90::grouped_launch_bf16_128, \
-    grouped_launch_bf16_128, (const gemmt::sm90::GroupedLaunch& l, cudaStream_t s), (l, s))      \
-  X(grouped16, cudaError_t, gemmt::deferred::kUnavailable, gemmt::sm90::grouped_launch_bf16_256, \
-    grouped_launch_bf16_256, (const gemmt::sm90::GroupedLaunch& l, cudaStream_t s), (l, s))      \
-  X(grouped16, cudaError_t, gemmt::deferred::kUnavailable, gemmt::sm90::grouped_launch_f16_128,  \
-    grouped_launch_f16_128, (const gemmt::sm90::GroupedLaunch& l, cudaStream_t s), (l, s))       \
-  X(grouped16, cudaError_t, gemmt::deferred::kUnavailable, gemmt::sm90::grouped_launch_f16_256,  \
-    grouped_launch_f16_256, (const gemmt::sm90::GroupedLaunch& l, cudaStream_t s), (l, s))
+#define GEMMT_DEFERRED_GROUPED16(X)                             \
+  GEMMT_DEFERRED_GROUPED(X, grouped16, grouped_launch_bf16_128) \
+  GEMMT_DEFERRED_GROUPED(X, grouped16, grouped_launch_bf16_256) \
+  GEMMT_DEFERRED_GROUPED(X, grouped16, grouped_launch_f16_128)  \
+  GEMMT_DEFERRED_GROUPED(X, grouped16, grouped_launch_f16_256)
 
 // The Hopper GEMM's TF32 instances.
-#define GEMMT_DEFERRED_TF32(X)                                                                     \
-  X(tf32, cudaError_t, gemmt::deferred::kUnavailable, gemmt::sm90::launch_tf32, launch_tf32,       \
-    (const gemmt::sm90::Problem& pr, const gemmt::sm90::Plan& plan, const gemmt::sm90::Maps& maps, \
-     const gemmt::sm90::Launch& l, cudaStream_t s),                                                \
-    (pr, plan, maps, l, s))
+#define GEMMT_DEFERRED_TF32(X)                                                       \
+  GEMMT_DEFERRED_STATUS(                                                             \
+      X, tf32, gemmt::sm90, launch_tf32,                                             \
+      (const gemmt::sm90::Problem& pr, const gemmt::sm90::Plan& plan,                \
+       const gemmt::sm90::Maps& maps, const gemmt::sm90::Launch& l, cudaStream_t s), \
+      (pr, plan, maps, l, s))
 
 // The float64 GEMM.
-#define GEMMT_DEFERRED_FP64(X)                                                             \
-  X(fp64, cudaError_t, gemmt::deferred::kUnavailable, gemmt::gemm_fp64_run, gemm_fp64_run, \
-    (const gemmt::GemmArgs& a, bool tensor_cores, cudaStream_t s), (a, tensor_cores, s))
+#define GEMMT_DEFERRED_FP64(X)                                                         \
+  GEMMT_DEFERRED_STATUS(X, fp64, gemmt, gemm_fp64_run,                                 \
+                        (const gemmt::GemmArgs& a, bool tensor_cores, cudaStream_t s), \
+                        (a, tensor_cores, s))
 
 // The pipelined SIMT kernel's 16-bit instances.
 #define GEMMT_DEFERRED_SIMT16(X)                                                 \
@@ -85,15 +89,14 @@ inline simt::PipeKernel unavailable_pipe_kernel() {
     (t, tile, a, b))
 
 // The SIMT ladder's first four steps (the teaching kernels, reached only when named).
-#define GEMMT_DEFERRED_LADDER(X)                                                           \
-  X(ladder, cudaError_t, gemmt::deferred::kUnavailable, gemmt::simt::run_naive, run_naive, \
-    (const gemmt::GemmArgs& a, cudaStream_t s), (a, s))                                    \
-  X(ladder, cudaError_t, gemmt::deferred::kUnavailable, gemmt::simt::run_smem_tiled,       \
-    run_smem_tiled, (const gemmt::GemmArgs& a, cudaStream_t s), (a, s))                    \
-  X(ladder, cudaError_t, gemmt::deferred::kUnavailable, gemmt::simt::run_register_blocked, \
-    run_register_blocked, (const gemmt::GemmArgs& a, cudaStream_t s), (a, s))              \
-  X(ladder, cudaError_t, gemmt::deferred::kUnavailable, gemmt::simt::run_warp_tiled,       \
-    run_warp_tiled, (const gemmt::GemmArgs& a, cudaStream_t s), (a, s))
+#define GEMMT_DEFERRED_LADDER_STEP(X, name)                                                       \
+  GEMMT_DEFERRED_STATUS(X, ladder, gemmt::simt, name, (const gemmt::GemmArgs& a, cudaStream_t s), \
+                        (a, s))
+#define GEMMT_DEFERRED_LADDER(X)                          \
+  GEMMT_DEFERRED_LADDER_STEP(X, run_naive)                \
+  GEMMT_DEFERRED_LADDER_STEP(X, run_smem_tiled)           \
+      GEMMT_DEFERRED_LADDER_STEP(X, run_register_blocked) \
+          GEMMT_DEFERRED_LADDER_STEP(X, run_warp_tiled)
 
 #ifdef GEMMT_DEFER_FP8
 #define GEMMT_IF_DEFERRED_FP8(X) GEMMT_DEFERRED_FP8(X)
@@ -126,8 +129,8 @@ inline simt::PipeKernel unavailable_pipe_kernel() {
 #define GEMMT_IF_DEFERRED_LADDER(X)
 #endif
 
-#define GEMMT_DEFERRED_SELECTED(X)                                                \
-  GEMMT_IF_DEFERRED_FP8(X)                                                        \
-  GEMMT_IF_DEFERRED_GROUPED16(X)                                                  \
-  GEMMT_IF_DEFERRED_TF32(X) GEMMT_IF_DEFERRED_FP64(X) GEMMT_IF_DEFERRED_SIMT16(X) \
-      GEMMT_IF_DEFERRED_LADDER(X)
+#define GEMMT_DEFERRED_SELECTED(X) \
+  GEMMT_IF_DEFERRED_FP8(X)         \
+  GEMMT_IF_DEFERRED_GROUPED16(X)   \
+  GEMMT_IF_DEFERRED_TF32(X)        \
+  GEMMT_IF_DEFERRED_FP64(X) GEMMT_IF_DEFERRED_SIMT16(X) GEMMT_IF_DEFERRED_LADDER(X)
