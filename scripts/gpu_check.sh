@@ -3,7 +3,7 @@
 # self-tests, the whole pytest suite (CUDA cases included), the demo, and the benchmarks.
 # Logs and JSON go under $OUT (default ./gpu-out); a summary is printed last.
 #   STAGES="build selftest prepare test slow demo linear bench fp64 mm tune fp8 moe fp8_quant
-#   extra profile sanitize" (default: all
+#   extra compare profile sanitize" (default: all
 #   but profile and sanitize); "buildtime" alone times the pip build (cold, then after touching
 #   one kernel file) and records each translation unit's compile time and the module's size.
 #   BENCH_ARGS="--quick"   passed to python -m gemmt bench
@@ -28,6 +28,13 @@ if has buildtime; then
   # The pip build alone on every core, cold, then after touching one kernel file; then what
   # each translation unit took (.ninja_log) and what the module's size is made of.
   rm -rf build/cp*
+  if [ -n "${BEFORE_TREE:-}" ]; then
+    # The other tree's cold pip build first, on the same machine (its module stays in its
+    # build folder for the compare stage; this tree's install replaces its package).
+    rm -rf "$BEFORE_TREE"/build
+    stage "pip install $BEFORE_TREE, cold" "$LOGS/pip_cold_before.log" \
+      $PY -m pip install --no-build-isolation --no-deps -v "$(cd "$BEFORE_TREE" && pwd)"
+  fi
   stage "pip install, cold" "$LOGS/pip_cold.log" \
     $PY -m pip install --no-build-isolation --no-deps -v .
   touch kernels/elementwise.cu
@@ -37,6 +44,23 @@ if has buildtime; then
   $PY scripts/build_report.py "$bdir" --json "$OUT/build_report.json" | tee -a "$SUMMARY"
   $PY -X importtime -c "import gemmt" 2>"$LOGS/importtime.log"
   $PY -c "import time; t=time.perf_counter(); import torch; t1=time.perf_counter(); import gemmt; t2=time.perf_counter(); print(f'import torch {t1-t:.3f} s, then import gemmt {t2-t1:.3f} s (ops registered: {hasattr(torch.ops.gemmt, \"mm\")})')" | tee -a "$SUMMARY"
+fi
+
+if has compare && [ -n "${BEFORE_TREE:-}" ]; then
+  # Another tree of gemmt (BEFORE_TREE: for example `git archive <rev> | tar -x -C before`)
+  # built as a module for this GPU, then the 16-bit GEMM class timed in both builds,
+  # alternating processes (scripts/compare_builds.py). Needs the pip build of this tree.
+  before_lib=$(ls "$BEFORE_TREE"/build/cp*/_gemmt*.so 2>/dev/null | head -n1)
+  if [ -z "$before_lib" ]; then  # no pip build of it (the buildtime stage makes one)
+    stage "cmake build of $BEFORE_TREE" "$LOGS/before_build.log" \
+      bash -c "cmake -S $BEFORE_TREE -B $BEFORE_TREE/build -G Ninja -DPython_EXECUTABLE=$(command -v $PY) && cmake --build $BEFORE_TREE/build"
+    before_lib=$(ls "$BEFORE_TREE"/build/_gemmt*.so | head -n1)
+  fi
+  after_lib=$($PY -c "import gemmt._native as n; print(n.library_path())")
+  stage "compare builds" "$LOGS/compare_builds.log" $PY scripts/compare_builds.py \
+    --before "$before_lib" --before-python "$BEFORE_TREE/python" --after "$after_lib" \
+    --out "$OUT/compare_builds.json" ${COMPARE_ARGS:-}
+  tail -n 50 "$LOGS/compare_builds.log" >>"$SUMMARY"
 fi
 
 if has build; then

@@ -92,8 +92,11 @@ struct Params {
   void* c;
   int64_t ldc;
   float alpha, beta;
-  int c_pair;     // two adjacent outputs can be written with one aligned store
-  int tma_store;  // C goes out through shared memory and TMA (needs 16-byte aligned rows)
+  uint8_t c_pair;     // two adjacent outputs can be written with one aligned store
+  uint8_t tma_store;  // C goes out through shared memory and TMA (needs 16-byte aligned rows)
+  // The operands' layouts (M-major A, N-major B), read by the instances that serve every
+  // layout (kAnyLayout).
+  uint8_t a_mn, b_mn;
   // The kernel computes C^T = B^T A^T (see swap_for_tf32): output (row, col) of the tile
   // grid is C[col * ldc + row].
   int c_trans;
@@ -137,6 +140,15 @@ template <>
 struct KindTraits<kTF32> {
   using T = float;
 };
+
+// The operand layouts an instance's main loops serve: one, fixed at compile time (the bits
+// kLayoutAMn, an M-major A, and kLayoutBMn, an N-major B), or all four, taken per launch from
+// Params::a_mn / b_mn (kAnyLayout). The 16-bit kinds use kAnyLayout: their four main loops then
+// share one epilogue, which is most of the kernel's code and of its compile time (one kernel
+// instead of four per kind, tile width and cluster shape).
+constexpr int kLayoutAMn = 1;
+constexpr int kLayoutBMn = 2;
+constexpr int kAnyLayout = 4;
 
 constexpr int kConsumerWarps = 8;
 // Box of an MN-major operand: 128 bytes along M/N by the stage's K extent (64 rows of

@@ -39,7 +39,11 @@
 //
 // This header holds the main loop (the producer's TMA ring and the consumers' wgmma loop);
 // its parts are in ptx.cuh, scheduler.cuh and epilogue.cuh; the instances are compiled in
-// instances_<kind>_<width>[_pair].cu.
+// instances_<kind>_<width>[_pair].cu. A 16-bit instance serves all four operand layouts: the
+// layout picks one of four copies of the producer's and the consumers' k-block loops once a
+// tile (with_layout), and the epilogue, most of the code, is compiled once instead of four
+// times (a quarter to a third of the instances' compile time). tf32 keeps one instance a
+// layout: an M-major A changes its consumers' whole register plan (kARegs).
 #pragma once
 
 #include <cuda.h>
@@ -124,9 +128,42 @@ __device__ __forceinline__ void with_tile_width(int w, F&& f) {
   with_width_from<kStep, kStep, kBN>(w, f);
 }
 
+// An operand's wgmma descriptor in one layout: a K-step advances 32 bytes along a K-major row,
+// or 16 rows (2 KB) of an MN-major box (kStep in the descriptor's 16-byte units); kLbo is the
+// leading byte offset.
+template <int kKind, bool kMn>
+struct OperandDesc {
+  static constexpr uint32_t kStep = (kMn ? 16 * 128 : 32) >> 4;
+  static constexpr uint32_t kLbo = kMn ? mn_box_bytes<kKind>() : 16;
+};
+
+// Calls f(a_mn, b_mn), two std::bool_constant, with an instance's operand layouts (config.cuh:
+// kLayoutAMn, kLayoutBMn, kAnyLayout): its fixed ones, or the launch's. The call sites wrap one
+// unit's main loop, so the branch runs once a tile and each layout's loop is the fixed
+// instance's.
+template <int kLayouts, class F>
+__device__ __forceinline__ void with_layout(const Params& p, F&& f) {
+  using std::bool_constant;
+  if constexpr ((kLayouts & kAnyLayout) != 0) {
+    if (p.a_mn) {
+      if (p.b_mn) {
+        f(bool_constant<true>{}, bool_constant<true>{});
+      } else {
+        f(bool_constant<true>{}, bool_constant<false>{});
+      }
+    } else if (p.b_mn) {
+      f(bool_constant<false>{}, bool_constant<true>{});
+    } else {
+      f(bool_constant<false>{}, bool_constant<false>{});
+    }
+  } else {
+    f(bool_constant<(kLayouts & kLayoutAMn) != 0>{}, bool_constant<(kLayouts & kLayoutBMn) != 0>{});
+  }
+}
+
 #endif  // GEMMT_SM90_DEVICE_CODE
 
-template <int kKind, bool kAMn, bool kBMn, int kCluster, int kBN>
+template <int kKind, int kLayouts, int kCluster, int kBN>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_gemm_kernel(const __grid_constant__ CUtensorMap tma_a,
                      const __grid_constant__ CUtensorMap tma_b,
@@ -140,7 +177,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kMnRows = 128 / static_cast<int>(sizeof(T));  // M/N extent of an MN-major box
   constexpr int kMnBox = mn_box_bytes<kKind>();
   // tf32 with an M-major A: A goes through registers (the only transposable tf32 operand).
-  constexpr bool kARegs = kKind == kTF32 && kAMn;
+  constexpr bool kARegs = kKind == kTF32 && (kLayouts & kLayoutAMn) != 0;
   // The medium tile runs ping-pong (whole tiles per consumer warpgroup, config.cuh), except
   // with A through registers, whose fragments for both halves would not fit beside the
   // accumulators.
@@ -155,7 +192,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // the cluster.
   constexpr int kReaderWarps = kPingPong ? kConsumerWarps / 2 : kConsumerWarps;
   static_assert(kCluster == 1 || kBN != kBNNarrow, "the narrow tile runs as single CTAs");
-  static_assert(!(kKind == kTF32 && kBMn), "tf32 wgmma reads B K-major only");
+  static_assert(kKind != kTF32 || (kLayouts & (kLayoutBMn | kAnyLayout)) == 0,
+                "tf32 wgmma reads B K-major only");
   static_assert(!(kKind == kTF32 && kBN == kBNThreeQuarter), "the 128x192 tile is 16-bit only");
 
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -239,55 +277,59 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int2 origin = tile_origin<kCluster, kBN>(w, rank, p);
         const int m0 = origin.x, n0 = origin.y;
         GEMMT_TRACE(i, 0);
-        for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
-          // Parity trick: on the first lap the "previous" phase counts as complete.
-          mbar_wait(empty_bar(stage), phase ^ 1u);
-          if (kb == w.kb_begin) GEMMT_TRACE(i, 1);
-          const uint32_t fb = full_bar(stage);
-          const int k0 = kb * kBK;
-          const uint32_t sa = smem_a + stage * kABytes;
-          const uint32_t sb = smem_b + stage * kBBytes;
-          if (leader) {
-            mbar_arrive_expect_tx(fb, p.stage_tx_bytes);
-            if constexpr (!kAMn) {
-              tma_load(sa, &tma_a, fb, k0, m0);
-            } else {
-#pragma unroll
-              for (int q = 0; q < kBM / kMnRows; ++q) {
-                tma_load(sa + q * kMnBox, &tma_a, fb, m0 + q * kMnRows, k0);
-              }
-            }
-            if constexpr (!kBMn) {
-              if constexpr (kBN == kBNNarrow) {
-                tma_load(sb, &tma_b, fb, k0, n0);  // one box of 64 rows
-                // Wider tiles: two boxes of kBN / 2 rows, one from each CTA of a pair.
-              } else if constexpr (kCluster == 1) {
-                const int second = second_b_box<kBN / 2>(n0, p.n);
-                tma_load(sb, &tma_b, fb, k0, n0);
-                tma_load(sb + second * 128, &tma_b, fb, k0, n0 + second);
+        with_layout<kLayouts>(p, [&](auto a_mn, auto b_mn) {
+          constexpr bool kAMn = decltype(a_mn)::value;
+          constexpr bool kBMn = decltype(b_mn)::value;
+          for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
+            // Parity trick: on the first lap the "previous" phase counts as complete.
+            mbar_wait(empty_bar(stage), phase ^ 1u);
+            if (kb == w.kb_begin) GEMMT_TRACE(i, 1);
+            const uint32_t fb = full_bar(stage);
+            const int k0 = kb * kBK;
+            const uint32_t sa = smem_a + stage * kABytes;
+            const uint32_t sb = smem_b + stage * kBBytes;
+            if (leader) {
+              mbar_arrive_expect_tx(fb, p.stage_tx_bytes);
+              if constexpr (!kAMn) {
+                tma_load(sa, &tma_a, fb, k0, m0);
               } else {
-                const int first = rank == 0 ? 0 : second_b_box<kBN / 2>(n0, p.n);
-                tma_load_multicast(sb + first * 128, &tma_b, fb, k0, n0 + first, 0x3);
-              }
-            } else {
 #pragma unroll
-              for (int j = 0; j < kBN / 64; ++j) {
-                if constexpr (kCluster == 1) {
-                  tma_load(sb + j * kMnBox, &tma_b, fb, n0 + 64 * j, k0);
+                for (int q = 0; q < kBM / kMnRows; ++q) {
+                  tma_load(sa + q * kMnBox, &tma_a, fb, m0 + q * kMnRows, k0);
+                }
+              }
+              if constexpr (!kBMn) {
+                if constexpr (kBN == kBNNarrow) {
+                  tma_load(sb, &tma_b, fb, k0, n0);  // one box of 64 rows
+                  // Wider tiles: two boxes of kBN / 2 rows, one from each CTA of a pair.
+                } else if constexpr (kCluster == 1) {
+                  const int second = second_b_box<kBN / 2>(n0, p.n);
+                  tma_load(sb, &tma_b, fb, k0, n0);
+                  tma_load(sb + second * 128, &tma_b, fb, k0, n0 + second);
                 } else {
-                  // Each CTA of the pair fetches its half of the boxes for both.
-                  if (j * kCluster / (kBN / 64) == static_cast<int>(rank)) {
-                    tma_load_multicast(sb + j * kMnBox, &tma_b, fb, n0 + 64 * j, k0, 0x3);
+                  const int first = rank == 0 ? 0 : second_b_box<kBN / 2>(n0, p.n);
+                  tma_load_multicast(sb + first * 128, &tma_b, fb, k0, n0 + first, 0x3);
+                }
+              } else {
+#pragma unroll
+                for (int j = 0; j < kBN / 64; ++j) {
+                  if constexpr (kCluster == 1) {
+                    tma_load(sb + j * kMnBox, &tma_b, fb, n0 + 64 * j, k0);
+                  } else {
+                    // Each CTA of the pair fetches its half of the boxes for both.
+                    if (j * kCluster / (kBN / 64) == static_cast<int>(rank)) {
+                      tma_load_multicast(sb + j * kMnBox, &tma_b, fb, n0 + 64 * j, k0, 0x3);
+                    }
                   }
                 }
               }
+            }  // leader
+            if (++stage == kStages) {
+              stage = 0;
+              phase ^= 1u;
             }
-          }  // leader
-          if (++stage == kStages) {
-            stage = 0;
-            phase ^= 1u;
           }
-        }
+        });
         GEMMT_TRACE(i, 2);
       }
     }
@@ -297,11 +339,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int cw = wg - 1;  // cooperative: which 64-row half of each tile this warpgroup owns
     // The same index, per thread, for the epilogue (see wg above).
     const int cw_t = static_cast<int>(threadIdx.x >> 7) - 1;
-    // A K-step advances 32 bytes along a K-major row, or 16 rows (2 KB) of an MN-major box.
-    constexpr uint32_t kAStep = (kAMn ? 16 * 128 : 32) >> 4;
-    constexpr uint32_t kBStep = (kBMn ? 16 * 128 : 32) >> 4;
-    constexpr uint32_t kALbo = kAMn ? kMnBox : 16;
-    constexpr uint32_t kBLbo = kBMn ? kMnBox : 16;
     // Rows 64.. of the A tile: 8 KB into the stage in both layouts (descriptor units of 16 B).
     constexpr uint32_t kAHalf = (kABytes / 2) >> 4;
     // Hands stage s back to the producer(s): one arrive per warp on each CTA of the cluster.
@@ -371,23 +408,29 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         const int2 origin = tile_origin<kCluster, kBN>(w, rank, p);
         int prev_stage = 0;
-        for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
-          mbar_wait(full_bar(stage), phase);
-          const uint64_t da = make_desc(smem_a + stage * kABytes, kALbo, 1024);
-          const uint64_t db = make_desc(smem_b + stage * kBBytes, kBLbo, 1024);
-          wgmma_fence();
+        with_layout<kLayouts>(p, [&](auto a_mn, auto b_mn) {
+          constexpr bool kAMn = decltype(a_mn)::value;
+          constexpr bool kBMn = decltype(b_mn)::value;
+          using DA = OperandDesc<kKind, kAMn>;
+          using DB = OperandDesc<kKind, kBMn>;
+          for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
+            mbar_wait(full_bar(stage), phase);
+            const uint64_t da = make_desc(smem_a + stage * kABytes, DA::kLbo, 1024);
+            const uint64_t db = make_desc(smem_b + stage * kBBytes, DB::kLbo, 1024);
+            wgmma_fence();
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
+            for (int h = 0; h < 2; ++h) {
 #pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-              wgmma_step<kKind, kAMn ? 1 : 0, kBMn ? 1 : 0, kBN>(
-                  acc[h], da + h * kAHalf + kk * kAStep, db + kk * kBStep,
-                  (kb != w.kb_begin || kk != 0) ? 1u : 0u);
+              for (int kk = 0; kk < 4; ++kk) {
+                wgmma_step<kKind, kAMn ? 1 : 0, kBMn ? 1 : 0, kBN>(
+                    acc[h], da + h * kAHalf + kk * DA::kStep, db + kk * DB::kStep,
+                    (kb != w.kb_begin || kk != 0) ? 1u : 0u);
+              }
             }
+            wgmma_commit();
+            retire_previous(kb, w.kb_begin, prev_stage);
           }
-          wgmma_commit();
-          retire_previous(kb, w.kb_begin, prev_stage);
-        }
+        });
         if ((threadIdx.x & 127) == 0) mbar_arrive_local(turn_bar(cw ^ 1));
         wgmma_wait<0>();
         fence_accumulators(acc[0]);
@@ -421,7 +464,9 @@ __global__ void __launch_bounds__(kThreads, 1)
               const int kb = kb2 + h;
               if (kb >= w.kb_end) break;
               mbar_wait(full_bar(stage), phase);
-              const uint64_t db = make_desc(smem_b + stage * kBBytes, kBLbo, 1024);
+              // tf32 reads B K-major only.
+              const uint64_t db =
+                  make_desc(smem_b + stage * kBBytes, OperandDesc<kKind, false>::kLbo, 1024);
               tf32_rs_kblock<kBN>(acc, h == 0 ? frag0 : frag1, smem_a + stage * kABytes, a_off, db,
                                   kb == w.kb_begin);
               retire_previous(kb, w.kb_begin, prev_stage);
@@ -429,50 +474,57 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         } else {
           GEMMT_TRACE(i, 0);
-          // On the last column of tiles, only the columns C has (with_tile_width): the same
-          // k-blocks on a block kW < kBN columns wide.
-          bool trimmed = false;
-          if constexpr (kTrims) {
-            const int width = sm90::trimmed_tile_width(p.n - origin.y, kBMn, kBN);
-            trimmed = width != kBN;
-            if (trimmed) {
-              with_tile_width<kBMn, kBN>(width, [&](auto width_c) {
-                constexpr int kW = decltype(width_c)::value;
-                if constexpr (kW < kBN) {
-                  for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
-                    mbar_wait(full_bar(stage), phase);
-                    const uint64_t da =
-                        make_desc(smem_a + stage * kABytes, kALbo, 1024) + cw * kAHalf;
-                    const uint64_t db = make_desc(smem_b + stage * kBBytes, kBLbo, 1024);
-                    wgmma_fence();
+          with_layout<kLayouts>(p, [&](auto a_mn, auto b_mn) {
+            constexpr bool kAMn = decltype(a_mn)::value;
+            constexpr bool kBMn = decltype(b_mn)::value;
+            using DA = OperandDesc<kKind, kAMn>;
+            using DB = OperandDesc<kKind, kBMn>;
+            // On the last column of tiles, only the columns C has (with_tile_width): the same
+            // k-blocks on a block kW < kBN columns wide.
+            bool trimmed = false;
+            if constexpr (kTrims) {
+              const int width = sm90::trimmed_tile_width(p.n - origin.y, kBMn, kBN);
+              trimmed = width != kBN;
+              if (trimmed) {
+                with_tile_width<kBMn, kBN>(width, [&](auto width_c) {
+                  constexpr int kW = decltype(width_c)::value;
+                  if constexpr (kW < kBN) {
+                    for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
+                      mbar_wait(full_bar(stage), phase);
+                      const uint64_t da =
+                          make_desc(smem_a + stage * kABytes, DA::kLbo, 1024) + cw * kAHalf;
+                      const uint64_t db = make_desc(smem_b + stage * kBBytes, DB::kLbo, 1024);
+                      wgmma_fence();
 #pragma unroll
-                    for (int kk = 0; kk < 4; ++kk) {
-                      wgmma_step_trimmed<kKind, kAMn ? 1 : 0, kBMn ? 1 : 0, kW>(
-                          acc, da + kk * kAStep, db + kk * kBStep,
-                          (kb != w.kb_begin || kk != 0) ? 1u : 0u);
+                      for (int kk = 0; kk < 4; ++kk) {
+                        wgmma_step_trimmed<kKind, kAMn ? 1 : 0, kBMn ? 1 : 0, kW>(
+                            acc, da + kk * DA::kStep, db + kk * DB::kStep,
+                            (kb != w.kb_begin || kk != 0) ? 1u : 0u);
+                      }
+                      wgmma_commit();
+                      retire_previous(kb, w.kb_begin, prev_stage);
                     }
-                    wgmma_commit();
-                    retire_previous(kb, w.kb_begin, prev_stage);
                   }
-                }
-              });
+                });
+              }
             }
-          }
-          for (int kb = w.kb_begin; !trimmed && kb < w.kb_end; ++kb) {
-            mbar_wait(full_bar(stage), phase);
-            if (kb == w.kb_begin) GEMMT_TRACE(i, 1);
-            if (kb == w.kb_begin + 4) GEMMT_TRACE(i, 5);
-            const uint64_t da = make_desc(smem_a + stage * kABytes, kALbo, 1024) + cw * kAHalf;
-            const uint64_t db = make_desc(smem_b + stage * kBBytes, kBLbo, 1024);
-            wgmma_fence();
+            for (int kb = w.kb_begin; !trimmed && kb < w.kb_end; ++kb) {
+              mbar_wait(full_bar(stage), phase);
+              if (kb == w.kb_begin) GEMMT_TRACE(i, 1);
+              if (kb == w.kb_begin + 4) GEMMT_TRACE(i, 5);
+              const uint64_t da = make_desc(smem_a + stage * kABytes, DA::kLbo, 1024) + cw * kAHalf;
+              const uint64_t db = make_desc(smem_b + stage * kBBytes, DB::kLbo, 1024);
+              wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-              wgmma_step<kKind, kAMn ? 1 : 0, kBMn ? 1 : 0, kBN>(
-                  acc, da + kk * kAStep, db + kk * kBStep, (kb != w.kb_begin || kk != 0) ? 1u : 0u);
+              for (int kk = 0; kk < 4; ++kk) {
+                wgmma_step<kKind, kAMn ? 1 : 0, kBMn ? 1 : 0, kBN>(
+                    acc, da + kk * DA::kStep, db + kk * DB::kStep,
+                    (kb != w.kb_begin || kk != 0) ? 1u : 0u);
+              }
+              wgmma_commit();
+              retire_previous(kb, w.kb_begin, prev_stage);
             }
-            wgmma_commit();
-            retire_previous(kb, w.kb_begin, prev_stage);
-          }
+          });
         }
         GEMMT_TRACE(i, 2);
         // The next unit, found while the last group still runs: its integer divisions

@@ -1,7 +1,8 @@
 // Launches of the Hopper GEMM kernel (kernel.cuh): the kernel parameters from a plan, the
-// cluster shape, and the instances for every operand layout of one kind, tile width and
-// cluster shape (the 128x192 tile for 16-bit kinds only). Included by the instances_*.cu files
-// only, so each (kind, width, cluster) compiles in its own translation unit.
+// cluster shape, and the instances of one kind, tile width and cluster shape (the 128x192
+// tile for 16-bit kinds only): one for every operand layout (16-bit), or one a layout (tf32).
+// Included by the instances_*.cu files only, so each (kind, width, cluster) compiles in its own
+// translation unit.
 #pragma once
 
 #include <cuda.h>
@@ -92,9 +93,9 @@ cudaError_t plan_stream_k(Params& p, bool stream_k, bool tail, int& clusters, cu
   return cudaMemsetAsync(flags, 0, static_cast<size_t>(slots) * 2 * sizeof(int), stream);
 }
 
-template <int kKind, bool kAMn, bool kBMn, int kCluster, int kBN>
+template <int kKind, int kLayouts, int kCluster, int kBN>
 cudaError_t launch(const Maps& maps, Params p, int sm_count, SkSpread sk, cudaStream_t stream) {
-  constexpr auto kernel = sm90_gemm_kernel<kKind, kAMn, kBMn, kCluster, kBN>;
+  constexpr auto kernel = sm90_gemm_kernel<kKind, kLayouts, kCluster, kBN>;
   constexpr int kSmemBytes = TileCfg<kBN>::kSmemBytes;
   GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(kSmemBytes));
   int max_clusters = sm_count;
@@ -124,20 +125,17 @@ cudaError_t launch(const Maps& maps, Params p, int sm_count, SkSpread sk, cudaSt
   GEMMT_RETURN_LAUNCH_ERROR();
 }
 
+// The instance for the plan's operand layouts: the one kernel of a 16-bit kind, which serves
+// them all (kAnyLayout), or tf32's for its layout.
 template <int kKind, int kCluster, int kBN>
 cudaError_t launch_layout(const Plan& plan, const Maps& maps, const Params& p, int sm_count,
                           SkSpread skc, cudaStream_t stream) {
   if constexpr (kKind == kTF32) {
     if (plan.b_mn) return cudaErrorNotSupported;
-    return plan.a_mn ? launch<kKind, true, false, kCluster, kBN>(maps, p, sm_count, skc, stream)
-                     : launch<kKind, false, false, kCluster, kBN>(maps, p, sm_count, skc, stream);
+    return plan.a_mn ? launch<kKind, kLayoutAMn, kCluster, kBN>(maps, p, sm_count, skc, stream)
+                     : launch<kKind, 0, kCluster, kBN>(maps, p, sm_count, skc, stream);
   } else {
-    if (plan.a_mn) {
-      return plan.b_mn ? launch<kKind, true, true, kCluster, kBN>(maps, p, sm_count, skc, stream)
-                       : launch<kKind, true, false, kCluster, kBN>(maps, p, sm_count, skc, stream);
-    }
-    return plan.b_mn ? launch<kKind, false, true, kCluster, kBN>(maps, p, sm_count, skc, stream)
-                     : launch<kKind, false, false, kCluster, kBN>(maps, p, sm_count, skc, stream);
+    return launch<kKind, kAnyLayout, kCluster, kBN>(maps, p, sm_count, skc, stream);
   }
 }
 
@@ -168,6 +166,8 @@ Params params_of(const Problem& pr, const Plan& plan, const Launch& l, SkSpread*
   p.c_pair =
       (reinterpret_cast<uintptr_t>(args.c) % (2 * elt)) == 0 && (args.ldc % 2 == 0 || args.m == 1);
   p.tma_store = l.tma_store ? 1 : 0;
+  p.a_mn = plan.a_mn ? 1 : 0;
+  p.b_mn = plan.b_mn ? 1 : 0;
   p.c_trans = pr.c_trans ? 1 : 0;
   p.splits = split ? sp.splits : 1;
   p.kb_per_split = split ? sp.kb_per_split : p.num_kb;
