@@ -13,7 +13,7 @@
 # (CPU-only builds that compile the kernels as a check) compiles the loader and the forwarding
 # definitions as if every group were deferred, so that path cannot break unseen either.
 
-set(GEMMT_DEFERRABLE_GROUPS fp8 grouped16 tf32 fp64 simt16 ladder)
+set(GEMMT_DEFERRABLE_GROUPS fp8 grouped16 tf32 fp64 simt16 simt32_scalar decode ladder)
 
 # One nvcc argument a line, as a C string literal's contents.
 function(gemmt_c_lines out)

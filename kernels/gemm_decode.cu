@@ -90,10 +90,6 @@ struct HalfOp {
 
 }  // namespace
 
-bool gemm_decode_supports(const GemmArgs& args) {
-  return decode::decode_supports(args);
-}
-
 cudaError_t gemm_decode_run(const GemmArgs& args, cudaStream_t stream) {
   if (!decode::decode_supports(args)) return cudaErrorNotSupported;
   const DecodePlan pl = decode::plan_decode(args);

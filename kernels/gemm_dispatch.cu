@@ -2,6 +2,7 @@
 // kernels/simt/ (exact FP32 ladder, split-k, gemv), gemm_sm80_mma.cu, kernels/sm90/ and
 // kernels/fp64/ (float64).
 #include "gemmt/gemm.h"
+#include "plan/decode_plan.h"
 
 namespace gemmt {
 namespace {
@@ -19,6 +20,12 @@ bool applies_epilogue(GemmVariant v) {
 }
 
 }  // namespace
+
+// Here rather than with its kernel (gemm_decode.cu), which a build may compile on first use
+// (include/gemmt/deferred.h, group decode): asking is not using.
+bool gemm_decode_supports(const GemmArgs& args) {
+  return decode::decode_supports(args);
+}
 
 bool gemm_supports(const GemmArgs& args, GemmVariant v) {
   if (!args.epilogue.empty() && v != GemmVariant::kAuto && !applies_epilogue(v)) return false;

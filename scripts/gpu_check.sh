@@ -21,6 +21,8 @@ export MAX_JOBS=${MAX_JOBS:-$(nproc)}
   nvcc --version
   $PY -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())"
   cmake --version | head -1
+  echo "ninja $(ninja --version 2>/dev/null)"
+  nproc
 } >"$LOGS/environment.txt" 2>&1
 note "device: $($PY -c 'import torch; print(torch.cuda.get_device_name())' 2>/dev/null)"
 

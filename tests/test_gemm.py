@@ -89,6 +89,29 @@ def test_gemm_misaligned(device: str) -> None:
     assert rel_err(c, expected) <= 1e-5
 
 
+def _misaligned(rows: int, cols: int) -> torch.Tensor:
+    """A float32 CUDA matrix one element past a 16-byte boundary, rows of odd length when
+    cols is odd: the SIMT kernels read it element by element (their kScalar loaders)."""
+    return torch.randn(rows * cols + 1, device="cuda")[1:].view(rows, cols)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("which", ["a", "b", "both"])
+@pytest.mark.parametrize("m,n,k", [(33, 17, 9), (300, 500, 129), (2048, 2049, 513),
+                                   (4097, 4095, 1031), (6000, 3000, 999)])
+def test_gemm_float32_unaligned_operands(which: str, m: int, n: int, k: int) -> None:
+    """float32 operands that are not 16-byte aligned, on shapes whose plans take the medium,
+    narrow and fat tiles: the instances with element-wise loaders (a kernel group a build may
+    compile on first use), against float64."""
+    a = _misaligned(m, k) if which in ("a", "both") else torch.randn(m, k, device="cuda")
+    b = _misaligned(k, n) if which in ("b", "both") else torch.randn(k, n, device="cuda")
+    want = a.double() @ b.double()
+    for variant in ("auto", "pipelined"):
+        c = torch.full((m, n), float("nan"), device="cuda")
+        gemmt.gemm(c, a, b, variant=variant)
+        assert rel_err(c, want) <= 1e-5, (variant, which)
+
+
 def test_gemm_float64_cpu() -> None:
     a, b = torch.randn(20, 30, dtype=torch.float64), torch.randn(30, 10, dtype=torch.float64)
     c = torch.empty(20, 10, dtype=torch.float64)

@@ -64,8 +64,9 @@ bool gemm_fp64_dmma_supports(const GemmArgs& args);
 bool gemm_fp64_simt_supports(const GemmArgs& args);
 cudaError_t gemm_fp64_run(const GemmArgs& args, bool tensor_cores, cudaStream_t stream);
 
-// Decode family (kernels/gemm_decode.cu): bf16 / fp16, m <= 64, A and B K-major with
-// 16-byte aligned rows, k % 8 == 0; applies the epilogue. No workspace.
+// Decode family (kernels/gemm_decode.cu; gemm_decode_supports in gemm_dispatch.cu): bf16 /
+// fp16, m <= 64, A and B K-major with 16-byte aligned rows, k % 8 == 0; applies the epilogue.
+// No workspace. Reached only when named (variant "decode", or a tuner's candidate).
 bool gemm_decode_supports(const GemmArgs& args);
 cudaError_t gemm_decode_run(const GemmArgs& args, cudaStream_t stream);
 

@@ -88,15 +88,26 @@ inline simt::PipeKernel unavailable_pipe_kernel() {
      gemmt::simt::LoadMode b),                                                   \
     (t, tile, a, b))
 
+// The pipelined SIMT kernel's float32 instances with an element-wise loader.
+#define GEMMT_DEFERRED_SIMT32_SCALAR(X)                                                 \
+  X(simt32_scalar, gemmt::simt::PipeKernel, gemmt::deferred::unavailable_pipe_kernel(), \
+    gemmt::simt::pipe_kernel_f32_scalar, pipe_kernel_f32_scalar,                        \
+    (gemmt::simt::PipeTile tile, gemmt::simt::LoadMode a, gemmt::simt::LoadMode b), (tile, a, b))
+
+// The decode kernel (reached only when named, or by a tuner's candidates).
+#define GEMMT_DEFERRED_DECODE(X)                           \
+  GEMMT_DEFERRED_STATUS(X, decode, gemmt, gemm_decode_run, \
+                        (const gemmt::GemmArgs& a, cudaStream_t s), (a, s))
+
 // The SIMT ladder's first four steps (the teaching kernels, reached only when named).
 #define GEMMT_DEFERRED_LADDER_STEP(X, name)                                                       \
   GEMMT_DEFERRED_STATUS(X, ladder, gemmt::simt, name, (const gemmt::GemmArgs& a, cudaStream_t s), \
                         (a, s))
-#define GEMMT_DEFERRED_LADDER(X)                          \
-  GEMMT_DEFERRED_LADDER_STEP(X, run_naive)                \
-  GEMMT_DEFERRED_LADDER_STEP(X, run_smem_tiled)           \
-      GEMMT_DEFERRED_LADDER_STEP(X, run_register_blocked) \
-          GEMMT_DEFERRED_LADDER_STEP(X, run_warp_tiled)
+#define GEMMT_DEFERRED_LADDER(X)                      \
+  GEMMT_DEFERRED_LADDER_STEP(X, run_naive)            \
+  GEMMT_DEFERRED_LADDER_STEP(X, run_smem_tiled)       \
+  GEMMT_DEFERRED_LADDER_STEP(X, run_register_blocked) \
+  GEMMT_DEFERRED_LADDER_STEP(X, run_warp_tiled)
 
 #ifdef GEMMT_DEFER_FP8
 #define GEMMT_IF_DEFERRED_FP8(X) GEMMT_DEFERRED_FP8(X)
@@ -123,14 +134,27 @@ inline simt::PipeKernel unavailable_pipe_kernel() {
 #else
 #define GEMMT_IF_DEFERRED_SIMT16(X)
 #endif
+#ifdef GEMMT_DEFER_SIMT32_SCALAR
+#define GEMMT_IF_DEFERRED_SIMT32_SCALAR(X) GEMMT_DEFERRED_SIMT32_SCALAR(X)
+#else
+#define GEMMT_IF_DEFERRED_SIMT32_SCALAR(X)
+#endif
+#ifdef GEMMT_DEFER_DECODE
+#define GEMMT_IF_DEFERRED_DECODE(X) GEMMT_DEFERRED_DECODE(X)
+#else
+#define GEMMT_IF_DEFERRED_DECODE(X)
+#endif
 #ifdef GEMMT_DEFER_LADDER
 #define GEMMT_IF_DEFERRED_LADDER(X) GEMMT_DEFERRED_LADDER(X)
 #else
 #define GEMMT_IF_DEFERRED_LADDER(X)
 #endif
 
-#define GEMMT_DEFERRED_SELECTED(X) \
-  GEMMT_IF_DEFERRED_FP8(X)         \
-  GEMMT_IF_DEFERRED_GROUPED16(X)   \
-  GEMMT_IF_DEFERRED_TF32(X)        \
-  GEMMT_IF_DEFERRED_FP64(X) GEMMT_IF_DEFERRED_SIMT16(X) GEMMT_IF_DEFERRED_LADDER(X)
+#define GEMMT_DEFERRED_SELECTED(X)   \
+  GEMMT_IF_DEFERRED_FP8(X)           \
+  GEMMT_IF_DEFERRED_GROUPED16(X)     \
+  GEMMT_IF_DEFERRED_TF32(X)          \
+  GEMMT_IF_DEFERRED_FP64(X)          \
+  GEMMT_IF_DEFERRED_SIMT16(X)        \
+  GEMMT_IF_DEFERRED_SIMT32_SCALAR(X) \
+  GEMMT_IF_DEFERRED_DECODE(X) GEMMT_IF_DEFERRED_LADDER(X)

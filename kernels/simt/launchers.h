@@ -44,35 +44,60 @@ PipeKernel pipe_kernel_f32_narrow(LoadMode a, LoadMode b, bool stream_k);
 PipeKernel pipe_kernel_f32_skinny(LoadMode a, LoadMode b, bool stream_k);
 PipeKernel pipe_kernel_f16_small(LoadMode a, LoadMode b);
 PipeKernel pipe_kernel_bf16_small(LoadMode a, LoadMode b);
+// Which of a set's instances a translation unit compiles, by loader mode: all of them, those
+// whose loaders both read vectors, or those with an element-wise (kScalar) loader. The float32
+// sets split the two: the element-wise ones serve only operands whose rows or start are not
+// 16-byte aligned, and compile in their own translation units (pipelined_f32_<tile>_scalar.cu,
+// picked by pipelined_f32_scalar.cu), which a build may compile on first use
+// (include/gemmt/deferred.h, group simt32_scalar).
+enum class LoaderSet { kAll, kVector, kScalar };
+constexpr bool in_loader_set(LoaderSet set, int a, int b) {
+  const bool vector = (a == kVecC || a == kVecK) && (b == kVecC || b == kVecK);
+  return set == LoaderSet::kAll || (set == LoaderSet::kVector) == vector;
+}
+
+// The float32 instances with an element-wise loader, a translation unit per tile that has
+// them, and the pick among them (pipelined_f32_scalar.cu).
+PipeKernel pipe_kernel_f32_small_scalar(LoadMode a, LoadMode b);
+PipeKernel pipe_kernel_f32_medium_scalar(LoadMode a, LoadMode b);
+PipeKernel pipe_kernel_f32_large_scalar(LoadMode a, LoadMode b);
+PipeKernel pipe_kernel_f32_fat_scalar(LoadMode a, LoadMode b);
+PipeKernel pipe_kernel_f32_narrow_scalar(LoadMode a, LoadMode b);
+PipeKernel pipe_kernel_f32_scalar(PipeTile tile, LoadMode a, LoadMode b);
+
 // The heaviest sets (float32 Large and Fat, Fat's interior form, 16-bit Large) are split
 // further by A's loader mode, one translation unit each (pipelined_<dtype>_<tile>_a_<mode>.cu):
 // each whole set was one of the build's longest steps. Only the modes with instances
 // (pipe_instance_built for some B mode) are defined.
-template <ScalarType kT, PipeTile kTile, bool kInterior, int kAMode>
+template <ScalarType kT, PipeTile kTile, bool kInterior, int kAMode,
+          LoaderSet kSet = LoaderSet::kAll>
 PipeKernel pipe_kernel_a(LoadMode b, bool stream_k);
 
-// Whether (t, tile, interior) has an instance for A's loader mode a and some B mode.
-constexpr bool a_mode_built(ScalarType t, PipeTile tile, LoadMode a, bool interior) {
+// Whether (t, tile, interior) has an instance in `set` for A's loader mode a and some B mode.
+constexpr bool a_mode_built(ScalarType t, PipeTile tile, LoadMode a, bool interior, LoaderSet set) {
   for (int b = 0; b < kNumLoadModes; ++b) {
-    if (pipe_instance_built(t, tile, a, static_cast<LoadMode>(b), interior, false)) return true;
+    if (pipe_instance_built(t, tile, a, static_cast<LoadMode>(b), interior, false) &&
+        in_loader_set(set, a, b)) {
+      return true;
+    }
   }
   return false;
 }
 
-template <ScalarType kT, PipeTile kTile, bool kInterior, int kAMode>
+template <ScalarType kT, PipeTile kTile, bool kInterior, int kAMode, LoaderSet kSet>
 PipeKernel by_b_mode(LoadMode b, bool stream_k) {
-  if constexpr (a_mode_built(kT, kTile, static_cast<LoadMode>(kAMode), kInterior)) {
-    return pipe_kernel_a<kT, kTile, kInterior, kAMode>(b, stream_k);
+  if constexpr (a_mode_built(kT, kTile, static_cast<LoadMode>(kAMode), kInterior, kSet)) {
+    return pipe_kernel_a<kT, kTile, kInterior, kAMode, kSet>(b, stream_k);
   } else {
     return PipeKernel{};
   }
 }
 
 // The sets split by A's loader mode (launchers.h: pipe_kernel_a).
-template <ScalarType kT, PipeTile kTile, bool kInterior>
+template <ScalarType kT, PipeTile kTile, bool kInterior, LoaderSet kSet = LoaderSet::kAll>
 PipeKernel by_a_mode(LoadMode a, LoadMode b, bool stream_k) {
   return with_load_mode(a, [&](auto am) {
-    return by_b_mode<kT, kTile, kInterior, decltype(am)::value>(b, stream_k);
+    return by_b_mode<kT, kTile, kInterior, decltype(am)::value, kSet>(b, stream_k);
   });
 }
 

@@ -5,8 +5,8 @@
 namespace gemmt {
 namespace simt {
 
-template PipeKernel pipe_kernel_a<ScalarType::kFloat32, PipeTile::kLarge, false, kVecK>(
-    LoadMode b, bool stream_k);
+template PipeKernel pipe_kernel_a<ScalarType::kFloat32, PipeTile::kLarge, false, kVecK,
+                                  LoaderSet::kVector>(LoadMode b, bool stream_k);
 
 }  // namespace simt
 }  // namespace gemmt

@@ -49,10 +49,11 @@ PipeKernel kernel_info() {
   return info[dev];
 }
 
-template <class T, PipeTile TILE, int AM, int BM, bool INTERIOR, bool STREAMK>
+template <class T, PipeTile TILE, int AM, int BM, bool INTERIOR, bool STREAMK, LoaderSet SET>
 PipeKernel instance() {
   if constexpr (pipe_instance_built(kDtypeOf<T>, TILE, static_cast<LoadMode>(AM),
-                                    static_cast<LoadMode>(BM), INTERIOR, STREAMK)) {
+                                    static_cast<LoadMode>(BM), INTERIOR, STREAMK) &&
+                in_loader_set(SET, AM, BM)) {
     using Cfg = CfgOf<TILE, INTERIOR>;
     constexpr auto fn = &gemm_pipelined_kernel<T, Cfg, AM, BM, INTERIOR, STREAMK>;
     return kernel_info<fn, Cfg::THREADS, Cfg::SMEM_BYTES>();
@@ -61,25 +62,26 @@ PipeKernel instance() {
   }
 }
 
-template <class T, PipeTile TILE, int AM, int BM, bool INTERIOR>
+template <class T, PipeTile TILE, int AM, int BM, bool INTERIOR, LoaderSet SET>
 PipeKernel instance(bool stream_k) {
-  return stream_k ? instance<T, TILE, AM, BM, INTERIOR, true>()
-                  : instance<T, TILE, AM, BM, INTERIOR, false>();
+  return stream_k ? instance<T, TILE, AM, BM, INTERIOR, true, SET>()
+                  : instance<T, TILE, AM, BM, INTERIOR, false, SET>();
 }
 
-// The instance of (T, TILE, INTERIOR) and A's loader mode AM for B's loader mode b.
-template <class T, PipeTile TILE, bool INTERIOR, int AM>
+// The instance of (T, TILE, INTERIOR) in SET and A's loader mode AM for B's loader mode b.
+template <class T, PipeTile TILE, bool INTERIOR, int AM, LoaderSet SET>
 PipeKernel pipe_kernel_of_a(LoadMode b, bool stream_k) {
-  return with_load_mode(
-      b, [&](auto bm) { return instance<T, TILE, AM, decltype(bm)::value, INTERIOR>(stream_k); });
+  return with_load_mode(b, [&](auto bm) {
+    return instance<T, TILE, AM, decltype(bm)::value, INTERIOR, SET>(stream_k);
+  });
 }
 
-// The instance of (T, TILE, INTERIOR) for the loader modes a and b; an empty PipeKernel when
-// it is not compiled (pipe_instance_built).
-template <class T, PipeTile TILE, bool INTERIOR>
+// The instance of (T, TILE, INTERIOR) in SET for the loader modes a and b; an empty
+// PipeKernel when it is not compiled here (pipe_instance_built, in_loader_set).
+template <class T, PipeTile TILE, bool INTERIOR, LoaderSet SET = LoaderSet::kAll>
 PipeKernel pipe_kernel_of(LoadMode a, LoadMode b, bool stream_k) {
   return with_load_mode(a, [&](auto am) {
-    return pipe_kernel_of_a<T, TILE, INTERIOR, decltype(am)::value>(b, stream_k);
+    return pipe_kernel_of_a<T, TILE, INTERIOR, decltype(am)::value, SET>(b, stream_k);
   });
 }
 
@@ -87,12 +89,12 @@ PipeKernel pipe_kernel_of(LoadMode a, LoadMode b, bool stream_k) {
 
 // The instances of one A loader mode (launchers.h: pipe_kernel_a), explicitly instantiated by
 // the pipelined_<dtype>_<tile>_a_<mode>.cu translation units.
-template <ScalarType kT, PipeTile kTile, bool kInterior, int kAMode>
+template <ScalarType kT, PipeTile kTile, bool kInterior, int kAMode, LoaderSet kSet>
 PipeKernel pipe_kernel_a(LoadMode b, bool stream_k) {
   using T =
       std::conditional_t<kT == ScalarType::kFloat32, float,
                          std::conditional_t<kT == ScalarType::kFloat16, __half, __nv_bfloat16>>;
-  return pipe_kernel_of_a<T, kTile, kInterior, kAMode>(b, stream_k);
+  return pipe_kernel_of_a<T, kTile, kInterior, kAMode, kSet>(b, stream_k);
 }
 
 }  // namespace simt

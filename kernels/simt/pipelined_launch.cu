@@ -19,9 +19,11 @@ PipeKernel pipe_kernel(ScalarType t, PipeTile tile, LoadMode a, LoadMode b, bool
   if (!pipe_instance_built(t, tile, a, b, interior, stream_k)) return PipeKernel{};
   if (t == ScalarType::kFloat16 || t == ScalarType::kBFloat16)
     return pipe_kernel_16bit(t, tile, a, b);
+  if (!in_loader_set(LoaderSet::kVector, a, b)) return pipe_kernel_f32_scalar(tile, a, b);
   switch (tile) {
     case PipeTile::kLarge:
-      return by_a_mode<ScalarType::kFloat32, PipeTile::kLarge, false>(a, b, stream_k);
+      return by_a_mode<ScalarType::kFloat32, PipeTile::kLarge, false, LoaderSet::kVector>(a, b,
+                                                                                          stream_k);
     case PipeTile::kMedium:
       return interior ? pipe_kernel_f32_medium_interior(a, b, stream_k)
                       : pipe_kernel_f32_medium(a, b, stream_k);
@@ -29,7 +31,8 @@ PipeKernel pipe_kernel(ScalarType t, PipeTile tile, LoadMode a, LoadMode b, bool
       return pipe_kernel_f32_small(a, b, stream_k);
     case PipeTile::kFat:
       return interior ? by_a_mode<ScalarType::kFloat32, PipeTile::kFat, true>(a, b, stream_k)
-                      : by_a_mode<ScalarType::kFloat32, PipeTile::kFat, false>(a, b, stream_k);
+                      : by_a_mode<ScalarType::kFloat32, PipeTile::kFat, false, LoaderSet::kVector>(
+                            a, b, stream_k);
     case PipeTile::kNarrow:
       return pipe_kernel_f32_narrow(a, b, stream_k);
     case PipeTile::kSkinny:

@@ -35,8 +35,9 @@ def prepare_kernels(groups: list[str] | None = None) -> dict[str, float]:
     """Compile and load now the kernel groups this build compiles on first use.
 
     A CUDA build leaves rarely used kernels (``build_info()["deferred_groups"]``: FP8, the
-    16-bit grouped GEMM, TF32, float64, the 16-bit SIMT instances, the SIMT ladder) out of the
-    install; each compiles on its first call into a cache (``GEMMT_CACHE_DIR``, default
+    16-bit grouped GEMM, TF32, float64, the 16-bit SIMT instances, the float32 SIMT instances
+    for operands that are not 16-byte aligned, the named decode kernel, the SIMT ladder) out of
+    the install; each compiles on its first call into a cache (``GEMMT_CACHE_DIR``, default
     ``~/.cache/gemmt``) and loads from there afterwards. Call this (or ``python -m gemmt
     prepare``) to pay that once ahead, e.g. in a container image. The groups build side by side.
 
