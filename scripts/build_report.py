@@ -18,8 +18,9 @@ import subprocess
 import sys
 
 
-def ninja_times(build_dir: str) -> tuple[list[tuple[float, str]], float]:
-    """(seconds, output) of each step of the last build, longest first, and its wall time."""
+def ninja_times(build_dir: str) -> tuple[list[tuple[float, str, float]], float]:
+    """(seconds, output, start in seconds) of each step of the last build, longest first, and
+    its wall time."""
     path = os.path.join(build_dir, ".ninja_log")
     entries: dict[str, tuple[int, int]] = {}
     with open(path) as f:
@@ -35,10 +36,24 @@ def ninja_times(build_dir: str) -> tuple[list[tuple[float, str]], float]:
         return [], 0.0
     # The last build: the entries after the latest restart of the clock (ninja's times are
     # relative to each build's start; a new build starts again from zero).
-    steps = sorted(((e - s) / 1000.0, out) for out, (s, e) in entries.items())
+    steps = sorted(((e - s) / 1000.0, out, s / 1000.0) for out, (s, e) in entries.items())
     steps.reverse()
     wall = (max(e for _, e in entries.values()) - min(s for s, _ in entries.values())) / 1000.0
     return steps, wall
+
+
+def write_weights(path: str, steps: list[tuple[float, str, float]]) -> None:
+    """Each compiled source file's seconds, longest first: "<seconds> <path>" lines, the path
+    relative to the source tree (an object CMakeFiles/<target>.dir/<path>.o)."""
+    lines = ["# Compile seconds of each source file in one cold build, longest first: CMake lists",
+             "# the kernel library's and the module's sources in this order (CMakeLists.txt,",
+             "# gemmt_longest_first). Written by scripts/build_report.py --weights; a file it does",
+             "# not list goes after the listed ones."]
+    for s, out, _ in steps:
+        if ".dir/" in out and out.endswith(".o"):
+            lines.append(f"{s:.1f} {out.split('.dir/', 1)[1][:-2]}")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 def section_sizes(path: str) -> dict[str, int]:
@@ -64,15 +79,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("build_dir")
     parser.add_argument("--json", help="write the report here too")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--weights", metavar="FILE",
+                        help="write each source file's compile seconds here, longest first "
+                             "(the table cmake/compile_seconds.txt that orders the sources)")
     args = parser.parse_args(argv)
 
     steps, wall = ninja_times(args.build_dir)
     modules = sorted(glob.glob(os.path.join(args.build_dir, "_gemmt*.so")))
     report: dict[str, object] = {"build_dir": args.build_dir, "wall_s": wall,
-                                 "steps": [{"s": s, "output": o} for s, o in steps]}
+                                 "steps": [{"s": s, "output": o, "start_s": t}
+                                           for s, o, t in steps]}
     print(f"build: {len(steps)} steps, {wall:.1f} s from the first start to the last end")
-    for s, o in steps[: args.top]:
-        print(f"  {s:7.1f} s  {o}")
+    for s, o, t in steps[: args.top]:
+        print(f"  {s:7.1f} s  (from {t:5.1f} s)  {o}")
+    if args.weights:
+        write_weights(args.weights, steps)
     if modules:
         mod = modules[0]
         sections = section_sizes(mod)
