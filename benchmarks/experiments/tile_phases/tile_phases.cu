@@ -129,7 +129,8 @@ void run_shape(int m, int n, int k, const void* a, const void* b, void* c, int s
   p.partial = sk_ws;
   const gemmt::SkSpread spread = sk_ws != nullptr ? gemmt::SkSpread::kAuto : gemmt::SkSpread::kOff;
   auto launch = [&] {
-    CHECK((gemmt::launch<gemmt::kBF16, false, false, 2, kBNWide>(maps, p, grid_sms, spread, 0)));
+    CHECK(
+        (gemmt::launch<gemmt::kBF16, gemmt::kAnyLayout, 2, kBNWide>(maps, p, grid_sms, spread, 0)));
   };
 
   // Untraced time: median of 30 launches between events.
