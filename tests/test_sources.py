@@ -3,6 +3,7 @@ from it, files in subfolders are found, and the pip sdist carries it."""
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -107,3 +108,61 @@ def test_sdist_carries_the_source_list(tmp_path: Path) -> None:
     needed = {"sources.txt", "cmake/GemmtSources.cmake", "python/gemmt/_sources.py"}
     needed |= {p for _, p in python_listing(REPO_ROOT)}
     assert needed <= names, sorted(needed - names)
+
+
+def _build_report() -> object:
+    spec = importlib.util.spec_from_file_location(
+        "build_report", REPO_ROOT / "scripts" / "build_report.py")
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_compile_seconds_table_names_listed_sources_longest_first() -> None:
+    """cmake/compile_seconds.txt, which orders the targets' sources, names files of sources.txt
+    (a renamed file would silently fall to the end of the build order), longest first."""
+    listed = {path for _, path in python_listing(REPO_ROOT)}
+    rows = [line.split(" ", 1) for line in
+            (REPO_ROOT / "cmake" / "compile_seconds.txt").read_text().splitlines()
+            if line and not line.startswith("#")]
+    assert len(rows) > 40
+    seconds = [float(s) for s, _ in rows]
+    assert seconds == sorted(seconds, reverse=True)
+    assert {path for _, path in rows} <= listed, sorted({p for _, p in rows} - listed)
+
+
+def test_build_report_writes_the_table_from_ninja_log(tmp_path: Path) -> None:
+    (tmp_path / ".ninja_log").write_text(
+        "# ninja log v6\n"
+        "0\t4000\t0\tCMakeFiles/gemmt_kernels.dir/kernels/a.cu.o\tx\n"
+        "100\t9100\t0\tCMakeFiles/_gemmt.dir/pytorch_wrapper/b.cpp.o\tx\n"
+        "200\t2200\t0\tCMakeFiles/_gemmt.dir/cmake_pch.hxx.gch\tx\n"
+        "9100\t9600\t0\t_gemmt.so\tx\n")
+    report = _build_report()
+    steps, wall = report.ninja_times(str(tmp_path))
+    assert wall == pytest.approx(9.6)
+    assert steps[0] == (9.0, "CMakeFiles/_gemmt.dir/pytorch_wrapper/b.cpp.o", 0.1)
+    report.write_weights(str(tmp_path / "table.txt"), steps)
+    rows = [line for line in (tmp_path / "table.txt").read_text().splitlines()
+            if not line.startswith("#")]
+    assert rows == ["9.0 pytorch_wrapper/b.cpp", "4.0 kernels/a.cu"]
+
+
+@pytest.mark.skipif(CMAKE is None, reason="needs cmake")
+def test_cmake_orders_sources_by_the_table(tmp_path: Path) -> None:
+    """gemmt_longest_first: the table's files first in its order, the others after in theirs."""
+    (tmp_path / "cmake").mkdir()
+    (tmp_path / "cmake" / "compile_seconds.txt").write_text(
+        "# seconds\n9.0 kernels/c.cu\n5.0 kernels/gone.cu\n3.0 kernels/a.cu\n")
+    script = tmp_path / "order.cmake"
+    script.write_text(
+        f'include("{(REPO_ROOT / "cmake" / "GemmtSources.cmake").as_posix()}")\n'
+        f'set(root "{tmp_path.as_posix()}")\n'
+        'set(files "${root}/kernels/a.cu;${root}/kernels/b.cu;${root}/kernels/c.cu;'
+        '${root}/kernels/d.cu")\n'
+        'gemmt_longest_first(files "${root}")\n'
+        'foreach(f IN LISTS files)\n  message(NOTICE "${f}")\nendforeach()\n')
+    proc = subprocess.run([CMAKE, "-P", str(script)], capture_output=True, text=True, check=True)
+    order = [Path(line).name for line in proc.stderr.splitlines() if line.strip()]
+    assert order == ["c.cu", "a.cu", "b.cu", "d.cu"]
