@@ -31,6 +31,19 @@ namespace {
 //   off             neither decode kernel.
 enum class DecodeRoute { kAuto, kWgmma, kMma, kOff };
 
+// GEMMT_FP8_DECODE_SPLIT=1..8 fixes the Hopper kernel's CTAs along K (its planner's choice
+// otherwise), so that one process can time every split of a product.
+int decode_split() {
+  const char* env = std::getenv("GEMMT_FP8_DECODE_SPLIT");
+  if (env == nullptr || *env == '\0') return 0;
+  char* end = nullptr;
+  const long v = std::strtol(env, &end, 10);
+  TORCH_CHECK(*end == '\0' && v >= 0 && v <= 8,
+              "gemmt::scaled_mm: GEMMT_FP8_DECODE_SPLIT expected an integer from 0 to 8, got '",
+              env, "'");
+  return static_cast<int>(v);
+}
+
 DecodeRoute decode_route() {
   const char* env = std::getenv("GEMMT_FP8_DECODE");
   const std::string_view mode = env == nullptr ? std::string_view() : std::string_view(env);
@@ -104,6 +117,7 @@ std::optional<at::Tensor> scaled_mm_decode_cuda(const char* op, const at::Tensor
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(a.get_device());
   x.cc_major = prop->major;
   x.sm_count = usable_sm_count(op);
+  x.k_split = decode_split();
   const bool hopper = route == DecodeRoute::kWgmma || route == DecodeRoute::kAuto;
   const bool wgmma = hopper && !block && fp8_decode_wgmma_supported(x);
   if (!wgmma && (m > mma_max || !fp8_decode_supported(x))) return std::nullopt;

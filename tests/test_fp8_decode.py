@@ -463,6 +463,30 @@ def test_decode_split_k_and_tails(m: int, shape: tuple[int, int], scaling: str) 
     check(case, out, torch.bfloat16)
 
 
+@needs_fp8
+@pytest.mark.parametrize("split", [1, 2, 3, 5, 7, 8])
+@pytest.mark.parametrize("m", [1, 9, 32])
+def test_decode_every_forced_split(split: int, m: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GEMMT_FP8_DECODE_SPLIT fixes the Hopper kernel's CTAs along K (clamped to its k-blocks):
+    each split, even or not, gives a float32-grade product (the other path ignores it)."""
+    monkeypatch.setenv("GEMMT_FP8_DECODE_SPLIT", str(split))
+    for n, k in [(1000, 4096), (300, 4752), (136, 640)]:
+        case = Case(m, n, k, "row")
+        check(case, run(case), torch.float32)
+
+
+@needs_fp8
+@pytest.mark.parametrize("value", ["9", "-1", "two"])
+def test_decode_split_setting_refuses_bad_values(value: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GEMMT_FP8_DECODE_SPLIT", value)
+    case = Case(4, 256, 256, "row")
+    with pytest.raises(RuntimeError,
+                       match=r"GEMMT_FP8_DECODE_SPLIT expected an integer from 0 to 8"):
+        torch.ops.gemmt.scaled_mm(case.a, case.b, case.sa, case.sb, None, torch.bfloat16,
+                                  "none", False)
+
+
 @needs_hopper
 def test_wgmma_path_runs_the_wgmma_kernel(decode_path: str) -> None:
     """With GEMMT_FP8_DECODE=wgmma, the operands of this file's tensorwise / rowwise tests of

@@ -50,6 +50,8 @@ struct Fp8DecodeArgs {
   int64_t bias_stride = 1;
   Activation act = Activation::kNone;
   int sm_count = 1;  // SMs of the device the pointers live on
+  // The Hopper variant's CTAs along K (a cluster each, 1-8); 0 leaves it to its planner.
+  int k_split = 0;
   int cc_major = 0;  // its compute capability (clusters along K from 9)
 };
 

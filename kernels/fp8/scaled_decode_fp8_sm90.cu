@@ -441,7 +441,9 @@ cudaError_t run_path(const Fp8DecodeArgs& x, cudaStream_t stream) {
   p.n = static_cast<int>(x.n);
   p.k = static_cast<int>(x.k);
   p.kblocks = static_cast<int>((x.k + kWdBK - 1) / kWdBK);
-  p.cluster = plan_cluster(x.n, x.k, x.sm_count);
+  p.cluster = x.k_split > 0 ? static_cast<int>(std::min<int64_t>(
+                                  {static_cast<int64_t>(x.k_split), kWdMaxCluster, p.kblocks}))
+                            : plan_cluster(x.n, x.k, x.sm_count);
   p.c = x.c;
   p.ldc = x.ldc;
   p.out = x.out;

@@ -1,0 +1,143 @@
+"""FP8 decode on the Hopper decode kernel: every split of K against the planner's.
+
+    python benchmarks/fp8_decode_split.py --out <folder> [--tag run1] [--rounds 9]
+
+For each weight (out x in features, float8, tensorwise scales) and token count, times
+``scaled_mm`` with each number of CTAs along K (``GEMMT_FP8_DECODE_SPLIT``; 0 is the
+planner's choice), ``torch._scaled_mm`` and gemmt's bf16 decode on the same weight, each as a
+CUDA graph of one call on each of several weight copies (together past twice the L2, so
+every call streams its weight from memory), in interleaved rounds, medians. A device copy
+of the same bytes gives the bandwidth the weight stream is held against. The profiler's
+kernel durations of one plain call of each (the kernels alone, without the gaps between
+them) separate a kernel's own time from what a stream of them costs.
+
+Writes ``fp8_decode_split_<tag>.json`` under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import statistics
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+import gemmt
+from gemmt._bench_kit import Replay, gpu_busy_ms
+
+WEIGHTS = [(4096, 4096), (6144, 4096), (14336, 4096), (4096, 14336), (8192, 8192),
+           (28672, 8192)]  # (out_features, in_features)
+TOKENS = [1, 16, 32]
+SPLITS = [0, 1, 2, 3, 4, 5, 6, 8]
+F8 = torch.float8_e4m3fn
+
+
+def quantize(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tensorwise e4m3 quantisation: (q, dequantisation scale)."""
+    scale = t.abs().amax().float().clamp(min=1e-12) / 448.0
+    return (t.float() / scale).to(F8), scale
+
+
+def with_split(split: int, calls: list[Callable[[], object]]) -> Replay:
+    """The calls captured with the kernel's split fixed (the wrapper reads it per call)."""
+    os.environ["GEMMT_FP8_DECODE_SPLIT"] = str(split)
+    try:
+        return Replay(calls)
+    finally:
+        os.environ.pop("GEMMT_FP8_DECODE_SPLIT", None)
+
+
+def kernel_us(calls: list[Callable[[], object]], split: int | None) -> list[float]:
+    """Profiler durations (us) of the kernels of one plain call of each."""
+    if split is not None:
+        os.environ["GEMMT_FP8_DECODE_SPLIT"] = str(split)
+    try:
+        _, _, events = gpu_busy_ms(lambda: [c() for c in calls])
+    finally:
+        os.environ.pop("GEMMT_FP8_DECODE_SPLIT", None)
+    return [float(ev["dur"]) for ev in events]
+
+
+def point(n: int, k: int, m: int, ws: list[tuple[torch.Tensor, torch.Tensor]],
+          wb: list[torch.Tensor], rounds: int) -> dict[str, object]:
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    xq, sx = quantize(x)
+    gemmt_calls = [lambda q=q, s=s: torch.ops.gemmt.scaled_mm(xq, q.t(), sx, s, None,
+                                                               torch.bfloat16, "none", False)
+                   for q, s in ws]
+    torch_calls = [lambda q=q, s=s: torch._scaled_mm(xq, q.t(), scale_a=sx, scale_b=s,
+                                                     out_dtype=torch.bfloat16)
+                   for q, s in ws]
+    bf16_calls = [lambda w=w: gemmt.mm(x, w.t()) for w in wb]
+    reps: dict[str, Replay] = {f"split{s}": with_split(s, gemmt_calls) for s in SPLITS}
+    reps["torch"] = Replay(torch_calls)
+    reps["gemmt_bf16"] = Replay(bf16_calls)
+    samples: dict[str, list[float]] = {name: [] for name in reps}
+    for r in range(rounds):
+        names = list(reps)
+        for j in range(len(names)):
+            name = names[(r + j) % len(names)]
+            samples[name].append(reps[name].ms() * 1e3)
+    us = {name: statistics.median(v) for name, v in samples.items()}
+    want = (xq.double() * sx.double()) @ (ws[0][0].double() * ws[0][1].double()).t()
+    got = torch.ops.gemmt.scaled_mm(xq, ws[0][0].t(), sx, ws[0][1], None, torch.bfloat16,
+                                    "none", False)
+    err = ((got.double() - want).norm() / want.norm()).item()
+    best = min(SPLITS[1:], key=lambda s: us[f"split{s}"])
+    return {"out_features": n, "in_features": k, "tokens": m, "us": us,
+            "best_split": best, "auto_over_best": us[f"split{best}"] / us["split0"],
+            "auto_vs_torch": us["torch"] / us["split0"],
+            "best_vs_torch": us["torch"] / us[f"split{best}"],
+            "auto_vs_bf16": us["gemmt_bf16"] / us["split0"],
+            "best_vs_bf16": us["gemmt_bf16"] / us[f"split{best}"],
+            "rel_err": err,
+            "kernel_us_auto": kernel_us(gemmt_calls, None),
+            "kernel_us_torch": kernel_us(torch_calls, None)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--tag", default="run")
+    ap.add_argument("--rounds", type=int, default=9)
+    args = ap.parse_args()
+    props = torch.cuda.get_device_properties(0)
+    l2 = props.L2_cache_size
+    records = []
+    src = torch.empty(256 << 20, device="cuda", dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    copy = Replay([lambda: dst.copy_(src)])
+    copy_gbps = 2 * src.numel() / statistics.median(copy.ms() for _ in range(9)) / 1e6
+    del src, dst
+    for n, k in WEIGHTS:
+        copies = max(2, math.ceil(2 * l2 / (n * k)))
+        wb = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16).mul_(k ** -0.5)
+              for _ in range(copies)]
+        ws = [quantize(w) for w in wb]
+        for m in TOKENS:
+            rec = point(n, k, m, ws, wb, args.rounds)
+            rec["weight_copies"] = copies
+            rec["auto_vs_copy"] = n * k / rec["us"]["split0"] / 1e3 / copy_gbps
+            records.append(rec)
+            print(f"{n}x{k} m={m}: " + " ".join(f"{a}={b:.1f}" for a, b in rec["us"].items())
+                  + f" best={rec['best_split']} copy={rec['auto_vs_copy']:.3f}", flush=True)
+        del wb, ws
+        torch.cuda.empty_cache()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {"device_name": props.name, "sm_count": props.multi_processor_count, "l2_bytes": l2,
+           "torch_version": torch.__version__, "cuda": torch.version.cuda,
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "copy_gbps": copy_gbps, "splits": SPLITS, "records": records}
+    path = out / f"fp8_decode_split_{args.tag}.json"
+    path.write_text(json.dumps(doc, indent=1))
+    print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()
