@@ -1193,3 +1193,37 @@ def test_fp64_cta_width() -> None:
     # Where one SM holds a single 128 x 64 CTA (shared memory short of two), always 128.
     for swap in (False, True):
         assert plan(1000, 1000, swap, 132, 1)["cta_width"] == 128
+
+
+# ---- The Hopper FP8 decode kernel's split of K (kernels/plan/fp8_decode_plan.cpp) ----------------
+def test_fp8_decode_split() -> None:
+    """About one CTA an SM: the most CTAs along K that keep the grid within 1.25 CTAs an SM,
+    at most 8 (a cluster), each with at least 4 k-blocks of 128."""
+    split = _native.load().plan_fp8_decode_split
+    # The weights of the H200 sweep (132 SMs) and the splits that ran fastest there.
+    assert split(4096, 4096, 132) == 5      # 32 row blocks: 160 CTAs
+    assert split(4096, 14336, 132) == 5
+    assert split(8192, 8192, 132) == 2      # 64 row blocks: 128 CTAs, not 192
+    assert split(14336, 4096, 132) == 1     # 112 CTAs, not 224
+    assert split(28672, 8192, 132) == 1
+    for n, k in [(4096, 4096), (6144, 4096), (8192, 8192), (4096, 14336), (1000, 4752)]:
+        for sms in (78, 114, 132, 144):
+            s = split(n, k, sms)
+            rows = -(-n // 128)
+            assert 1 <= s <= 8
+            assert s == 1 or rows * s <= sms * 5 // 4
+            assert s == 1 or (k + 127) // 128 >= 4 * s
+    # Short K caps the split; a weight with more row blocks than SMs is never split.
+    assert split(1024, 512, 132) == 1
+    assert split(1024, 1024, 132) == 2
+    assert split(40000, 8192, 132) == 1
+
+
+def test_fp8_decode_ring() -> None:
+    """A deep ring (8 stages) where the grid leaves each CTA an SM, else 4 (two CTAs an SM)."""
+    ring = _native.load().plan_fp8_decode_ring
+    assert ring(112, 132) == 8
+    assert ring(132, 132) == 8
+    assert ring(133, 132) == 4
+    assert ring(160, 132) == 4
+    assert ring(1, 0) == 8
