@@ -1,11 +1,10 @@
-"""FP8 decode on the Hopper decode kernel: every split of K and ring depth against the planner's.
+"""FP8 decode on the Hopper decode kernel: every split of K against the planner's.
 
     python benchmarks/fp8_decode_split.py --out <folder> [--tag run1] [--rounds 9]
 
 For each weight (out x in features, float8, tensorwise scales) and token count, times
 ``scaled_mm`` with each number of CTAs along K (``GEMMT_FP8_DECODE_SPLIT``; 0 is the
-planner's choice), the planner's split with each ring depth (``GEMMT_FP8_DECODE_RING``: 4
-stages, two CTAs an SM; 8, one), ``torch._scaled_mm`` and gemmt's bf16 decode on the same weight, each as a
+planner's choice), ``torch._scaled_mm`` and gemmt's bf16 decode on the same weight, each as a
 CUDA graph of one call on each of several weight copies (together past twice the L2, so
 every call streams its weight from memory), in interleaved rounds, medians. A device copy
 of the same bytes gives the bandwidth the weight stream is held against. The profiler's
@@ -35,7 +34,6 @@ WEIGHTS = [(4096, 4096), (6144, 4096), (14336, 4096), (4096, 14336), (8192, 8192
            (28672, 8192)]  # (out_features, in_features)
 TOKENS = [1, 16, 32]
 SPLITS = [0, 1, 2, 3, 4, 5, 6, 8]
-RINGS = [4, 8]
 F8 = torch.float8_e4m3fn
 
 
@@ -45,16 +43,14 @@ def quantize(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (t.float() / scale).to(F8), scale
 
 
-def with_settings(calls: list[Callable[[], object]], split: int = 0, ring: int = 0) -> Replay:
-    """The calls captured with the kernel's split and ring fixed (the wrapper reads them per
-    call; 0 leaves either to the planner)."""
+def with_split(calls: list[Callable[[], object]], split: int) -> Replay:
+    """The calls captured with the kernel's split fixed (the wrapper reads it per call; 0
+    leaves it to the planner)."""
     os.environ["GEMMT_FP8_DECODE_SPLIT"] = str(split)
-    os.environ["GEMMT_FP8_DECODE_RING"] = str(ring)
     try:
         return Replay(calls)
     finally:
         os.environ.pop("GEMMT_FP8_DECODE_SPLIT", None)
-        os.environ.pop("GEMMT_FP8_DECODE_RING", None)
 
 
 def kernel_us(calls: list[Callable[[], object]], split: int | None) -> list[float]:
@@ -79,8 +75,7 @@ def point(n: int, k: int, m: int, ws: list[tuple[torch.Tensor, torch.Tensor]],
                                                      out_dtype=torch.bfloat16)
                    for q, s in ws]
     bf16_calls = [lambda w=w: gemmt.mm(x, w.t()) for w in wb]
-    reps: dict[str, Replay] = {f"split{s}": with_settings(gemmt_calls, split=s) for s in SPLITS}
-    reps.update({f"ring{r}": with_settings(gemmt_calls, ring=r) for r in RINGS})
+    reps: dict[str, Replay] = {f"split{s}": with_split(gemmt_calls, s) for s in SPLITS}
     reps["torch"] = Replay(torch_calls)
     reps["gemmt_bf16"] = Replay(bf16_calls)
     samples: dict[str, list[float]] = {name: [] for name in reps}
@@ -139,7 +134,7 @@ def main() -> None:
     doc = {"device_name": props.name, "sm_count": props.multi_processor_count, "l2_bytes": l2,
            "torch_version": torch.__version__, "cuda": torch.version.cuda,
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "copy_gbps": copy_gbps, "splits": SPLITS, "rings": RINGS, "records": records}
+           "copy_gbps": copy_gbps, "splits": SPLITS, "records": records}
     path = out / f"fp8_decode_split_{args.tag}.json"
     path.write_text(json.dumps(doc, indent=1))
     print("wrote", path)

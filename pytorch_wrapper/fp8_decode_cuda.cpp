@@ -118,10 +118,9 @@ std::optional<at::Tensor> scaled_mm_decode_cuda(const char* op, const at::Tensor
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(a.get_device());
   x.cc_major = prop->major;
   x.sm_count = usable_sm_count(op);
-  // The Hopper kernel's CTAs along K and ring depth, for measurements (its planner's when 0).
-  x.k_split = int_setting("GEMMT_FP8_DECODE_SPLIT", {0, 1, 2, 3, 4, 5, 6, 7, 8},
-                          "an integer from 0 to 8");
-  x.ring_stages = int_setting("GEMMT_FP8_DECODE_RING", {0, 4, 8}, "0, 4 or 8");
+  // The Hopper kernel's CTAs along K, for measurements (its planner's when 0).
+  x.k_split =
+      int_setting("GEMMT_FP8_DECODE_SPLIT", {0, 1, 2, 3, 4, 5, 6, 7, 8}, "an integer from 0 to 8");
   const bool hopper = route == DecodeRoute::kWgmma || route == DecodeRoute::kAuto;
   const bool wgmma = hopper && !block && fp8_decode_wgmma_supported(x);
   if (!wgmma && (m > mma_max || !fp8_decode_supported(x))) return std::nullopt;

@@ -16,8 +16,8 @@
 #include "gemmt/gemm_args.h"
 #include "gemmt/gemm_variant.h"
 #include "plan/decode_plan.h"
-#include "plan/fp8_decode_plan.h"
 #include "plan/fp64_plan.h"
+#include "plan/fp8_decode_plan.h"
 #include "plan/grouped_plan.h"
 #include "plan/plan_rules.h"
 #include "plan/simt_plan.h"
@@ -428,10 +428,6 @@ void bind_plans(py::module_& m) {
         "The Hopper FP8 decode kernel's CTAs along K (kernels/plan/fp8_decode_plan.cpp) for an "
         "n x k weight on sm_count SMs.",
         py::arg("n"), py::arg("k"), py::arg("sm_count"));
-  m.def("plan_fp8_decode_ring", &fp8_decode_plan::ring_stages,
-        "The Hopper FP8 decode kernel's ring depth (kernels/plan/fp8_decode_plan.cpp) for a grid "
-        "of `ctas` CTAs on sm_count SMs: 8 stages where each CTA has an SM, else 4.",
-        py::arg("ctas"), py::arg("sm_count"));
   m.def(
       "plan_fp64",
       [](int64_t m, int64_t n, bool swap, int sm_count, int narrow_per_sm) {

@@ -465,16 +465,11 @@ def test_decode_split_k_and_tails(m: int, shape: tuple[int, int], scaling: str) 
 
 @needs_fp8
 @pytest.mark.parametrize("split", [1, 2, 3, 5, 7, 8])
-@pytest.mark.parametrize("ring", [4, 8])
 @pytest.mark.parametrize("m", [1, 9, 32])
-def test_decode_every_forced_split_and_ring(split: int, ring: int, m: int,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """GEMMT_FP8_DECODE_SPLIT fixes the Hopper kernel's CTAs along K (clamped to its k-blocks)
-    and GEMMT_FP8_DECODE_RING its ring depth (4 stages, two CTAs an SM, or 8, one; a grid of
-    more CTAs than SMs then runs in waves): every pairing, even splits or not, gives a
-    float32-grade product (the other path ignores both)."""
+def test_decode_every_forced_split(split: int, m: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GEMMT_FP8_DECODE_SPLIT fixes the Hopper kernel's CTAs along K (clamped to its k-blocks):
+    every split, even or not, gives a float32-grade product (the other path ignores it)."""
     monkeypatch.setenv("GEMMT_FP8_DECODE_SPLIT", str(split))
-    monkeypatch.setenv("GEMMT_FP8_DECODE_RING", str(ring))
     for n, k in [(1000, 4096), (300, 4752), (136, 640), (20000, 1024)]:
         case = Case(m, n, k, "row")
         check(case, run(case), torch.float32)
@@ -485,8 +480,7 @@ def test_decode_every_forced_split_and_ring(split: int, ring: int, m: int,
     ("GEMMT_FP8_DECODE_SPLIT", "9", "an integer from 0 to 8"),
     ("GEMMT_FP8_DECODE_SPLIT", "-1", "an integer from 0 to 8"),
     ("GEMMT_FP8_DECODE_SPLIT", "two", "an integer from 0 to 8"),
-    ("GEMMT_FP8_DECODE_RING", "6", "0, 4 or 8"),
-    ("GEMMT_FP8_DECODE_RING", "8x", "0, 4 or 8")])
+    ("GEMMT_FP8_DECODE_SPLIT", "2x", "an integer from 0 to 8")])
 def test_decode_settings_refuse_bad_values(name: str, value: str, expected: str,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(name, value)

@@ -1218,12 +1218,3 @@ def test_fp8_decode_split() -> None:
     assert split(1024, 1024, 132) == 2
     assert split(40000, 8192, 132) == 1
 
-
-def test_fp8_decode_ring() -> None:
-    """A deep ring (8 stages) where the grid leaves each CTA an SM, else 4 (two CTAs an SM)."""
-    ring = _native.load().plan_fp8_decode_ring
-    assert ring(112, 132) == 8
-    assert ring(132, 132) == 8
-    assert ring(133, 132) == 4
-    assert ring(160, 132) == 4
-    assert ring(1, 0) == 8

@@ -52,8 +52,6 @@ struct Fp8DecodeArgs {
   int sm_count = 1;  // SMs of the device the pointers live on
   // The Hopper variant's CTAs along K (a cluster each, 1-8); 0 leaves it to its planner.
   int k_split = 0;
-  // Its ring's depth, 4 (two CTAs an SM) or 8 (one); 0 leaves it to its planner.
-  int ring_stages = 0;
   int cc_major = 0;  // its compute capability (clusters along K from 9)
 };
 

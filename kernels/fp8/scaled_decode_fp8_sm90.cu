@@ -59,31 +59,27 @@ constexpr bool kWgmmaDecodeBuilt = true;
 constexpr bool kWgmmaDecodeBuilt = false;
 #endif
 
-constexpr int kWdBM = fp8_decode_plan::kRows;  // W rows of a CTA: two warpgroups of 64
-constexpr int kWdTokens = 32;             // the most token columns of a wgmma (m padded)
+constexpr int kWdBM = fp8_decode_plan::kRows;    // W rows of a CTA: two warpgroups of 64
+constexpr int kWdTokens = 32;                    // the most token columns of a wgmma (m padded)
 constexpr int kWdBK = fp8_decode_plan::kBlockK;  // K of a stage: one 128-byte line a row
-constexpr int kWdWBytes = kWdBM * kWdBK;  // 16 KB
-// Ring depths: 4 stages where two CTAs share an SM, 8 where the grid leaves one CTA an SM
-// (fp8_decode_plan::ring_stages), so that an SM keeps as many bytes in flight either way.
-constexpr int kWdPairStages = fp8_decode_plan::kPairStages;
-constexpr int kWdDeepStages = fp8_decode_plan::kDeepStages;
+constexpr int kWdWBytes = kWdBM * kWdBK;         // 16 KB
+constexpr int kWdStages = 4;
 constexpr int kWdConsumerWarps = 8;
 constexpr int kWdConsumers = 32 * kWdConsumerWarps;
 constexpr int kWdThreads = kWdConsumers + 32;  // two warpgroups + the producer warp
 constexpr int kWdMaxCluster = fp8_decode_plan::kMaxSplit;
 
 // Shared memory of an instance. kN: token columns of its wgmmas (rows of the token tile a
-// stage), kStages: the ring's depth. After the ring, two fp16 copies of a stage's token tile
-// (the stage the tensor cores read and the next one), each two 64-column panels (K 0-63 and
-// 64-127, 128 bytes a row each).
-template <int kN, int kStages>
+// stage); after the ring, the one fp16 copy of a stage's token tile, two 64-column panels
+// (K 0-63 and 64-127, 128 bytes a row each).
+template <int kN>
 struct WdSmem {
   static constexpr int kTBytes = kN * kWdBK;  // float8 token tile of a stage
-  static constexpr int kRing = kStages * (kWdWBytes + kTBytes);
+  static constexpr int kRing = kWdStages * (kWdWBytes + kTBytes);
   static constexpr int kPanel = kN * kWdBK;  // one fp16 panel: kN rows x 64 elements
-  static constexpr int kT16 = 2 * kPanel;  // one fp16 token tile (a multiple of 1 KB)
-  static constexpr int kUsed = kRing + 2 * kT16;
-  static constexpr int kBarBytes = 2 * kStages * 8;
+  static constexpr int kT16 = 2 * kPanel;
+  static constexpr int kUsed = kRing + kT16;
+  static constexpr int kBarBytes = 2 * kWdStages * 8;
   // + 1 KB to align the ring to the swizzle's 1024-byte period. The barriers live in that
   // slack: before the aligned base when at least kBarBytes lie there, else after kUsed (then
   // at least 1024 - kBarBytes bytes lie there), so they cost no shared memory of their own.
@@ -91,9 +87,8 @@ struct WdSmem {
   static_assert(kBarBytes <= 512, "the barriers fit on one side of the alignment slack");
   // The consumers' partial totals, laid over the ring once it is drained.
   static_assert(2 * 128 * (kN / 2) * 4 <= kRing, "partial sums fit in the ring");
-  // CTAs an SM (228 KB of shared memory, 1 KB reserved a CTA).
-  static constexpr int kPerSm = kStages == kWdPairStages ? 2 : 1;
-  static_assert(kPerSm * (kBytes + 1024) <= 228 * 1024, "the CTAs fit on an SM");
+  // Two CTAs an SM (228 KB of shared memory, 1 KB reserved a CTA).
+  static_assert(2 * (kBytes + 1024) <= 228 * 1024, "two CTAs fit on an SM");
 };
 
 struct WdParams {
@@ -162,23 +157,23 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
 
 // kKind: the operand pair (A = W's format, B = the tokens'), gemm_tc_kind.h. kN: token
 // columns of the wgmmas (16 or 32, the fewer that hold m).
-template <int kKind, int kN, int kStages>
+template <int kKind, int kN>
 __device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensorMap* tma_t,
                                         const WdParams& p) {
 #if defined(GEMMT_SM90_DEVICE_CODE)
-  using Smem = WdSmem<kN, kStages>;
+  using Smem = WdSmem<kN>;
   constexpr int kAcc = kN / 2;  // float32 sums a consumer thread holds
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
   const uint32_t smem_w = base;
-  const uint32_t smem_t = base + kStages * kWdWBytes;
+  const uint32_t smem_t = base + kWdStages * kWdWBytes;
   const uint32_t smem_t16 = base + Smem::kRing;  // the fp16 token tile
   const uint32_t bars = base - raw >= static_cast<uint32_t>(Smem::kBarBytes)
                             ? base - Smem::kBarBytes
                             : base + Smem::kUsed;
   auto full_bar = [&](int s) { return bars + 8u * s; };
-  auto empty_bar = [&](int s) { return bars + 8u * (kStages + s); };
+  auto empty_bar = [&](int s) { return bars + 8u * (kWdStages + s); };
 
   const int warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x >> 5), 0);
   const int lane = threadIdx.x & 31;
@@ -189,7 +184,7 @@ __device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensor
 
   if (threadIdx.x == 0) {
 #pragma unroll
-    for (int s = 0; s < kStages; ++s) {
+    for (int s = 0; s < kWdStages; ++s) {
       mbar_init(full_bar(s), 1);
       mbar_init(empty_bar(s), kWdConsumerWarps);
     }
@@ -223,7 +218,7 @@ __device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensor
         tma_load(smem_t + stage * Smem::kTBytes, tma_t, fb, kb * kWdBK, 0);
       }
       __syncwarp();
-      if (++stage == kStages) {
+      if (++stage == kWdStages) {
         stage = 0;
         phase ^= 1u;
       }
@@ -248,61 +243,56 @@ __device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensor
     int stage = 0;
     uint32_t phase = 0;
     float part[kAcc];
-    uint4 w8[2][2];  // a stage's W words: [row r, r + 8][chunk 2 q, 2 q + 1]
-    // Everything a stage's products need but the widened W fragments, taken while the previous
-    // stage's products run: its wait, its token tile widened into fp16 buffer `buf` (by all
-    // eight warps, for both warpgroups), and this thread's W words.
-    auto prepare = [&](int buf) {
+    for (int kb = kb_first; kb < kb_last; ++kb) {
       wd_wait(full_bar(stage), phase);
-      wd_widen_tokens<kAE5, kN>(smem_t + stage * Smem::kTBytes, smem_t16 + buf * Smem::kT16,
-                                warp, lane);
+      // Both warpgroups' products of the previous stage have completed (each waited for its
+      // own): the one fp16 token tile may be rewritten. One tile shared by the warpgroups,
+      // widened by all eight warps, rather than one each: half the widening and half the
+      // shared memory (a second 16 KB would cost a ring stage or the second CTA an SM), for a
+      // barrier both take anyway (they consume the same stages).
+      named_barrier_sync(2, kWdConsumers);
+      wd_widen_tokens<kAE5, kN>(smem_t + stage * Smem::kTBytes, smem_t16, warp, lane);
       // The tile's stores, generic proxy, before the wgmmas read it through the async proxy.
       fence_proxy_async_smem();
       const uint32_t ws = smem_w + stage * kWdWBytes + w_row;
+      // The eight steps' W words loaded and widened together (16 registers of fragments held
+      // until their wgmmas complete).
+      uint4 w8[2][2];  // [row r, r + 8][chunk 2 q, 2 q + 1]
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const uint32_t chunk = c == 0 ? chunk0 : chunk1;
         w8[0][c] = ld_shared_v4(ws + chunk);
         w8[1][c] = ld_shared_v4(ws + 8 * kWdBK + chunk);
       }
-    };
-    int buf = 0;
-    if (kb_first < kb_last) prepare(buf);
-    for (int kb = kb_first; kb < kb_last; ++kb) {
-      // Both warpgroups' token tiles of this stage are written, and both have waited for their
-      // products of the previous stage, which read the other buffer: it may be rewritten.
-      named_barrier_sync(2, kWdConsumers);
-      // Every byte of the stage is in registers or a token buffer: the producer may refill it.
-      if (lane == 0) mbar_arrive_local(empty_bar(stage));
-      // The eight steps' fragments (16 registers held until their wgmmas complete).
       uint32_t a[8][4];
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         fp8_decode::widen<kWE5>(word_of(w8[0][i >> 2], i & 3), a[i][0], a[i][2]);
         fp8_decode::widen<kWE5>(word_of(w8[1][i >> 2], i & 3), a[i][1], a[i][3]);
       }
+      named_barrier_sync(2, kWdConsumers);  // the fp16 token tile is complete
+      // Every byte of the stage is in registers or the fp16 tile: the producer may refill it
+      // while the products run.
+      if (lane == 0) mbar_arrive_local(empty_bar(stage));
       wgmma_fence();
 #pragma unroll
       for (int st = 0; st < 8; ++st) {
         // Step st: fp16 columns 16 st .. 16 st + 15, panel st / 4, 32 bytes a step along its
         // line.
-        const uint64_t d = db + ((buf * Smem::kT16 + (st >> 2) * Smem::kPanel) >> 4) +
-                           (st & 3) * (32 >> 4);
+        const uint64_t d = db + (st >> 2) * (Smem::kPanel >> 4) + (st & 3) * (32 >> 4);
         wgmma_f16_rs<kN>(part, a[st], d, st != 0 ? 1u : 0u);
       }
       wgmma_commit();
-      if (++stage == kStages) {
-        stage = 0;
-        phase ^= 1u;
-      }
-      buf ^= 1;
-      if (kb + 1 < kb_last) prepare(buf);
       wgmma_wait<0>();
       fence_accumulators(part);
       // The stage's 128 products a sum, summed from zero on the tensor cores, join the float32
       // total: the tensor cores' accumulator never carries a sum across stages.
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) acc[i] += part[i];
+      if (++stage == kWdStages) {
+        stage = 0;
+        phase ^= 1u;
+      }
     }
   }
 
@@ -369,11 +359,11 @@ __device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensor
 #endif  // GEMMT_SM90_DEVICE_CODE
 }
 
-template <int kKind, int kN, int kStages>
-__global__ void __launch_bounds__(kWdThreads, WdSmem<kN, kStages>::kPerSm)
+template <int kKind, int kN>
+__global__ void __launch_bounds__(kWdThreads, 2)
     fp8_decode_wgmma_kernel(const __grid_constant__ CUtensorMap tma_w,
                             const __grid_constant__ CUtensorMap tma_t, const WdParams p) {
-  wd_body<kKind, kN, kStages>(&tma_w, &tma_t, p);
+  wd_body<kKind, kN>(&tma_w, &tma_t, p);
 }
 
 // ---- Host side ----------------------------------------------------------------------------
@@ -400,7 +390,7 @@ template <auto kernel, int kSmemBytes>
 cudaError_t launch_kernel(const CUtensorMap& w, const CUtensorMap& t, const WdParams& p, int ctas,
                           cudaStream_t stream) {
   GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(kSmemBytes));
-  // Two CTAs an SM, or one with a deep ring.
+  // Two CTAs an SM.
   GEMMT_RETURN_IF_ERROR(prefer_max_shared_carveout<kernel>());
   cudaLaunchAttribute attr[2];
   cudaLaunchConfig_t cfg = cluster_launch_config(
@@ -410,22 +400,15 @@ cudaError_t launch_kernel(const CUtensorMap& w, const CUtensorMap& t, const WdPa
   GEMMT_RETURN_LAUNCH_ERROR();
 }
 
-template <int kKind, int kN>
-cudaError_t launch_width(const CUtensorMap& w, const CUtensorMap& t, const WdParams& p, int ctas,
-                         int stages, cudaStream_t stream) {
-  if (stages == kWdDeepStages) {
-    return launch_kernel<fp8_decode_wgmma_kernel<kKind, kN, kWdDeepStages>,
-                         WdSmem<kN, kWdDeepStages>::kBytes>(w, t, p, ctas, stream);
-  }
-  return launch_kernel<fp8_decode_wgmma_kernel<kKind, kN, kWdPairStages>,
-                       WdSmem<kN, kWdPairStages>::kBytes>(w, t, p, ctas, stream);
-}
-
 template <int kKind>
 cudaError_t launch_kind(const CUtensorMap& w, const CUtensorMap& t, const WdParams& p, int ctas,
-                        int stages, cudaStream_t stream) {
-  if (p.m <= 16) return launch_width<kKind, 16>(w, t, p, ctas, stages, stream);
-  return launch_width<kKind, 32>(w, t, p, ctas, stages, stream);
+                        cudaStream_t stream) {
+  if (p.m <= 16) {
+    return launch_kernel<fp8_decode_wgmma_kernel<kKind, 16>, WdSmem<16>::kBytes>(w, t, p, ctas,
+                                                                                 stream);
+  }
+  return launch_kernel<fp8_decode_wgmma_kernel<kKind, 32>, WdSmem<32>::kBytes>(w, t, p, ctas,
+                                                                               stream);
 }
 
 // Token columns of the wgmmas: the fewer of 16 and 32 that hold m (the token tile's TMA box
@@ -464,12 +447,9 @@ cudaError_t run_path(const Fp8DecodeArgs& x, cudaStream_t stream) {
   const int64_t ctas = (x.n + kWdBM - 1) / kWdBM * p.cluster;
   if (ctas > kMaxGridX) return cudaErrorNotSupported;
   const int n_ctas = static_cast<int>(ctas);
-  const int stages = x.ring_stages == kWdPairStages || x.ring_stages == kWdDeepStages
-                         ? x.ring_stages
-                         : fp8_decode_plan::ring_stages(n_ctas, x.sm_count);
-  if (x.b_e5m2) return launch_kind<kE5M2E4M3>(map_w, map_t, p, n_ctas, stages, stream);
-  if (x.a_e5m2) return launch_kind<kE4M3E5M2>(map_w, map_t, p, n_ctas, stages, stream);
-  return launch_kind<kE4M3>(map_w, map_t, p, n_ctas, stages, stream);
+  if (x.b_e5m2) return launch_kind<kE5M2E4M3>(map_w, map_t, p, n_ctas, stream);
+  if (x.a_e5m2) return launch_kind<kE4M3E5M2>(map_w, map_t, p, n_ctas, stream);
+  return launch_kind<kE4M3>(map_w, map_t, p, n_ctas, stream);
 }
 
 }  // namespace

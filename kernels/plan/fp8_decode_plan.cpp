@@ -15,9 +15,5 @@ int k_split(int64_t n, int64_t k, int sm_count) {
   return static_cast<int>(split);
 }
 
-int ring_stages(int64_t ctas, int sm_count) {
-  return ctas <= std::max(1, sm_count) ? kDeepStages : kPairStages;
-}
-
 }  // namespace fp8_decode_plan
 }  // namespace gemmt

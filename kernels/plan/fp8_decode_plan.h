@@ -22,11 +22,5 @@ constexpr int kMinBlocksPerRank = 4;  // k-blocks a rank streams at least
 // of 240 or more CTAs from a split ran 1.2-1.6x slower than the best.
 int k_split(int64_t n, int64_t k, int sm_count);
 
-// The ring's depth: kPairStages where two CTAs may share an SM (a grid of more CTAs than
-// SMs), kDeepStages where each CTA has an SM to itself and the shared memory of two.
-constexpr int kPairStages = 4;
-constexpr int kDeepStages = 8;
-int ring_stages(int64_t ctas, int sm_count);
-
 }  // namespace fp8_decode_plan
 }  // namespace gemmt
