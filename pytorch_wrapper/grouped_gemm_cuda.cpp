@@ -69,6 +69,29 @@ at::Tensor padded_rows(const at::Tensor& t) {
   return view;
 }
 
+// C of a product whose contraction is empty (K = 0, or no tokens at all in a split of K): every
+// product is zero, so C = act(bias) where a group has a bias row and zeros elsewhere (rows past
+// the last offset of a row split included). A tensor map cannot describe an empty extent, so
+// the kernel does not run.
+void fill_empty_contraction(const std::optional<at::Tensor>& offs, const at::Tensor& bias,
+                            GroupedLayout layout, Activation act, at::Tensor& out) {
+  out.zero_();
+  if (!bias.defined()) return;  // act(0) = 0 for every activation
+  if (layout == GroupedLayout::k2d3d) {
+    // Row r belongs to the group of the first offset above it; rows past the last offset
+    // belong to none.
+    const at::Tensor rows = at::arange(out.size(0), offs->options().dtype(at::kLong));
+    const at::Tensor group = at::searchsorted(offs->to(at::kLong), rows, false, true);
+    const int64_t groups = bias.size(0);
+    const at::Tensor in_group = (group < groups).unsqueeze(1);
+    const at::Tensor rows_bias = bias.index_select(0, group.clamp_max(groups - 1));
+    out.copy_(at::where(in_group, rows_bias, at::zeros_like(rows_bias)));
+  } else {
+    out.copy_(bias.unsqueeze(1).expand_as(out));
+  }
+  aten_activation_out(act, out, out);
+}
+
 }  // namespace
 
 void grouped_mm_cuda_into(const char* op, const at::Tensor& a_in, const at::Tensor& b_in,
@@ -126,6 +149,10 @@ void grouped_mm_cuda_into(const char* op, const at::Tensor& a_in, const at::Tens
     bias_c = bias->to(out.scalar_type()).contiguous();
     x.bias = bias_c.const_data_ptr();
     x.bias_sg = bias_c.size(1);
+  }
+  if (x.k == 0) {
+    fill_empty_contraction(offs, bias_c, layout, act, out);
+    return;
   }
   x.c = out.data_ptr();
   set_operands(x, a, b);

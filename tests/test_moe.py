@@ -1412,3 +1412,32 @@ def test_grouped_mm_sharding_rules() -> None:
                      ("moe_route", (Spec(4, 6), 2, "softmax", True, 0, 0, None))):
         (only,) = rules_for(op, *args)
         assert only.name == "replicated"
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("activation", ["none", "gelu"])
+def test_grouped_mm_cuda_empty_contraction(activation: str) -> None:
+    """K = 0 on the GPU (an expert-parallel rank that received no tokens: its weight gradient
+    sums over none): every product is zero and C = act(bias) in the groups, zeros elsewhere,
+    in every layout, and the backward of a forward with no rows gives zero weight gradients."""
+    dt, dev = torch.bfloat16, "cuda"
+    out = grouped_mm(torch.randn(16, 0, dtype=dt, device=dev),
+                     torch.randn(0, 24, dtype=dt, device=dev),
+                     torch.zeros(3, dtype=torch.int32, device=dev))
+    assert out.shape == (3, 16, 24) and torch.equal(out, torch.zeros_like(out))
+    bias = torch.randn(3, 24, dtype=dt)
+    offs = offsets([4, 0, 3])  # rows 7-9 belong to no group
+    cases = [(torch.randn(10, 0, dtype=dt), torch.randn(3, 0, 24, dtype=dt), offs),
+             (torch.randn(3, 5, 0, dtype=dt), torch.randn(3, 0, 24, dtype=dt), None)]
+    for a, b, o in cases:
+        got = grouped_mm(a.to(dev), b.to(dev), None if o is None else o.to(dev),
+                         bias=bias.to(dev), activation=activation)
+        want = act_ref(ref_grouped_mm(a, b, o, bias), activation)
+        assert got.shape == want.shape
+        assert rel_err(got.cpu(), want) < tol(dt), (a.shape, b.shape)
+    x = torch.randn(0, 16, dtype=dt, device=dev, requires_grad=True)
+    w = torch.randn(3, 16, 24, dtype=dt, device=dev, requires_grad=True)
+    y = grouped_mm(x, w, torch.zeros(3, dtype=torch.int32, device=dev))
+    y.sum().backward()
+    assert w.grad is not None and torch.equal(w.grad, torch.zeros_like(w))
+    assert x.grad is not None and x.grad.shape == x.shape
