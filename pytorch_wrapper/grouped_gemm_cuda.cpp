@@ -195,6 +195,16 @@ at::Tensor scaled_mm_cuda_run(const char* op, const at::Tensor& a_in, const at::
   const int64_t m = a_in.size(0), k = a_in.size(1), n = b_in.size(1);
   at::Tensor out = at::empty({m, n}, a_in.options().dtype(out_dtype));
   if (out.numel() == 0) return out;
+  if (k == 0) {
+    // An empty contraction: C = act(bias), or zeros (no tensor map for an empty extent).
+    if (bias.has_value() && bias->defined()) {
+      out.copy_(bias->to(out_dtype).expand_as(out));
+      aten_activation_out(act, out, out);
+    } else {
+      out.zero_();
+    }
+    return out;
+  }
   // Both operands K-major: a row-major, b column-major.
   const at::Tensor a = a_in.stride(1) == 1 ? a_in : a_in.contiguous();
   const at::Tensor b = b_in.stride(0) == 1 ? b_in : b_in.t().contiguous().t();

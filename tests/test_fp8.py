@@ -557,6 +557,27 @@ def test_quantize_cuda_matches_cpu(granularity: str, dtype: torch.dtype, x_dtype
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build of gemmt")
+@pytest.mark.parametrize("m", [0, 5, 300])
+@pytest.mark.parametrize("activation", ["none", "gelu"])
+def test_scaled_mm_cuda_empty_contraction(m: int, activation: str) -> None:
+    """K = 0 on the GPU, as on the CPU: C = act(bias) (zeros without a bias), tensorwise and
+    rowwise, few rows (the decode path's range) and many."""
+    a = torch.zeros(m, 0, device="cuda").to(E4M3)
+    b = torch.zeros(0, 24, device="cuda").to(E4M3).t().contiguous().t()
+    bias = torch.randn(24, device="cuda", dtype=torch.bfloat16)
+    scales = [(torch.tensor(0.5, device="cuda"), torch.tensor(2.0, device="cuda")),
+              (torch.rand(m, 1, device="cuda"), torch.rand(1, 24, device="cuda"))]
+    for sa, sb in scales:
+        out = torch.ops.gemmt.scaled_mm(a, b, sa, sb, bias, torch.bfloat16, activation, False)
+        want = torch.nn.functional.gelu(bias.float()) if activation == "gelu" else bias.float()
+        assert out.shape == (m, 24)
+        torch.testing.assert_close(out.float(), want.expand(m, 24), rtol=2 ** -7, atol=0)
+        out = torch.ops.gemmt.scaled_mm(a, b, sa, sb, None, torch.float32, activation, False)
+        assert torch.equal(out, torch.zeros(m, 24, device="cuda"))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build of gemmt")
 @pytest.mark.parametrize("granularity", gemmt.FP8_GRANULARITIES)
 @pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 def test_quantize_cuda_strided_inputs(granularity: str, x_dtype: torch.dtype) -> None:
