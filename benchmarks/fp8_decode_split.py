@@ -53,14 +53,9 @@ def with_split(calls: list[Callable[[], object]], split: int) -> Replay:
         os.environ.pop("GEMMT_FP8_DECODE_SPLIT", None)
 
 
-def kernel_us(calls: list[Callable[[], object]], split: int | None) -> list[float]:
+def kernel_us(calls: list[Callable[[], object]]) -> list[float]:
     """Profiler durations (us) of the kernels of one plain call of each."""
-    if split is not None:
-        os.environ["GEMMT_FP8_DECODE_SPLIT"] = str(split)
-    try:
-        _, _, events = gpu_busy_ms(lambda: [c() for c in calls])
-    finally:
-        os.environ.pop("GEMMT_FP8_DECODE_SPLIT", None)
+    _, _, events = gpu_busy_ms(lambda: [c() for c in calls])
     return [float(ev["dur"]) for ev in events]
 
 
@@ -97,8 +92,8 @@ def point(n: int, k: int, m: int, ws: list[tuple[torch.Tensor, torch.Tensor]],
             "auto_vs_bf16": us["gemmt_bf16"] / us["split0"],
             "best_vs_bf16": us["gemmt_bf16"] / us[f"split{best}"],
             "rel_err": err,
-            "kernel_us_auto": kernel_us(gemmt_calls, None),
-            "kernel_us_torch": kernel_us(torch_calls, None)}
+            "kernel_us_auto": kernel_us(gemmt_calls),
+            "kernel_us_torch": kernel_us(torch_calls)}
 
 
 def main() -> None:

@@ -5,9 +5,7 @@
 #include "fp8_decode_cuda.h"
 
 #ifdef GEMMT_WITH_CUDA
-#include <algorithm>
 #include <cstdlib>
-#include <initializer_list>
 #include <string_view>
 
 #include "common.h"
@@ -33,15 +31,16 @@ namespace {
 //   off             neither decode kernel.
 enum class DecodeRoute { kAuto, kWgmma, kMma, kOff };
 
-// An integer setting read on every call (so that one process can time each value): 0 when
-// unset.
-int int_setting(const char* name, std::initializer_list<int> allowed, const char* expected) {
-  const char* env = std::getenv(name);
+// GEMMT_FP8_DECODE_SPLIT=1..8 fixes the Hopper kernel's CTAs along K (read on every call, so
+// that one process can time each split); unset or 0: its planner's.
+int decode_split() {
+  const char* env = std::getenv("GEMMT_FP8_DECODE_SPLIT");
   if (env == nullptr || *env == '\0') return 0;
   char* end = nullptr;
   const long v = std::strtol(env, &end, 10);
-  const bool ok = *end == '\0' && std::find(allowed.begin(), allowed.end(), v) != allowed.end();
-  TORCH_CHECK(ok, "gemmt::scaled_mm: ", name, " expected ", expected, ", got '", env, "'");
+  TORCH_CHECK(*end == '\0' && v >= 0 && v <= 8,
+              "gemmt::scaled_mm: GEMMT_FP8_DECODE_SPLIT expected an integer from 0 to 8, got '",
+              env, "'");
   return static_cast<int>(v);
 }
 
@@ -118,9 +117,7 @@ std::optional<at::Tensor> scaled_mm_decode_cuda(const char* op, const at::Tensor
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(a.get_device());
   x.cc_major = prop->major;
   x.sm_count = usable_sm_count(op);
-  // The Hopper kernel's CTAs along K, for measurements (its planner's when 0).
-  x.k_split =
-      int_setting("GEMMT_FP8_DECODE_SPLIT", {0, 1, 2, 3, 4, 5, 6, 7, 8}, "an integer from 0 to 8");
+  x.k_split = decode_split();
   const bool hopper = route == DecodeRoute::kWgmma || route == DecodeRoute::kAuto;
   const bool wgmma = hopper && !block && fp8_decode_wgmma_supported(x);
   if (!wgmma && (m > mma_max || !fp8_decode_supported(x))) return std::nullopt;

@@ -69,6 +69,12 @@ at::Tensor padded_rows(const at::Tensor& t) {
   return view;
 }
 
+// out = act(bias), bias broadcast to out's shape: the C of products over an empty contraction.
+void fill_with_bias(const at::Tensor& bias, Activation act, at::Tensor& out) {
+  out.copy_(bias.expand_as(out));
+  aten_activation_out(act, out, out);
+}
+
 // C of a product whose contraction is empty (K = 0, or no tokens at all in a split of K): every
 // product is zero, so C = act(bias) where a group has a bias row and zeros elsewhere (rows past
 // the last offset of a row split included). A tensor map cannot describe an empty extent, so
@@ -85,11 +91,10 @@ void fill_empty_contraction(const std::optional<at::Tensor>& offs, const at::Ten
     const int64_t groups = bias.size(0);
     const at::Tensor in_group = (group < groups).unsqueeze(1);
     const at::Tensor rows_bias = bias.index_select(0, group.clamp_max(groups - 1));
-    out.copy_(at::where(in_group, rows_bias, at::zeros_like(rows_bias)));
+    fill_with_bias(at::where(in_group, rows_bias, at::zeros_like(rows_bias)), act, out);
   } else {
-    out.copy_(bias.unsqueeze(1).expand_as(out));
+    fill_with_bias(bias.unsqueeze(1), act, out);
   }
-  aten_activation_out(act, out, out);
 }
 
 }  // namespace
@@ -198,8 +203,7 @@ at::Tensor scaled_mm_cuda_run(const char* op, const at::Tensor& a_in, const at::
   if (k == 0) {
     // An empty contraction: C = act(bias), or zeros (no tensor map for an empty extent).
     if (bias.has_value() && bias->defined()) {
-      out.copy_(bias->to(out_dtype).expand_as(out));
-      aten_activation_out(act, out, out);
+      fill_with_bias(bias->to(out_dtype), act, out);
     } else {
       out.zero_();
     }
