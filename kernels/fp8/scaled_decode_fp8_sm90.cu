@@ -60,7 +60,7 @@ constexpr bool kWgmmaDecodeBuilt = false;
 #endif
 
 constexpr int kWdBM = fp8_decode_plan::kRows;    // W rows of a CTA: two warpgroups of 64
-constexpr int kWdTokens = 64;                    // the most token columns of a wgmma (m padded)
+constexpr int kWdTokens = 32;                    // the most token columns of a wgmma (m padded)
 constexpr int kWdBK = fp8_decode_plan::kBlockK;  // K of a stage: one 128-byte line a row
 constexpr int kWdWBytes = kWdBM * kWdBK;         // 16 KB
 constexpr int kWdStages = 4;
@@ -243,8 +243,6 @@ __device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensor
     int stage = 0;
     uint32_t phase = 0;
     float part[kAcc];
-    constexpr int kBatches = kN == 64 ? 2 : 1;  // 64 columns: two batches of four steps
-    constexpr int kBatchSteps = 8 / kBatches;
     for (int kb = kb_first; kb < kb_last; ++kb) {
       wd_wait(full_bar(stage), phase);
       // Both warpgroups' products of the previous stage have completed (each waited for its
@@ -266,31 +264,26 @@ __device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensor
         w8[0][c] = ld_shared_v4(ws + chunk);
         w8[1][c] = ld_shared_v4(ws + 8 * kWdBK + chunk);
       }
-      uint32_t a[kBatchSteps][4];
-      auto widen_batch = [&](int b) {
+      uint32_t a[8][4];
 #pragma unroll
-        for (int j = 0; j < kBatchSteps; ++j) {
-          const int i = b * kBatchSteps + j;
-          fp8_decode::widen<kWE5>(word_of(w8[0][i >> 2], i & 3), a[j][0], a[j][2]);
-          fp8_decode::widen<kWE5>(word_of(w8[1][i >> 2], i & 3), a[j][1], a[j][3]);
-        }
-      };
-      widen_batch(0);
-      named_barrier_sync(2, kWdConsumers);
-      if (lane == 0) mbar_arrive_local(empty_bar(stage));
-#pragma unroll
-      for (int b = 0; b < kBatches; ++b) {
-        if (b > 0) widen_batch(b);
-        wgmma_fence();
-#pragma unroll
-        for (int j = 0; j < kBatchSteps; ++j) {
-          const int st = b * kBatchSteps + j;
-          const uint64_t d = db + (st >> 2) * (Smem::kPanel >> 4) + (st & 3) * (32 >> 4);
-          wgmma_f16_rs<kN>(part, a[j], d, st != 0 ? 1u : 0u);
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
+      for (int i = 0; i < 8; ++i) {
+        fp8_decode::widen<kWE5>(word_of(w8[0][i >> 2], i & 3), a[i][0], a[i][2]);
+        fp8_decode::widen<kWE5>(word_of(w8[1][i >> 2], i & 3), a[i][1], a[i][3]);
       }
+      named_barrier_sync(2, kWdConsumers);  // the fp16 token tile is complete
+      // Every byte of the stage is in registers or the fp16 tile: the producer may refill it
+      // while the products run.
+      if (lane == 0) mbar_arrive_local(empty_bar(stage));
+      wgmma_fence();
+#pragma unroll
+      for (int st = 0; st < 8; ++st) {
+        // Step st: fp16 columns 16 st .. 16 st + 15, panel st / 4, 32 bytes a step along its
+        // line.
+        const uint64_t d = db + (st >> 2) * (Smem::kPanel >> 4) + (st & 3) * (32 >> 4);
+        wgmma_f16_rs<kN>(part, a[st], d, st != 0 ? 1u : 0u);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
       fence_accumulators(part);
       // The stage's 128 products a sum, summed from zero on the tensor cores, join the float32
       // total: the tensor cores' accumulator never carries a sum across stages.
@@ -414,18 +407,14 @@ cudaError_t launch_kind(const CUtensorMap& w, const CUtensorMap& t, const WdPara
     return launch_kernel<fp8_decode_wgmma_kernel<kKind, 16>, WdSmem<16>::kBytes>(w, t, p, ctas,
                                                                                  stream);
   }
-  if (p.m <= 32) {
-    return launch_kernel<fp8_decode_wgmma_kernel<kKind, 32>, WdSmem<32>::kBytes>(w, t, p, ctas,
-                                                                                 stream);
-  }
-  return launch_kernel<fp8_decode_wgmma_kernel<kKind, 64>, WdSmem<64>::kBytes>(w, t, p, ctas,
+  return launch_kernel<fp8_decode_wgmma_kernel<kKind, 32>, WdSmem<32>::kBytes>(w, t, p, ctas,
                                                                                stream);
 }
 
 // Token columns of the wgmmas: the fewer of 16 and 32 that hold m (the token tile's TMA box
 // has as many rows).
 int token_columns(int64_t m) {
-  return m <= 16 ? 16 : (m <= 32 ? 32 : 64);
+  return m <= 16 ? 16 : 32;
 }
 
 cudaError_t run_path(const Fp8DecodeArgs& x, cudaStream_t stream) {
