@@ -1,12 +1,14 @@
 """FP8 decode on the Hopper decode kernel: every split of K against the planner's.
 
     python benchmarks/fp8_decode_split.py --out <folder> [--tag run1] [--rounds 9]
+        [--tokens 1,16,32] [--splits 0,1,2,3,4,5,6,8]
 
 For each weight (out x in features, float8, tensorwise scales) and token count, times
 ``scaled_mm`` with each number of CTAs along K (``GEMMT_FP8_DECODE_SPLIT``; 0 is the
-planner's choice), ``torch._scaled_mm`` and gemmt's bf16 decode on the same weight, each as a
-CUDA graph of one call on each of several weight copies (together past twice the L2, so
-every call streams its weight from memory), in interleaved rounds, medians. A device copy
+planner's choice), the Hopper scaled GEMM that takes the product without a decode kernel
+(``GEMMT_FP8_DECODE=off``), ``torch._scaled_mm`` and gemmt's bf16 decode on the same weight,
+each as a CUDA graph of one call on each of several weight copies (together past twice the
+L2, so every call streams its weight from memory), in interleaved rounds, medians. A device copy
 of the same bytes gives the bandwidth the weight stream is held against. The profiler's
 kernel durations of one plain call of each (the kernels alone, without the gaps between
 them) separate a kernel's own time from what a stream of them costs.
@@ -43,14 +45,13 @@ def quantize(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (t.float() / scale).to(F8), scale
 
 
-def with_split(calls: list[Callable[[], object]], split: int) -> Replay:
-    """The calls captured with the kernel's split fixed (the wrapper reads it per call; 0
-    leaves it to the planner)."""
-    os.environ["GEMMT_FP8_DECODE_SPLIT"] = str(split)
+def with_env(calls: list[Callable[[], object]], name: str, value: str) -> Replay:
+    """The calls captured with one setting of the wrapper's (read per call) fixed."""
+    os.environ[name] = value
     try:
         return Replay(calls)
     finally:
-        os.environ.pop("GEMMT_FP8_DECODE_SPLIT", None)
+        os.environ.pop(name, None)
 
 
 def kernel_us(calls: list[Callable[[], object]]) -> list[float]:
@@ -60,7 +61,7 @@ def kernel_us(calls: list[Callable[[], object]]) -> list[float]:
 
 
 def point(n: int, k: int, m: int, ws: list[tuple[torch.Tensor, torch.Tensor]],
-          wb: list[torch.Tensor], rounds: int) -> dict[str, object]:
+          wb: list[torch.Tensor], rounds: int, splits: list[int]) -> dict[str, object]:
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     xq, sx = quantize(x)
     gemmt_calls = [lambda q=q, s=s: torch.ops.gemmt.scaled_mm(xq, q.t(), sx, s, None,
@@ -70,7 +71,9 @@ def point(n: int, k: int, m: int, ws: list[tuple[torch.Tensor, torch.Tensor]],
                                                      out_dtype=torch.bfloat16)
                    for q, s in ws]
     bf16_calls = [lambda w=w: gemmt.mm(x, w.t()) for w in wb]
-    reps: dict[str, Replay] = {f"split{s}": with_split(gemmt_calls, s) for s in SPLITS}
+    reps: dict[str, Replay] = {
+        f"split{s}": with_env(gemmt_calls, "GEMMT_FP8_DECODE_SPLIT", str(s)) for s in splits}
+    reps["scaled_gemm"] = with_env(gemmt_calls, "GEMMT_FP8_DECODE", "off")
     reps["torch"] = Replay(torch_calls)
     reps["gemmt_bf16"] = Replay(bf16_calls)
     samples: dict[str, list[float]] = {name: [] for name in reps}
@@ -84,13 +87,14 @@ def point(n: int, k: int, m: int, ws: list[tuple[torch.Tensor, torch.Tensor]],
     got = torch.ops.gemmt.scaled_mm(xq, ws[0][0].t(), sx, ws[0][1], None, torch.bfloat16,
                                     "none", False)
     err = ((got.double() - want).norm() / want.norm()).item()
-    best = min(SPLITS[1:], key=lambda s: us[f"split{s}"])
+    best = min([s for s in splits if s > 0] or [0], key=lambda s: us[f"split{s}"])
     return {"out_features": n, "in_features": k, "tokens": m, "us": us,
             "best_split": best, "auto_over_best": us[f"split{best}"] / us["split0"],
             "auto_vs_torch": us["torch"] / us["split0"],
             "best_vs_torch": us["torch"] / us[f"split{best}"],
             "auto_vs_bf16": us["gemmt_bf16"] / us["split0"],
             "best_vs_bf16": us["gemmt_bf16"] / us[f"split{best}"],
+            "auto_vs_scaled_gemm": us["scaled_gemm"] / us["split0"],
             "rel_err": err,
             "kernel_us_auto": kernel_us(gemmt_calls),
             "kernel_us_torch": kernel_us(torch_calls)}
@@ -101,7 +105,12 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--tag", default="run")
     ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
+    ap.add_argument("--splits", default=",".join(map(str, SPLITS)),
+                    help="splits to time; 0 (the planner's) is always timed")
     args = ap.parse_args()
+    tokens = [int(t) for t in args.tokens.split(",")]
+    splits = sorted({0, *(int(s) for s in args.splits.split(","))})
     props = torch.cuda.get_device_properties(0)
     l2 = props.L2_cache_size
     records = []
@@ -115,8 +124,8 @@ def main() -> None:
         wb = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16).mul_(k ** -0.5)
               for _ in range(copies)]
         ws = [quantize(w) for w in wb]
-        for m in TOKENS:
-            rec = point(n, k, m, ws, wb, args.rounds)
+        for m in tokens:
+            rec = point(n, k, m, ws, wb, args.rounds, splits)
             rec["weight_copies"] = copies
             rec["auto_vs_copy"] = n * k / rec["us"]["split0"] / 1e3 / copy_gbps
             records.append(rec)
@@ -129,7 +138,7 @@ def main() -> None:
     doc = {"device_name": props.name, "sm_count": props.multi_processor_count, "l2_bytes": l2,
            "torch_version": torch.__version__, "cuda": torch.version.cuda,
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "copy_gbps": copy_gbps, "splits": SPLITS, "records": records}
+           "copy_gbps": copy_gbps, "splits": splits, "records": records}
     path = out / f"fp8_decode_split_{args.tag}.json"
     path.write_text(json.dumps(doc, indent=1))
     print("wrote", path)

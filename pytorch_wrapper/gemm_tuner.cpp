@@ -395,6 +395,7 @@ Plan tune_problem(const GemmArgs& args, const at::Tensor& c, cudaStream_t stream
   best.default_us = bench.time_us(def);
   best.tuned_us = best.default_us;
   ps.candidates = 1;
+  ps.timed.emplace_back(def, best.default_us);
   for (const Plan& p : candidates(args, def)) {
     if (p == def) continue;
     if (!bench.run_once(p)) {
@@ -407,6 +408,7 @@ Plan tune_problem(const GemmArgs& args, const at::Tensor& c, cudaStream_t stream
     }
     ++ps.candidates;
     const double us = bench.time_us(p);
+    ps.timed.emplace_back(p, us);
     if (us < best.tuned_us) {
       best.tuned_us = us;
       best.plan = p;

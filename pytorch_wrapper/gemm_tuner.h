@@ -108,6 +108,9 @@ struct ProblemStats {
   int failed = 0;        // schedules that would not launch
   Plan winner;
   double tuned_us = 0.0, default_us = 0.0;
+  // Every schedule timed, the default first, with its time (us): what a planner rule is
+  // fitted to.
+  std::vector<std::pair<Plan, double>> timed;
 };
 struct Stats {
   std::vector<ProblemStats> problems;

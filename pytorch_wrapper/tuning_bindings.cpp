@@ -49,6 +49,9 @@ py::dict plan_stats(const tn::ProblemStats& p) {
   d["winner"] = p.winner.str();
   d["tuned_us"] = p.tuned_us;
   d["default_us"] = p.default_us;
+  py::list timed;
+  for (const auto& [plan, us] : p.timed) timed.append(py::make_tuple(plan.str(), us));
+  d["timed"] = timed;
   return d;
 }
 

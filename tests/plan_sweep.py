@@ -156,26 +156,38 @@ def sweep(device_info: dict[str, int] | None = None) -> dict[str, dict[str, Any]
 
 # Hopper planner rules added after the snapshot, which move the plans of their own class:
 # tests/test_plan.py leaves their records out of the comparison (and tests each rule).
-LATER_SM90_RULES = ("swap_for_batched_decode",)
+LATER_SM90_RULES = ("swap_for_batched_decode", "narrow_split_search")
 
 
-def later_rule_records(device_info: dict[str, int] | None = None) -> set[str]:
-    """The keys of the sm90 records of the sweep that a rule of LATER_SM90_RULES decides."""
+def later_rule_records(device_info: dict[str, int] | None = None) -> dict[str, str]:
+    """The keys of the sm90 records of the sweep that a rule of LATER_SM90_RULES decides, each
+    with the rule's name (the first of them that decides it)."""
     lib = _native.load()
-    out = set()
-    def decided(dtype: str, m: int, n: int, k: int, al: str, bl: str, bias: bool) -> bool:
-        return any(lib.plan_rule_applies(rule, dtype, m, n, k, _strides(al, m, k),
-                                         _strides(bl, k, n), n, (0, 0, 0), SMS, bias=bias,
-                                         **_device_kw(device_info))
-                   for rule in LATER_SM90_RULES)
+    out: dict[str, str] = {}
+
+    def decided(dtype: str, m: int, n: int, k: int, al: str, bl: str, bias: bool,
+                off: tuple[int, int, int] = (0, 0, 0)) -> str | None:
+        for rule in LATER_SM90_RULES:
+            if lib.plan_rule_applies(rule, dtype, m, n, k, _strides(al, m, k), _strides(bl, k, n),
+                                     n, off, SMS, bias=bias, **_device_kw(device_info)):
+                return rule
+        return None
 
     for pas, m, n, k, al, bl in products():
         name = f"{pas} {m}x{n}x{k}"
         for dtype in ("bfloat16", "float16"):
-            if decided(dtype, m, n, k, al, bl, False):
-                out.add(f"sm90 {dtype} {name}")
-        if pas == "fwd" and decided("bfloat16", m, n, k, al, bl, True):
-            out.add(f"sm90 bfloat16 bias {name}")
+            rule = decided(dtype, m, n, k, al, bl, False)
+            if rule:
+                out[f"sm90 {dtype} {name}"] = rule
+        rule = decided("bfloat16", m, n, k, al, bl, True) if pas == "fwd" else None
+        if rule:
+            out[f"sm90 bfloat16 bias {name}"] = rule
+    for (m, n, k), al, bl, off in itertools.product(GRID_SHAPES, GRID_LAYOUTS, GRID_LAYOUTS,
+                                                    GRID_OFFSETS):
+        for dtype in ("bfloat16", "float32"):
+            rule = decided(dtype, m, n, k, al, bl, False, off)
+            if rule:
+                out[f"sm90 {dtype} grid {m}x{n}x{k} {al} {bl} {off}"] = rule
     return out
 
 

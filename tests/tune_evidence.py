@@ -44,7 +44,7 @@ SIMT_PIPELINED_RULES = ("stage_k_major_b_16_bit", "stage_k_major_b_float32", "sw
                         "simt_split_k")
 # Hopper rules applied to the kernel's problem (C^T = W x^T where the product runs swapped),
 # not to the caller's.
-KERNEL_PROBLEM_RULES = ("narrow_weight_stream", "batched_decode_roofline",
+KERNEL_PROBLEM_RULES = ("narrow_weight_stream", "narrow_split_search", "batched_decode_roofline",
                         "no_split_past_half_the_sms", "stream_k_from_two_waves",
                         "stream_k_tail_only", "long_k_last_wave", "short_k_ping_pong")
 
@@ -265,6 +265,13 @@ def _tally_point(name: str, p: Point, t: Tally) -> None:
         past_half = -(-rows // 128) * -(-cols // default[1]) * 2 > SMS
         if default[2] > 1 and past_half:
             count(None if gemv_won else won[2] > 1, None)
+    elif name == "narrow_split_search":
+        # The rule weighs the narrow tile at its best split: where the default is such a
+        # split, a winner that runs narrow tiles in k-slices (whatever their count) keeps the
+        # decision; one that runs another width or whole narrow tiles takes the plan without it.
+        if default[1] == 64 and default[2] > 1:
+            count(None if gemv_won or won is None or len(won) < 3
+                  else won[1] == 64 and won[2] > 1, None)
     elif name == "no_split_past_half_the_sms":
         # Without the rule the split search would be open at the chosen width; the tuner's
         # candidates split only widths whose tiles fill at most half of the SMs, so that plan

@@ -46,10 +46,10 @@ constexpr PlanRule kRules[] = {
      "h100_2026-11-25_decode_swap (47295f1); rule f2b0c05", "-", true, &sm90::swap_for_small_m,
      "(d) mixed. h100_tune decides 20 points: the winner keeps it at 12, takes the product as "
      "given at 6, neither at 2; the product as given timed at 20. h200_tune decides 64 points: "
-     "the winner keeps it at 53, takes the product as given at 11 (5 exactly the plan without "
-     "it); the product as given timed at 64. As given won by 5-12% at 4-64 tokens through 5120 x "
-     "5120 on the H100 (both dtypes) and by 0-9% at some of 2-64 tokens through 2048- to 5120-row "
-     "weights on the H200; elsewhere the swap held"},
+     "the winner keeps it at 57, takes the product as given at 7; the product as given timed "
+     "at 64. As given won by 5-12% at 4-64 tokens through 5120 x 5120 on the H100 (both "
+     "dtypes) and by 0-9% at some of 2-64 tokens through 2048- to 5120-row weights on the "
+     "H200; elsewhere the swap held"},
     {"swap_for_batched_decode", "sm90", "problem_for",
      "16-bit x @ W^T or g @ W with 129 <= m <= 192 tokens and n > 256, where the swapped "
      "problem is supported on the three-quarter tile, except where the product as given runs "
@@ -71,9 +71,10 @@ constexpr PlanRule kRules[] = {
      "h200_tune/ab_batched_decode_h200_2026-11-29.json, ab_last_tile_h200_2026-11-29.json, "
      "ab_second_b_box_h200_2026-11-29.json",
      "SM count", true, &sm90::swap_for_batched_decode,
-     "(a) decides none of the tuned plans. h100_tune in class at 0 points, deciding none. "
-     "h200_tune in class at 0 points, deciding none. The sweeps time 100, 128, 200 and 256 "
-     "tokens, none in its class"},
+     "(d) mixed. h100_tune in class at 0 points, deciding none. h200_tune decides 8 points: "
+     "the winner keeps it at 6, takes the plan without it at 2; the plan without it timed at "
+     "0. The sweeps' one token count in its class is 160 (H200 only); through 2048 x 4096 the "
+     "winner ran narrow tiles as given"},
     {"swap_for_tf32", "sm90", "problem_for",
      "tf32, n > 64, B not K-major (a row-major b), A not M-major",
      "run C^T = B^T A^T: B becomes an M-major A read through registers, A a K-major B",
@@ -109,6 +110,24 @@ constexpr PlanRule kRules[] = {
      &sm90::narrow_weight_stream,
      "(a) decides none of the tuned plans. h100_tune in class at 0 points, deciding none. "
      "h200_tune in class at 0 points, deciding none"},
+    {"narrow_split_search", "sm90", "choose_tile",
+     "16-bit, wide tiles for at most half of the SMs (outside narrow_weight_stream), where the "
+     "model prices the narrow tile at its best k-split (more than one slice) below the wider "
+     "tiles",
+     "weigh the narrow tile at its best split against the wider tiles at theirs (it was "
+     "weighed whole)",
+     "weighed whole, the narrow tile lost to medium tiles in six slices that ran slower",
+     "2048 x 4096 weight at 100-256 tokens (H200): 1.10-1.20x the planner's earlier plan, the "
+     "fastest schedule the tuner timed at each of those points",
+     "h200_tune/tune_nvidia_h200_2026-11-29.json (every schedule timed)",
+     "SM count, L2 size, "
+     "DRAM bandwidth",
+     true, &sm90::narrow_split_search,
+     "(b) not contradicted, its alternative untimed. h100_tune decides 2 points: the winner "
+     "keeps it at 2, takes the plan without it at 0; the plan without it timed at 0. h200_tune "
+     "decides 8 points: the winner keeps it at 8, takes the plan without it at 0; the plan "
+     "without it timed at 0. Where it decides, every winner ran narrow tiles in k-slices (on "
+     "the H100 in 4 where the rule takes 3)"},
     {"batched_decode_roofline", "sm90", "best_splits (split_search_open)",
      "16-bit, 64 < m <= 256 tokens, a weight from DRAM (over the L2 budget), m under the "
      "roofline's ridge (ridge_tokens: 380 on the H100, 266 on the H200); the same with the "
@@ -137,10 +156,10 @@ constexpr PlanRule kRules[] = {
      "gemm_tc_selftest --decode-sweep; rule f2b0c05", "SM count", true,
      &sm90::no_split_past_half_the_sms,
      "(b) not contradicted, its alternative untimed. h100_tune decides 14 points: the winner "
-     "keeps it at 12, takes a split there at 0, neither at 2; a split there timed at 0. h200_tune "
-     "decides 47 points: the winner keeps it at 47, takes a split there at 0; a split there timed "
-     "at 0. The tuner splits only tile widths whose tiles fill at most half of the SMs, the same "
-     "bound, so it cannot test the rule"},
+     "keeps it at 12, takes a split there at 0, neither at 2; a split there timed at 0. "
+     "h200_tune decides 49 points: the winner keeps it at 49, takes a split there at 0; a "
+     "split there timed at 0. The tuner splits only tile widths whose tiles fill at most half "
+     "of the SMs, the same bound, so it cannot test the rule"},
     {"stream_k_from_two_waves", "sm90", "best_splits (stream_k_cost_us, kStreamKMargin)",
      "wide tiles of at least two waves with a partial last wave",
      "stream-k where the model prices it 3% or more below whole tiles",
@@ -164,8 +183,8 @@ constexpr PlanRule kRules[] = {
      "5120 -> 13824 and its backward 8-9%",
      "h100_2026-11-27_stream_k_tail (8c4dd9f)", "SM count", true, &sm90::stream_k_tail_only,
      "(a) decides none of the tuned plans. h100_tune in class at 26 points, deciding none. "
-     "h200_tune in class at 97 points, deciding none. No default plan of the sweeps runs stream-k "
-     "under five waves"},
+     "h200_tune in class at 105 points, deciding none. No default plan of the sweeps runs "
+     "stream-k under five waves"},
     {"long_k_last_wave", "sm90", "best_splits",
      "16-bit, 5 to 32 waves of wide tiles, 128 to 320 k-blocks (K 8192-20480), last wave 40% "
      "to 90% full",
@@ -240,8 +259,8 @@ constexpr PlanRule kRules[] = {
      "docs/performance.md, One split-k policy; rule 586d477", "SM count", true,
      &simt::simt_split_k_class,
      "(a) decides none of the tuned plans (the sweeps' products run on the Hopper kernel). "
-     "h100_tune in class at 22 points, deciding none. h200_tune in class at 62 points, deciding "
-     "none"},
+     "h100_tune in class at 22 points, deciding none. h200_tune in class at 66 points, "
+     "deciding none"},
     {"gemv_l2_prefetch", "simt", "plan_gemv (gemv_prefetch_blocks)",
      "16-bit row-dot gemv on sm_90+, unsplit, blocks of at most 16 KB, a matrix over the L2 "
      "budget",
@@ -262,11 +281,11 @@ constexpr PlanRule kRules[] = {
      "a rule of at least eight vectors a lane ran over 0.3% slower on 19 of 32 weights, by up "
      "to 7%",
      "h100_2026-11-27_gemv_rows (0b950b5)", "-", true, &gemv_shares_rows,
-     "(b) not contradicted, its alternative untimed. h100_tune decides 4 points: the winner keeps "
-     "it at 4, takes one warp a row at 0; one warp a row timed at 0. h200_tune decides 6 points: "
-     "the winner keeps it at 5, takes one warp a row at 0, neither at 1; one warp a row timed at "
-     "0. The tuner times gemv in one form only; the H200's bf16 1 x 5120 x 5120 winner was the "
-     "Hopper kernel"},
+     "(b) not contradicted, its alternative untimed. h100_tune decides 4 points: the winner "
+     "keeps it at 4, takes one warp a row at 0; one warp a row timed at 0. h200_tune decides 6 "
+     "points: the winner keeps it at 1, takes one warp a row at 0, neither at 5; one warp a "
+     "row timed at 0. The tuner times gemv in one form only; on the H200 the Hopper kernel won "
+     "5 of the 6 one-token products it decides"},
 };
 
 }  // namespace

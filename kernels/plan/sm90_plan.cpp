@@ -221,10 +221,10 @@ double split_cost_us(const GemmArgs& args, int bn, const SplitPlan& sp) {
   const double units = static_cast<double>(tile_count(args, bn)) * sp.splits;
   const double waves = std::ceil(units / sms);
   const bool tf32 = tc_kind_of(args) == kTF32;
-  const double kb_ref_us = bn == kBNWide       ? kKbUsWide
-                       : bn == kBNThreeQuarter ? kKbUsThreeQuarter
-                       : bn == kBNMedium       ? (tf32 ? kKbUsMediumTf32 : kKbUsMedium)
-                                               : (tf32 ? kKbUsNarrowTf32 : kKbUsNarrow);
+  const double kb_ref_us = bn == kBNWide           ? kKbUsWide
+                           : bn == kBNThreeQuarter ? kKbUsThreeQuarter
+                           : bn == kBNMedium       ? (tf32 ? kKbUsMediumTf32 : kKbUsMedium)
+                                                   : (tf32 ? kKbUsNarrowTf32 : kKbUsNarrow);
   const double elt = static_cast<double>(element_size(args.dtype));
   const double compute = waves * (sp.kb_per_split + kUnitFixedKb) *
                          kb_us(args, kb_ref_us * trimmed_tile_share(args, bn));
@@ -378,6 +378,20 @@ TileChoice best_splits(const GemmArgs& args, int bn) {
   return best;
 }
 
+// The best of the wide, medium and three-quarter tiles (each at its best split), or the
+// medium tile where short_k_ping_pong takes it: what the narrow tile is weighed against.
+TileChoice wider_tiles(const GemmArgs& args) {
+  TileChoice best = best_splits(args, kBNWide);
+  const TileChoice medium = best_splits(args, kBNMedium);
+  if (medium.us < best.us) best = medium;
+  if (tc_kind_of(args) != kTF32) {  // no tf32 instances of the three-quarter tile
+    const TileChoice three_quarter = best_splits(args, kBNThreeQuarter);
+    if (three_quarter.us < best.us) best = three_quarter;
+  }
+  if (short_k_ping_pong(args)) best = medium;
+  return best;
+}
+
 // One row of tiles (m <= kBM, 16-bit) against a weight that comes from DRAM and fits twice
 // over in narrow tiles: the narrow tile in two k-slices. Each of its stages carries the
 // tokens' 128 rows (16 KB) beside 8 KB of weight, so one CTA streams the weight well under
@@ -392,6 +406,23 @@ bool narrow_weight_stream(const GemmArgs& args) {
       static_cast<double>(args.n) * args.k * static_cast<double>(element_size(args.dtype));
   return tc_kind_of(args) != kTF32 && args.m <= kBM && b_bytes > l2_budget_bytes(args) &&
          tile_count(args, kBNNarrow) * 2 <= sms && k_blocks(args) >= 2 * kMinKbPerSplit;
+}
+
+// Few wide tiles (at most half of the SMs, so the narrow tile is weighed against the wider
+// ones) and a narrow split the model prices below the wider tiles: the narrow tile at that
+// split. Weighed whole, it lost to medium tiles in 4-6 k-slices that ran slower: through a
+// 2048 x 4096 weight (16 MB, from L2 on the H200) at 100-256 tokens the tuner's timings of
+// every schedule put narrow tiles in 2-3 slices first, 1.10-1.20x faster; with this rule the
+// default plan ran 0.99-1.03 of cuBLAS at 100-128 tokens (0.73-0.78 before) and 0.85-0.92 at
+// 200-256 (0.75-0.78; benchmarks/results/h200_tune/tune_nvidia_h200_2026-11-29.json, docs/
+// performance.md).
+bool narrow_split_search(const GemmArgs& args) {
+  const int kind = tc_kind_of(args);
+  if (kind != kBF16 && kind != kF16) return false;  // measured in 16-bit only
+  if (args.n <= kBNNarrow || tile_count(args, kBNWide) * 2 > sm_count_of(args)) return false;
+  if (narrow_weight_stream(args)) return false;
+  const TileChoice narrow = best_splits(args, kBNNarrow);
+  return narrow.sp.splits > 1 && narrow.us < wider_tiles(args).us;
 }
 
 // A short k (5 to 8 k-blocks) over two waves of medium tiles or more: the medium tile,
@@ -425,8 +456,7 @@ TileChoice choose_tile(const GemmArgs& args) {
       return m == o.m && n == o.n && k == o.k && dtype == o.dtype && sms == o.sms &&
              beta == o.beta && dev.l2_bytes == o.dev.l2_bytes &&
              dev.memory_clock_khz == o.dev.memory_clock_khz &&
-             dev.memory_bus_bits == o.dev.memory_bus_bits &&
-             dev.sm_clock_khz == o.dev.sm_clock_khz;
+             dev.memory_bus_bits == o.dev.memory_bus_bits && dev.sm_clock_khz == o.dev.sm_clock_khz;
     }
   };
   // Two entries: a decode-sized product is planned both as given and swapped
@@ -443,22 +473,18 @@ TileChoice choose_tile(const GemmArgs& args) {
   if (args.n <= kBNNarrow) {
     best = best_splits(args, kBNNarrow);
   } else {
-    best = best_splits(args, kBNWide);
-    const TileChoice medium = best_splits(args, kBNMedium);
-    if (medium.us < best.us) best = medium;
-    if (tc_kind_of(args) != kTF32) {  // no tf32 instances of the three-quarter tile
-      const TileChoice three_quarter = best_splits(args, kBNThreeQuarter);
-      if (three_quarter.us < best.us) best = three_quarter;
-    }
-    const int64_t sms = sm_count_of(args);
-    if (short_k_ping_pong(args)) best = medium;
-    if (tile_count(args, kBNWide) * 2 <= sms) {
+    best = wider_tiles(args);
+    if (tile_count(args, kBNWide) * 2 <= sm_count_of(args)) {
       // The measured rule outranks the model, which prices the two slices as unsplit.
       const bool stream = narrow_weight_stream(args);
       TileChoice narrow;
-      narrow.bn = kBNNarrow;
-      narrow.sp = split_plan(args, stream ? 2 : 1);
-      narrow.us = split_cost_us(args, kBNNarrow, narrow.sp);
+      if (narrow_split_search(args)) {
+        narrow = best_splits(args, kBNNarrow);
+      } else {
+        narrow.bn = kBNNarrow;
+        narrow.sp = split_plan(args, stream ? 2 : 1);
+        narrow.us = split_cost_us(args, kBNNarrow, narrow.sp);
+      }
       if (stream || narrow.us < best.us) best = narrow;
     }
   }

@@ -185,6 +185,9 @@ bool long_k_last_wave(const GemmArgs& args);
 bool narrow_weight_stream(const GemmArgs& args);
 // 5 to 8 k-blocks over two waves of medium tiles or more: the ping-pong medium tile.
 bool short_k_ping_pong(const GemmArgs& args);
+// wide tiles for at most half of the SMs, where the narrow tile at the split its own search
+// finds is priced below the wider tiles: that split, where the narrow tile was weighed whole.
+bool narrow_split_search(const GemmArgs& args);
 // Whether best_splits looks for a k-split at tile width bn: tiles for at most half of the
 // SMs, or batched_decode_roofline.
 bool split_search_open(const GemmArgs& args, int bn);

@@ -11,7 +11,8 @@ Sections (``--sections``, comma separated; both by default):
 Each point is tuned once (its cost in seconds is recorded from ``gemmt.tuning_stats()``),
 then three CUDA graphs of the same calls are timed in alternating rounds: the tuned plan,
 the untuned (default) plan and torch's ``F.linear`` (cuBLAS). Ratios are torch time over
-gemmt time (above 1: gemmt faster). The JSON also holds each point's winning plan.
+gemmt time (above 1: gemmt faster). The JSON also holds each point's winning plan and every
+schedule the tuner timed for it (``timed``: name and us, the default first).
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ def _point(section: str, x: torch.Tensor, ws: list[torch.Tensor], rounds: int) -
                 candidates=sum(p["candidates"] for p in problems),
                 rejected=sum(p["rejected"] for p in problems),
                 winner=problems[0]["winner"] if problems else None,
+                timed=problems[0]["timed"] if problems else [],
                 tuned_untuned_rel_diff=diff / scale)
 
 

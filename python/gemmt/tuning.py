@@ -96,7 +96,8 @@ def tuning_stats() -> dict[str, Any]:
 
     ``problems`` lists each tuned problem with the seconds its tuning took, the schedules
     timed, rejected (result not within rounding of the default plan's) and failed (did not
-    launch), the winner and its time against the default's; ``seconds`` is their total.
+    launch), the winner and its time against the default's, and ``timed``: each schedule
+    timed, the default first, as (name, us); ``seconds`` is their total.
     ``cache_hits`` counts products run with a cached winner, ``capture_skips`` untuned
     products met during CUDA-graph capture, ``untuned_cached`` untuned products met with
     tuning off but the cache on, ``tuning_skipped`` problems whose tuning gave up.
