@@ -755,6 +755,24 @@ def test_h100_plans_match_the_snapshot(description: dict[str, int] | None) -> No
         (key, rule, got[key]) for key, rule in later.items() if not decision[rule](got[key])][:3]
 
 
+@pytest.mark.parametrize("device_info", [H100, H200], ids=["h100", "h200"])
+def test_batched_decode_stays_given_where_narrow_slices_fill_a_wave(device_info: dict[str, int]
+                                                                    ) -> None:
+    """160 tokens (swap_for_batched_decode's class): through 2048 x 4096 the narrow tiles as
+    given, in two k-slices (128 units on 132 SMs), run instead of the swapped three-quarter tile
+    (given_narrow_fills_the_gpu counts the slices); 4096 x 4096 stays as given unsplit (2 x 64
+    tiles), and the weights whose given plan does not fill a wave swap."""
+    def plan(n: int, k: int) -> tuple[bool, int, int]:
+        p = sm90(160, n, k, b_layout="col", device_info=device_info)
+        return p["c_trans"], p["tile_n"], p["splits"]
+
+    assert plan(2048, 4096) == (False, 64, 2)
+    assert plan(4096, 4096) == (False, 64, 1)
+    for n, k in [(3072, 4096), (5120, 5120), (11008, 4096)]:
+        transposed, tile_n, _ = plan(n, k)
+        assert transposed and tile_n == 192, (n, k)
+
+
 def test_h200_description_moves_the_bandwidth_bound_plans() -> None:
     """With 1.43x the H100's bandwidth: the DRAM model's rate and streaming share rise (0.48
     to 0.69 of the SMs must stream), so decode products of 1-64 tokens split the weight over
@@ -1010,7 +1028,7 @@ def test_every_rule_has_a_test() -> None:
 # a rule to another class fails here: update the table's `tuner` entries (and this list) from
 # `python tests/tune_evidence.py`, and retire a rule that lands in (c) on both GPUs.
 TUNED_CLASSES = {
-    "swap_for_small_m": "d", "swap_for_batched_decode": "d", "swap_for_tf32": "a",
+    "swap_for_small_m": "d", "swap_for_batched_decode": "b", "swap_for_tf32": "a",
     "streams_single_row": "d",
     "narrow_weight_stream": "a", "narrow_split_search": "b", "batched_decode_roofline": "a",
     "no_split_past_half_the_sms": "b", "stream_k_from_two_waves": "b",

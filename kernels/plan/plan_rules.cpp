@@ -46,15 +46,15 @@ constexpr PlanRule kRules[] = {
      "h100_2026-11-25_decode_swap (47295f1); rule f2b0c05", "-", true, &sm90::swap_for_small_m,
      "(d) mixed. h100_tune decides 20 points: the winner keeps it at 12, takes the product as "
      "given at 6, neither at 2; the product as given timed at 20. h200_tune decides 64 points: "
-     "the winner keeps it at 57, takes the product as given at 7; the product as given timed "
+     "the winner keeps it at 61, takes the product as given at 3; the product as given timed "
      "at 64. As given won by 5-12% at 4-64 tokens through 5120 x 5120 on the H100 (both "
      "dtypes) and by 0-9% at some of 2-64 tokens through 2048- to 5120-row weights on the "
      "H200; elsewhere the swap held"},
     {"swap_for_batched_decode", "sm90", "problem_for",
      "16-bit x @ W^T or g @ W with 129 <= m <= 192 tokens and n > 256, where the swapped "
      "problem is supported on the three-quarter tile, except where the product as given runs "
-     "unsplit on narrow tiles filling 90% of a wave (given_narrow_fills_the_gpu: a weight of "
-     "about 4096 x 4096)",
+     "on narrow tiles filling 90% of a wave, unsplit or in k-slices within one wave "
+     "(given_narrow_fills_the_gpu: weights of about 4096 x 4096, or 2048 x 4096 in two slices)",
      "run C^T = W x^T on the three-quarter tile: one column of tiles holds every token and "
      "computes only the columns they fill (trimmed_tile_width); the model's split for it",
      "as given, the tokens are two 128-row tiles, the second 1-64 rows full, so half of its "
@@ -67,14 +67,15 @@ constexpr PlanRule kRules[] = {
      "the swapped speed at 136-192 tokens (1.02-1.13x once B's boxes no longer cross either: "
      "second_b_box; 4096 x 2048 1.18-1.32x); 2048 x 4096 (as given in 4 slices) 0.98-1.09x, "
      "3072 x 4096 (96 tiles) 0.98-1.03x, 4096 x 14336 0.89-1.02x, the 5120-wide and "
-     "128256-row weights 0.71-0.90x: they swap",
+     "128256-row weights 0.71-0.90x: they swap; 2048 x 4096 as given in two slices "
+     "(narrow_split_search) 1.03-1.12x at 136-192 tokens",
      "h200_tune/ab_batched_decode_h200_2026-11-29.json, ab_last_tile_h200_2026-11-29.json, "
-     "ab_second_b_box_h200_2026-11-29.json",
+     "ab_second_b_box_h200_2026-11-29.json, heldout_decode_h200_2026-11-29.json",
      "SM count", true, &sm90::swap_for_batched_decode,
-     "(d) mixed. h100_tune in class at 0 points, deciding none. h200_tune decides 8 points: "
-     "the winner keeps it at 6, takes the plan without it at 2; the plan without it timed at "
-     "0. The sweeps' one token count in its class is 160 (H200 only); through 2048 x 4096 the "
-     "winner ran narrow tiles as given"},
+     "(b) not contradicted, its alternative untimed. h100_tune in class at 0 points, deciding "
+     "none. h200_tune decides 6 points: the winner keeps it at 6, takes the plan without it at "
+     "0; the plan without it timed at 0. The sweeps' one token count in its class is 160 (H200 "
+     "only); 2048 x 4096 now runs as given there (given_narrow_fills_the_gpu)"},
     {"swap_for_tf32", "sm90", "problem_for",
      "tf32, n > 64, B not K-major (a row-major b), A not M-major",
      "run C^T = B^T A^T: B becomes an M-major A read through registers, A a K-major B",
@@ -125,7 +126,7 @@ constexpr PlanRule kRules[] = {
      true, &sm90::narrow_split_search,
      "(b) not contradicted, its alternative untimed. h100_tune decides 2 points: the winner "
      "keeps it at 2, takes the plan without it at 0; the plan without it timed at 0. h200_tune "
-     "decides 8 points: the winner keeps it at 8, takes the plan without it at 0; the plan "
+     "decides 10 points: the winner keeps it at 10, takes the plan without it at 0; the plan "
      "without it timed at 0. Where it decides, every winner ran narrow tiles in k-slices (on "
      "the H100 in 4 where the rule takes 3)"},
     {"batched_decode_roofline", "sm90", "best_splits (split_search_open)",

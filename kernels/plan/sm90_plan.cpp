@@ -565,9 +565,13 @@ bool swap_for_batched_decode(const GemmArgs& args) {
 
 bool given_narrow_fills_the_gpu(const GemmArgs& args) {
   const Problem given = as_given(args);
-  if (given.bn != kBNNarrow || split_plan_or_auto(given, 0).splits != 1) return false;
-  return static_cast<double>(tile_count(given.args, given.bn)) >=
-         kGivenNarrowMinFill * static_cast<double>(sm_count_of(args));
+  if (given.bn != kBNNarrow) return false;
+  const int splits = split_plan_or_auto(given, 0).splits;
+  const int64_t sms = sm_count_of(args);
+  const int64_t units = tile_count(given.args, given.bn) * splits;
+  // In k-slices (narrow_split_search), one wave at most: each CTA streams its slice once.
+  if (splits > 1 && units > sms) return false;
+  return static_cast<double>(units) >= kGivenNarrowMinFill * static_cast<double>(sms);
 }
 
 bool streams_single_row(const GemmArgs& args) {

@@ -254,12 +254,15 @@ bool swap_for_small_m(const GemmArgs& args);
 // the product as given fills the GPU unsplit on the narrow tile (given_narrow_fills_the_gpu).
 bool swap_for_batched_decode(const GemmArgs& args);
 
-// As given, the product runs unsplit on the narrow (64-wide) tile with at least
-// kGivenNarrowMinFill of a wave of tiles: a weight of about 4096 x 4096 at 129-192 tokens
-// (2 x 64 tiles on 132 SMs). There the given plan streams the weight on every SM in one pass,
-// where the swapped 128 x 192 tiles (32 rows of tiles in 3 slices) left a quarter of the SMs
-// idle and added the slices' reduction: as given ran 1.05-1.16x faster (H200, 4096 x 4096 at
-// 136-192 tokens, with the last tile moved up: last_tile_row).
+// As given, the product runs on the narrow (64-wide) tile with units (tiles, or tiles x
+// k-slices within one wave) for at least kGivenNarrowMinFill of a wave: a weight of about
+// 4096 x 4096 at 129-192 tokens (2 x 64 tiles on 132 SMs), or 2048 x 4096 (2 x 32 tiles in two
+// slices, narrow_split_search). There the given plan streams the weight on every SM in one
+// pass, where the swapped 128 x 192 tiles (32 rows of tiles in 3 slices) left a quarter of the
+// SMs idle and added the slices' reduction: as given ran 1.05-1.16x faster (H200, 4096 x 4096
+// at 136-192 tokens, with the last tile moved up: last_tile_row), and 1.03-1.12x through
+// 2048 x 4096 at 136-192 tokens in two slices (tuner timings, h200_tune/
+// heldout_decode_h200_2026-11-29.json and tune_nvidia_h200_2026-11-29.json).
 bool given_narrow_fills_the_gpu(const GemmArgs& args);
 constexpr double kGivenNarrowMinFill = 0.9;
 
