@@ -471,12 +471,13 @@ def test_sm90_swap_rule_limits() -> None:
         assert not sm90(m, 256, 4096, b_layout="col")["c_trans"], m
     assert not sm90(16, 64, 4096, b_layout="col")["c_trans"]
     assert not sm90(16, 11008, 4096, dtype="float32", allow_tf32=True, b_layout="col")["c_trans"]
-    # Where the product as given runs unsplit on narrow tiles that fill 90% of a wave (4096
-    # rows: 2 x 64 tiles on 132 SMs), it stays as given (given_narrow_fills_the_gpu); 3072
-    # rows (96 tiles) and a 5120 x 5120 weight (128-wide tiles as given) still swap.
+    # Where the product as given runs unsplit on narrow tiles that fill 84% of a wave or more
+    # (4096 rows: 2 x 64 tiles on 132 SMs; 3584 rows: 2 x 56), it stays as given
+    # (given_narrow_fills_the_gpu); 3072 rows (96 tiles) and a 5120 x 5120 weight (128-wide
+    # tiles as given) still swap.
     for m in (129, 144, 192):
-        for n, k, swaps in ((4096, 4096, False), (4096, 2048, False), (3072, 4096, True),
-                            (5120, 5120, True)):
+        for n, k, swaps in ((4096, 4096, False), (4096, 2048, False), (3584, 3584, False),
+                            (3072, 4096, True), (5120, 5120, True)):
             p = sm90(m, n, k, b_layout="col")
             assert p["c_trans"] == swaps, (m, n, k)
             if not swaps:

@@ -53,8 +53,9 @@ constexpr PlanRule kRules[] = {
     {"swap_for_batched_decode", "sm90", "problem_for",
      "16-bit x @ W^T or g @ W with 129 <= m <= 192 tokens and n > 256, where the swapped "
      "problem is supported on the three-quarter tile, except where the product as given runs "
-     "on narrow tiles filling 90% of a wave, unsplit or in k-slices within one wave "
-     "(given_narrow_fills_the_gpu: weights of about 4096 x 4096, or 2048 x 4096 in two slices)",
+     "on narrow tiles filling 84% of a wave, unsplit or in k-slices within one wave "
+     "(given_narrow_fills_the_gpu: weights of 3584 x 3584 to 4096 x 4096, or 2048 x 4096 in "
+     "two slices)",
      "run C^T = W x^T on the three-quarter tile: one column of tiles holds every token and "
      "computes only the columns they fill (trimmed_tile_width); the model's split for it",
      "as given, the tokens are two 128-row tiles, the second 1-64 rows full, so half of its "
@@ -68,7 +69,7 @@ constexpr PlanRule kRules[] = {
      "second_b_box; 4096 x 2048 1.18-1.32x); 2048 x 4096 (as given in 4 slices) 0.98-1.09x, "
      "3072 x 4096 (96 tiles) 0.98-1.03x, 4096 x 14336 0.89-1.02x, the 5120-wide and "
      "128256-row weights 0.71-0.90x: they swap; 2048 x 4096 as given in two slices "
-     "(narrow_split_search) 1.03-1.12x at 136-192 tokens",
+     "(narrow_split_search) 1.03-1.12x at 136-192 tokens, 3584 x 3584 unsplit 1.02-1.09x",
      "h200_tune/ab_batched_decode_h200_2026-11-29.json, ab_last_tile_h200_2026-11-29.json, "
      "ab_second_b_box_h200_2026-11-29.json, heldout_decode_h200_2026-11-29.json",
      "SM count", true, &sm90::swap_for_batched_decode,

@@ -262,9 +262,12 @@ bool swap_for_batched_decode(const GemmArgs& args);
 // SMs idle and added the slices' reduction: as given ran 1.05-1.16x faster (H200, 4096 x 4096
 // at 136-192 tokens, with the last tile moved up: last_tile_row), and 1.03-1.12x through
 // 2048 x 4096 at 136-192 tokens in two slices (tuner timings, h200_tune/
-// heldout_decode_h200_2026-11-29.json and tune_nvidia_h200_2026-11-29.json).
+// heldout_decode_h200_2026-11-29.json and tune_nvidia_h200_2026-11-29.json). The bound lies
+// between two measured fills: 3584 x 3584 (2 x 56 tiles, 0.85 of a wave) ran as given
+// 1.02-1.09x the swapped speed at 136-192 tokens (same files), 3072 x 4096 (2 x 48, 0.73)
+// 0.98-1.03x (ab_batched_decode_h200_2026-11-29.json): it swaps.
 bool given_narrow_fills_the_gpu(const GemmArgs& args);
-constexpr double kGivenNarrowMinFill = 0.9;
+constexpr double kGivenNarrowMinFill = 0.84;
 
 // The share of a tile bn wide that a 16-bit product of n < bn columns computes on it
 // (trimmed_tile_width over bn, at K-major granularity: the model does not see layouts), which
