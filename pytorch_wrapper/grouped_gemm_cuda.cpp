@@ -34,6 +34,14 @@ void run(const char* op, GroupedGemmArgs& x, const at::Tensor& like) {
   TORCH_CHECK(grouped_gemm_sm90_supported(x, &why), op,
               ": the Hopper kernel cannot take these operands: ", why);
   x.sm_count = usable_sm_count(op);
+  // Scratch the plan asks for (float32 partial sums of k-slices), from the caching allocator
+  // on the current stream.
+  at::Tensor workspace;
+  if (const std::size_t bytes = grouped_gemm_sm90_workspace_bytes(x)) {
+    workspace = at::empty({static_cast<int64_t>(bytes)}, like.options().dtype(at::kByte));
+    x.workspace = workspace.data_ptr();
+    x.workspace_bytes = bytes;
+  }
   const char* step = "";
   const cudaError_t status = grouped_gemm_sm90(x, stream_for(like), &step);
   if (status != cudaSuccess) (void)cudaGetLastError();  // not left for a later check to find

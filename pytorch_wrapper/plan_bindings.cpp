@@ -414,6 +414,7 @@ void bind_plans(py::module_& m) {
         d["max_tiles"] = grouped_plan::max_tiles(s, bn);
         d["fp8_cluster"] = grouped_plan::fp8_cluster(s);
         d["fp8_promoted_tile_n"] = grouped_plan::promoted_tile_width(s, sm_count);
+        d["fp8_k_slices"] = grouped_plan::fp8_k_slices(s, sm_count);
         return d;
       },
       "The grouped / scaled Hopper GEMM's plan (kernels/plan/grouped_plan.cpp) for 16-bit "
@@ -421,7 +422,8 @@ void bind_plans(py::module_& m) {
       "memory (where it can be), and the bound on its tiles; split: 0 none, 1 rows, 2 columns, "
       "3 the contraction dimension (its extent the total of the groups'). fp8_cluster: CTAs a "
       "cluster of an FP8 product (1 or 2); fp8_promoted_tile_n: the promoted FP8 tile's width "
-      "for one product of this shape.",
+      "for one product of this shape; fp8_k_slices: the slices of K a few-row FP8 product with "
+      "row / column or tensor scales runs as (1: none).",
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("groups"), py::arg("split"),
       py::arg("sm_count"));
   m.def("plan_fp8_decode_split", &fp8_decode_plan::k_split,

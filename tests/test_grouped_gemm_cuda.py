@@ -545,3 +545,34 @@ def test_grouped_store_with_bias_or_float_out(act: str, monkeypatch: pytest.Monk
     close_elementwise(out, ref_grouped(a, b, offs, bias, act), torch.bfloat16)
     out32 = torch.ops.gemmt.grouped_mm(a, b, offs, None, torch.float32, act)
     check(out32, ref_grouped(a, b, offs, None, act), torch.bfloat16)
+
+
+# ---- scaled_mm's k-slices (few-row FP8 products: grouped_plan::fp8_k_slices) ----
+
+@needs_hopper
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+@pytest.mark.parametrize("shape", [(64, 1000, 4096), (100, 384, 1000), (128, 4096, 2048),
+                                   (33, 256, 384)])
+@pytest.mark.parametrize("slices", ["0", "1", "2", "3", "5"])
+@pytest.mark.parametrize("fast", [False, True])
+def test_scaled_mm_k_slices(scaling: str, shape: tuple[int, int, int], slices: str, fast: bool,
+                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every element of a product whose K is cut into slices (0: the planner's count; a last
+    slice shorter than the others, or ending inside a k-block where K is not a multiple of 128)
+    within its rounding of the float64 reference, the bias and activation applied once by the
+    slices' reduction, and in float32 as close to it as the uncut product."""
+    import torch.nn.functional as F
+    monkeypatch.setenv("GEMMT_FP8_SPLITS", slices)
+    m, n, k = shape
+    a, b, sa, sb = fp8_operands(m, n, k, scaling)
+    bias = torch.randn(n, device="cuda")
+    ref = F.silu(ref_scaled(a, b, sa, sb, scaling) + bias.double().cpu())
+    for dtype in (torch.bfloat16, torch.float32):
+        bias_c = bias.to(dtype)  # converted outside the poisoned pool: the output comes first
+        out = poisoned_call(lambda: torch.ops.gemmt.scaled_mm(a, b, sa, sb, bias_c, dtype, "silu",
+                                                              fast), (m, n), dtype)
+        if dtype == torch.bfloat16 or fast:
+            close_elementwise(out, ref, torch.bfloat16)
+        else:
+            assert torch.isfinite(out).all()
+            assert rel_err(out.double().cpu(), ref) < 1e-5

@@ -1190,6 +1190,35 @@ def test_grouped_plan_fp8_cluster(m: int, cluster: int, tile: int) -> None:
     assert plan["fp8_cluster"] == cluster and plan["fp8_promoted_tile_n"] == tile
 
 
+@pytest.mark.parametrize("m,n,k,slices", [
+    (64, 4096, 4096, 4),     # 32 tiles: four slices of 8 k-blocks on 128 SMs
+    (128, 4096, 14336, 4),
+    (64, 8192, 8192, 2),     # 64 tiles: two slices fill a wave
+    (48, 6144, 4096, 2),     # 48 tiles: three would be measured slower
+    (100, 1024, 1024, 1),    # 8 k-blocks: too few to cut
+    (64, 14336, 4096, 1),    # 112 tiles nearly fill the SMs already
+    (128, 28672, 8192, 1),   # two waves of tiles: the partials would cost more than they save
+    (129, 4096, 4096, 1),    # CTA pairs, no slices
+    (64, 4096, 256, 1),      # two k-blocks: too few to cut
+])
+def test_grouped_plan_fp8_k_slices(m: int, n: int, k: int, slices: int) -> None:
+    assert _native.load().plan_grouped(m, n, k, 1, 0, 132)["fp8_k_slices"] == slices
+
+
+def test_grouped_plan_fp8_k_slices_bounds() -> None:
+    # At most 4 slices, each of at least 8 whole k-blocks, every unit in one wave; never beside
+    # CTA pairs or groups.
+    plan = _native.load().plan_grouped
+    for m in (1, 33, 64, 128, 129, 4096):
+        for n in (256, 1024, 4096, 6144, 14336, 28672):
+            for k in (128, 512, 1000, 2048, 4096, 8192, 14336):
+                s = plan(m, n, k, 1, 0, 132)["fp8_k_slices"]
+                blocks, tiles = -(-k // 128), -(-m // 128) * -(-n // 128)
+                assert 1 <= s <= 4
+                assert s == 1 or (m <= 128 and blocks // s >= 8 and tiles * s <= 132)
+                assert plan(m, n, k, 4, 0, 132)["fp8_k_slices"] == 1
+
+
 def test_grouped_plan_tile_bound_covers_every_split() -> None:
     lib = _native.load()
     # Rows split over 64 groups: each group may add a partial tile row, plus the rows past

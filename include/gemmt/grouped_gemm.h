@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "gemmt/activation.h"
@@ -63,7 +64,15 @@ struct GroupedGemmArgs {
   // every 128 of K (faster, less accurate for long K; torch._scaled_mm's use_fast_accum).
   bool fast_accum = false;
   int sm_count = 0;  // SMs the persistent grid may fill (0: all of the current device's)
+  // Scratch for float32 partial sums (grouped_gemm_sm90_workspace_bytes; 16-byte aligned).
+  // Without it, or smaller than asked, the product runs without k-slices.
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
 };
+
+// Bytes of scratch the product would use: few-row FP8 products cut K into slices whose float32
+// partial sums a second pass adds (grouped_plan::fp8_k_slices); 0 for the others.
+std::size_t grouped_gemm_sm90_workspace_bytes(const GroupedGemmArgs& args);
 
 // Whether the kernel takes these arguments (sm_90a build, alignment for the tensor maps, an
 // operand layout it has, at most kMaxGroups split groups); when not, *why says what failed.

@@ -1,5 +1,7 @@
 #include "plan/grouped_plan.h"
 
+#include <algorithm>
+
 namespace gemmt {
 namespace grouped_plan {
 namespace {
@@ -53,6 +55,16 @@ int promoted_tile_width(const Shape& s, int sm_count) {
 
 int fp8_cluster(const Shape& s) {
   return s.m <= kBM ? 1 : 2;
+}
+
+int fp8_k_slices(const Shape& s, int sm_count) {
+  if (fp8_cluster(s) != 1 || s.groups != 1 || s.split != 0 || sm_count < 1) return 1;
+  constexpr int64_t kMaxSlices = 4;
+  constexpr int64_t kMinBlocksASlice = 8;
+  const int64_t tiles = ceil_div(s.m, kBM) * ceil_div(s.n, 128);
+  const int64_t blocks = ceil_div(s.k, 128);
+  int64_t slices = std::min({kMaxSlices, sm_count / tiles, blocks / kMinBlocksASlice});
+  return static_cast<int>(std::max<int64_t>(slices, 1));
 }
 
 int ctas_per_sm(const Shape& s) {

@@ -52,6 +52,16 @@ int promoted_tile_width(const Shape& s, int sm_count);
 // 0.41-0.55x torch._scaled_mm, twice the time the weight's bytes take; H200).
 int fp8_cluster(const Shape& s);
 
+// k-slices of an FP8 product on lone CTAs (fp8_cluster 1, row / column or tensor scales): its
+// 128 x 128 tiles of at most 128 rows leave most SMs idle (a 4096-wide weight has 32), so K is
+// cut into ranges of whole k-blocks, each written as float32 partial sums that a second pass
+// adds (applying the bias and activation). As many slices as keep every unit in one wave, at
+// most 4, each at least 8 k-blocks deep. Measured on an H200 (33-128 rows, 1-8 slices each):
+// 4096 x 4096 1.1-1.3x and 4096 x 14336 1.3-1.9x with 4; 6144 x 4096 and 8192 x 8192 1.0-1.1x
+// with 2 and slower with more; 14336 x 4096 (112 tiles) and 28672 x 8192 slower with any,
+// the partials' bytes costing more than the idle SMs.
+int fp8_k_slices(const Shape& s, int sm_count);
+
 // An upper bound on the tiles of the list with this width (exact without a split): a split
 // of rows or columns adds at most one partial tile per group, and one for the rows or
 // columns past the last offset, which are written as zeros.

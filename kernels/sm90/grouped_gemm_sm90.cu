@@ -11,6 +11,7 @@
 
 #include "common/gemm_tc_kind.h"
 #include "gemmt/cuda_check.h"
+#include "gemmt/gemm.h"
 #include "gemmt/grouped_gemm.h"
 #include "gemmt/launch.cuh"
 #include "plan/grouped_plan.h"
@@ -221,7 +222,83 @@ bool fits_int(int64_t v) {
   return v >= 0 && v < (int64_t{1} << 31);
 }
 
+// K cut into slices of whole k-blocks (count 1: not cut).
+struct KSlices {
+  int count = 1;
+  int depth = 0;
+};
+
+// The k-slices of a few-row FP8 product (grouped_plan::fp8_k_slices): one product with row /
+// column or tensor scales on lone CTAs (block scales are applied per k-block at the promotion
+// and keep their pairs). GEMMT_FP8_SPLITS=n asks for n slices where they can run (read at each
+// call, for A/B runs).
+KSlices k_slices(const GroupedGemmArgs& x, int sms) {
+  KSlices ks;
+  if (!is_fp8_kind(x.kind) || x.scale == ScaleKind::kBlock || x.split != GroupSplit::kNone ||
+      x.groups != 1 || x.k <= 0 || x.m == 0 || x.n == 0 || fp8_cluster(x) != 1) {
+    return ks;
+  }
+  int want = 0;
+  const char* env = std::getenv("GEMMT_FP8_SPLITS");
+  if (env != nullptr && env[0] != '\0') want = std::atoi(env);
+  if (want <= 0) want = grouped_plan::fp8_k_slices(shape_of(x), sms);
+  const int64_t blocks = (x.k + 127) / 128;
+  const int64_t count = std::min<int64_t>(want, blocks);
+  if (count <= 1) return ks;
+  const int64_t per = (blocks + count - 1) / count;
+  ks.count = static_cast<int>((blocks + per - 1) / per);
+  ks.depth = static_cast<int>(per * 128);
+  return ks;
+}
+
+std::size_t partial_bytes(const GroupedGemmArgs& x, const KSlices& ks) {
+  if (ks.count <= 1) return 0;
+  return static_cast<std::size_t>(ks.count) * static_cast<std::size_t>(x.m) *
+         static_cast<std::size_t>(x.n) * sizeof(float);
+}
+
+cudaError_t sm_count_for(const GroupedGemmArgs& x, int* sms) {
+  *sms = x.sm_count;
+  if (*sms > 0) return cudaSuccess;
+  return current_device_sm_count(sms);
+}
+
+// The k-slices this call runs: none without a workspace of the size they need.
+KSlices k_slices_with_workspace(const GroupedGemmArgs& x, int sms) {
+  const KSlices ks = k_slices(x, sms);
+  const bool room = x.workspace != nullptr && x.workspace_bytes >= partial_bytes(x, ks) &&
+                    reinterpret_cast<uintptr_t>(x.workspace) % 16 == 0;
+  return ks.count > 1 && room ? ks : KSlices{};
+}
+
+// C = epilogue(sum of the slices' float32 partial sums), the scales already in them.
+cudaError_t reduce_k_slices(const GroupedGemmArgs& x, const KSlices& ks, cudaStream_t stream) {
+  GemmArgs r;
+  r.m = x.m;
+  r.n = x.n;
+  r.k = x.k;
+  r.c = x.c;
+  r.ldc = x.ldc;
+  r.dtype = x.out == OutKind::kBF16  ? ScalarType::kBFloat16
+            : x.out == OutKind::kF16 ? ScalarType::kFloat16
+                                     : ScalarType::kFloat32;
+  r.epilogue.bias = x.bias;
+  r.epilogue.activation = x.act;
+  return gemm_reduce_k_slices(r, static_cast<const float*>(x.workspace), ks.count, stream);
+}
+
 }  // namespace
+
+std::size_t grouped_gemm_sm90_workspace_bytes(const GroupedGemmArgs& x) {
+  const char* why = nullptr;
+  if (!grouped_gemm_sm90_supported(x, &why)) return 0;
+  int sms = 0;
+  if (sm_count_for(x, &sms) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return partial_bytes(x, k_slices(x, sms));
+}
 
 bool grouped_gemm_sm90_supported(const GroupedGemmArgs& x, const char** why) {
   static const char* const kNotBuilt = "the sm_90a kernels are not in this build";
@@ -299,10 +376,13 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
     y.a_sg = y.b_sg = 0;
     y.m = y.n = 1;
   }
-  int sms = x.sm_count;
-  if (sms <= 0) GEMMT_RETURN_IF_ERROR(current_device_sm_count(&sms));
+  int sms = 0;
+  GEMMT_RETURN_IF_ERROR(sm_count_for(x, &sms));
   const bool promote = is_fp8_kind(x.kind) && (!x.fast_accum || x.scale == ScaleKind::kBlock);
-  const grouped_plan::Shape shape = shape_of(x);
+  const KSlices ks = x.k == 0 ? KSlices{} : k_slices_with_workspace(x, sms);
+  const bool sliced = ks.count > 1;
+  grouped_plan::Shape shape = shape_of(x);
+  if (sliced) shape.groups = ks.count;
   const bool two_per_sm = two_ctas_per_sm(x);
   const int cluster = fp8_cluster(x);
   // A lone FP8 CTA takes the 128 x 128 tile (its only instance), also where a switch forces
@@ -355,6 +435,20 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   p.bias = x.bias;
   p.bias_sg = x.bias_sg;
   p.act = x.act;
+  p.k_slice = 0;
+  if (sliced) {
+    // A group a slice, each with its float32 partial sums (scaled) in the workspace; the
+    // reduction applies the bias and the activation.
+    p.groups = ks.count;
+    p.k_slice = ks.depth;
+    p.c = x.workspace;
+    p.c_sg = x.m * x.n;
+    p.ldc = x.n;
+    p.out = static_cast<int>(OutKind::kF32);
+    p.bias = nullptr;
+    p.bias_sg = 0;
+    p.act = Activation::kNone;
+  }
   // The ring at its deepest, or a stage shorter with C's tile staged beside it.
   p.store_c = 0;
   p.stages = bn == 256 ? 4 : (bn == 192 ? 5 : 6);
@@ -362,7 +456,7 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   // A C the driver will not map (strides past its limits) is written from registers.
   if (two_per_sm) {
     p.stages = 3;
-  } else if (use_staged_c(x) && encode_c_map(&l.c, x)) {
+  } else if (!sliced && use_staged_c(x) && encode_c_map(&l.c, x)) {
     p.store_c = 1;
     p.stages = bn == 256 ? 3 : (bn == 192 ? 4 : 5);
   }
@@ -372,7 +466,10 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   const int64_t slots = static_cast<int64_t>(sms / l.cluster) * l.per_sm;
   l.grid = static_cast<int>(std::min<int64_t>(units, slots)) * l.cluster;
   *step = "the launch of the kernel instance";
-  return launch_instance(x.kind, l, stream);
+  GEMMT_RETURN_IF_ERROR(launch_instance(x.kind, l, stream));
+  if (!sliced) return cudaSuccess;
+  *step = "the reduction of the k-slices";
+  return reduce_k_slices(x, ks, stream);
 }
 
 }  // namespace gemmt

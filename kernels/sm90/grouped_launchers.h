@@ -32,6 +32,9 @@ struct GroupedParams {
   const void* bias;
   int64_t bias_sg;
   Activation act;
+  // k-slices of one product (split kNone, a group a slice): each slice's depth, a multiple of
+  // the stage's K, slice g taking [g * k_slice, min(k, (g + 1) * k_slice)); 0 without.
+  int k_slice;
   int stages;   // the depth of the operand ring (GgCfg: kMaxStages, or kStagedStages when staged)
   int store_c;  // 1: C leaves through shared memory and TMA stores (the map c), 16-bit kinds
 };
