@@ -2,13 +2,15 @@
 
     python benchmarks/fp8_decode_split.py --out <folder> [--tag run1] [--rounds 9]
         [--knob decode|gemm] [--scaling tensor|row] [--tokens 1,16,32] [--splits 0,1,2,3,4,5,6,8]
+        [--ab NAME=VALUE]
 
 For each weight (out x in features, float8) and token count, times ``scaled_mm`` with each
 split of K (0 is the planner's choice): with ``--knob decode`` the decode kernel's CTAs along K
 (``GEMMT_FP8_DECODE_SPLIT``; 1-32 tokens) beside the Hopper scaled GEMM that takes the product
 without a decode kernel (``GEMMT_FP8_DECODE=off``); with ``--knob gemm`` the scaled GEMM's
 k-slices (``GEMMT_FP8_SPLITS``; 33-128 tokens). Also ``torch._scaled_mm`` and gemmt's bf16
-product on the same weight,
+product on the same weight, and with ``--ab`` the planner's split under one more setting of the
+wrapper's (``ab``: an A/B of a kernel form in the same process),
 each as a CUDA graph of one call on each of several weight copies (together past twice the
 L2, so every call streams its weight from memory), in interleaved rounds, medians. A device copy
 of the same bytes gives the bandwidth the weight stream is held against. The profiler's
@@ -68,7 +70,7 @@ def kernel_us(calls: list[Callable[[], object]]) -> list[float]:
 
 def point(n: int, k: int, m: int, ws: list[tuple[torch.Tensor, torch.Tensor]],
           wb: list[torch.Tensor], rounds: int, splits: list[int], knob: str,
-          scaling: str) -> dict[str, object]:
+          scaling: str, ab: dict[str, str]) -> dict[str, object]:
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     xq, sx = quantize(x, scaling)
     gemmt_calls = [lambda q=q, s=s: torch.ops.gemmt.scaled_mm(xq, q.t(), sx, s.t(), None,
@@ -83,6 +85,8 @@ def point(n: int, k: int, m: int, ws: list[tuple[torch.Tensor, torch.Tensor]],
     base = {"GEMMT_FP8_DECODE": "off"} if knob == "gemm" else {}
     reps: dict[str, Replay] = {
         f"split{s}": with_env(gemmt_calls, {**base, KNOBS[knob]: str(s)}) for s in splits}
+    if ab:
+        reps["ab"] = with_env(gemmt_calls, {**base, **ab})
     if knob == "decode":
         reps["scaled_gemm"] = with_env(gemmt_calls, {"GEMMT_FP8_DECODE": "off"})
     else:
@@ -120,6 +124,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--knob", choices=sorted(KNOBS), default="decode")
     ap.add_argument("--scaling", choices=["tensor", "row"], default="tensor")
+    ap.add_argument("--ab", default="", help="NAME=VALUE: also time the planner's split so")
     ap.add_argument("--tokens", default=None, help="default: 1,16,32 (decode), 33-128 (gemm)")
     ap.add_argument("--splits", default=",".join(map(str, SPLITS)),
                     help="splits to time; 0 (the planner's) is always timed")
@@ -140,7 +145,8 @@ def main() -> None:
               for _ in range(copies)]
         ws = [quantize(w, args.scaling) for w in wb]
         for m in tokens:
-            rec = point(n, k, m, ws, wb, args.rounds, splits, args.knob, args.scaling)
+            ab = dict([args.ab.split("=", 1)]) if args.ab else {}
+            rec = point(n, k, m, ws, wb, args.rounds, splits, args.knob, args.scaling, ab)
             rec["weight_copies"] = copies
             rec["auto_vs_copy"] = n * k / rec["us"]["split0"] / 1e3 / copy_gbps
             records.append(rec)
@@ -153,7 +159,7 @@ def main() -> None:
     doc = {"device_name": props.name, "sm_count": props.multi_processor_count, "l2_bytes": l2,
            "torch_version": torch.__version__, "cuda": torch.version.cuda,
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "copy_gbps": copy_gbps, "knob": args.knob, "scaling": args.scaling,
+           "copy_gbps": copy_gbps, "knob": args.knob, "scaling": args.scaling, "ab": args.ab,
            "splits": splits, "records": records}
     path = out / f"fp8_decode_split_{args.tag}.json"
     path.write_text(json.dumps(doc, indent=1))

@@ -218,6 +218,16 @@ int fp8_cluster(const GroupedGemmArgs& x) {
   if (env != nullptr && std::strcmp(env, "2") == 0) return 2;
   return grouped_plan::fp8_cluster(shape_of(x));
 }
+// The rows of A a stage holds: 64 for an FP8 product of at most 64 rows on lone CTAs, whose
+// ring then holds 9 stages instead of 6 (more of B in flight: the weight streams faster), else
+// 128. GEMMT_FP8_A_ROWS=128 keeps 128 (read at each call, for A/B runs).
+int a_stage_rows(const GroupedGemmArgs& x, int cluster) {
+  if (!is_fp8_kind(x.kind) || cluster != 1 || x.m > 64) return 128;
+  const char* env = std::getenv("GEMMT_FP8_A_ROWS");
+  if (env != nullptr && std::strcmp(env, "128") == 0) return 128;
+  return 64;
+}
+
 bool fits_int(int64_t v) {
   return v >= 0 && v < (int64_t{1} << 31);
 }
@@ -402,7 +412,8 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   l.block = x.scale == ScaleKind::kBlock;
   l.cluster = cluster;
   l.per_sm = two_per_sm ? 2 : 1;
-  if (!encode_operand(&l.a, a, x.kind, 128)) {
+  l.a_rows = a_stage_rows(x, cluster);
+  if (!encode_operand(&l.a, a, x.kind, l.a_rows)) {
     *step = "encoding the tensor map of a";
     return cudaErrorInvalidValue;
   }
@@ -451,14 +462,14 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   }
   // The ring at its deepest, or a stage shorter with C's tile staged beside it.
   p.store_c = 0;
-  p.stages = bn == 256 ? 4 : (bn == 192 ? 5 : 6);
+  p.stages = l.a_rows == 64 ? 9 : (bn == 256 ? 4 : (bn == 192 ? 5 : 6));
   std::memset(&l.c, 0, sizeof(l.c));
   // A C the driver will not map (strides past its limits) is written from registers.
   if (two_per_sm) {
     p.stages = 3;
   } else if (!sliced && use_staged_c(x) && encode_c_map(&l.c, x)) {
     p.store_c = 1;
-    p.stages = bn == 256 ? 3 : (bn == 192 ? 4 : 5);
+    p.stages = l.a_rows == 64 ? 8 : (bn == 256 ? 3 : (bn == 192 ? 4 : 5));
   }
   const int64_t tiles = grouped_plan::max_tiles(shape, bn);
   if (tiles == 0) return cudaSuccess;

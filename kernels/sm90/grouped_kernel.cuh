@@ -63,22 +63,26 @@ constexpr int kBlockNone = 0;
 constexpr int kBlockSquare = 1;
 constexpr int kBlockCols = 2;
 
-template <int kKind, int kBN>
+// kARows: the rows of A a stage holds, 128, or 64 for products of at most 64 rows (FP8 on lone
+// CTAs), whose second consumer warpgroup has none: half of A's bytes a stage, so the ring holds
+// 9 stages instead of 6 and keeps half as many more bytes of B in flight.
+template <int kKind, int kBN, int kARows = kGgBM>
 struct GgCfg {
   static_assert(kBN == 128 || kBN == 192 || kBN == 256,
                 "grouped tiles: 128 x 128, 128 x 192 (FP8 promoted) and 128 x 256");
+  static_assert(kARows == kGgBM || (kARows == 64 && kBN == 128), "64 rows of A: 128-wide tiles");
   static constexpr int kElt = is_fp8_kind(kKind) ? 1 : 2;
   static constexpr int kBK = 128 / kElt;  // K per stage: one 128-byte row
-  // The ring's depth is a launch parameter: C staged through shared memory (16-bit C, one
-  // 128 x kBN tile) takes the room of a stage or two.
-  static constexpr int kMaxStages = kBN == 256 ? 4 : (kBN == 192 ? 5 : 6);
+  // The ring's depth is a launch parameter: C staged through shared memory (16-bit C, the
+  // tile's rows by kBN) takes the room of a stage or two.
+  static constexpr int kMaxStages = kARows == 64 ? 9 : (kBN == 256 ? 4 : (kBN == 192 ? 5 : 6));
   // The ring of a CTA that shares its SM with another (kPerSm == 2).
   static constexpr int kPairStages = 3;
-  static constexpr int kStagedStages = kBN == 256 ? 3 : (kBN == 192 ? 4 : 5);
-  static constexpr int kABytes = kGgBM * 128;
+  static constexpr int kStagedStages = kARows == 64 ? 8 : (kBN == 256 ? 3 : (kBN == 192 ? 4 : 5));
+  static constexpr int kABytes = kARows * 128;
   static constexpr int kBBytes = kBN * 128;
   static constexpr int kAcc = kBN / 2;
-  static constexpr int kCBytes = kGgBM * kBN * 2;
+  static constexpr int kCBytes = kARows * kBN * 2;
   // first tile of each group, then each group's first row / column / k of its split range
   // (each with the tail group and an end entry)
   static constexpr int kTableBytes = 2 * (kGroupedMaxGroups + 2) * 4;
@@ -483,14 +487,18 @@ __device__ __forceinline__ void gg_store_staged(const CUtensorMap* map, uint32_t
 // of both CTAs have released it.
 // kPerSm == 2: two CTAs an SM (128-wide 16-bit tiles, a ring of at most kPairStages, consumer
 // registers halved), so that one CTA's epilogue and ramp-up run beside the other's products.
+// kARows == 64: A's stages hold 64 rows (GgCfg), for one product of at most 64 rows on lone CTAs;
+// the second consumer warpgroup only hands the stages back.
 template <int kKind, bool kAMn, bool kBMn, int kBN, int kPromote, int kBlock, int kCluster,
-          int kPerSm = 1>
+          int kPerSm = 1, int kARows = kGgBM>
 __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
     sm90_grouped_gemm_kernel(const __grid_constant__ CUtensorMap tma_a,
                              const __grid_constant__ CUtensorMap tma_b,
                              const __grid_constant__ CUtensorMap tma_c, const GgParams p) {
 #if defined(GEMMT_SM90_DEVICE_CODE)
-  using Cfg = GgCfg<kKind, kBN>;
+  using Cfg = GgCfg<kKind, kBN, kARows>;
+  static_assert(kARows == kGgBM || (kCluster == 1 && kPerSm == 1 && !kAMn && kPromote != 2),
+                "64 rows of A: lone CTAs, K-major A, at most one set of partial sums");
   // C through shared memory and TMA (the host sets it for a 16-bit C with no bias or activation
   // and a mappable C; FP8 scales are applied in registers first). The ring is then p.stages
   // deep, the staging after it. (Not with block scales: its registers are spent on two sets of
@@ -623,7 +631,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
     constexpr uint32_t kBStep = (kBMn ? 16 * 128 : 32) >> 4;
     constexpr uint32_t kALbo = kAMn ? kMnBox : 16;
     constexpr uint32_t kBLbo = kBMn ? kMnBox : 16;
-    constexpr uint32_t kAHalf = (Cfg::kABytes / 2) >> 4;
+    constexpr uint32_t kAHalf = (64 * 128) >> 4;  // the second warpgroup's rows of A
     auto release = [&](int s) {
       if constexpr (kCluster == 1) {
         if (lane == 0) mbar_arrive_local(empty_bar(s));
@@ -678,7 +686,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
       // together, and in the two-set blockwise loop, which the branch would make spill.)
       if constexpr (kPromote != 2) {
         const bool zeroes_tails = kAMn && kBMn && split_depth;
-        if (!zeroes_tails && u.tm * kGgBM + cw * 64 >= u.rows) {
+        if (!zeroes_tails && ((kARows == 64 && cw == 1) || u.tm * kGgBM + cw * 64 >= u.rows)) {
           for (int kb = 0; kb < num_kb; ++kb) {
             mbar_wait(full_bar(stage), phase);
             release(stage);

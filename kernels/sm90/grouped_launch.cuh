@@ -15,11 +15,12 @@ namespace gemmt {
 namespace {
 
 template <int kKind, bool kAMn, bool kBMn, int kBN, int kPromote, int kBlock, int kCluster = 1,
-          int kPerSm = 1>
+          int kPerSm = 1, int kARows = kGgBM>
 cudaError_t launch_grouped_instance(const sm90::GroupedLaunch& l, cudaStream_t stream) {
   constexpr auto kernel =
-      sm90_grouped_gemm_kernel<kKind, kAMn, kBMn, kBN, kPromote, kBlock, kCluster, kPerSm>;
-  using Cfg = GgCfg<kKind, kBN>;
+      sm90_grouped_gemm_kernel<kKind, kAMn, kBMn, kBN, kPromote, kBlock, kCluster, kPerSm, kARows>;
+  using Cfg = GgCfg<kKind, kBN, kARows>;
+  if (l.a_rows != kARows || (kARows == 64 && l.p.m > 64)) return cudaErrorInvalidValue;
   // The ring's depth and the staging buffer are launch parameters; the kernel trusts them.
   const bool staged = l.p.store_c != 0;
   if (staged && (kPerSm != 1 || kBlock)) return cudaErrorInvalidValue;
@@ -98,8 +99,16 @@ cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t s
     return launch_grouped_instance<kKind, false, false, 128, 2, kBlockSquare, 2>(l, stream);
   }
   if (l.cluster == 1) {
-    // Lone CTAs (a product of at most 128 rows): the 128 x 128 tile.
+    // Lone CTAs (a product of at most 128 rows): the 128 x 128 tile, its A stages 64 rows deep
+    // for at most 64 rows.
     if (l.bn != 128 || l.promote > 1) return cudaErrorInvalidValue;
+    if (l.a_rows == 64) {
+      return l.promote == 1
+                 ? launch_grouped_instance<kKind, false, false, 128, 1, kBlockNone, 1, 1, 64>(
+                       l, stream)
+                 : launch_grouped_instance<kKind, false, false, 128, 0, kBlockNone, 1, 1, 64>(
+                       l, stream);
+    }
     return l.promote == 1
                ? launch_grouped_instance<kKind, false, false, 128, 1, kBlockNone, 1>(l, stream)
                : launch_grouped_instance<kKind, false, false, 128, 0, kBlockNone, 1>(l, stream);

@@ -50,6 +50,7 @@ struct GroupedLaunch {
   bool block;   // FP8: with 1x128 / 128x128 block scales
   int cluster;  // 1, or 2: CTA pairs along M sharing B (FP8, one group)
   int per_sm;   // CTAs an SM: 1, or 2 (128-wide 16-bit tiles with K-major A)
+  int a_rows;   // rows of A a stage holds (the box of map a): 128, or 64 (FP8 lone CTAs, m <= 64)
 };
 
 // One per kind and tile width (16-bit) or operand pair (float8), each in its own translation
