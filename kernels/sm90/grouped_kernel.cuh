@@ -64,8 +64,8 @@ constexpr int kBlockSquare = 1;
 constexpr int kBlockCols = 2;
 
 // kARows: the rows of A a stage holds, 128, or 64 for products of at most 64 rows (FP8 on lone
-// CTAs), whose second consumer warpgroup has none: half of A's bytes a stage, so the ring holds
-// 9 stages instead of 6 and keeps half as many more bytes of B in flight.
+// CTAs), whose second consumer warpgroup has none: with half of A's bytes a stage the ring holds
+// 9 stages instead of 6, and half again as much of B is in flight.
 template <int kKind, int kBN, int kARows = kGgBM>
 struct GgCfg {
   static_assert(kBN == 128 || kBN == 192 || kBN == 256,
