@@ -11,16 +11,21 @@ errors against a float64 product. fp16 runs on two weights and four token counts
 Writes ``batched_decode_<tag>.json`` under ``--out``. To compare two builds, run it once per
 build (``GEMMT_LIBRARY`` names the module) with different tags, alternating the builds; the
 default plans alone are timed, since another schedule timed in the same rounds moves them.
+``--ab NAME=VALUE`` (repeatable) adds, in the same rounds, gemmt captured with that
+environment variable set (a launch knob read when the graph is captured), as ``ab_<VALUE>``;
+``--weights 4096x4096,...`` and ``--tokens 136,200`` replace the bf16 sweep's points.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
 import os
 import statistics
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -40,26 +45,52 @@ def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
     return ((got.double() - want).norm() / want.norm()).item()
 
 
-def point(x: torch.Tensor, ws: list[torch.Tensor], rounds: int) -> dict[str, float]:
-    """gemmt and cuBLAS on x @ W^T over the weight copies: times, ratio, errors."""
-    reps = {"cublas": Replay([lambda w=w: F.linear(x, w) for w in ws]),
-            "gemmt": Replay([lambda w=w: gemmt.linear(x, w) for w in ws])}
+@contextlib.contextmanager
+def env_set(name: str, value: str) -> Iterator[None]:
+    """The environment variable ``name`` set to ``value`` inside the block."""
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = old
+
+
+def point(x: torch.Tensor, ws: list[torch.Tensor], rounds: int,
+          ab: list[tuple[str, str]]) -> dict[str, float]:
+    """gemmt and cuBLAS on x @ W^T over the weight copies: times, ratio, errors; each ``ab``
+    knob as one more gemmt contender captured under it."""
+    calls = [lambda w=w: gemmt.linear(x, w) for w in ws]
+    reps = {"cublas": Replay([lambda w=w: F.linear(x, w) for w in ws]), "gemmt": Replay(calls)}
+    for name, value in ab:
+        with env_set(name, value):
+            reps[f"ab_{value}"] = Replay(calls)
     t: dict[str, list[float]] = {k: [] for k in reps}
     for _ in range(rounds):
         for k, r in reps.items():
             t[k].append(r.ms())
     us = {k: statistics.median(v) * 1e3 for k, v in t.items()}
     ref = x.double() @ ws[0].double().t()
-    return {"gemmt_us": us["gemmt"], "cublas_us": us["cublas"],
-            "ratio": us["cublas"] / us["gemmt"], "rel_err": rel_err(gemmt.linear(x, ws[0]), ref),
-            "cublas_rel_err": rel_err(F.linear(x, ws[0]), ref)}
+    out = {"gemmt_us": us["gemmt"], "cublas_us": us["cublas"],
+           "ratio": us["cublas"] / us["gemmt"], "rel_err": rel_err(gemmt.linear(x, ws[0]), ref),
+           "cublas_rel_err": rel_err(F.linear(x, ws[0]), ref)}
+    for name, value in ab:
+        with env_set(name, value):
+            out[f"ab_{value}_rel_err"] = rel_err(gemmt.linear(x, ws[0]), ref)
+        out[f"ab_{value}_us"] = us[f"ab_{value}"]
+        out[f"ab_{value}_ratio"] = us["cublas"] / us[f"ab_{value}"]
+    return out
 
 
-def sweep(rounds: int) -> list[dict[str, object]]:
+def sweep(rounds: int, ab: list[tuple[str, str]], weights: list[tuple[int, int]],
+          tokens: list[int]) -> list[dict[str, object]]:
     """Every weight and token count (bf16), and the fp16 subset."""
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
-    for dtype, weights, tokens in ((torch.bfloat16, WEIGHTS, TOKENS),
+    for dtype, weights, tokens in ((torch.bfloat16, weights, tokens),
                                    (torch.float16, FP16_WEIGHTS, FP16_TOKENS)):
         for fout, fin in weights:
             copies = max(2, math.ceil(3 * l2 / (fout * fin * 2)))
@@ -68,7 +99,7 @@ def sweep(rounds: int) -> list[dict[str, object]]:
             for m in tokens:
                 x = torch.randn(m, fin, device="cuda").to(dtype)
                 r = {"dtype": str(dtype).removeprefix("torch."), "out_features": fout,
-                     "in_features": fin, "tokens": m, **point(x, ws, rounds)}
+                     "in_features": fin, "tokens": m, **point(x, ws, rounds, ab)}
                 rows.append(r)
                 print(json.dumps(r), flush=True)
             del ws
@@ -82,17 +113,25 @@ def main() -> int:
     parser.add_argument("--out", required=True, help="folder for the JSON")
     parser.add_argument("--tag", default="new", help="names the build in the file name")
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--ab", action="append", default=[], metavar="NAME=VALUE",
+                        help="one more gemmt contender, captured with NAME=VALUE set")
+    parser.add_argument("--weights", default="", help="out x in features, comma-separated")
+    parser.add_argument("--tokens", default="", help="token counts, comma-separated")
     args = parser.parse_args()
+    ab = [tuple(a.split("=", 1)) for a in args.ab]
+    weights = ([tuple(int(v) for v in w.split("x")) for w in args.weights.split(",")]
+               if args.weights else WEIGHTS)
+    tokens = [int(t) for t in args.tokens.split(",")] if args.tokens else TOKENS
     if not torch.cuda.is_available():
         print("batched_decode: needs a CUDA device")
         return 1
     torch.manual_seed(0)
-    rows = sweep(args.rounds)
+    rows = sweep(args.rounds, ab, weights, tokens)
     os.makedirs(args.out, exist_ok=True)
     doc = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
            "cuda": torch.version.cuda, "gemmt": gemmt.build_info(), "tag": args.tag,
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "rounds": args.rounds, "rows": rows}
+           "rounds": args.rounds, "ab": args.ab, "rows": rows}
     with open(os.path.join(args.out, f"batched_decode_{args.tag}.json"), "w") as f:
         json.dump(doc, f, indent=1)
     return 0

@@ -290,6 +290,7 @@ py::dict plan_sm90(const std::string& dtype, int64_t m, int64_t n, int64_t k,
     d["b_box_rows"] = plan.b.box[1];
     d["stage_tx_bytes"] = sm90::stage_tx_bytes(plan);
     d["last_tile_row"] = last_row == std::numeric_limits<int>::max() ? -1 : last_row;
+    d["cluster"] = sm90::cluster_ctas(pr, sp.splits > 1);
   }
   return d;
 }
@@ -388,7 +389,8 @@ void bind_plans(py::module_& m) {
         "candidates do (gemmt/gemm_tc_hooks.h); "
         "device_info: the device's l2_bytes, memory_clock_khz, memory_bus_bits and sm_clock_khz "
         "(any left out: the reference H100's). last_tile_row: the first row of the last 128-row "
-        "tile when it is moved up to end at row m (-1: tiles in place).",
+        "tile when it is moved up to end at row m (-1: tiles in place); cluster: CTAs a cluster "
+        "(sm90::cluster_ctas).",
         py::arg("dtype"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("a_strides"),
         py::arg("b_strides"), py::arg("ldc"), py::arg("offsets"), py::arg("sm_count"),
         py::arg("allow_tf32") = false, py::arg("beta") = 0.0f, py::arg("cc_major") = 9,

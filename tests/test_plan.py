@@ -375,6 +375,24 @@ def test_sm90_takes_tensor_core_problems_on_hopper_only() -> None:
     assert sm90(4096, 4096, 4096, dtype="float32", allow_tf32=True)["supported"]
 
 
+def test_sm90_cta_pairs() -> None:
+    """CTA pairs (cluster_ctas) where the 128-row tiles pair up, there is no k-split and the tile
+    is wider than the narrow one (narrow pairs ran slower: docs/performance.md)."""
+    assert sm90(4096, 4096, 4096)["cluster"] == 2
+    assert sm90(4096 + 128, 4096, 4096)["cluster"] == 1  # 33 rows of tiles
+    p = sm90(2048, 64, 1024)
+    assert p["tile_n"] == 64 and p["splits"] > 1 and p["cluster"] == 1
+    for m in (136, 200, 256):  # batched decode as given, on narrow tiles
+        p = sm90(m, 4096, 4096, b_layout="col")
+        assert (p["tile_n"], p["splits"], p["c_trans"], p["cluster"]) == (64, 1, False, 1), m
+    p = sm90(1024, 40, 512)
+    assert p["tile_n"] == 64 and p["splits"] == 1 and p["cluster"] == 1
+    p = sm90(256, 4096, 4096, b_layout="col", tile_n=128, splits=1, orient=1)
+    assert p["tile_n"] == 128 and p["cluster"] == 2
+    p = sm90(256, 4096, 4096, b_layout="col", tile_n=128, splits=2, orient=1)
+    assert p["splits"] == 2 and p["cluster"] == 1
+
+
 def test_sm90_last_tile_ends_at_the_last_row() -> None:
     """Rows not a multiple of 128: the last 128-row tile is moved up to end at row m, so its
     A boxes never cross A's end (last_tile_row), where C is not read, there is more than one

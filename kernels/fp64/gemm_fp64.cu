@@ -1,7 +1,8 @@
 // float64 GEMM, C = alpha * A @ B + beta * C with double accumulation, in two forms that share
 // one CTA tile, one shared-memory pipeline and one epilogue:
-//   * dmma (sm_80+): the FP64 tensor cores through mma.sync. sm_90 issues m16n8k8; sm_80
-//     has only m8n8k4, and issues four of those for each m16n8k8 step (same fragments).
+//   * dmma (sm_80+): the FP64 tensor cores through mma.sync. sm_90 issues m16n8k8, or
+//     m16n8k16 where the operands' layouts allow (compute_stage_dmma); sm_80 has only m8n8k4,
+//     and issues four of those for each m16n8k8 step (same fragments).
 //   * simt: plain double FMAs from the same shared-memory tiles, for GPUs without FP64
 //     tensor cores (and as a second, independent float64 path that tests compare against).
 //
@@ -314,6 +315,28 @@ __device__ __forceinline__ void dmma_16x8x8(double (&d)[4], const double (&a)[4]
 #endif
 }
 
+// d += a * b for one 16x8x16 block: a_lo and b[0..1] are the fragments of dmma_16x8x8 for the
+// MMA's k slots 0 and 1 of each lane, a_hi and b[2..3] those of slots 2 and 3 (mma.m16n8k16.f64:
+// lane 4g + t holds k = t + 4q in A's and B's slot q alike, so any one relabelling of the tile's
+// k serves both operands). sm_90 issues one DMMA.16x8x16, half the instructions of two
+// m16n8k8; sm_80 runs the two k8 halves.
+__device__ __forceinline__ void dmma_16x8x16(double (&d)[4], const double (&a_lo)[4],
+                                             const double (&a_hi)[4], const double (&b)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7, %8, %9, %10, %11}, {%12, %13, %14, %15}, {%0, %1, %2, %3};\n"
+      : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+      : "d"(a_lo[0]), "d"(a_lo[1]), "d"(a_lo[2]), "d"(a_lo[3]), "d"(a_hi[0]), "d"(a_hi[1]),
+        "d"(a_hi[2]), "d"(a_hi[3]), "d"(b[0]), "d"(b[1]), "d"(b[2]), "d"(b[3]));
+#else
+  const double b_lo[2] = {b[0], b[1]};
+  const double b_hi[2] = {b[2], b[3]};
+  dmma_16x8x8(d, a_lo, b_lo);
+  dmma_16x8x8(d, a_hi, b_hi);
+#endif
+}
+
 // The MMA's A fragment of the 16-row block at tile row x0 for the k8 step at tile k = p0
 // (see the file comment for the relabelling).
 template <bool kMn>
@@ -368,8 +391,12 @@ __device__ __forceinline__ void compute_stage_dmma_plain_k(uint32_t sA, uint32_t
   }
 }
 
-// One stage of the dmma form: kBK / 8 steps of k8 for the warp's 4 x 4 blocks. sA and sB
-// are the tiles in the MMA's A and B roles, 128 and kTB wide.
+// One stage of the dmma form for the warp's 4 x 4 blocks. sA and sB are the tiles in the MMA's
+// A and B roles, 128 and kTB wide. With an MN-major A role and a K-major B role (the relabelled
+// 16-byte loads), one m16n8k16 step: the tile's k of each lane are the same loads as two k8
+// steps' (so the swizzles keep them conflict-free), in half the DMMA instructions; 4096^3
+// products ran 1-6% faster (H200). In the other pairings it ran 0-4% slower than two k8
+// steps (docs/performance.md), which they keep.
 template <bool kAMn, bool kBMn, int kTB>
 __device__ __forceinline__ void compute_stage_dmma(uint32_t sA, uint32_t sB, double (&acc)[4][4][4],
                                                    int warp_m, int warp_n, int lane) {
@@ -379,6 +406,26 @@ __device__ __forceinline__ void compute_stage_dmma(uint32_t sA, uint32_t sB, dou
   }
   const int g = lane >> 2;
   const int t = lane & 3;
+  if constexpr (kAMn && !kBMn) {
+    static_assert(kBK == 16, "one m16n8k16 step a stage");
+    // B's fragments for the stage, then A's block by block.
+    double bf[4][4];
+#pragma unroll
+    for (int nj = 0; nj < 4; ++nj) {
+      const int x = warp_n * 32 + nj * 8 + g;
+      load_k_pair<kBMn, kTB>(sB, x, 2 * t, bf[nj][0], bf[nj][1]);
+      load_k_pair<kBMn, kTB>(sB, x, 8 + 2 * t, bf[nj][2], bf[nj][3]);
+    }
+#pragma unroll
+    for (int mi = 0; mi < 4; ++mi) {
+      double lo[4], hi[4];
+      load_a_fragment<kAMn>(sA, warp_m * 64 + mi * 16, 0, g, t, lo);
+      load_a_fragment<kAMn>(sA, warp_m * 64 + mi * 16, 8, g, t, hi);
+#pragma unroll
+      for (int nj = 0; nj < 4; ++nj) dmma_16x8x16(acc[mi][nj], lo, hi, bf[nj]);
+    }
+    return;
+  }
 #pragma unroll
   for (int ks = 0; ks < kBK / 8; ++ks) {
     const int p0 = ks * 8;

@@ -696,6 +696,11 @@ bool c_tma_shape(const Problem& pr, MapShape* shape) {
          map_shape(c_inner, c_outer, args.ldc, elt, 128u / static_cast<uint32_t>(elt), 64, shape);
 }
 
+int cluster_ctas(const Problem& pr, bool split) {
+  const int64_t tiles_m128 = (pr.args.m + kBM - 1) / kBM;
+  return split || pr.bn == kBNNarrow || tiles_m128 % 2 != 0 ? 1 : 2;
+}
+
 int last_tile_row(const Problem& pr, const Plan& plan) {
   const GemmArgs& args = pr.args;
   constexpr int kNone = std::numeric_limits<int>::max();

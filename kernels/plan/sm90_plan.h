@@ -322,6 +322,13 @@ bool c_tma_shape(const Problem& pr, MapShape* shape);
 // multiple of 16 bytes). INT_MAX: the tiles stay in place.
 int last_tile_row(const Problem& pr, const Plan& plan);
 
+// CTAs a cluster of the kernel's launch: 2 (pairs stacked along M that multicast the B tile)
+// where the 128-row tiles come in pairs, there is no k-split (a pair needs both of its M tiles
+// of one unit) and the tile is wider than the narrow one; else 1. Narrow pairs, which would
+// fetch a batched decode's weight tile once for its two token tiles, ran 1-8% slower (the
+// tried-and-not-kept table of docs/performance.md).
+int cluster_ctas(const Problem& pr, bool split);
+
 // Whether C can go out through the staged (shared memory + TMA) store, the only one that
 // applies an epilogue: every tile but the narrow one, and for C^T only the tf32 kernel's
 // transposed store.

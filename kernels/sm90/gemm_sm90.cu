@@ -73,10 +73,9 @@ bool shift_last_tile() {
 }
 
 // Launches the product for arguments make_plan accepts. cluster: 0 automatic, 1 single
-// CTAs, 2 B-multicast pairs (granted only when the 128-row tile count is even and there is
-// no split: a pair needs both of its M tiles). store: 0 automatic, 1 direct register-to-
-// global stores, 2 TMA stores (granted only when C rows are 16-byte aligned). sp.splits > 1
-// needs `partial` (partial_bytes) and adds the reduction pass.
+// CTAs, 2 B-multicast pairs (granted only where sm90::cluster_ctas gives them). store: 0
+// automatic, 1 direct register-to-global stores, 2 TMA stores (granted only when C rows are
+// 16-byte aligned). sp.splits > 1 needs `partial` (partial_bytes) and adds the reduction pass.
 cudaError_t run_planned(const Problem& pr, cudaStream_t stream, detail::Sm90Cluster cluster,
                         detail::Sm90Store store, const SplitPlan& sp, float* partial) {
   const GemmArgs& args = pr.args;
@@ -98,10 +97,7 @@ cudaError_t run_planned(const Problem& pr, cudaStream_t stream, detail::Sm90Clus
                         encode_map(&maps.c, args.c, c_shape, plan.kind);
   // The kernel applies an epilogue only on the staged path (a split's reduction applies it).
   if (!args.epilogue.empty() && !split && !c_tma_ok) return cudaErrorNotSupported;
-  const int64_t tiles_m128 = (args.m + kBM - 1) / kBM;
-  const bool narrow = plan.bn == kBNNarrow;
-  const int cl =
-      (cluster == detail::Sm90Cluster::kSingle || split || narrow || tiles_m128 % 2 != 0) ? 1 : 2;
+  const int cl = cluster == detail::Sm90Cluster::kSingle ? 1 : cluster_ctas(pr, split);
   Launch l;
   l.cluster = cl;
   l.tma_store = c_tma_ok;

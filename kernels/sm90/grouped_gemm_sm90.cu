@@ -228,6 +228,15 @@ int a_stage_rows(const GroupedGemmArgs& x, int cluster) {
   return 64;
 }
 
+// The ring's depth: as many stages as fit (sm90::grouped_ring_stages). GEMMT_GROUPED_STAGES=n
+// caps it (read at each call, for A/B runs).
+int ring_stages(int a_rows, int bn, bool staged_c, bool table) {
+  const int fit = sm90::grouped_ring_stages(a_rows, bn, staged_c, table);
+  const char* env = std::getenv("GEMMT_GROUPED_STAGES");
+  const int cap = env != nullptr ? std::atoi(env) : 0;
+  return cap > 0 && cap < fit ? cap : fit;
+}
+
 bool fits_int(int64_t v) {
   return v >= 0 && v < (int64_t{1} << 31);
 }
@@ -460,17 +469,15 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
     p.bias_sg = 0;
     p.act = Activation::kNone;
   }
-  // The ring at its deepest, or a stage shorter with C's tile staged beside it.
+  // The ring at its deepest beside C's staged tile (if any) and the group table (a split of
+  // rows, columns or K).
   p.store_c = 0;
-  p.stages = l.a_rows == 64 ? 9 : (bn == 256 ? 4 : (bn == 192 ? 5 : 6));
   std::memset(&l.c, 0, sizeof(l.c));
   // A C the driver will not map (strides past its limits) is written from registers.
-  if (two_per_sm) {
-    p.stages = 3;
-  } else if (!sliced && use_staged_c(x) && encode_c_map(&l.c, x)) {
-    p.store_c = 1;
-    p.stages = l.a_rows == 64 ? 8 : (bn == 256 ? 3 : (bn == 192 ? 4 : 5));
-  }
+  if (!two_per_sm && !sliced && use_staged_c(x) && encode_c_map(&l.c, x)) p.store_c = 1;
+  p.stages = two_per_sm ? sm90::kGroupedPairStages
+                        : ring_stages(l.a_rows, bn, p.store_c != 0,
+                                      p.split != static_cast<int>(GroupSplit::kNone));
   const int64_t tiles = grouped_plan::max_tiles(shape, bn);
   if (tiles == 0) return cudaSuccess;
   const int64_t units = l.cluster == 1 ? tiles : (static_cast<int64_t>(p.tiles_m) * p.tiles_n);

@@ -73,28 +73,18 @@ struct GgCfg {
   static_assert(kARows == kGgBM || (kARows == 64 && kBN == 128), "64 rows of A: 128-wide tiles");
   static constexpr int kElt = is_fp8_kind(kKind) ? 1 : 2;
   static constexpr int kBK = 128 / kElt;  // K per stage: one 128-byte row
-  // The ring's depth is a launch parameter: C staged through shared memory (16-bit C, the
-  // tile's rows by kBN) takes the room of a stage or two.
-  static constexpr int kMaxStages = kARows == 64 ? 9 : (kBN == 256 ? 4 : (kBN == 192 ? 5 : 6));
-  // The ring of a CTA that shares its SM with another (kPerSm == 2).
-  static constexpr int kPairStages = 3;
-  static constexpr int kStagedStages = kARows == 64 ? 8 : (kBN == 256 ? 3 : (kBN == 192 ? 4 : 5));
+  // The ring's depth is a launch parameter (sm90::grouped_ring_stages): C staged through shared
+  // memory (16-bit C, the tile's rows by kBN) and the group table take the room of stages.
   static constexpr int kABytes = kARows * 128;
   static constexpr int kBBytes = kBN * 128;
   static constexpr int kAcc = kBN / 2;
   static constexpr int kCBytes = kARows * kBN * 2;
-  // first tile of each group, then each group's first row / column / k of its split range
-  // (each with the tail group and an end entry)
-  static constexpr int kTableBytes = 2 * (kGroupedMaxGroups + 2) * 4;
-  static constexpr int kBarrierBytes = 2 * kMaxStages * 8;
-  static constexpr int smem_bytes(int stages, bool staged_c) {
-    return stages * (kABytes + kBBytes) + (staged_c ? kCBytes : 0) + kTableBytes + kBarrierBytes +
-           1024;
+  static constexpr int smem_bytes(int stages, bool staged_c, bool table) {
+    return sm90::grouped_smem_bytes(kARows, kBN, stages, staged_c, table);
   }
-  static constexpr int kSmemBytes = smem_bytes(kMaxStages, false) > smem_bytes(kStagedStages, true)
-                                        ? smem_bytes(kMaxStages, false)
-                                        : smem_bytes(kStagedStages, true);
-  static_assert(kSmemBytes <= 227 * 1024, "exceeds the shared memory of one H100 CTA");
+  static_assert(smem_bytes(sm90::grouped_ring_stages(kARows, kBN, false, true), false, true) <=
+                    sm90::kGroupedSmemLimit,
+                "a ring of one stage exceeds the shared memory of one CTA");
 };
 
 using GgParams = sm90::GroupedParams;
@@ -526,7 +516,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
   const uint32_t smem_c = smem_b + stages * Cfg::kBBytes;
   const uint32_t bars = smem_c + (staged_c ? Cfg::kCBytes : 0);
   int* const first_tile =
-      reinterpret_cast<int*>(smem_raw + (bars + Cfg::kBarrierBytes - smem_addr(smem_raw)));
+      reinterpret_cast<int*>(smem_raw + (bars + sm90::kGroupedBarrierBytes - smem_addr(smem_raw)));
   int* const group_begin = first_tile + kGroupedMaxGroups + 2;
   auto full_bar = [&](int s) { return bars + 8u * s; };
   auto empty_bar = [&](int s) { return bars + 8u * (stages + s); };

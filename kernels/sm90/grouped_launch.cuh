@@ -24,11 +24,12 @@ cudaError_t launch_grouped_instance(const sm90::GroupedLaunch& l, cudaStream_t s
   // The ring's depth and the staging buffer are launch parameters; the kernel trusts them.
   const bool staged = l.p.store_c != 0;
   if (staged && (kPerSm != 1 || kBlock)) return cudaErrorInvalidValue;
-  const int max_stages =
-      kPerSm != 1 ? Cfg::kPairStages : (staged ? Cfg::kStagedStages : Cfg::kMaxStages);
+  const bool table = l.p.split != static_cast<int>(GroupSplit::kNone);
+  const int max_stages = kPerSm != 1 ? sm90::kGroupedPairStages
+                                     : sm90::grouped_ring_stages(kARows, kBN, staged, table);
   if (l.p.stages < 1 || l.p.stages > max_stages) return cudaErrorInvalidValue;
-  const int smem = Cfg::smem_bytes(l.p.stages, staged);
-  GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(Cfg::kSmemBytes));
+  const int smem = Cfg::smem_bytes(l.p.stages, staged, table);
+  GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(smem));
   if constexpr (kPerSm != 1) GEMMT_RETURN_IF_ERROR(prefer_max_shared_carveout<kernel>());
   if constexpr (kCluster == 1) {
     return launch_programmatic<kernel>(dim3(l.grid), dim3(gg_threads<kPerSm>()), smem, stream, l.a,

@@ -9,9 +9,45 @@
 #include <cstdint>
 
 #include "gemmt/activation.h"
+#include "gemmt/grouped_gemm.h"
 
 namespace gemmt {
 namespace sm90 {
+
+// The kernel's shared memory (grouped_kernel.cuh), in this order: the operand ring (a stage:
+// a_rows rows of A and bn rows of B, 128 bytes of K each), C's tile when it is staged (16-bit
+// C), the ring's barriers (room for kGroupedMaxRing stages) and, for a split of rows, columns
+// or K, the table of the groups' first tiles; 1 KB more aligns the ring to the 1024-byte
+// period of the 128-byte swizzle.
+constexpr int kGroupedSmemLimit = 227 * 1024;
+constexpr int kGroupedMaxRing = 16;
+constexpr int kGroupedBarrierBytes = 2 * kGroupedMaxRing * 8;
+constexpr int kGroupedTableBytes = 2 * (kGroupedMaxGroups + 2) * 4;
+// The ring of a CTA that shares its SM with another (128-wide 16-bit tiles).
+constexpr int kGroupedPairStages = 3;
+
+constexpr int grouped_smem_bytes(int a_rows, int bn, int stages, bool staged_c, bool table) {
+  return stages * (a_rows + bn) * 128 + (staged_c ? a_rows * bn * 2 : 0) + kGroupedBarrierBytes +
+         (table ? kGroupedTableBytes : 0) + 1024;
+}
+
+// The deepest ring that fits beside the rest: 6 stages on the 128 x 128 tile with the table, 7
+// without it (one product, or one cut into k-slices), 5 / 6 with C staged; 4 (3) on the 256-wide
+// tile, 5 (4) on the 192-wide one, 9 (8) with 64 rows of A, table or not.
+constexpr int grouped_ring_stages(int a_rows, int bn, bool staged_c, bool table) {
+  int stages = kGroupedMaxRing;
+  while (stages > 1 &&
+         grouped_smem_bytes(a_rows, bn, stages, staged_c, table) > kGroupedSmemLimit) {
+    --stages;
+  }
+  return stages;
+}
+static_assert(grouped_ring_stages(128, 128, false, true) == 6 &&
+                  grouped_ring_stages(128, 128, false, false) == 7 &&
+                  grouped_ring_stages(128, 128, true, false) == 6 &&
+                  grouped_ring_stages(128, 256, true, true) == 3 &&
+                  grouped_ring_stages(64, 128, false, true) == 9,
+              "the ring depths the comment above states");
 
 // The kernel's parameters (include/gemmt/grouped_gemm.h has their meaning), with 32-bit
 // extents: the host refuses products whose extents do not fit.
@@ -35,7 +71,7 @@ struct GroupedParams {
   // k-slices of one product (split kNone, a group a slice): each slice's depth, a multiple of
   // the stage's K, slice g taking [g * k_slice, min(k, (g + 1) * k_slice)); 0 without.
   int k_slice;
-  int stages;   // the depth of the operand ring (GgCfg: kMaxStages, or kStagedStages when staged)
+  int stages;   // the depth of the operand ring (grouped_ring_stages, or kGroupedPairStages)
   int store_c;  // 1: C leaves through shared memory and TMA stores (the map c), 16-bit kinds
 };
 
