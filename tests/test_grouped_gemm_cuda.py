@@ -597,3 +597,45 @@ def test_scaled_mm_k_slices(scaling: str, shape: tuple[int, int, int], slices: s
         bad = ((out - ref).abs() > slack).nonzero()
         assert bad.numel() == 0, f"{bad.shape[0]} elements off, first at {bad[:4].tolist()}"
         assert rel_err(out, ref) <= 1.05 * rel_err(whole, ref) + 1e-6
+
+
+# ---- scaled_mm of 65-127 rows: A as two 64-row boxes, the second moved up (a_half) ----
+
+@needs_hopper
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+@pytest.mark.parametrize("m", [65, 80, 100, 127])
+@pytest.mark.parametrize("fast", [False, True])
+def test_scaled_mm_a_halves_moved_up(scaling: str, m: int, fast: bool,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """An FP8 product of 65-127 rows on lone CTAs reads A as two 64-row boxes, the second
+    m - 64 rows down, so that no box crosses A's end (GroupedParams::a_half): the rows both
+    halves hold are computed and written twice (products cut into k-slices keep one box).
+    Against the one 128-row box (GEMMT_GROUPED_A_HALF=0) bit for bit, and against float64,
+    through the staged store (bf16 C) and the register store with bias and activation."""
+    import torch.nn.functional as F
+    n, k = 1024, 2048
+    a, b, sa, sb = fp8_operands(m, n, k, scaling)
+    bias = torch.randn(n, device="cuda")
+    product = ref_scaled(a, b, sa, sb, scaling)
+    for dtype, use_bias, act, slices in ((torch.bfloat16, False, "none", "1"),
+                                         (torch.bfloat16, True, "gelu", "1"),
+                                         (torch.float32, True, "silu", "1"),
+                                         (torch.float16, True, "relu", "1")):
+        monkeypatch.setenv("GEMMT_FP8_SPLITS", slices)
+        bias_c = bias.to(dtype) if use_bias else None
+        ref = product + (bias_c.double().cpu() if use_bias else 0.0)
+        ref = {"none": ref, "gelu": F.gelu(ref), "silu": F.silu(ref), "relu": F.relu(ref)}[act]
+        outs = {}
+        for half in ("0", "default"):
+            if half == "0":
+                monkeypatch.setenv("GEMMT_GROUPED_A_HALF", "0")
+            else:
+                monkeypatch.delenv("GEMMT_GROUPED_A_HALF", raising=False)
+            torch.full((8 * m * n,), float("nan"), device="cuda")
+            outs[half] = torch.ops.gemmt.scaled_mm(a, b, sa, sb, bias_c, dtype, act, fast)
+        out = outs["default"].double().cpu()
+        assert torch.isfinite(out).all(), (dtype, act, slices)
+        assert torch.equal(outs["0"], outs["default"]), (dtype, act, slices)
+        tol = 3e-2 if dtype == torch.bfloat16 else 1e-2
+        assert rel_err(out, ref) <= tol, (dtype, act, slices, rel_err(out, ref))
+

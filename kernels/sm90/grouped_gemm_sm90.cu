@@ -237,6 +237,23 @@ int ring_stages(int a_rows, int bn, bool staged_c, bool table) {
   return cap > 0 && cap < fit ? cap : fit;
 }
 
+// GroupedParams::a_half: m - 64 for one FP8 product of 65-127 rows on lone CTAs with 128-row
+// stages, not cut into k-slices, else 0. Its one 128-row box of A crossed A's end: 65 rows ran
+// 1.05-1.21x slower that way than as two boxes on 14336 x 4096 and 28672 x 8192 weights (H200,
+// 65-96 rows; level at 127). Cut into k-slices (narrow weights, 8-28 k-blocks a CTA) the two
+// boxes read A's shared rows twice from L2 and ran 0.90-1.02x (4096 x 4096 at 65 rows 0.90-0.92),
+// so such products keep one box. GEMMT_GROUPED_A_HALF=0 keeps one box everywhere (read at each
+// call, for A/B runs).
+int a_half_rows(const GroupedGemmArgs& x, int cluster, int a_rows, bool sliced) {
+  if (!is_fp8_kind(x.kind) || cluster != 1 || a_rows != 128 || sliced || x.groups != 1 ||
+      x.split != GroupSplit::kNone || x.m <= 64 || x.m >= 128) {
+    return 0;
+  }
+  const char* env = std::getenv("GEMMT_GROUPED_A_HALF");
+  if (env != nullptr && std::strcmp(env, "0") == 0) return 0;
+  return static_cast<int>(x.m) - 64;
+}
+
 bool fits_int(int64_t v) {
   return v >= 0 && v < (int64_t{1} << 31);
 }
@@ -422,7 +439,8 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   l.cluster = cluster;
   l.per_sm = two_per_sm ? 2 : 1;
   l.a_rows = a_stage_rows(x, cluster);
-  if (!encode_operand(&l.a, a, x.kind, l.a_rows)) {
+  const int a_half = a_half_rows(y, cluster, l.a_rows, sliced);
+  if (!encode_operand(&l.a, a, x.kind, a_half > 0 ? 64 : l.a_rows)) {
     *step = "encoding the tensor map of a";
     return cudaErrorInvalidValue;
   }
@@ -432,6 +450,7 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   }
   sm90::GroupedParams& p = l.p;
   p.split = static_cast<int>(x.split);
+  p.a_half = a_half;
   p.groups = x.groups;
   p.offs = x.offs;
   p.m = static_cast<int>(x.m);

@@ -587,7 +587,12 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
           if (leader) {
             mbar_arrive_expect_tx(fb, Cfg::kABytes + Cfg::kBBytes);
             if constexpr (!kAMn) {
-              tma_load_3d(sa, &tma_a, fb, k0, a_row, a_g);
+              if (kARows == kGgBM && p.a_half > 0) {
+                tma_load_3d(sa, &tma_a, fb, k0, a_row, a_g);
+                tma_load_3d(sa + 64 * 128, &tma_a, fb, k0, a_row + p.a_half, a_g);
+              } else {
+                tma_load_3d(sa, &tma_a, fb, k0, a_row, a_g);
+              }
             } else {
               tma_load_3d(sa, &tma_a, fb, a_row, k0, a_g);
               tma_load_3d(sa + kMnBox, &tma_a, fb, a_row + 64, k0, a_g);
@@ -617,6 +622,8 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
     if constexpr (kPerSm == 1) setmaxnreg_inc<232>();
     const int tid = static_cast<int>(threadIdx.x) - kConsumerBase;
     const int cw = tid >> 7;
+    // The first row of this warpgroup's half of a tile (GroupedParams::a_half).
+    const int half_row = cw == 0 ? 0 : (p.a_half > 0 ? p.a_half : 64);
     constexpr uint32_t kAStep = (kAMn ? 16 * 128 : 32) >> 4;
     constexpr uint32_t kBStep = (kBMn ? 16 * 128 : 32) >> 4;
     constexpr uint32_t kALbo = kAMn ? kMnBox : 16;
@@ -639,7 +646,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
 #pragma unroll
       for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.f;
       // Block scales: this thread's two rows of A, and the tile's column block of B.
-      const int row_l = u.tm * kGgBM + cw * 64 + warp_in_wg * 16 + (lane >> 2);
+      const int row_l = u.tm * kGgBM + half_row + warp_in_wg * 16 + (lane >> 2);
       const int r0 = min(row_l, p.m - 1), r1 = min(row_l + 8, p.m - 1);
       const int col_blk = (u.tn * kBN) / 128;
       int prev_stage = -1;
@@ -676,7 +683,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
       // together, and in the two-set blockwise loop, which the branch would make spill.)
       if constexpr (kPromote != 2) {
         const bool zeroes_tails = kAMn && kBMn && split_depth;
-        if (!zeroes_tails && ((kARows == 64 && cw == 1) || u.tm * kGgBM + cw * 64 >= u.rows)) {
+        if (!zeroes_tails && ((kARows == 64 && cw == 1) || u.tm * kGgBM + half_row >= u.rows)) {
           for (int kb = 0; kb < num_kb; ++kb) {
             mbar_wait(full_bar(stage), phase);
             release(stage);
@@ -845,7 +852,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
         fence_accumulators(acc);
         if (num_kb > 0) release(prev_stage);
       }
-      const int row0 = u.tm * kGgBM + cw * 64;
+      const int row0 = u.tm * kGgBM + half_row;
       bool stored = false;
       if constexpr (kCanStage) {
         const bool split_rows = p.split == static_cast<int>(GroupSplit::kRows);

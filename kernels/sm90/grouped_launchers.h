@@ -71,6 +71,10 @@ struct GroupedParams {
   // k-slices of one product (split kNone, a group a slice): each slice's depth, a multiple of
   // the stage's K, slice g taking [g * k_slice, min(k, (g + 1) * k_slice)); 0 without.
   int k_slice;
+  // A K-major A of 65-127 rows on lone CTAs (one product) as two 64-row boxes, the second
+  // a_half = m - 64 rows below the first, so that no box crosses A's end; the rows the halves
+  // share are computed and written twice, alike. 0: one box of the stage's rows.
+  int a_half;
   int stages;   // the depth of the operand ring (grouped_ring_stages, or kGroupedPairStages)
   int store_c;  // 1: C leaves through shared memory and TMA stores (the map c), 16-bit kinds
 };
