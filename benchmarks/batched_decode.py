@@ -85,12 +85,12 @@ def point(x: torch.Tensor, ws: list[torch.Tensor], rounds: int,
     return out
 
 
-def sweep(rounds: int, ab: list[tuple[str, str]], weights: list[tuple[int, int]],
-          tokens: list[int]) -> list[dict[str, object]]:
-    """Every weight and token count (bf16), and the fp16 subset."""
+def sweep(rounds: int, ab: list[tuple[str, str]], bf16_weights: list[tuple[int, int]],
+          bf16_tokens: list[int]) -> list[dict[str, object]]:
+    """Every weight and token count given (bf16), and the fp16 subset."""
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
-    for dtype, weights, tokens in ((torch.bfloat16, weights, tokens),
+    for dtype, weights, tokens in ((torch.bfloat16, bf16_weights, bf16_tokens),
                                    (torch.float16, FP16_WEIGHTS, FP16_TOKENS)):
         for fout, fin in weights:
             copies = max(2, math.ceil(3 * l2 / (fout * fin * 2)))
