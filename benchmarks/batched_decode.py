@@ -19,19 +19,18 @@ environment variable set (a launch knob read when the graph is captured), as ``a
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import json
 import math
 import os
 import statistics
-from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
 
 import gemmt
 from gemmt._bench_kit import Replay
+from gemmt._env import env_set
 
 WEIGHTS = [(2048, 4096), (4096, 4096), (5120, 5120), (13824, 5120), (4096, 14336),
            (128256, 4096)]  # (out_features, in_features)
@@ -45,20 +44,6 @@ def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
     return ((got.double() - want).norm() / want.norm()).item()
 
 
-@contextlib.contextmanager
-def env_set(name: str, value: str) -> Iterator[None]:
-    """The environment variable ``name`` set to ``value`` inside the block."""
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = old
-
-
 def point(x: torch.Tensor, ws: list[torch.Tensor], rounds: int,
           ab: list[tuple[str, str]]) -> dict[str, float]:
     """gemmt and cuBLAS on x @ W^T over the weight copies: times, ratio, errors; each ``ab``
@@ -66,7 +51,7 @@ def point(x: torch.Tensor, ws: list[torch.Tensor], rounds: int,
     calls = [lambda w=w: gemmt.linear(x, w) for w in ws]
     reps = {"cublas": Replay([lambda w=w: F.linear(x, w) for w in ws]), "gemmt": Replay(calls)}
     for name, value in ab:
-        with env_set(name, value):
+        with env_set({name: value}):
             reps[f"ab_{value}"] = Replay(calls)
     t: dict[str, list[float]] = {k: [] for k in reps}
     for _ in range(rounds):
@@ -78,7 +63,7 @@ def point(x: torch.Tensor, ws: list[torch.Tensor], rounds: int,
            "ratio": us["cublas"] / us["gemmt"], "rel_err": rel_err(gemmt.linear(x, ws[0]), ref),
            "cublas_rel_err": rel_err(F.linear(x, ws[0]), ref)}
     for name, value in ab:
-        with env_set(name, value):
+        with env_set({name: value}):
             out[f"ab_{value}_rel_err"] = rel_err(gemmt.linear(x, ws[0]), ref)
         out[f"ab_{value}_us"] = us[f"ab_{value}"]
         out[f"ab_{value}_ratio"] = us["cublas"] / us[f"ab_{value}"]

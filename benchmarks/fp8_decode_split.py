@@ -26,7 +26,6 @@ import argparse
 import datetime
 import json
 import math
-import os
 import statistics
 from pathlib import Path
 from typing import Callable
@@ -35,6 +34,7 @@ import torch
 
 import gemmt
 from gemmt._bench_kit import Replay, gpu_busy_ms
+from gemmt._env import env_set
 
 WEIGHTS = [(4096, 4096), (6144, 4096), (14336, 4096), (4096, 14336), (8192, 8192),
            (28672, 8192)]  # (out_features, in_features)
@@ -54,12 +54,8 @@ def quantize(t: torch.Tensor, scaling: str = "tensor") -> tuple[torch.Tensor, to
 
 def with_env(calls: list[Callable[[], object]], env: dict[str, str]) -> Replay:
     """The calls captured with settings of the wrapper's (read per call) fixed."""
-    os.environ.update(env)
-    try:
+    with env_set(env):
         return Replay(calls)
-    finally:
-        for name in env:
-            os.environ.pop(name, None)
 
 
 def kernel_us(calls: list[Callable[[], object]]) -> list[float]:

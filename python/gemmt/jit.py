@@ -17,6 +17,7 @@ import torch
 import torch.utils.cpp_extension as cpp_extension
 
 from gemmt import _native, _sources, _toolchain
+from gemmt._env import env_set
 
 
 def source_root() -> Path:
@@ -85,16 +86,8 @@ def _size_flags() -> list[str]:
 def _matching_compilers() -> Iterator[None]:
     """$CC / $CXX / $CUDAHOSTCXX set, for the build only, to compilers that link the
     process's libstdc++ where the given ones do not (``gemmt._toolchain``)."""
-    saved = {var: os.environ.get(var) for var in _toolchain.COMPILER_VARS}
-    os.environ.update(_toolchain.replacements())
-    try:
+    with env_set(_toolchain.replacements()):
         yield
-    finally:
-        for var, value in saved.items():
-            if value is None:
-                os.environ.pop(var, None)
-            else:
-                os.environ[var] = value
 
 
 def sources(with_cuda: bool) -> list[str]:
