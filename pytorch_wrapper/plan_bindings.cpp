@@ -405,14 +405,15 @@ void bind_plans(py::module_& m) {
         py::arg("cc_major"), py::arg("device_info") = std::map<std::string, int64_t>{});
   m.def(
       "plan_grouped",
-      [](int64_t m, int64_t n, int64_t k, int groups, int split, int sm_count) {
+      [](int64_t m, int64_t n, int64_t k, int groups, int split, int sm_count, bool c_stageable) {
         grouped_plan::Shape s{m, n, k, groups, split};
-        const int per_sm = grouped_plan::ctas_per_sm(s);
+        const bool staged = c_stageable && grouped_plan::staged_c(s);
+        const int per_sm = grouped_plan::ctas_per_sm(s, staged);
         const int bn = per_sm == 2 ? 128 : grouped_plan::tile_width(s, sm_count);
         py::dict d;
         d["ctas_per_sm"] = per_sm;
         d["tile_n"] = bn;
-        d["staged_c"] = per_sm == 1 && grouped_plan::staged_c(s);
+        d["staged_c"] = staged;
         d["max_tiles"] = grouped_plan::max_tiles(s, bn);
         d["fp8_cluster"] = grouped_plan::fp8_cluster(s);
         d["fp8_promoted_tile_n"] = grouped_plan::promoted_tile_width(s, sm_count);
@@ -421,13 +422,14 @@ void bind_plans(py::module_& m) {
       },
       "The grouped / scaled Hopper GEMM's plan (kernels/plan/grouped_plan.cpp) for 16-bit "
       "operands with a K-major A: CTAs an SM, tile width, whether C is staged through shared "
-      "memory (where it can be), and the bound on its tiles; split: 0 none, 1 rows, 2 columns, "
+      "memory (where it can be: c_stageable, false for a bias, an activation or a fused "
+      "epilogue), and the bound on its tiles; split: 0 none, 1 rows, 2 columns, "
       "3 the contraction dimension (its extent the total of the groups'). fp8_cluster: CTAs a "
       "cluster of an FP8 product (1 or 2); fp8_promoted_tile_n: the promoted FP8 tile's width "
       "for one product of this shape; fp8_k_slices: the slices of K a few-row FP8 product with "
       "row / column or tensor scales runs as (1: none).",
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("groups"), py::arg("split"),
-      py::arg("sm_count"));
+      py::arg("sm_count"), py::arg("c_stageable") = true);
   m.def("plan_fp8_decode_split", &fp8_decode_plan::k_split,
         "The Hopper FP8 decode kernel's CTAs along K (kernels/plan/fp8_decode_plan.cpp) for an "
         "n x k weight on sm_count SMs.",

@@ -245,11 +245,13 @@ def ref_scaled(a, b, sa, sb, scaling: str) -> torch.Tensor:
 # lone CTAs (the planner's: lone up to 128 rows; A's stages 64 rows deep up to 64, or forced to
 # 128), the promoted tile's width (the planner's, or forced), and C staged through shared memory
 # and TMA stores with the scales applied first (the default where it can run) or written from
-# registers.
+# registers (the promoted 128-wide tile sums from two sets of partial sums, the 192-wide from
+# one).
 FP8_FORMS = {"default": {}, "tile128": {"GEMMT_FP8_TILE": "128"},
              "tile192": {"GEMMT_FP8_TILE": "192"},
              "registers": {"GEMMT_GROUPED_TMA_STORE": "0"},
              "tile192_registers": {"GEMMT_FP8_TILE": "192", "GEMMT_GROUPED_TMA_STORE": "0"},
+             "tile128_registers": {"GEMMT_FP8_TILE": "128", "GEMMT_GROUPED_TMA_STORE": "0"},
              "pairs": {"GEMMT_FP8_CLUSTER": "2"}, "lone": {"GEMMT_FP8_CLUSTER": "1"},
              "lone_registers": {"GEMMT_FP8_CLUSTER": "1", "GEMMT_GROUPED_TMA_STORE": "0"},
              "lone_a128": {"GEMMT_FP8_CLUSTER": "1", "GEMMT_FP8_A_ROWS": "128"}}
@@ -639,3 +641,32 @@ def test_scaled_mm_a_halves_moved_up(scaling: str, m: int, fast: bool,
         tol = 3e-2 if dtype == torch.bfloat16 else 1e-2
         assert rel_err(out, ref) <= tol, (dtype, act, slices, rel_err(out, ref))
 
+
+
+# ---- the promoted FP8 loop on two sets of partial sums: runs of up to four k-blocks ----
+
+@needs_hopper
+@pytest.mark.parametrize("scaling", ["tensor", "row", "block"])
+@pytest.mark.parametrize("k_blocks", [1, 2, 3, 4, 5, 6, 7, 9, 12])
+def test_scaled_mm_two_sets_every_run_length(scaling: str, k_blocks: int,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """CTA pairs on the 128-wide tile sum from two sets of partial sums: row / column and
+    tensor scales in runs of four k-blocks, then one to three (every K of 1-12 k-blocks takes
+    each path), block scales k-block by k-block. The k-blocks reach the float32 sum in the same
+    order, with the same products, as on lone CTAs (one set, the same tile): bit for bit equal
+    to them (row / tensor scales), and to float64 within FP8's error (block scales, whose
+    instances are pairs only)."""
+    m, n, k = 300, 520, 128 * k_blocks
+    a, b, sa, sb = fp8_operands(m, n, k, scaling)
+    ref = ref_scaled(a, b, sa, sb, scaling)
+    monkeypatch.setenv("GEMMT_FP8_TILE", "128")
+    monkeypatch.setenv("GEMMT_FP8_CLUSTER", "2")
+    torch.full((8 * m * n,), float("nan"), device="cuda")
+    two = torch.ops.gemmt.scaled_mm(a, b, sa, sb, None, torch.float32, "none", False)
+    assert torch.isfinite(two).all()
+    assert rel_err(two.double().cpu(), ref) < 8e-3
+    if scaling != "block":
+        monkeypatch.setenv("GEMMT_FP8_CLUSTER", "1")
+        monkeypatch.setenv("GEMMT_FP8_SPLITS", "1")  # whole K on each tile, as the pairs
+        one = torch.ops.gemmt.scaled_mm(a, b, sa, sb, None, torch.float32, "none", False)
+        assert torch.equal(one, two)

@@ -1157,7 +1157,7 @@ def test_device_info_reads_the_gpu_once_per_device() -> None:
     (16, 8192, 8192, 1, 0, 128),       # decode: too few wide tiles, narrower ones stream B
     (4096, 128, 4096, 1, 0, 128),      # an output of 128 columns
     (64 * 256, 7168, 2048, 64, 1, 256),  # 64 experts of 256 tokens, 7168 wide
-    (64 * 256, 2048, 7168, 64, 1, 128),  # the same 2048 wide: two CTAs an SM, 128 wide
+    (64 * 256, 2048, 7168, 64, 1, 256),  # the same 2048 wide: C staged, one CTA, 256 wide
     (128 * 2, 768, 2048, 128, 1, 128),   # 128 experts of 2 tokens
 ])
 def test_grouped_plan_tile_width(m: int, n: int, k: int, groups: int, split: int,
@@ -1167,41 +1167,55 @@ def test_grouped_plan_tile_width(m: int, n: int, k: int, groups: int, split: int
 
 
 @pytest.mark.parametrize("m,n,k,groups,split,per_sm,staged", [
-    (128 * 256, 1536, 2048, 128, 1, 2, False),  # Qwen3-like gate/up: two CTAs an SM
-    (128 * 256, 2048, 768, 128, 1, 2, False),   # Qwen3-like down
-    (64 * 128, 2048, 7168, 64, 1, 2, False),    # DeepSeek-V3-like
-    (128 * 16, 768, 2048, 128, 1, 1, True),     # 16 rows a group: one CTA, staged C
-    (128 * 32, 768, 2048, 128, 1, 1, True),     # 32 rows a group, the boundary
-    (128 * 33, 768, 2048, 128, 1, 2, False),    # 33 rows a group
-    (8 * 512, 28672, 4096, 8, 1, 1, True),      # Mixtral-like gate/up: N >= 4096
-    (8 * 512, 4095, 4096, 8, 1, 2, False),      # just below N 4096
+    (128 * 256, 1536, 2048, 128, 1, 1, True),   # Qwen3-like gate/up: staged, one CTA
+    (128 * 256, 2048, 768, 128, 1, 1, True),    # Qwen3-like down
+    (64 * 128, 2048, 7168, 64, 1, 1, True),     # DeepSeek-V3-like
+    (128 * 16, 768, 2048, 128, 1, 1, False),    # 16 rows a group: C from registers
+    (128 * 32, 768, 2048, 128, 1, 1, False),    # 32 rows a group, the boundary
+    (128 * 33, 768, 2048, 128, 1, 1, True),     # 33 rows a group
+    (8 * 16, 14336, 4096, 8, 1, 1, False),      # Mixtral-like, 16 rows a group, N >= 4096
+    (8 * 512, 28672, 4096, 8, 1, 1, True),      # Mixtral-like gate/up
     (2048, 4096, 16384, 8, 3, 1, True),         # weight gradient (split of K)
-    (4096, 2048, 1024, 1, 0, 1, False),         # one dense product: neither
+    (4096, 2048, 1024, 1, 0, 1, False),         # one dense product below N 4096: neither
+    (4096, 8192, 1024, 1, 0, 1, True),          # one dense product of N >= 4096
 ])
 def test_grouped_plan_ctas_and_epilogue(m: int, n: int, k: int, groups: int, split: int,
                                         per_sm: int, staged: bool) -> None:
-    # The two shape rules measured on an H200 (grouped_plan.h): they never pick both.
+    # The shape rules measured on an H200 (grouped_plan.h): C staged past 32 rows a group.
     plan = _native.load().plan_grouped(m, n, k, groups, split, 132)
     assert plan["ctas_per_sm"] == per_sm and plan["staged_c"] == staged
-    if per_sm == 2:
-        assert plan["tile_n"] == 128
+
+
+@pytest.mark.parametrize("m,n,groups,per_sm", [
+    (128 * 256, 1536, 128, 2),   # more than 32 rows a group below N 4096: two CTAs
+    (128 * 32, 768, 128, 1),     # at most 32 rows a group: one
+    (8 * 512, 4096, 8, 1),       # N >= 4096: one
+])
+def test_grouped_plan_two_ctas_only_without_staged_c(m: int, n: int, groups: int,
+                                                     per_sm: int) -> None:
+    # Where C cannot be staged (a bias, an activation, a fused epilogue), two CTAs an SM
+    # overlap one's register epilogue with the other's products; never beside staged stores.
+    lib = _native.load()
+    assert lib.plan_grouped(m, n, 2048, groups, 1, 132, c_stageable=False)["ctas_per_sm"] == per_sm
+    assert lib.plan_grouped(m, n, 2048, groups, 1, 132)["ctas_per_sm"] == 1
 
 
 @pytest.mark.parametrize("m,n,k,tile", [
-    (8192, 28672, 8192, 192),   # large products: the 192-wide promoted tile
-    (2048, 14336, 4096, 192),   # 14 waves of 128-wide pairs against 10 of 192-wide ones
-    (8192, 4096, 4096, 192),
-    (4096, 4096, 4096, 128),    # 8 even waves at 128 against 6 at 192: 128 by a hair
+    (8192, 28672, 8192, 128),   # 28672 = 224 columns of 128, 149.3 of 192
+    (8192, 4096, 4096, 128),    # 4096 = 21.3 columns of 192
+    (4096, 4096, 4096, 128),
+    (8192, 6144, 4096, 192),    # 32 columns of 192 fill their waves
+    (8192, 8192, 8192, 192),
     (256, 256, 4096, 128),      # one wave either way: the narrower tile wastes nothing
 ])
 def test_grouped_plan_promoted_fp8_tile(m: int, n: int, k: int, tile: int) -> None:
-    # Waves of CTA pairs times the width over the measured rate (1.12x for 192): grouped_plan.h.
+    # Waves of CTA pairs times the width, both tiles at one rate: grouped_plan.h.
     assert _native.load().plan_grouped(m, n, k, 1, 0, 132)["fp8_promoted_tile_n"] == tile
 
 
 @pytest.mark.parametrize("m,cluster,tile", [
     (1, 1, 128), (64, 1, 128), (128, 1, 128),  # a pair's second CTA would have no rows
-    (129, 2, 128), (8192, 2, 192),             # pairs sharing B, the planner's promoted tile
+    (129, 2, 128), (8192, 2, 128),             # pairs sharing B, the planner's promoted tile
 ])
 def test_grouped_plan_fp8_cluster(m: int, cluster: int, tile: int) -> None:
     plan = _native.load().plan_grouped(m, 28672, 8192, 1, 0, 132)

@@ -43,14 +43,15 @@ int tile_width(const Shape& s, int sm_count) {
 
 int promoted_tile_width(const Shape& s, int sm_count) {
   if (fp8_cluster(s) == 1) return 128;  // lone CTAs: their one instance
-  // Time ~ waves x width / rate, waves of CTA pairs (two tile rows a unit).
+  // Time ~ waves x width / rate, waves of CTA pairs (two tile rows a unit). The 128-wide tile
+  // (two sets of partial sums) and the 192-wide one (one set) ran at the same rate.
   const int64_t slots = sm_count / 2 > 0 ? sm_count / 2 : 1;
   const int64_t pair_rows = ceil_div(ceil_div(s.m, kBM), 2);
-  auto cost = [&](int bn, double rate) {
+  auto cost = [&](int bn) {
     const int64_t units = pair_rows * ceil_div(s.n, bn);
-    return static_cast<double>(ceil_div(units, slots)) * bn / rate;
+    return ceil_div(units, slots) * bn;
   };
-  return cost(192, 1.12) < cost(128, 1.0) ? 192 : 128;
+  return cost(128) < cost(192) ? 128 : 192;
 }
 
 int fp8_cluster(const Shape& s) {
@@ -67,14 +68,21 @@ int fp8_k_slices(const Shape& s, int sm_count) {
   return static_cast<int>(std::max<int64_t>(slices, 1));
 }
 
-int ctas_per_sm(const Shape& s) {
-  const bool many_rows = s.m > int64_t{32} * s.groups;
-  return s.split == kSplitRows && s.n < 4096 && many_rows ? 2 : 1;
+bool staged_c(const Shape& s) {
+  switch (s.split) {
+    case kSplitDepth:
+      return true;
+    case kSplitRows:
+      return s.m > int64_t{32} * s.groups;
+    default:
+      return s.n >= 4096;
+  }
 }
 
-bool staged_c(const Shape& s) {
-  const bool few_rows = s.split == kSplitRows && s.m <= int64_t{32} * s.groups;
-  return s.split == kSplitDepth || s.n >= 4096 || few_rows;
+int ctas_per_sm(const Shape& s, bool staged) {
+  if (staged) return 1;
+  const bool many_rows = s.m > int64_t{32} * s.groups;
+  return s.split == kSplitRows && s.n < 4096 && many_rows ? 2 : 1;
 }
 
 }  // namespace grouped_plan

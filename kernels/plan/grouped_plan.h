@@ -21,29 +21,33 @@ struct Shape {
 // decode), take 128 so that more SMs stream the weights.
 int tile_width(const Shape& s, int sm_count);
 
-// CTAs an SM, 1 or 2, where the two-CTA kernel can run (16-bit operands, a K-major A): two
-// CTAs (128-wide tiles, a 3-stage ring) overlap one's epilogue and ramp-up with the other's
-// products. Measured on an H200 against one CTA (random-routing group sizes): 1.06-1.16x on
-// Qwen3-like products (K 768-2048, N 1536-2048, 64-256 rows a group), 1.10-1.13x on
-// DeepSeek-V3-like ones (K 7168, N 2048); 0.94-0.97x on exactly 256-row groups, 0.87x on
-// 16-row groups, 0.97-1.01x at N >= 4096. So two on a split of rows below N 4096 with more
-// than 32 rows a group.
-int ctas_per_sm(const Shape& s);
-
 // Whether C leaves a one-CTA tile through shared memory and TMA stores, where both epilogues
 // can run (a 16-bit C with nothing to apply, 16-byte multiples). Staged stores run on while
-// the next tile computes but take a stage of the ring. Measured on an H200 against the
-// register epilogue: the weight gradient (a split of the contraction dimension, a few
-// k-blocks a tile and then a whole tile to write) 2.0x; N >= 4096 1.03-1.11x; 16 rows a
-// group 1.08-1.15x; 0.90-0.93x on 1536-wide products with 64-256 uneven rows a group.
+// the next tile computes but take a stage of the ring. Measured on an H200 (same process,
+// torch._grouped_mm's shapes of Mixtral, DBRX, Qwen3-MoE and DeepSeek-V3, 2-8192 rows a
+// group, balanced and Zipf routing): with more than 32 rows a group, staged stores on one
+// CTA an SM ran 1.00-1.35x the register epilogue on two (worst case 0.81 -> 1.00 against
+// torch); with at most 32 the register epilogue ran 1.00-1.09x the staged one. The weight
+// gradient (a split of the contraction dimension: a few k-blocks a tile, then a whole tile to
+// write) 2.0x. Without a split, N >= 4096.
 bool staged_c(const Shape& s);
 
+// CTAs an SM, 1 or 2, where the two-CTA kernel can run (16-bit operands, a K-major A, C from
+// registers): one wherever C is staged (`staged`: staged_c, where C can be). Otherwise two
+// CTAs (128-wide tiles, a 3-stage ring) overlap one's epilogue and ramp-up with the other's
+// products: on a split of rows below N 4096 with more than 32 rows a group (measured on an
+// H200 against one CTA with the register epilogue: 0.98-1.16x).
+int ctas_per_sm(const Shape& s, bool staged);
+
 // The width of the promoted FP8 tile (a float32 sum of 128-deep partial products, row /
-// column or tensor scales; one product, CTA pairs along M): 128 or 192. The 192-wide tile
-// holds 96 partial sums beside 96 float32 sums a thread and reads less of each operand per
-// product; on an H200 its waves ran 1.10-1.13x faster than the 128-wide tile's on LLM
-// products. It wins unless its coarser column tiles leave more of the last wave idle
-// (4096 x 4096 x 4096 comes out even). Lone CTAs (fp8_cluster) take 128.
+// column or tensor scales; one product, CTA pairs along M): 128 with two sets of partial sums
+// (each k-block's products run while the one before is added to the float32 sum), or 192 with
+// one (96 partial sums beside 96 float32 sums a thread; each k-block waited for). On an H200
+// both ran at the same rate where their waves come out even (medians 0.883 / 0.869 of
+// torch._scaled_mm over 21 LLM products, tensorwise), so the planner takes the one with fewer
+// waves x width: at 8192 rows, 128 on outputs 4096, 14336 and 28672 wide, 192 on 6144 and
+// 8192 (planned medians 0.881 / 0.898 tensorwise / rowwise, worst 0.859 / 0.865; 192 alone
+// 0.869 / 0.886, worst 0.771). Lone CTAs (fp8_cluster) take 128 with one set.
 int promoted_tile_width(const Shape& s, int sm_count);
 
 // CTAs of an FP8 product (row / column or tensor scales) stacked in pairs along M, sharing B

@@ -118,14 +118,6 @@ OperandView b_view(const GroupedGemmArgs& x) {
   return {x.b, x.n, x.k, two_d ? 1 : x.groups, x.b_sn, x.b_sk, x.b_sg};
 }
 
-// The partial-sum sets of the promoted FP8 loop: one, waited for at each k-block, runs
-// 1.13-1.22x faster than two with row / column scales; two run 1.12-1.39x faster than one with
-// block scales (H200, docs/performance.md). 128x1 scales of B take one: their promotion loads a
-// scale for every column, and a second set would not fit beside those loads in the registers.
-int promote_sets(bool block, bool block_cols) {
-  return block && !block_cols ? 2 : 1;
-}
-
 // The translation unit holding the instance of this kind and tile width.
 cudaError_t launch_instance(int kind, const sm90::GroupedLaunch& l, cudaStream_t stream) {
   switch (kind) {
@@ -163,7 +155,7 @@ grouped_plan::Shape shape_of(const GroupedGemmArgs& x) {
 }
 
 // Whether C goes out through shared memory and TMA stores: where it can (a 16-bit C with no
-// bias or activation, FP8 scales other than block scales, rows and matrices at 16-byte
+// bias or activation, FP8 scales other than 128x1 scales of B, rows and matrices at 16-byte
 // multiples), as grouped_plan::staged_c says for 16-bit operands and always for FP8.
 // GEMMT_GROUPED_TMA_STORE=0 / 1 forces either way where it can run (read at each call, for
 // A/B runs in one process).
@@ -171,7 +163,8 @@ bool use_staged_c(const GroupedGemmArgs& x) {
   if (x.out == OutKind::kF32 || x.bias != nullptr || x.act != Activation::kNone) return false;
   // FP8: its scales are applied in registers before the staging.
   const bool fp8 = is_fp8_kind(x.kind);
-  if ((!fp8 && x.scale != ScaleKind::kNone) || x.scale == ScaleKind::kBlock) return false;
+  if (!fp8 && x.scale != ScaleKind::kNone) return false;
+  if (x.scale == ScaleKind::kBlock && x.b_block_cols) return false;
   if (x.split == GroupSplit::kCols) return false;
   const bool one_c = x.split == GroupSplit::kRows;
   if (reinterpret_cast<uintptr_t>(x.c) % 16 != 0 || (x.ldc * 2) % 16 != 0 || x.ldc < x.n) {
@@ -185,8 +178,8 @@ bool use_staged_c(const GroupedGemmArgs& x) {
 }
 
 // Two CTAs an SM on 128-wide tiles where they can run (16-bit, K-major A, C from registers),
-// as grouped_plan::ctas_per_sm says. GEMMT_GROUPED_PER_SM=1 / 2 forces either where the
-// two-CTA kernel can run (read at each call, for A/B runs).
+// as grouped_plan::ctas_per_sm says: never where C is staged. GEMMT_GROUPED_PER_SM=1 / 2
+// forces either where the two-CTA kernel can run (read at each call, for A/B runs).
 bool two_ctas_per_sm(const GroupedGemmArgs& x) {
   if (is_fp8_kind(x.kind) || x.split == GroupSplit::kDepth || x.split == GroupSplit::kCols) {
     return false;
@@ -194,19 +187,26 @@ bool two_ctas_per_sm(const GroupedGemmArgs& x) {
   if (!k_major(a_view(x))) return false;
   const char* env = std::getenv("GEMMT_GROUPED_PER_SM");
   if (env != nullptr && env[0] != '\0') return std::strcmp(env, "2") == 0;
-  return grouped_plan::ctas_per_sm(shape_of(x)) == 2;
+  return grouped_plan::ctas_per_sm(shape_of(x), use_staged_c(x)) == 2;
 }
 
-// The promoted FP8 tile's width (grouped_plan::promoted_tile_width; block scales: 128, their
-// columns come in blocks of 128). GEMMT_FP8_TILE=128 / 192 forces either (read at each call,
-// for A/B runs).
-int promoted_tile_width(const GroupedGemmArgs& x, int sms) {
-  if (x.scale == ScaleKind::kBlock) return 128;
+// The promoted FP8 loop's partial-sum sets, which fix its tile (CTA pairs): two on the 128-wide
+// tile, each k-block's products running while the one before it is added to the float32 sum,
+// or one on the 192-wide tile, each k-block waited for (grouped_plan::promoted_tile_width
+// picks). Block scales of 128x128 take two (their columns come in blocks of 128); 128x1 ones
+// take one on the 128-wide tile: their promotion loads a scale for every column, and a second
+// set would not fit beside those loads in the registers. Lone CTAs take one (their only
+// instance). GEMMT_FP8_TILE=128 / 192 forces either tile for row / column or tensor scales on
+// CTA pairs (read at each call, for A/B runs).
+int promote_sets(const GroupedGemmArgs& x, int cluster, int sms) {
+  if (x.scale == ScaleKind::kBlock) return x.b_block_cols ? 1 : 2;
+  if (cluster == 1) return 1;
   const char* env = std::getenv("GEMMT_FP8_TILE");
-  if (env != nullptr && std::strcmp(env, "192") == 0) return 192;
-  if (env != nullptr && std::strcmp(env, "128") == 0) return 128;
-  return grouped_plan::promoted_tile_width(shape_of(x), sms);
+  if (env != nullptr && std::strcmp(env, "192") == 0) return 1;
+  if (env != nullptr && std::strcmp(env, "128") == 0) return 2;
+  return grouped_plan::promoted_tile_width(shape_of(x), sms) == 128 ? 2 : 1;
 }
+
 // CTA pairs for FP8 where grouped_plan::fp8_cluster says (block scales: always, their
 // instances are pairs). GEMMT_FP8_CLUSTER=1 / 2 forces either (read at each call, for A/B
 // runs).
@@ -422,11 +422,14 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   const bool two_per_sm = two_ctas_per_sm(x);
   const int cluster = fp8_cluster(x);
   // A lone FP8 CTA takes the 128 x 128 tile (its only instance), also where a switch forces
-  // lone CTAs or fast accumulation skips the promoted tile's planner.
-  const int bn = is_fp8_kind(x.kind) && cluster == 1 ? 128
-                 : promote                           ? promoted_tile_width(x, sms)
-                 : two_per_sm                        ? 128
-                                                     : grouped_plan::tile_width(shape, sms);
+  // lone CTAs; the promoted loop's sets fix its tile, block scales always 128 wide.
+  const int sets = promote ? promote_sets(x, cluster, sms) : 0;
+  const bool fp8_128 =
+      is_fp8_kind(x.kind) && (cluster == 1 || x.scale == ScaleKind::kBlock || sets == 2);
+  const int bn = fp8_128      ? 128
+                 : promote    ? 192
+                 : two_per_sm ? 128
+                              : grouped_plan::tile_width(shape, sms);
 
   sm90::GroupedLaunch l{};
   OperandView a = a_view(y), b = b_view(y);
@@ -434,7 +437,8 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   l.a_mn = !k_major(a);
   l.b_mn = !k_major(b);
   l.bn = bn;
-  l.promote = promote ? promote_sets(x.scale == ScaleKind::kBlock, x.b_block_cols) : 0;
+  // Two sets: in runs of four k-blocks, or k-block by k-block with 128x128 block scales.
+  l.promote = sets == 2 && x.scale == ScaleKind::kBlock ? 3 : sets;
   l.block = x.scale == ScaleKind::kBlock;
   l.cluster = cluster;
   l.per_sm = two_per_sm ? 2 : 1;

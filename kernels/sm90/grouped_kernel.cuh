@@ -487,13 +487,13 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
                              const __grid_constant__ CUtensorMap tma_c, const GgParams p) {
 #if defined(GEMMT_SM90_DEVICE_CODE)
   using Cfg = GgCfg<kKind, kBN, kARows>;
-  static_assert(kARows == kGgBM || (kCluster == 1 && kPerSm == 1 && !kAMn && kPromote != 2),
+  static_assert(kARows == kGgBM || (kCluster == 1 && kPerSm == 1 && !kAMn && kPromote < 2),
                 "64 rows of A: lone CTAs, K-major A, at most one set of partial sums");
   // C through shared memory and TMA (the host sets it for a 16-bit C with no bias or activation
-  // and a mappable C; FP8 scales are applied in registers first). The ring is then p.stages
-  // deep, the staging after it. (Not with block scales: its registers are spent on two sets of
-  // partial sums.)
-  constexpr bool kCanStage = !kBlock;
+  // and a mappable C; FP8 scales are applied in registers first, block scales at each
+  // promotion). The ring is then p.stages deep, the staging after it. (Not with 128x1 scales of
+  // B: the column scales of two k-blocks fill the registers the staging would need.)
+  constexpr bool kCanStage = kBlock != kBlockCols;
   const bool staged_c = kCanStage && p.store_c != 0;
   const int stages = p.stages;
   constexpr int kBK = Cfg::kBK;
@@ -501,8 +501,12 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
   static_assert(!is_fp8_kind(kKind) || (!kAMn && !kBMn), "fp8 wgmma reads K-major operands");
   // The promoted FP8 sum needs a second accumulator set: 128-wide tiles, or 192-wide with one
   // set of partial sums (2 x 96 accumulators a thread).
+  // kPromote: 1 one set of partial sums, 2 two in runs of four k-blocks (row / column and
+  // tensor scales), 3 two k-block by k-block (128x128 block scales).
   static_assert(kPromote == 0 || kBN == 128 || (kBN == 192 && kPromote == 1 && !kBlock),
                 "the promoted FP8 sum needs a second accumulator set");
+  static_assert(kPromote != 2 || !kBlock, "block scales: k-block by k-block (kPromote 3)");
+  static_assert(kPromote != 3 || kBlock == kBlockSquare, "k-block by k-block: block scales");
   static_assert(kBN != 192 || kPromote == 1, "the 192-wide tile serves the promoted FP8 sum only");
   static_assert(kPerSm == 1 || (kBN == 128 && kPromote == 0 && kCluster == 1),
                 "two CTAs an SM: 128-wide tiles, no promotion, no pairs");
@@ -680,8 +684,8 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
       // costs about half a tile instead of a whole one. In a CTA pair over a few rows (FP8 with
       // 33-128 of them) the second CTA's warpgroups only hand back the stages of B they
       // fetch for the first. (Both warpgroups stay where they zero the stages' K tails
-      // together, and in the two-set blockwise loop, which the branch would make spill.)
-      if constexpr (kPromote != 2) {
+      // together, and in the two-set loops, which the branch would make spill.)
+      if constexpr (kPromote < 2) {
         const bool zeroes_tails = kAMn && kBMn && split_depth;
         if (!zeroes_tails && ((kARows == 64 && cw == 1) || u.tm * kGgBM + half_row >= u.rows)) {
           for (int kb = 0; kb < num_kb; ++kb) {
@@ -778,9 +782,68 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
           advance();
         }
       } else if constexpr (kPromote == 2) {
-        // Two sets of partial sums: k-block kb is issued into one while the other, kb - 1's,
-        // is waited for, added to the float32 sum and its stage released. (ptxas serialises
-        // the products of this form: C7514.)
+        // Two sets of partial sums, k-blocks in runs of up to four: each k-block's products run
+        // while the warpgroup adds the one before it to the float32 sum, so only a run's last
+        // k-block is waited for with nothing queued behind it. No group is in flight across
+        // the loop's back edge: ptxas serialises every wgmma of a loop whose iterations read
+        // the sums of a group issued by the iteration before (C7514). Row / column and tensor
+        // scales only (applied in the epilogue).
+        float part0[Cfg::kAcc], part1[Cfg::kAcc];
+        int stage0 = 0, stage1 = 0;  // the stage each set reads
+        const float no_cols[kColScales] = {1.f};
+        auto issue = [&](int kb, float (&part)[Cfg::kAcc], int& st) {
+          issue_partial(kb, part);
+          st = stage;
+          advance();
+        };
+        auto retire = [&](float (&part)[Cfg::kAcc], int st) {
+          fence_accumulators(part);
+          release(st);
+          promote(part, 1.f, 1.f, no_cols);
+        };
+        int kb = 0;
+        for (; kb + 4 <= num_kb; kb += 4) {
+          issue(kb, part0, stage0);
+          issue(kb + 1, part1, stage1);
+          wgmma_wait<1>();
+          retire(part0, stage0);
+          issue(kb + 2, part0, stage0);
+          wgmma_wait<1>();
+          retire(part1, stage1);
+          issue(kb + 3, part1, stage1);
+          wgmma_wait<1>();
+          retire(part0, stage0);
+          wgmma_wait<0>();
+          retire(part1, stage1);
+        }
+        // The last one to three k-blocks, a shorter run.
+        const int left = num_kb - kb;
+        if (left == 1) {
+          issue(kb, part0, stage0);
+          wgmma_wait<0>();
+          retire(part0, stage0);
+        } else if (left >= 2) {
+          issue(kb, part0, stage0);
+          issue(kb + 1, part1, stage1);
+          wgmma_wait<1>();
+          retire(part0, stage0);
+          if (left == 3) {
+            issue(kb + 2, part0, stage0);
+            wgmma_wait<1>();
+            retire(part1, stage1);
+            wgmma_wait<0>();
+            retire(part0, stage0);
+          } else {
+            wgmma_wait<0>();
+            retire(part1, stage1);
+          }
+        }
+      } else if constexpr (kPromote == 3) {
+        // Two sets of partial sums, k-block by k-block (128x128 block scales): k-block kb is
+        // issued into one while the other, kb - 1's, is waited for, added to the float32 sum
+        // with its scales and its stage released. ptxas serialises the products of this form
+        // (C7514), yet with block scales it ran 1.10-1.15x the runs of four above (H200,
+        // docs/performance.md); without them the runs of four are 1.3x faster.
         float part0[Cfg::kAcc], part1[Cfg::kAcc];
         float pf0 = 1.f, pf1 = 1.f;               // the scales of the partial sums in flight
         const float no_cols[kColScales] = {1.f};  // (128x1 scales take one set)
@@ -864,7 +927,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
           const int row = (split_rows ? u.begin : 0) + wrow;
           const int batch = split_rows ? 0 : u.g;
           if (row < p.m) {
-            if constexpr (is_fp8_kind(kKind)) {
+            if constexpr (is_fp8_kind(kKind) && !kBlock) {
               GgScales sc;
               sc.load(p, 0, wrow + (lane >> 2), p.m, 0);
               gg_scale_in_place(sc, acc, u.tn * kBN, p.n, lane);

@@ -23,7 +23,7 @@ cudaError_t launch_grouped_instance(const sm90::GroupedLaunch& l, cudaStream_t s
   if (l.a_rows != kARows || (kARows == 64 && l.p.m > 64)) return cudaErrorInvalidValue;
   // The ring's depth and the staging buffer are launch parameters; the kernel trusts them.
   const bool staged = l.p.store_c != 0;
-  if (staged && (kPerSm != 1 || kBlock)) return cudaErrorInvalidValue;
+  if (staged && (kPerSm != 1 || kBlock == kBlockCols)) return cudaErrorInvalidValue;
   const bool table = l.p.split != static_cast<int>(GroupSplit::kNone);
   const int max_stages = kPerSm != 1 ? sm90::kGroupedPairStages
                                      : sm90::grouped_ring_stages(kARows, kBN, staged, table);
@@ -83,9 +83,10 @@ cudaError_t launch_grouped_16bit(const sm90::GroupedLaunch& l, cudaStream_t stre
 }
 
 // The FP8 instances of one operand pair (one group, CTA pairs): the promoted sum on the
-// 128-wide tile (row / column scales from one set of partial sums, block scales from two),
-// fast accumulation on the 256- or 128-wide one; and lone CTAs on the 128-wide tile, promoted
-// or not (row / column or tensor scales, at most 128 rows).
+// 128-wide tile from two sets of partial sums (runs of four k-blocks; block scales of 128x128
+// k-block by k-block; 128x1 ones from one set) or on the 192-wide tile from one, fast
+// accumulation on the 256- or 128-wide one; and lone CTAs on the 128-wide tile, promoted from
+// one set or not (row / column or tensor scales, at most 128 rows).
 template <int kKind>
 cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t stream) {
   if (l.a_mn || l.b_mn || l.per_sm != 1) return cudaErrorInvalidValue;
@@ -96,8 +97,8 @@ cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t s
                  ? launch_grouped_instance<kKind, false, false, 128, 1, kBlockCols, 2>(l, stream)
                  : cudaErrorInvalidValue;
     }
-    if (l.promote != 2) return cudaErrorInvalidValue;
-    return launch_grouped_instance<kKind, false, false, 128, 2, kBlockSquare, 2>(l, stream);
+    if (l.promote != 3) return cudaErrorInvalidValue;
+    return launch_grouped_instance<kKind, false, false, 128, 3, kBlockSquare, 2>(l, stream);
   }
   if (l.cluster == 1) {
     // Lone CTAs (a product of at most 128 rows): the 128 x 128 tile, its A stages 64 rows deep
@@ -114,10 +115,15 @@ cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t s
                ? launch_grouped_instance<kKind, false, false, 128, 1, kBlockNone, 1>(l, stream)
                : launch_grouped_instance<kKind, false, false, 128, 0, kBlockNone, 1>(l, stream);
   }
+  if (l.promote == 2) {
+    return l.bn == 128
+               ? launch_grouped_instance<kKind, false, false, 128, 2, kBlockNone, 2>(l, stream)
+               : cudaErrorInvalidValue;
+  }
   if (l.promote == 1) {
     return l.bn == 192
                ? launch_grouped_instance<kKind, false, false, 192, 1, kBlockNone, 2>(l, stream)
-               : launch_grouped_instance<kKind, false, false, 128, 1, kBlockNone, 2>(l, stream);
+               : cudaErrorInvalidValue;
   }
   if (l.promote != 0) return cudaErrorInvalidValue;
   if (l.bn == 256)

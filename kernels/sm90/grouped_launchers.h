@@ -86,7 +86,8 @@ struct GroupedLaunch {
   int grid;
   bool a_mn, b_mn;
   int bn;       // 128 or 256 (192: the promoted FP8 tile)
-  int promote;  // FP8: a float32 sum of 128-deep partial products, from 1 or 2 sets (0: none)
+  int promote;  // FP8 float32 sum of 128-deep partial products: 0 none, 1 one set of partial
+                // sums, 2 two in runs of four k-blocks, 3 two k-block by k-block (block scales)
   bool block;   // FP8: with 1x128 / 128x128 block scales
   int cluster;  // 1, or 2: CTA pairs along M sharing B (FP8, one group)
   int per_sm;   // CTAs an SM: 1, or 2 (128-wide 16-bit tiles with K-major A)
