@@ -200,11 +200,13 @@ def test_fp8_convergence_result_holds_what_it_claims() -> None:
                                              and abs(r["held_out_loss_vs_bf16"]) <= 0.01)
 
 
-@pytest.mark.parametrize("name", ["fp32_few_rows", "batched_decode"])
-def test_benchmark_script_needs_a_gpu(tmp_path: Path, name: str) -> None:
-    """benchmarks/fp32_few_rows.py (the few-row float32 table of h200_mm/) and
-    benchmarks/batched_decode.py (the batched decode A/B of h200_tune/) say what they need and
-    exit 1 on a machine without CUDA, writing nothing."""
+@pytest.mark.parametrize("name,args", [("fp32_few_rows", []), ("batched_decode", []),
+                                       ("launch_forms", ["grouped"]), ("launch_forms", ["fp8"])])
+def test_benchmark_script_needs_a_gpu(tmp_path: Path, name: str, args: list[str]) -> None:
+    """benchmarks/fp32_few_rows.py (the few-row float32 table of h200_mm/),
+    benchmarks/batched_decode.py (the batched decode A/B of h200_tune/) and
+    benchmarks/launch_forms.py (the grouped / scaled GEMM's launch forms) say what they need
+    and exit 1 on a machine without CUDA, writing nothing."""
     import subprocess
     import sys
 
@@ -213,7 +215,7 @@ def test_benchmark_script_needs_a_gpu(tmp_path: Path, name: str) -> None:
     if torch.cuda.is_available():
         pytest.skip("runs the whole sweep on a GPU")
     script = ROOT / "benchmarks" / f"{name}.py"
-    done = subprocess.run([sys.executable, str(script), "--out", str(tmp_path)],
+    done = subprocess.run([sys.executable, str(script), *args, "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 1 and f"{name}: needs a CUDA device" in done.stdout, done
     assert not list(tmp_path.iterdir())
