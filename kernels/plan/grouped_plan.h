@@ -26,8 +26,10 @@ int tile_width(const Shape& s, int sm_count);
 // the next tile computes but take a stage of the ring. Measured on an H200 (same process,
 // torch._grouped_mm's shapes of Mixtral, DBRX, Qwen3-MoE and DeepSeek-V3, 2-8192 rows a
 // group, balanced and Zipf routing): with more than 32 rows a group, staged stores on one
-// CTA an SM ran 1.00-1.35x the register epilogue on two (worst case 0.81 -> 1.00 against
-// torch); with at most 32 the register epilogue ran 1.00-1.09x the staged one. The weight
+// CTA an SM ran 0.99-1.35x the planner of before (two CTAs with the register epilogue below N
+// 4096; worst case against torch 0.81 -> 0.99), the register epilogue on one CTA at most 3.5%
+// ahead of them (64 rows a group); with at most 32 the register epilogue ran 0.96-1.09x the
+// staged one (median 1.02, ahead at 21 of 24 points). The weight
 // gradient (a split of the contraction dimension: a few k-blocks a tile, then a whole tile to
 // write) 2.0x. Without a split, N >= 4096.
 bool staged_c(const Shape& s);
