@@ -842,7 +842,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
         // Two sets of partial sums, k-block by k-block (128x128 block scales): k-block kb is
         // issued into one while the other, kb - 1's, is waited for, added to the float32 sum
         // with its scales and its stage released. ptxas serialises the products of this form
-        // (C7514), yet with block scales it ran 1.10-1.15x the runs of four above (H200,
+        // (C7514), yet with block scales it ran 1.12-1.14x the runs of four above (H200,
         // docs/performance.md); without them the runs of four are 1.3x faster.
         float part0[Cfg::kAcc], part1[Cfg::kAcc];
         float pf0 = 1.f, pf1 = 1.f;               // the scales of the partial sums in flight
