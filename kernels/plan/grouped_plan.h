@@ -29,9 +29,9 @@ int tile_width(const Shape& s, int sm_count);
 // CTA an SM ran 0.99-1.35x the planner of before (two CTAs with the register epilogue below N
 // 4096; worst case against torch 0.81 -> 0.99), the register epilogue on one CTA at most 3.5%
 // ahead of them (64 rows a group); with at most 32 the register epilogue ran 0.96-1.09x the
-// staged one (median 1.02, ahead at 21 of 24 points). The weight
-// gradient (a split of the contraction dimension: a few k-blocks a tile, then a whole tile to
-// write) 2.0x. Without a split, N >= 4096.
+// staged one (median 1.02, ahead at 21 of 24 points). The weight gradient (a split of the
+// contraction dimension: a few k-blocks a tile, then a whole tile to write) 2.0x. Without a
+// split, N >= 4096.
 bool staged_c(const Shape& s);
 
 // CTAs an SM, 1 or 2, where the two-CTA kernel can run (16-bit operands, a K-major A, C from
