@@ -1,6 +1,7 @@
 """The grouped / scaled Hopper GEMM's launch forms against torch, in one process.
 
     python benchmarks/launch_forms.py grouped|fp8 --out <folder> [--form NAME:VAR=VALUE,...]
+        [--only LAYOUT|SCALING] [--quick]
 
 ``grouped``: ``torch.ops.gemmt.grouped_mm`` against ``torch._grouped_mm`` on the shapes of
 ``python -m gemmt bench moe`` (Mixtral-, DBRX-, Qwen3- and DeepSeek-V3-like experts, 2-8192
@@ -78,9 +79,10 @@ def race(point: dict[str, Any], ours: Callable[[], object], theirs: Callable[[],
     return row
 
 
-def grouped_points(quick: bool, forms: dict[str, dict[str, str]],
-                   rounds: int) -> list[dict[str, Any]]:
-    """The grouped suite's points (group sizes drawn as ``bench moe`` draws them)."""
+def grouped_points(quick: bool, forms: dict[str, dict[str, str]], rounds: int,
+                   only: list[str]) -> list[dict[str, Any]]:
+    """The grouped suite's points (group sizes drawn as ``bench moe`` draws them), of the
+    layouts in ``only`` (all where empty)."""
     gen = torch.Generator().manual_seed(0)
     rows = []
     for name, experts, hidden, inter, tokens in (QUICK_GROUPED if quick else GROUPED):
@@ -95,6 +97,8 @@ def grouped_points(quick: bool, forms: dict[str, dict[str, str]],
                 g = torch.randn(m, inter, device=DEVICE, dtype=torch.bfloat16)
                 for layout, a, b in (("forward", x, w.transpose(1, 2)), ("grad_input", g, w),
                                      ("grad_weight", g.t(), x)):
+                    if only and layout not in only:
+                        continue
                     point = {"config": name, "rows_a_group": tpe, "routing": routing,
                              "layout": layout}
                     rows.append(race(point,
@@ -104,11 +108,15 @@ def grouped_points(quick: bool, forms: dict[str, dict[str, str]],
     return rows
 
 
-def fp8_points(forms: dict[str, dict[str, str]], rounds: int) -> list[dict[str, Any]]:
-    """The FP8 suite's points, operands quantised by ``quantize_fp8`` in each scaling."""
+def fp8_points(forms: dict[str, dict[str, str]], rounds: int,
+               only: list[str]) -> list[dict[str, Any]]:
+    """The FP8 suite's points, operands quantised by ``quantize_fp8`` in each scaling of
+    ``only`` (all where empty)."""
     torch.manual_seed(0)
     rows = []
     for mode, (gran_a, gran_b) in FP8_MODES.items():
+        if only and mode not in only:
+            continue
         for n_out, k_in in LAYERS:
             for layout, (m, n, k) in (("forward", (FP8_TOKENS, n_out, k_in)),
                                       ("grad_input", (FP8_TOKENS, k_in, n_out)),
@@ -152,13 +160,15 @@ def main() -> int:
                         metavar="NAME:VAR=VALUE,...", help="one more gemmt contender")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="the quick grouped shapes")
+    parser.add_argument("--only", action="append", default=[], metavar="LAYOUT|SCALING",
+                        help="only these grouped layouts / FP8 scalings (repeatable)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("launch_forms: needs a CUDA device")
         return 1
     forms = dict(args.form) or DEFAULT_FORMS[args.suite]
-    rows = (grouped_points(args.quick, forms, args.rounds) if args.suite == "grouped"
-            else fp8_points(forms, args.rounds))
+    rows = (grouped_points(args.quick, forms, args.rounds, args.only)
+            if args.suite == "grouped" else fp8_points(forms, args.rounds, args.only))
     names = ["planned", *forms]
     doc = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
            "cuda": torch.version.cuda, "gemmt": gemmt.build_info(), "suite": args.suite,

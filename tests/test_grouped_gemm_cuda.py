@@ -452,6 +452,68 @@ def test_grouped_2d2d_store_paths(dtype: torch.dtype, mn: tuple[int, int], sizes
     assert torch.equal(outs["1"], outs["0"]), "the two epilogues differ"
 
 
+# Every length of a group's last k-block (1-64 tokens), then a few groups of more than one.
+PARTIAL_K_SIZES = list(range(1, 65)) + [65, 79, 80, 127, 128, 129]
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("mn", [(136, 128), (136, 320)])
+def test_grouped_2d2d_partial_k_steps(dtype: torch.dtype, mn: tuple[int, int],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group's last k-block runs first; its k-steps wholly past the group's end read the
+    next group's rows unzeroed, and the first step that holds its rows overwrites their
+    products; only the rest of that step is zeroed (each warpgroup its own rows of A and all of
+    B). With every length of that block, the next group's rows (and Inf rows past the last
+    offset) in the stage: nothing leaks, each element within its rounding of float64, on 128-
+    and 256-wide tiles, and bit for bit the stage zeroed to its end (GEMMT_GROUPED_FULL_TAIL=1:
+    the products added differ only by exact zeros)."""
+    m, n = mn
+    total = sum(PARTIAL_K_SIZES)
+    a = torch.randn(total + 40, m, device="cuda", dtype=dtype)
+    b = torch.randn(total + 40, n, device="cuda", dtype=dtype)
+    a[total:] = float("inf")
+    b[total:] = float("inf")
+    offs = offsets(PARTIAL_K_SIZES)
+    ref = ref_grouped(a[:total].t(), b[:total], offs)
+    outs = {}
+    for full in ("0", "1"):
+        monkeypatch.setenv("GEMMT_GROUPED_FULL_TAIL", full)
+        out = poisoned_call(lambda: torch.ops.gemmt.grouped_mm(a.t(), b, offs),
+                            (len(PARTIAL_K_SIZES), m, n), dtype)
+        close_elementwise(out, ref, dtype)
+        outs[full] = out
+    assert torch.equal(outs["0"], outs["1"]), "the k-steps skipped changed the sums"
+
+
+@needs_hopper
+@pytest.mark.parametrize("sizes", [[700, 3, 0, 150, 64, 1, 2000, 17, 64, 0, 300],
+                                   "skewed_300"])
+def test_grouped_2d2d_depth_order(sizes: list[int] | str,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The weight gradient's tiles dealt deepest group first in a snake over the CTAs
+    (default) and in group order round robin (GEMMT_GROUPED_DEPTH_ORDER=0): every tile is
+    computed once either way, so both are within rounding of float64 and equal bit for bit;
+    skewed sizes with ties and empty groups, 300 groups (the ordering runs on every thread)."""
+    if sizes == "skewed_300":
+        gen = torch.Generator().manual_seed(3)
+        sizes = [int(v) for v in (torch.rand(300, generator=gen) ** 4 * 400).floor()]
+    m, n = 200, 264
+    total = sum(sizes)
+    a = torch.randn(total, m, device="cuda", dtype=torch.bfloat16).t()
+    b = torch.randn(total, n, device="cuda", dtype=torch.bfloat16)
+    offs = offsets(sizes)
+    ref = ref_grouped(a, b, offs)
+    outs = {}
+    for order in ("1", "0"):
+        monkeypatch.setenv("GEMMT_GROUPED_DEPTH_ORDER", order)
+        out = poisoned_call(lambda: torch.ops.gemmt.grouped_mm(a, b, offs),
+                            (len(sizes), m, n), torch.bfloat16)
+        close_elementwise(out, ref, torch.bfloat16)
+        outs[order] = out
+    assert torch.equal(outs["1"], outs["0"]), "the order of the tiles changed the sums"
+
+
 @needs_hopper
 def test_grouped_2d2d_store_unaligned_c_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
     """C's rows of 100 bf16 (200 bytes) cannot be a tensor map: the register path writes them,

@@ -254,6 +254,21 @@ int a_half_rows(const GroupedGemmArgs& x, int cluster, int a_rows, bool sliced) 
   return static_cast<int>(x.m) - 64;
 }
 
+// A split of K zeroes only the rest of the k-step that holds a group's last rows, each
+// warpgroup what it reads; GEMMT_GROUPED_FULL_TAIL=1 zeroes the stage to its end, both
+// warpgroups together, as before (read at each call, for A/B runs).
+int full_k_tail() {
+  const char* env = std::getenv("GEMMT_GROUPED_FULL_TAIL");
+  return env != nullptr && std::strcmp(env, "1") == 0 ? 1 : 0;
+}
+
+// A split of K deals its tiles out deepest group first (GroupedParams::depth_order);
+// GEMMT_GROUPED_DEPTH_ORDER=0 deals them in group order (read at each call, for A/B runs).
+int depth_order() {
+  const char* env = std::getenv("GEMMT_GROUPED_DEPTH_ORDER");
+  return env != nullptr && std::strcmp(env, "0") == 0 ? 0 : 1;
+}
+
 bool fits_int(int64_t v) {
   return v >= 0 && v < (int64_t{1} << 31);
 }
@@ -495,6 +510,8 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   // The ring at its deepest beside C's staged tile (if any) and the group table (a split of
   // rows, columns or K).
   p.store_c = 0;
+  p.full_k_tail = full_k_tail();
+  p.depth_order = depth_order();
   std::memset(&l.c, 0, sizeof(l.c));
   // A C the driver will not map (strides past its limits) is written from registers.
   if (!two_per_sm && !sliced && use_staged_c(x) && encode_c_map(&l.c, x)) p.store_c = 1;

@@ -168,6 +168,30 @@ __device__ void build_group_table(const GgParams& p, int* first_tile, int* begin
   }
 }
 
+// A split of K (GroupedParams::depth_order): first_tile[s] becomes the group of rank s, the
+// groups deepest first (ties in group order). A tile's time grows with its group's depth, and
+// dealt in this order (gg_nth_unit) the deep tiles spread over the CTAs before the shallow
+// ones fill the gaps: with skewed routing the first groups' tiles otherwise went to the same
+// CTAs round after round. Run by every thread; the table is built.
+__device__ __forceinline__ void order_groups_by_depth(const GgParams& p, int* first_tile,
+                                                      const int* begin) {
+  for (int g = threadIdx.x; g < p.groups; g += blockDim.x) {
+    const int d = begin[g + 1] - begin[g];
+    int rank = 0;
+    for (int h = 0; h < p.groups; ++h) {
+      const int e = begin[h + 1] - begin[h];
+      rank += (e > d || (e == d && h < g)) ? 1 : 0;
+    }
+    first_tile[rank] = g;
+  }
+}
+
+// The unit a CTA takes in its round i: round robin over the grid, every other round in reverse
+// (a snake) where the units come deepest first, so that each CTA's rounds add up evenly.
+__device__ __forceinline__ int gg_nth_unit(int i, int first, int stride, bool snake) {
+  return i * stride + ((snake && (i & 1)) ? stride - 1 - first : first);
+}
+
 // Tile t of the whole list (false past the last). Within a group the tiles go down bands of
 // 8 tile rows, one column at a time (scheduler.cuh's raster), so that concurrent CTAs share
 // the group's B panel.
@@ -189,6 +213,16 @@ __device__ __forceinline__ bool gg_unit(int t, const GgParams& p, const int* fir
       u.begin = u.g * p.k_slice;
       u.depth = min(p.k_slice, p.k - u.begin);
     }
+  } else if (p.split == static_cast<int>(GroupSplit::kDepth) && p.depth_order != 0) {
+    // Every group has the same tiles; first_tile holds the groups deepest first
+    // (order_groups_by_depth).
+    const int per = tiles_m * tiles_n;
+    if (t >= per * p.groups) return false;
+    const int s = t / per;
+    u.g = first_tile[s];
+    lt = t - s * per;
+    u.begin = begin[u.g];
+    u.depth = begin[u.g + 1] - u.begin;
   } else {
     const int ng = table_groups(p);
     if (t >= first_tile[ng]) return false;
@@ -220,21 +254,33 @@ __device__ __forceinline__ bool gg_unit(int t, const GgParams& p, const int* fir
   return true;
 }
 
-// Zeroes the K rows [valid, kBK) of a stage's MN-major operand (a split of the contraction
+// Zeroes the K rows [valid, end) of a stage's MN-major operand (a split of the contraction
 // dimension ends inside it, and the rest belongs to the next group): each K row is a
-// 128-byte line of every 64-wide box. Run by the 256 consumer threads together. (A split of
+// 128-byte line of every 64-wide box, by `threads` threads together (tid of them). (A split of
 // the contraction dimension takes MN-major operands only: grouped_gemm_sm90_supported.)
 template <int kElt>
-__device__ __forceinline__ void zero_k_tail(uint32_t base, int boxes, int valid, int tid) {
+__device__ __forceinline__ void zero_k_tail(uint32_t base, int boxes, int valid, int end, int tid,
+                                            int threads) {
   constexpr int kRows = 128 / kElt;  // K extent of the stage
-  const int tail = kRows - valid;
+  const int tail = end - valid;
   // Per box, its tail rows' 16-byte chunks (at most 2 a thread: no division in the loop).
   for (int box = 0; box < boxes; ++box) {
-    for (int i = tid; i < tail * 8; i += 256) {
+    for (int i = tid; i < tail * 8; i += threads) {
       const uint32_t addr = base + box * (kRows * 128) + (valid + (i >> 3)) * 128 + (i & 7) * 16;
       asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0) : "memory");
     }
   }
+}
+
+// The wgmma k-steps (16 deep for 16-bit kinds) of a stage that hold a group's last `valid`
+// rows: only the rows up to their end need zeros, the steps past it having their products
+// overwritten. GroupedParams::full_k_tail takes all four (the stage zeroed to its end).
+template <int kElt>
+__device__ __forceinline__ int k_tail_steps(int valid, int full_k_tail) {
+  constexpr int kStepRows = 32 / kElt;
+  constexpr int kSteps = 128 / 32;
+  if (valid >= kSteps * kStepRows || full_k_tail != 0) return kSteps;
+  return (valid + kStepRows - 1) / kStepRows;
 }
 
 // The FP8 scale factors of a consumer's block: tensorwise scales (both strides 0) are one
@@ -544,6 +590,11 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
     build_group_table<kBN>(p, first_tile, group_begin);
   }
   __syncthreads();
+  const bool depth_order = p.split == static_cast<int>(GroupSplit::kDepth) && p.depth_order != 0;
+  if (depth_order) {
+    order_groups_by_depth(p, first_tile, group_begin);
+    __syncthreads();
+  }
   // The peer may multicast into our ring and arrive on our barriers only once they exist.
   if constexpr (kCluster > 1) cluster_sync();
   allow_dependent_launch();
@@ -569,7 +620,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
       int stage = 0;
       uint32_t phase = 0;
       GgUnit u;
-      for (int t = first_unit; unit(t, u); t += unit_stride) {
+      for (int i = 0; unit(gg_nth_unit(i, first_unit, unit_stride, depth_order), u); ++i) {
         const bool split_rows = p.split == static_cast<int>(GroupSplit::kRows);
         const bool split_cols = p.split == static_cast<int>(GroupSplit::kCols);
         const bool split_depth = p.split == static_cast<int>(GroupSplit::kDepth);
@@ -582,10 +633,13 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
         const int b_g = split_cols || depth_range ? 0 : u.g;
         const int k_first = depth_range ? u.begin : 0;
         const int num_kb = ceil_div_dev(u.depth, kBK);
+        // A split of K over MN-major operands runs a tile's k-blocks backwards, the group's
+        // last (partial) one first (the consumers' loop says why).
+        const bool backwards = kAMn && kBMn && split_depth;
         for (int kb = 0; kb < num_kb; ++kb) {
           mbar_wait(empty_bar(stage), phase ^ 1u);
           const uint32_t fb = full_bar(stage);
-          const int k0 = k_first + kb * kBK;
+          const int k0 = k_first + (backwards ? num_kb - 1 - kb : kb) * kBK;
           const uint32_t sa = smem_a + stage * Cfg::kABytes;
           const uint32_t sb = smem_b + stage * Cfg::kBBytes;
           if (leader) {
@@ -644,7 +698,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
     uint32_t phase = 0;
     float acc[Cfg::kAcc];
     GgUnit u;
-    for (int t = first_unit; unit(t, u); t += unit_stride) {
+    for (int i = 0; unit(gg_nth_unit(i, first_unit, unit_stride, depth_order), u); ++i) {
       const int num_kb = ceil_div_dev(u.depth, kBK);
       const bool split_depth = p.split == static_cast<int>(GroupSplit::kDepth);
 #pragma unroll
@@ -660,8 +714,8 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
         mbar_wait(full_bar(stage), phase);
         const int valid = u.depth - kb * kBK;
         if (kAMn && kBMn && split_depth && valid < kBK) {
-          zero_k_tail<Cfg::kElt>(smem_a + stage * Cfg::kABytes, 2, valid, tid);
-          zero_k_tail<Cfg::kElt>(smem_b + stage * Cfg::kBBytes, kBN / 64, valid, tid);
+          zero_k_tail<Cfg::kElt>(smem_a + stage * Cfg::kABytes, 2, valid, kBK, tid, 256);
+          zero_k_tail<Cfg::kElt>(smem_b + stage * Cfg::kBBytes, kBN / 64, valid, kBK, tid, 256);
           // wgmma wants converged warps; then the writes of both warpgroups, visible to it.
           __syncwarp();
           fence_proxy_async_smem();
@@ -879,23 +933,48 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
       } else {
         for (int kb = 0; kb < num_kb; ++kb) {
           mbar_wait(full_bar(stage), phase);
+          // Steps `keep` to 3 replace the sums instead of adding to them; the steps run from
+          // the last to the first, so the sums start from step `keep`'s products.
+          int keep = 4;
           if constexpr (kAMn && kBMn) {
-            const int valid = u.depth - kb * kBK;
-            if (split_depth && valid < kBK) {
-              zero_k_tail<Cfg::kElt>(smem_a + stage * Cfg::kABytes, 2, valid, tid);
-              zero_k_tail<Cfg::kElt>(smem_b + stage * Cfg::kBBytes, kBN / 64, valid, tid);
-              __syncwarp();
-              fence_proxy_async_smem();
-              named_barrier_sync(1, 256);
+            // A split of K: the group's last k-block comes first (the producer runs the
+            // tile's k-blocks backwards). Its steps wholly past the group's end read the next
+            // group's rows, unzeroed, and the first step that holds its rows overwrites them;
+            // only the rest of that step is zeroed, by each warpgroup in its rows of A and in
+            // B (both write the same zeros to B), so that no barrier spans the two. (Steps not
+            // issued instead of overwritten: the branch made ptxas fence every k-block's
+            // wgmma, 0.79-0.81x on long contractions.)
+            const int valid = u.depth - (num_kb - 1) * kBK;
+            if (split_depth && kb == 0 && valid < kBK) {
+              const int steps = k_tail_steps<Cfg::kElt>(valid, p.full_k_tail);
+              const int end = steps * (kBK / 4);
+              if (valid < end && p.full_k_tail != 0) {
+                // The form of before (A/B runs): the two warpgroups zero the stage together.
+                zero_k_tail<Cfg::kElt>(smem_a + stage * Cfg::kABytes, 2, valid, end, tid, 256);
+                zero_k_tail<Cfg::kElt>(smem_b + stage * Cfg::kBBytes, kBN / 64, valid, end, tid,
+                                       256);
+                __syncwarp();
+                fence_proxy_async_smem();
+                named_barrier_sync(1, 256);
+              } else if (valid < end) {
+                const int t = tid & 127;
+                zero_k_tail<Cfg::kElt>(smem_a + stage * Cfg::kABytes + cw * kMnBox, 1, valid, end,
+                                       t, 128);
+                zero_k_tail<Cfg::kElt>(smem_b + stage * Cfg::kBBytes, kBN / 64, valid, end, t, 128);
+                __syncwarp();
+                fence_proxy_async_smem();
+                named_barrier_sync(2 + cw, 128);
+              }
+              keep = steps - 1;
             }
           }
           const uint64_t da = make_desc(smem_a + stage * Cfg::kABytes, kALbo, 1024) + cw * kAHalf;
           const uint64_t db = make_desc(smem_b + stage * Cfg::kBBytes, kBLbo, 1024);
           wgmma_fence();
 #pragma unroll
-          for (int kk = 0; kk < 4; ++kk) {
-            wgmma_step<kKind, kAMn ? 1 : 0, kBMn ? 1 : 0, kBN>(acc, da + kk * kAStep,
-                                                               db + kk * kBStep, 1u);
+          for (int kk = 3; kk >= 0; --kk) {
+            wgmma_step<kKind, kAMn ? 1 : 0, kBMn ? 1 : 0, kBN>(
+                acc, da + kk * kAStep, db + kk * kBStep, kk < keep ? 1u : 0u);
           }
           wgmma_commit();
           // Every group but this one has finished: the previous stage goes back.

@@ -77,6 +77,13 @@ struct GroupedParams {
   int a_half;
   int stages;   // the depth of the operand ring (grouped_ring_stages, or kGroupedPairStages)
   int store_c;  // 1: C leaves through shared memory and TMA stores (the map c), 16-bit kinds
+  // A split of K (16-bit kinds): 1 zeroes the stage of a group's last k-block to its end, both
+  // warpgroups together (the form of before, for A/B runs); 0 only the rest of the last k-step
+  // that holds the group's rows, each warpgroup what it reads (k_tail_steps).
+  int full_k_tail;
+  // A split of K: 1 deals the tiles out deepest group first, in a snake over the CTAs
+  // (order_groups_by_depth); 0 in group order, round robin.
+  int depth_order;
 };
 
 struct GroupedLaunch {
