@@ -201,12 +201,14 @@ def test_fp8_convergence_result_holds_what_it_claims() -> None:
 
 
 @pytest.mark.parametrize("name,args", [("fp32_few_rows", []), ("batched_decode", []),
-                                       ("launch_forms", ["grouped"]), ("launch_forms", ["fp8"])])
+                                       ("launch_forms", ["grouped"]), ("launch_forms", ["fp8"]),
+                                       ("profile_moe_layer", [])])
 def test_benchmark_script_needs_a_gpu(tmp_path: Path, name: str, args: list[str]) -> None:
     """benchmarks/fp32_few_rows.py (the few-row float32 table of h200_mm/),
-    benchmarks/batched_decode.py (the batched decode A/B of h200_tune/) and
-    benchmarks/launch_forms.py (the grouped / scaled GEMM's launch forms) say what they need
-    and exit 1 on a machine without CUDA, writing nothing."""
+    benchmarks/batched_decode.py (the batched decode A/B of h200_tune/),
+    benchmarks/launch_forms.py (the grouped / scaled GEMM's launch forms) and
+    benchmarks/profile_moe_layer.py (the MoE layer's kernels) say what they need and exit 1
+    on a machine without CUDA, writing nothing."""
     import subprocess
     import sys
 

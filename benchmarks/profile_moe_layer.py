@@ -1,0 +1,108 @@
+"""Where the MoE layer's time goes: the CUDA kernels of one forward + backward step of
+``gemmt.nn.MoE`` and of the torch layer ``python -m gemmt bench moe`` races it against
+(``torch._grouped_mm``), from ``torch.profiler``.
+
+    python benchmarks/profile_moe_layer.py --out <folder> [--config mixtral|qwen3_30b]
+        [--tokens 4096] [--steps 5]
+
+Writes ``profile_moe_layer_<config>_<tokens>.json`` under ``--out``: per side the step's time
+(CUDA events, median of the steps), the kernels' summed time a step, and each kernel's time a
+step and launches a step, longest first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import json
+import os
+import statistics
+from typing import Any, Callable
+
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+import gemmt
+from gemmt.bench_moe import LAYERS, torch_moe
+
+
+def step_fn(moe: gemmt.nn.MoE, layer: Callable[[gemmt.nn.MoE, torch.Tensor], torch.Tensor],
+            x: torch.Tensor, g: torch.Tensor) -> Callable[[], None]:
+    """One training step of ``layer``: the gradients cleared, forward, backward."""
+    params = [*moe.parameters(), x]
+
+    def run() -> None:
+        for p in params:
+            p.grad = None
+        layer(moe, x).backward(g)
+    return run
+
+
+def kernels_of(fn: Callable[[], None], steps: int) -> dict[str, Any]:
+    """``fn``'s step time and its kernels' time a step (three warm-up steps first)."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(steps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    us: dict[str, float] = collections.defaultdict(float)
+    calls: dict[str, int] = collections.defaultdict(int)
+    for e in prof.events():
+        if e.device_type == DeviceType.CUDA:
+            us[e.name] += e.time_range.elapsed_us()
+            calls[e.name] += 1
+    rows = sorted(({"kernel": n[:160], "ms": us[n] / 1e3 / steps, "launches": calls[n] / steps}
+                   for n in us), key=lambda r: -r["ms"])
+    return {"step_ms": statistics.median(times), "kernels_ms": sum(r["ms"] for r in rows),
+            "kernels": rows}
+
+
+def main() -> int:
+    """Profiles both layers on one configuration and writes the JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="folder for the JSON")
+    parser.add_argument("--config", default="mixtral", choices=[c[0] for c in LAYERS])
+    parser.add_argument("--tokens", type=int, default=4096)
+    parser.add_argument("--steps", type=int, default=5)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("profile_moe_layer: needs a CUDA device")
+        return 1
+    name, hidden, inter, experts, top_k = next(c for c in LAYERS if c[0] == args.config)
+    torch.manual_seed(0)
+    moe = gemmt.nn.MoE(hidden, inter, experts, top_k, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(args.tokens, hidden, device="cuda", dtype=torch.bfloat16,
+                    requires_grad=True)
+    g = torch.randn(args.tokens, hidden, device="cuda", dtype=torch.bfloat16)
+    sides = {"gemmt": step_fn(moe, lambda m, t: m(t), x, g),
+             "torch": step_fn(moe, torch_moe, x, g)}
+    doc = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "cuda": torch.version.cuda, "gemmt": gemmt.build_info(),
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "config": {"name": name, "hidden": hidden, "intermediate": inter,
+                      "experts": experts, "top_k": top_k, "tokens": args.tokens},
+           "steps": args.steps, **{s: kernels_of(fn, args.steps) for s, fn in sides.items()}}
+    for s in sides:
+        top = ", ".join(f"{r['kernel'][:50]} {r['ms']:.3f}" for r in doc[s]["kernels"][:6])
+        print(f"{s}: step {doc[s]['step_ms']:.3f} ms, kernels {doc[s]['kernels_ms']:.3f} ms: {top}")
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"profile_moe_layer_{name}_{args.tokens}.json")
+    with open(path, "w") as f:
+        json.dump(doc, f, separators=(",", ":"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
