@@ -40,7 +40,9 @@ DEFAULT_FORMS = {
     "grouped": {"one_cta_staged": {"GEMMT_GROUPED_PER_SM": "1", "GEMMT_GROUPED_TMA_STORE": "1"},
                 "one_cta_registers": {"GEMMT_GROUPED_PER_SM": "1",
                                       "GEMMT_GROUPED_TMA_STORE": "0"},
-                "two_ctas": {"GEMMT_GROUPED_PER_SM": "2"}},
+                "two_ctas": {"GEMMT_GROUPED_PER_SM": "2"},
+                "tile128": {"GEMMT_GROUPED_TILE": "128"},
+                "tile256": {"GEMMT_GROUPED_TILE": "256"}},
     "fp8": {"tile128_two_sets": {"GEMMT_FP8_TILE": "128"},
             "tile192_one_set": {"GEMMT_FP8_TILE": "192"}},
 }

@@ -515,6 +515,30 @@ def test_grouped_2d2d_depth_order(sizes: list[int] | str,
 
 
 @needs_hopper
+@pytest.mark.parametrize("tile", ["128", "256"])
+@pytest.mark.parametrize("layout", ["grad_weight", "forward"])
+def test_grouped_tile_forced(tile: str, layout: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GEMMT_GROUPED_TILE=128 / 256 forces the 16-bit tile's width where the planner chooses
+    it: either width within rounding of float64 on every element (ragged groups, an empty one,
+    partial tiles in every dimension), outputs NaN-poisoned."""
+    sizes = [300, 0, 17, 129, 64]
+    m, n, total = 200, 328, sum(sizes)
+    offs = offsets(sizes)
+    if layout == "grad_weight":
+        a = torch.randn(total, m, device="cuda", dtype=torch.bfloat16).t()
+        b = torch.randn(total, n, device="cuda", dtype=torch.bfloat16)
+        shape = (len(sizes), m, n)
+    else:
+        a = torch.randn(total, m, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(len(sizes), m, n, device="cuda", dtype=torch.bfloat16) / m ** 0.5
+        shape = (total, n)
+    ref = ref_grouped(a, b, offs)
+    monkeypatch.setenv("GEMMT_GROUPED_TILE", tile)
+    out = poisoned_call(lambda: torch.ops.gemmt.grouped_mm(a, b, offs), shape, torch.bfloat16)
+    close_elementwise(out, ref, torch.bfloat16)
+
+
+@needs_hopper
 def test_grouped_2d2d_store_unaligned_c_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
     """C's rows of 100 bf16 (200 bytes) cannot be a tensor map: the register path writes them,
     even when the staged one is asked for."""

@@ -254,6 +254,15 @@ int a_half_rows(const GroupedGemmArgs& x, int cluster, int a_rows, bool sliced) 
   return static_cast<int>(x.m) - 64;
 }
 
+// The 16-bit tile's width where the planner chooses it (grouped_plan::tile_width);
+// GEMMT_GROUPED_TILE=128 / 256 forces either (read at each call, for A/B runs).
+int tile_width_16bit(const grouped_plan::Shape& shape, int sms) {
+  const char* env = std::getenv("GEMMT_GROUPED_TILE");
+  if (env != nullptr && std::strcmp(env, "128") == 0) return 128;
+  if (env != nullptr && std::strcmp(env, "256") == 0) return 256;
+  return grouped_plan::tile_width(shape, sms);
+}
+
 // A split of K zeroes only the rest of the k-step that holds a group's last rows, each
 // warpgroup what it reads; GEMMT_GROUPED_FULL_TAIL=1 zeroes the stage to its end, both
 // warpgroups together, as before (read at each call, for A/B runs).
@@ -441,10 +450,7 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   const int sets = promote ? promote_sets(x, cluster, sms) : 0;
   const bool fp8_128 =
       is_fp8_kind(x.kind) && (cluster == 1 || x.scale == ScaleKind::kBlock || sets == 2);
-  const int bn = fp8_128      ? 128
-                 : promote    ? 192
-                 : two_per_sm ? 128
-                              : grouped_plan::tile_width(shape, sms);
+  const int bn = fp8_128 ? 128 : promote ? 192 : two_per_sm ? 128 : tile_width_16bit(shape, sms);
 
   sm90::GroupedLaunch l{};
   OperandView a = a_view(y), b = b_view(y);
