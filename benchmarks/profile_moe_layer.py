@@ -17,7 +17,6 @@ import collections
 import datetime
 import json
 import os
-import statistics
 from typing import Any, Callable
 
 import torch
@@ -25,6 +24,7 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 import gemmt
+from gemmt._timing import median_ms
 from gemmt.bench_moe import LAYERS, torch_moe
 
 
@@ -41,18 +41,8 @@ def step_fn(moe: gemmt.nn.MoE, layer: Callable[[gemmt.nn.MoE, torch.Tensor], tor
 
 
 def kernels_of(fn: Callable[[], None], steps: int) -> dict[str, Any]:
-    """``fn``'s step time and its kernels' time a step (three warm-up steps first)."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(steps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
+    """``fn``'s step time (median of ``steps``, after warm-up) and its kernels' time a step."""
+    step_ms = median_ms(fn, "cuda", reps=steps, budget_s=float("inf"))
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
             fn()
@@ -65,7 +55,7 @@ def kernels_of(fn: Callable[[], None], steps: int) -> dict[str, Any]:
             calls[e.name] += 1
     rows = sorted(({"kernel": n[:160], "ms": us[n] / 1e3 / steps, "launches": calls[n] / steps}
                    for n in us), key=lambda r: -r["ms"])
-    return {"step_ms": statistics.median(times), "kernels_ms": sum(r["ms"] for r in rows),
+    return {"step_ms": step_ms, "kernels_ms": sum(r["ms"] for r in rows),
             "kernels": rows}
 
 
