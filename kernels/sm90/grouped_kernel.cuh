@@ -263,7 +263,7 @@ __device__ __forceinline__ void zero_k_tail(uint32_t base, int boxes, int valid,
                                             int threads) {
   constexpr int kRows = 128 / kElt;  // K extent of the stage
   const int tail = end - valid;
-  // Per box, its tail rows' 16-byte chunks (at most 2 a thread: no division in the loop).
+  // Per box, its tail rows' 16-byte chunks (a few a thread: no division in the loop).
   for (int box = 0; box < boxes; ++box) {
     for (int i = tid; i < tail * 8; i += threads) {
       const uint32_t addr = base + box * (kRows * 128) + (valid + (i >> 3)) * 128 + (i & 7) * 16;
