@@ -620,7 +620,8 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
       int stage = 0;
       uint32_t phase = 0;
       GgUnit u;
-      for (int i = 0; unit(gg_nth_unit(i, first_unit, unit_stride, depth_order), u); ++i) {
+      for (int round = 0; unit(gg_nth_unit(round, first_unit, unit_stride, depth_order), u);
+           ++round) {
         const bool split_rows = p.split == static_cast<int>(GroupSplit::kRows);
         const bool split_cols = p.split == static_cast<int>(GroupSplit::kCols);
         const bool split_depth = p.split == static_cast<int>(GroupSplit::kDepth);
@@ -698,7 +699,8 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
     uint32_t phase = 0;
     float acc[Cfg::kAcc];
     GgUnit u;
-    for (int i = 0; unit(gg_nth_unit(i, first_unit, unit_stride, depth_order), u); ++i) {
+    for (int round = 0; unit(gg_nth_unit(round, first_unit, unit_stride, depth_order), u);
+         ++round) {
       const int num_kb = ceil_div_dev(u.depth, kBK);
       const bool split_depth = p.split == static_cast<int>(GroupSplit::kDepth);
 #pragma unroll
