@@ -48,8 +48,11 @@ DEFAULT_FORMS = {
 }
 DEVICE = "cuda"
 FP8_TOKENS = 8192
+# blockwise_1x128: 1x128 scales on both operands along K, B's as 128x1 of (K, N) (the blockwise
+# layer's weight gradient pairing); not in the default run.
 FP8_MODES = {"tensorwise": ("tensor", "tensor"), "rowwise": ("row", "row"),
-             "blockwise": ("block", "block_128x128")}
+             "blockwise": ("block", "block_128x128"), "blockwise_1x128": ("block", "block")}
+DEFAULT_FP8_MODES = ("tensorwise", "rowwise", "blockwise")
 
 
 def parse_form(text: str) -> tuple[str, dict[str, str]]:
@@ -76,7 +79,7 @@ def race(point: dict[str, Any], ours: Callable[[], object], theirs: Callable[[],
     fns = {"torch": theirs, "planned": ours, **{n: under(e, ours) for n, e in forms.items()}}
     ms, errors = kit.time_candidates(fns, DEVICE, rounds=rounds, budget_s=1.5)
     ratios = {n: kit.ratio(ms["torch"], t) for n, t in ms.items() if n != "torch"}
-    row = {**point, "torch_ms": ms["torch"], **ratios, "errors": errors}
+    row = {**point, "torch_ms": ms["torch"], **ratios, "ms": ms, "errors": errors}
     print(row, flush=True)
     return row
 
@@ -117,7 +120,7 @@ def fp8_points(forms: dict[str, dict[str, str]], rounds: int,
     torch.manual_seed(0)
     rows = []
     for mode, (gran_a, gran_b) in FP8_MODES.items():
-        if only and mode not in only:
+        if mode not in (only or DEFAULT_FP8_MODES):
             continue
         for n_out, k_in in LAYERS:
             for layout, (m, n, k) in (("forward", (FP8_TOKENS, n_out, k_in)),

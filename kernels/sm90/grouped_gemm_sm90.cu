@@ -193,13 +193,12 @@ bool two_ctas_per_sm(const GroupedGemmArgs& x) {
 // The promoted FP8 loop's partial-sum sets, which fix its tile (CTA pairs): two on the 128-wide
 // tile, each k-block's products running while the one before it is added to the float32 sum,
 // or one on the 192-wide tile, each k-block waited for (grouped_plan::promoted_tile_width
-// picks). Block scales of 128x128 take two (their columns come in blocks of 128); 128x1 ones
-// take one on the 128-wide tile: their promotion loads a scale for every column, and a second
-// set would not fit beside those loads in the registers. Lone CTAs take one (their only
+// picks). Block scales take two (their columns come in blocks of 128, or a scale a column read
+// from the ring at the promotion). Lone CTAs take one (their only
 // instance). GEMMT_FP8_TILE=128 / 192 forces either tile for row / column or tensor scales on
 // CTA pairs (read at each call, for A/B runs).
 int promote_sets(const GroupedGemmArgs& x, int cluster, int sms) {
-  if (x.scale == ScaleKind::kBlock) return x.b_block_cols ? 1 : 2;
+  if (x.scale == ScaleKind::kBlock) return 2;
   if (cluster == 1) return 1;
   const char* env = std::getenv("GEMMT_FP8_TILE");
   if (env != nullptr && std::strcmp(env, "192") == 0) return 1;
@@ -230,8 +229,8 @@ int a_stage_rows(const GroupedGemmArgs& x, int cluster) {
 
 // The ring's depth: as many stages as fit (sm90::grouped_ring_stages). GEMMT_GROUPED_STAGES=n
 // caps it (read at each call, for A/B runs).
-int ring_stages(int a_rows, int bn, bool staged_c, bool table) {
-  const int fit = sm90::grouped_ring_stages(a_rows, bn, staged_c, table);
+int ring_stages(int a_rows, int bn, bool staged_c, bool table, int scale_bytes) {
+  const int fit = sm90::grouped_ring_stages(a_rows, bn, staged_c, table, scale_bytes);
   const char* env = std::getenv("GEMMT_GROUPED_STAGES");
   const int cap = env != nullptr ? std::atoi(env) : 0;
   return cap > 0 && cap < fit ? cap : fit;
@@ -458,8 +457,7 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   l.a_mn = !k_major(a);
   l.b_mn = !k_major(b);
   l.bn = bn;
-  // Two sets: in runs of four k-blocks, or k-block by k-block with 128x128 block scales.
-  l.promote = sets == 2 && x.scale == ScaleKind::kBlock ? 3 : sets;
+  l.promote = sets;
   l.block = x.scale == ScaleKind::kBlock;
   l.cluster = cluster;
   l.per_sm = two_per_sm ? 2 : 1;
@@ -523,7 +521,10 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   if (!two_per_sm && !sliced && use_staged_c(x) && encode_c_map(&l.c, x)) p.store_c = 1;
   p.stages = two_per_sm ? sm90::kGroupedPairStages
                         : ring_stages(l.a_rows, bn, p.store_c != 0,
-                                      p.split != static_cast<int>(GroupSplit::kNone));
+                                      p.split != static_cast<int>(GroupSplit::kNone),
+                                      !l.block         ? 0
+                                      : x.b_block_cols ? sm90::kGroupedColsScaleBytes
+                                                       : sm90::kGroupedSquareScaleBytes);
   const int64_t tiles = grouped_plan::max_tiles(shape, bn);
   if (tiles == 0) return cudaSuccess;
   const int64_t units = l.cluster == 1 ? tiles : (static_cast<int64_t>(p.tiles_m) * p.tiles_n);

@@ -58,10 +58,18 @@ constexpr int gg_threads() {
 }
 constexpr int kGgBM = 128;
 // The kernel's kBlock: FP8 block scales of A (1x128) with B's 128x128 ones, or with 128x1 ones
-// (a scale a column and k-block: the blockwise weight gradient).
+// (a scale a column and k-block: the blockwise weight gradient). The producer warp copies each
+// k-block's scales into the ring beside it, so that the consumers read them from shared memory
+// after the stage's wait: read from global memory at each promotion instead, they had the
+// consumers wait on those loads (0.57 / 0.46 of the staged form's speed, docs/performance.md).
 constexpr int kBlockNone = 0;
 constexpr int kBlockSquare = 1;
 constexpr int kBlockCols = 2;
+constexpr int staged_scale_bytes(int block) {
+  return block == kBlockSquare ? sm90::kGroupedSquareScaleBytes
+         : block == kBlockCols ? sm90::kGroupedColsScaleBytes
+                               : 0;
+}
 
 // kARows: the rows of A a stage holds, 128, or 64 for products of at most 64 rows (FP8 on lone
 // CTAs), whose second consumer warpgroup has none: with half of A's bytes a stage the ring holds
@@ -79,8 +87,8 @@ struct GgCfg {
   static constexpr int kBBytes = kBN * 128;
   static constexpr int kAcc = kBN / 2;
   static constexpr int kCBytes = kARows * kBN * 2;
-  static constexpr int smem_bytes(int stages, bool staged_c, bool table) {
-    return sm90::grouped_smem_bytes(kARows, kBN, stages, staged_c, table);
+  static constexpr int smem_bytes(int stages, bool staged_c, bool table, int scale_bytes = 0) {
+    return sm90::grouped_smem_bytes(kARows, kBN, stages, staged_c, table, scale_bytes);
   }
   static_assert(smem_bytes(sm90::grouped_ring_stages(kARows, kBN, false, true), false, true) <=
                     sm90::kGroupedSmemLimit,
@@ -281,6 +289,31 @@ __device__ __forceinline__ int k_tail_steps(int valid, int full_k_tail) {
   constexpr int kSteps = 128 / 32;
   if (valid >= kSteps * kStepRows || full_k_tail != 0) return kSteps;
   return (valid + kStepRows - 1) / kStepRows;
+}
+
+// The block scales of k-block kb into a stage (kBlockSquare, kBlockCols), by the
+// producer warp: lane l copies A's scales of the tile's rows 4l..4l+3 (rows past M repeat the
+// last one; their sums are dropped), then B's of the tile's columns 4l..4l+3 (128x1; columns
+// past N likewise) or lane 0 B's of the tile's column block (128x128). Any strides.
+template <bool kCols>
+__device__ __forceinline__ void stage_block_scales(const GgParams& p, uint32_t dst, int a_row,
+                                                   int b_col, int kb, int lane) {
+  const float* const sa = p.sa + static_cast<int64_t>(kb) * p.sa_s1;
+  const float* const sb = p.sb + static_cast<int64_t>(kb) * p.sb_s0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = min(a_row + 4 * lane + i, p.m - 1);
+    cp_async_4(dst + 4 * (4 * lane + i), sa + r * p.sa_s0);
+  }
+  if constexpr (kCols) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int c = min(b_col + 4 * lane + i, p.n - 1);
+      cp_async_4(dst + 4 * (128 + 4 * lane + i), sb + c * p.sb_s1);
+    }
+  } else if (lane == 0) {
+    cp_async_4(dst + 4 * 128, sb + (b_col / 128) * p.sb_s1);
+  }
 }
 
 // The FP8 scale factors of a consumer's block: tensorwise scales (both strides 0) are one
@@ -538,8 +571,9 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
   // C through shared memory and TMA (the host sets it for a 16-bit C with no bias or activation
   // and a mappable C; FP8 scales are applied in registers first, block scales at each
   // promotion). The ring is then p.stages deep, the staging after it. (Not with 128x1 scales of
-  // B: the column scales of two k-blocks fill the registers the staging would need.)
+  // B: beside their two sets of partial sums the staging made ptxas spill.)
   constexpr bool kCanStage = kBlock != kBlockCols;
+  constexpr int kScaleBytes = staged_scale_bytes(kBlock);  // a stage's block scales
   const bool staged_c = kCanStage && p.store_c != 0;
   const int stages = p.stages;
   constexpr int kBK = Cfg::kBK;
@@ -547,24 +581,22 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
   static_assert(!is_fp8_kind(kKind) || (!kAMn && !kBMn), "fp8 wgmma reads K-major operands");
   // The promoted FP8 sum needs a second accumulator set: 128-wide tiles, or 192-wide with one
   // set of partial sums (2 x 96 accumulators a thread).
-  // kPromote: 1 one set of partial sums, 2 two in runs of four k-blocks (row / column and
-  // tensor scales), 3 two k-block by k-block (128x128 block scales).
-  static_assert(kPromote == 0 || kBN == 128 || (kBN == 192 && kPromote == 1 && !kBlock),
+  // kPromote: 1 one set of partial sums, 2 two in runs of four k-blocks.
+  static_assert(kPromote >= 0 && kPromote <= 2, "kPromote: 0, 1 or 2 sets of partial sums");
+  static_assert(kPromote == 0 || kBN == 128 || (kBN == 192 && kPromote == 1),
                 "the promoted FP8 sum needs a second accumulator set");
-  static_assert(kPromote != 2 || !kBlock, "block scales: k-block by k-block (kPromote 3)");
-  static_assert(kPromote != 3 || kBlock == kBlockSquare, "k-block by k-block: block scales");
   static_assert(kBN != 192 || kPromote == 1, "the 192-wide tile serves the promoted FP8 sum only");
   static_assert(kPerSm == 1 || (kBN == 128 && kPromote == 0 && kCluster == 1),
                 "two CTAs an SM: 128-wide tiles, no promotion, no pairs");
-  static_assert(!kBlock || kPromote, "block scales are applied at the promotion");
-  static_assert(kBlock != kBlockCols || kPromote == 1, "128x1 scales: one set of partial sums");
+  static_assert(!kBlock || kPromote == 2, "block scales: two sets of partial sums");
 
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const uint32_t smem_a = base;
   const uint32_t smem_b = base + stages * Cfg::kABytes;
   const uint32_t smem_c = smem_b + stages * Cfg::kBBytes;
-  const uint32_t bars = smem_c + (staged_c ? Cfg::kCBytes : 0);
+  const uint32_t smem_scales = smem_c + (staged_c ? Cfg::kCBytes : 0);
+  const uint32_t bars = smem_scales + stages * kScaleBytes;
   int* const first_tile =
       reinterpret_cast<int*>(smem_raw + (bars + sm90::kGroupedBarrierBytes - smem_addr(smem_raw)));
   int* const group_begin = first_tile + kGroupedMaxGroups + 2;
@@ -580,7 +612,8 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < stages; ++s) {
-      mbar_init(full_bar(s), 1);
+      // The producer warp's 32 cp.async arrivals (staged block scales) and its leader's.
+      mbar_init(full_bar(s), kBlock ? 33 : 1);
       mbar_init(empty_bar(s), kConsumerWarps * kCluster);
     }
     fence_barrier_init();
@@ -643,6 +676,11 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
           const int k0 = k_first + (backwards ? num_kb - 1 - kb : kb) * kBK;
           const uint32_t sa = smem_a + stage * Cfg::kABytes;
           const uint32_t sb = smem_b + stage * Cfg::kBBytes;
+          if constexpr (kBlock != kBlockNone) {
+            stage_block_scales<kBlock == kBlockCols>(p, smem_scales + stage * kScaleBytes, a_row,
+                                                     b_col, k0 / kBK, lane);
+            cp_async_mbar_arrive(fb);
+          }
           if (leader) {
             mbar_arrive_expect_tx(fb, Cfg::kABytes + Cfg::kBBytes);
             if constexpr (!kAMn) {
@@ -705,10 +743,6 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
       const bool split_depth = p.split == static_cast<int>(GroupSplit::kDepth);
 #pragma unroll
       for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.f;
-      // Block scales: this thread's two rows of A, and the tile's column block of B.
-      const int row_l = u.tm * kGgBM + half_row + warp_in_wg * 16 + (lane >> 2);
-      const int r0 = min(row_l, p.m - 1), r1 = min(row_l + 8, p.m - 1);
-      const int col_blk = (u.tn * kBN) / 128;
       int prev_stage = -1;
       // The stage of k-block kb: waited for, its tail zeroed past the group's depth (a split
       // of the contraction dimension), and its descriptors.
@@ -752,51 +786,36 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
           continue;
         }
       }
-      // Block scales of k-block kb (1 without block scales): this thread's two rows of A
-      // times the tile's column block of B (128x128 scales; 128x1 ones are applied per column
-      // at the promotion).
-      auto block_scales = [&](int kb, float& f0, float& f1) {
-        f0 = f1 = 1.f;
-        if constexpr (kBlock != kBlockNone) {
-          if (kb < num_kb) {
-            const float sbv =
-                kBlock == kBlockCols ? 1.f : __ldg(p.sb + kb * p.sb_s0 + col_blk * p.sb_s1);
-            f0 = __ldg(p.sa + r0 * p.sa_s0 + kb * p.sa_s1) * sbv;
-            f1 = __ldg(p.sa + r1 * p.sa_s0 + kb * p.sa_s1) * sbv;
-          }
-        }
-      };
-      // 128x1 scales of B: this thread's columns' scales of k-block kb (columns past N, the
-      // last tile's, read the last scale; their sums are dropped).
-      constexpr int kColScales = kBlock == kBlockCols ? Cfg::kAcc / 2 : 1;
-      auto column_scales = [&](int kb, float (&cs)[kColScales]) {
-        if constexpr (kBlock == kBlockCols) {
-          if (kb < num_kb) {
-            const float* const sbk = p.sb + static_cast<int64_t>(kb) * p.sb_s0;
-            const int c0 = u.tn * kBN + 2 * (lane & 3);
-#pragma unroll
-            for (int j = 0; j < Cfg::kAcc / 4; ++j) {
-              cs[2 * j] = __ldg(sbk + min(c0 + 8 * j, p.n - 1));
-              cs[2 * j + 1] = __ldg(sbk + min(c0 + 8 * j + 1, p.n - 1));
-            }
-          }
+      // Block scales: this thread's two rows' factors of the k-block in stage st, times B's
+      // block scale with 128x128 ones (read after its wait, before its release).
+      auto block_scales = [&](int st, float& f0, float& f1) {
+        const uint32_t sc = smem_scales + st * kScaleBytes;
+        const int lr = half_row + warp_in_wg * 16 + (lane >> 2);
+        f0 = __uint_as_float(ld_shared_b32(sc + 4 * lr));
+        f1 = __uint_as_float(ld_shared_b32(sc + 4 * (lr + 8)));
+        if constexpr (kBlock == kBlockSquare) {
+          const float sbv = __uint_as_float(ld_shared_b32(sc + 4 * 128));
+          f0 *= sbv;
+          f1 *= sbv;
         }
       };
       // The partial sums of a k-block into the float32 sum, times f0 / f1 (this thread's two
-      // rows) and, with 128x1 scales of B, each column's scale cs of that k-block.
-      auto promote = [&](float (&part)[Cfg::kAcc], float f0, float f1,
-                         const float (&cs)[kColScales]) {
-        if constexpr (kBlock == kBlockCols) {
+      // rows).
+      auto promote = [&](float (&part)[Cfg::kAcc], float f0, float f1) {
 #pragma unroll
-          for (int j = 0; j < Cfg::kAcc / 4; ++j) {
-            acc[4 * j] = fmaf(part[4 * j] * cs[2 * j], f0, acc[4 * j]);
-            acc[4 * j + 1] = fmaf(part[4 * j + 1] * cs[2 * j + 1], f0, acc[4 * j + 1]);
-            acc[4 * j + 2] = fmaf(part[4 * j + 2] * cs[2 * j], f1, acc[4 * j + 2]);
-            acc[4 * j + 3] = fmaf(part[4 * j + 3] * cs[2 * j + 1], f1, acc[4 * j + 3]);
-          }
-        } else {
+        for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = fmaf(part[i], (i & 2) ? f1 : f0, acc[i]);
+      };
+      // As promote, times each column's scale of the k-block in stage st (128x1 scales of B),
+      // read from the ring as it is needed.
+      auto promote_cols = [&](float (&part)[Cfg::kAcc], float f0, float f1, int st) {
+        const uint32_t cols = smem_scales + st * kScaleBytes + 4 * (128 + 2 * (lane & 3));
 #pragma unroll
-          for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = fmaf(part[i], (i & 2) ? f1 : f0, acc[i]);
+        for (int j = 0; j < Cfg::kAcc / 4; ++j) {
+          const float2 cs = ld_shared_v2_f32(cols + 4 * 8 * j);
+          acc[4 * j] = fmaf(part[4 * j] * cs.x, f0, acc[4 * j]);
+          acc[4 * j + 1] = fmaf(part[4 * j + 1] * cs.y, f0, acc[4 * j + 1]);
+          acc[4 * j + 2] = fmaf(part[4 * j + 2] * cs.x, f1, acc[4 * j + 2]);
+          acc[4 * j + 3] = fmaf(part[4 * j + 3] * cs.y, f1, acc[4 * j + 3]);
         }
       };
       // k-block kb's products issued into fresh partial sums (its stage waited for first).
@@ -812,29 +831,15 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
       };
       if constexpr (kPromote == 1) {
         // One set of partial sums, waited for at each k-block: the two consumer warpgroups
-        // drift apart, so one promotes while the other's products run. Block scales are loaded
-        // two k-blocks ahead and 128x1 column scales one, so their latency hides behind the
-        // products (the column scales had been loaded after each k-block's wait).
+        // drift apart, so one promotes while the other's products run (row / column and tensor
+        // scales, applied in the epilogue).
         float part[Cfg::kAcc];
-        float f0, f1, n0, n1, nn0, nn1;
-        float cs[kColScales], cs_next[kColScales];
-        block_scales(0, f0, f1);
-        block_scales(1, n0, n1);
-        column_scales(0, cs);
         for (int kb = 0; kb < num_kb; ++kb) {
-          block_scales(kb + 2, nn0, nn1);
-          column_scales(kb + 1, cs_next);
           issue_partial(kb, part);
           wgmma_wait<0>();
           fence_accumulators(part);
           release(stage);
-          promote(part, f0, f1, cs);
-          f0 = n0;
-          f1 = n1;
-          n0 = nn0;
-          n1 = nn1;
-#pragma unroll
-          for (int j = 0; j < kColScales; ++j) cs[j] = cs_next[j];
+          promote(part, 1.f, 1.f);
           advance();
         }
       } else if constexpr (kPromote == 2) {
@@ -843,93 +848,62 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
         // k-block is waited for with nothing queued behind it. No group is in flight across
         // the loop's back edge: ptxas serialises every wgmma of a loop whose iterations read
         // the sums of a group issued by the iteration before (C7514). Row / column and tensor
-        // scales only (applied in the epilogue).
+        // scales are applied in the epilogue, block scales here (the 128x1 ones of B read from
+        // the stage, so it is released after the promotion).
         float part0[Cfg::kAcc], part1[Cfg::kAcc];
-        int stage0 = 0, stage1 = 0;  // the stage each set reads
-        const float no_cols[kColScales] = {1.f};
-        auto issue = [&](int kb, float (&part)[Cfg::kAcc], int& st) {
+        int stage0 = 0, stage1 = 0;                    // the stage each set reads
+        float g0[2] = {1.f, 1.f}, g1[2] = {1.f, 1.f};  // each set's rows' block scales
+        auto issue = [&](int kb, float (&part)[Cfg::kAcc], int& st, float (&g)[2]) {
           issue_partial(kb, part);
+          if constexpr (kBlock != kBlockNone) block_scales(stage, g[0], g[1]);
           st = stage;
           advance();
         };
-        auto retire = [&](float (&part)[Cfg::kAcc], int st) {
+        auto retire = [&](float (&part)[Cfg::kAcc], int st, const float (&g)[2]) {
           fence_accumulators(part);
-          release(st);
-          promote(part, 1.f, 1.f, no_cols);
+          if constexpr (kBlock == kBlockCols) {
+            promote_cols(part, g[0], g[1], st);
+            release(st);
+          } else {
+            release(st);
+            promote(part, g[0], g[1]);
+          }
         };
         int kb = 0;
         for (; kb + 4 <= num_kb; kb += 4) {
-          issue(kb, part0, stage0);
-          issue(kb + 1, part1, stage1);
+          issue(kb, part0, stage0, g0);
+          issue(kb + 1, part1, stage1, g1);
           wgmma_wait<1>();
-          retire(part0, stage0);
-          issue(kb + 2, part0, stage0);
+          retire(part0, stage0, g0);
+          issue(kb + 2, part0, stage0, g0);
           wgmma_wait<1>();
-          retire(part1, stage1);
-          issue(kb + 3, part1, stage1);
+          retire(part1, stage1, g1);
+          issue(kb + 3, part1, stage1, g1);
           wgmma_wait<1>();
-          retire(part0, stage0);
+          retire(part0, stage0, g0);
           wgmma_wait<0>();
-          retire(part1, stage1);
+          retire(part1, stage1, g1);
         }
         // The last one to three k-blocks, a shorter run.
         const int left = num_kb - kb;
         if (left == 1) {
-          issue(kb, part0, stage0);
+          issue(kb, part0, stage0, g0);
           wgmma_wait<0>();
-          retire(part0, stage0);
+          retire(part0, stage0, g0);
         } else if (left >= 2) {
-          issue(kb, part0, stage0);
-          issue(kb + 1, part1, stage1);
+          issue(kb, part0, stage0, g0);
+          issue(kb + 1, part1, stage1, g1);
           wgmma_wait<1>();
-          retire(part0, stage0);
+          retire(part0, stage0, g0);
           if (left == 3) {
-            issue(kb + 2, part0, stage0);
+            issue(kb + 2, part0, stage0, g0);
             wgmma_wait<1>();
-            retire(part1, stage1);
+            retire(part1, stage1, g1);
             wgmma_wait<0>();
-            retire(part0, stage0);
+            retire(part0, stage0, g0);
           } else {
             wgmma_wait<0>();
-            retire(part1, stage1);
-          }
-        }
-      } else if constexpr (kPromote == 3) {
-        // Two sets of partial sums, k-block by k-block (128x128 block scales): k-block kb is
-        // issued into one while the other, kb - 1's, is waited for, added to the float32 sum
-        // with its scales and its stage released. ptxas serialises the products of this form
-        // (C7514), yet with block scales it ran 1.12-1.14x the runs of four above (H200,
-        // docs/performance.md); without them the runs of four are 1.3x faster.
-        float part0[Cfg::kAcc], part1[Cfg::kAcc];
-        float pf0 = 1.f, pf1 = 1.f;               // the scales of the partial sums in flight
-        const float no_cols[kColScales] = {1.f};  // (128x1 scales take one set)
-        auto step = [&](int kb, float (&cur)[Cfg::kAcc], float (&prev)[Cfg::kAcc]) {
-          float f0, f1;
-          block_scales(kb, f0, f1);
-          issue_partial(kb, cur);
-          if (kb > 0) {
-            wgmma_wait<1>();
-            fence_accumulators(prev);
-            release(prev_stage);
-            promote(prev, pf0, pf1, no_cols);
-          }
-          pf0 = f0;
-          pf1 = f1;
-          advance();
-        };
-        for (int kb = 0; kb < num_kb; kb += 2) {
-          step(kb, part0, part1);
-          if (kb + 1 < num_kb) step(kb + 1, part1, part0);
-        }
-        if (num_kb > 0) {
-          wgmma_wait<0>();
-          release(prev_stage);
-          if (num_kb & 1) {
-            fence_accumulators(part0);
-            promote(part0, pf0, pf1, no_cols);
-          } else {
-            fence_accumulators(part1);
-            promote(part1, pf0, pf1, no_cols);
+            retire(part1, stage1, g1);
           }
         }
       } else {

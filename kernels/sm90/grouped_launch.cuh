@@ -25,10 +25,13 @@ cudaError_t launch_grouped_instance(const sm90::GroupedLaunch& l, cudaStream_t s
   const bool staged = l.p.store_c != 0;
   if (staged && (kPerSm != 1 || kBlock == kBlockCols)) return cudaErrorInvalidValue;
   const bool table = l.p.split != static_cast<int>(GroupSplit::kNone);
-  const int max_stages = kPerSm != 1 ? sm90::kGroupedPairStages
-                                     : sm90::grouped_ring_stages(kARows, kBN, staged, table);
+  constexpr int kScaleBytes = staged_scale_bytes(kBlock);
+  if (l.block != (kBlock != kBlockNone)) return cudaErrorInvalidValue;
+  const int max_stages = kPerSm != 1
+                             ? sm90::kGroupedPairStages
+                             : sm90::grouped_ring_stages(kARows, kBN, staged, table, kScaleBytes);
   if (l.p.stages < 1 || l.p.stages > max_stages) return cudaErrorInvalidValue;
-  const int smem = Cfg::smem_bytes(l.p.stages, staged, table);
+  const int smem = Cfg::smem_bytes(l.p.stages, staged, table, kScaleBytes);
   GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(smem));
   if constexpr (kPerSm != 1) GEMMT_RETURN_IF_ERROR(prefer_max_shared_carveout<kernel>());
   if constexpr (kCluster == 1) {
@@ -83,22 +86,19 @@ cudaError_t launch_grouped_16bit(const sm90::GroupedLaunch& l, cudaStream_t stre
 }
 
 // The FP8 instances of one operand pair (one group, CTA pairs): the promoted sum on the
-// 128-wide tile from two sets of partial sums (runs of four k-blocks; block scales of 128x128
-// k-block by k-block; 128x1 ones from one set) or on the 192-wide tile from one, fast
+// 128-wide tile from two sets of partial sums (runs of four k-blocks; with block scales of
+// 128x128 or 128x1 too) or on the 192-wide tile from one, fast
 // accumulation on the 256- or 128-wide one; and lone CTAs on the 128-wide tile, promoted from
 // one set or not (row / column or tensor scales, at most 128 rows).
 template <int kKind>
 cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t stream) {
   if (l.a_mn || l.b_mn || l.per_sm != 1) return cudaErrorInvalidValue;
   if (l.block) {
-    // 128x1 scales of B: one set of partial sums (its promotion loads a scale a column).
-    if (l.p.block_cols) {
-      return l.promote == 1
-                 ? launch_grouped_instance<kKind, false, false, 128, 1, kBlockCols, 2>(l, stream)
-                 : cudaErrorInvalidValue;
-    }
-    if (l.promote != 3) return cudaErrorInvalidValue;
-    return launch_grouped_instance<kKind, false, false, 128, 3, kBlockSquare, 2>(l, stream);
+    // Block scales (staged in the ring): two sets of partial sums in runs of four k-blocks.
+    if (l.promote != 2) return cudaErrorInvalidValue;
+    return l.p.block_cols
+               ? launch_grouped_instance<kKind, false, false, 128, 2, kBlockCols, 2>(l, stream)
+               : launch_grouped_instance<kKind, false, false, 128, 2, kBlockSquare, 2>(l, stream);
   }
   if (l.cluster == 1) {
     // Lone CTAs (a product of at most 128 rows): the 128 x 128 tile, its A stages 64 rows deep

@@ -26,18 +26,26 @@ constexpr int kGroupedTableBytes = 2 * (kGroupedMaxGroups + 2) * 4;
 // The ring of a CTA that shares its SM with another (128-wide 16-bit tiles).
 constexpr int kGroupedPairStages = 3;
 
-constexpr int grouped_smem_bytes(int a_rows, int bn, int stages, bool staged_c, bool table) {
-  return stages * (a_rows + bn) * 128 + (staged_c ? a_rows * bn * 2 : 0) + kGroupedBarrierBytes +
-         (table ? kGroupedTableBytes : 0) + 1024;
+// FP8 block scales staged in the ring, a stage's k-block's: A's of the tile's 128 rows, then
+// B's of its column block (128x128 scales; 129 floats padded to 16 bytes) or of each of its
+// 128 columns (128x1 scales).
+constexpr int kGroupedSquareScaleBytes = 132 * 4;
+constexpr int kGroupedColsScaleBytes = 256 * 4;
+
+constexpr int grouped_smem_bytes(int a_rows, int bn, int stages, bool staged_c, bool table,
+                                 int scale_bytes = 0) {
+  return stages * ((a_rows + bn) * 128 + scale_bytes) + (staged_c ? a_rows * bn * 2 : 0) +
+         kGroupedBarrierBytes + (table ? kGroupedTableBytes : 0) + 1024;
 }
 
 // The deepest ring that fits beside the rest: 6 stages on the 128 x 128 tile with the table, 7
 // without it (one product, or one cut into k-slices), 5 / 6 with C staged; 4 (3) on the 256-wide
 // tile, 5 (4) on the 192-wide one, 9 (8) with 64 rows of A, table or not.
-constexpr int grouped_ring_stages(int a_rows, int bn, bool staged_c, bool table) {
+constexpr int grouped_ring_stages(int a_rows, int bn, bool staged_c, bool table,
+                                  int scale_bytes = 0) {
   int stages = kGroupedMaxRing;
   while (stages > 1 &&
-         grouped_smem_bytes(a_rows, bn, stages, staged_c, table) > kGroupedSmemLimit) {
+         grouped_smem_bytes(a_rows, bn, stages, staged_c, table, scale_bytes) > kGroupedSmemLimit) {
     --stages;
   }
   return stages;
@@ -94,8 +102,8 @@ struct GroupedLaunch {
   bool a_mn, b_mn;
   int bn;       // 128 or 256 (192: the promoted FP8 tile)
   int promote;  // FP8 float32 sum of 128-deep partial products: 0 none, 1 one set of partial
-                // sums, 2 two in runs of four k-blocks, 3 two k-block by k-block (block scales)
-  bool block;   // FP8: with 1x128 / 128x128 block scales
+                // sums, 2 two in runs of four k-blocks
+  bool block;   // FP8: with 1x128 / 128x128 (or 128x1) block scales, staged in the ring
   int cluster;  // 1, or 2: CTA pairs along M sharing B (FP8, one group)
   int per_sm;   // CTAs an SM: 1, or 2 (128-wide 16-bit tiles with K-major A)
   int a_rows;   // rows of A a stage holds (the box of map a): 128, or 64 (FP8 lone CTAs, m <= 64)
