@@ -8,7 +8,8 @@
 rows a group, balanced and Zipf routing), forward, grad_input and grad_weight layouts.
 ``fp8``: ``gemmt.scaled_mm`` against ``torch._scaled_mm`` (e4m3, bf16 out, summed in float32)
 on the 21 Linear products of ``python -m gemmt bench fp8 --quick``, tensorwise, rowwise and
-blockwise. Each point times torch, gemmt's planned launch and gemmt under each ``--form``
+blockwise (``--only blockwise_1x128`` adds the 1x128 x 128x1 pairing of the blockwise weight
+gradient). Each point times torch, gemmt's planned launch and gemmt under each ``--form``
 (its launch switches set for the call: ``GEMMT_GROUPED_PER_SM``, ``GEMMT_GROUPED_TMA_STORE``,
 ``GEMMT_FP8_TILE``, ...) in interleaved rounds of CUDA events, random data, and records
 torch's time over each (above 1: gemmt faster). Without ``--form`` the forms that decide the
