@@ -744,19 +744,10 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
 #pragma unroll
       for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.f;
       int prev_stage = -1;
-      // The stage of k-block kb: waited for, its tail zeroed past the group's depth (a split
-      // of the contraction dimension), and its descriptors.
-      auto stage_descs = [&](int kb, uint64_t& da, uint64_t& db) {
+      // The stage of the next k-block of the promoted FP8 loops (K-major operands, so never a
+      // split of K to zero): waited for, and its descriptors.
+      auto stage_descs = [&](uint64_t& da, uint64_t& db) {
         mbar_wait(full_bar(stage), phase);
-        const int valid = u.depth - kb * kBK;
-        if (kAMn && kBMn && split_depth && valid < kBK) {
-          zero_k_tail<Cfg::kElt>(smem_a + stage * Cfg::kABytes, 2, valid, kBK, tid, 256);
-          zero_k_tail<Cfg::kElt>(smem_b + stage * Cfg::kBBytes, kBN / 64, valid, kBK, tid, 256);
-          // wgmma wants converged warps; then the writes of both warpgroups, visible to it.
-          __syncwarp();
-          fence_proxy_async_smem();
-          named_barrier_sync(1, 256);
-        }
         da = make_desc(smem_a + stage * Cfg::kABytes, kALbo, 1024) + cw * kAHalf;
         db = make_desc(smem_b + stage * Cfg::kBBytes, kBLbo, 1024);
       };
@@ -821,7 +812,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
       // k-block kb's products issued into fresh partial sums (its stage waited for first).
       auto issue_partial = [&](int kb, float (&part)[Cfg::kAcc]) {
         uint64_t da, db;
-        stage_descs(kb, da, db);
+        stage_descs(da, db);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
