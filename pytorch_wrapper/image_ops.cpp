@@ -21,6 +21,18 @@ inline uint8_t luma(uint32_t r, uint32_t g, uint32_t b) {
   return static_cast<uint8_t>((299u * r + 587u * g + 114u * b + 500u) / 1000u);
 }
 
+// A dense image's pixels in one flat loop, the channel order fixed at compile time so that the
+// compiler can vectorise the three-way deinterleave.
+template <bool kBgr>
+void rgb_to_gray_dense(const uint8_t* src, uint8_t* dst, int64_t pixels) {
+  at::parallel_for(0, pixels, kCpuGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const uint8_t* px = src + 3 * i;
+      dst[i] = kBgr ? luma(px[2], px[1], px[0]) : luma(px[0], px[1], px[2]);
+    }
+  });
+}
+
 }  // namespace
 
 at::Tensor rgb_to_gray_meta(const at::Tensor& img, bool /*bgr*/) {
@@ -35,10 +47,22 @@ at::Tensor rgb_to_gray_meta(const at::Tensor& img, bool /*bgr*/) {
   return new_output(sizes.slice(0, sizes.size() - 1), img.options());
 }
 
-// The reference loop is also the fast one: a plain integer loop over pixels (ATen has no
-// kernel for this formula; torch's equivalent makes several float passes).
+// An integer loop over pixels (ATen has no kernel for this formula; torch's equivalent makes
+// several float passes). A dense image runs flat; any other layout takes the reference loop,
+// which walks a strided view of channel 0 through a cursor (0.85-0.87x torch on a dense
+// 480 x 270 image, 2 threads, before the flat loop).
 at::Tensor rgb_to_gray_cpu(const at::Tensor& img, bool bgr) {
-  return rgb_to_gray_cpu_reference(img, bgr);
+  check_cpu_reference(kRgbToGray, img);
+  if (!img.is_contiguous()) return rgb_to_gray_cpu_reference(img, bgr);
+  at::Tensor out = rgb_to_gray_meta(img, bgr);
+  const uint8_t* src = img.const_data_ptr<uint8_t>();
+  uint8_t* dst = out.mutable_data_ptr<uint8_t>();
+  if (bgr) {
+    rgb_to_gray_dense<true>(src, dst, out.numel());
+  } else {
+    rgb_to_gray_dense<false>(src, dst, out.numel());
+  }
+  return out;
 }
 
 at::Tensor rgb_to_gray_cpu_reference(const at::Tensor& img, bool bgr) {

@@ -18,7 +18,9 @@ def gray_reference(img: torch.Tensor, bgr: bool) -> torch.Tensor:
     return ((299 * r + 587 * g + 114 * b + 500) // 1000).to(torch.uint8)
 
 
-@pytest.mark.parametrize("shape", [(1, 1, 3), (7, 13, 3), (2, 64, 48, 3), (3, 2, 5, 17, 3)])
+# (300, 257, 3): more pixels than one chunk of the CPU loops' parallel split.
+@pytest.mark.parametrize("shape", [(1, 1, 3), (7, 13, 3), (2, 64, 48, 3), (3, 2, 5, 17, 3),
+                                   (300, 257, 3)])
 @pytest.mark.parametrize("bgr", [False, True])
 def test_rgb_to_gray_exact(device: str, shape, bgr: bool) -> None:
     img = torch.randint(0, 256, shape, dtype=torch.uint8, device=device)
