@@ -522,9 +522,7 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   p.stages = two_per_sm ? sm90::kGroupedPairStages
                         : ring_stages(l.a_rows, bn, p.store_c != 0,
                                       p.split != static_cast<int>(GroupSplit::kNone),
-                                      !l.block         ? 0
-                                      : x.b_block_cols ? sm90::kGroupedColsScaleBytes
-                                                       : sm90::kGroupedSquareScaleBytes);
+                                      sm90::grouped_scale_bytes(l.block, x.b_block_cols));
   const int64_t tiles = grouped_plan::max_tiles(shape, bn);
   if (tiles == 0) return cudaSuccess;
   const int64_t units = l.cluster == 1 ? tiles : (static_cast<int64_t>(p.tiles_m) * p.tiles_n);

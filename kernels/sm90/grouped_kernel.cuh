@@ -66,9 +66,7 @@ constexpr int kBlockNone = 0;
 constexpr int kBlockSquare = 1;
 constexpr int kBlockCols = 2;
 constexpr int staged_scale_bytes(int block) {
-  return block == kBlockSquare ? sm90::kGroupedSquareScaleBytes
-         : block == kBlockCols ? sm90::kGroupedColsScaleBytes
-                               : 0;
+  return sm90::grouped_scale_bytes(block != kBlockNone, block == kBlockCols);
 }
 
 // kARows: the rows of A a stage holds, 128, or 64 for products of at most 64 rows (FP8 on lone

@@ -31,6 +31,10 @@ constexpr int kGroupedPairStages = 3;
 // 128 columns (128x1 scales).
 constexpr int kGroupedSquareScaleBytes = 132 * 4;
 constexpr int kGroupedColsScaleBytes = 256 * 4;
+// A stage's bytes of block scales: none without them.
+constexpr int grouped_scale_bytes(bool block, bool block_cols) {
+  return !block ? 0 : block_cols ? kGroupedColsScaleBytes : kGroupedSquareScaleBytes;
+}
 
 constexpr int grouped_smem_bytes(int a_rows, int bn, int stages, bool staged_c, bool table,
                                  int scale_bytes = 0) {
