@@ -44,12 +44,13 @@ int ctas_per_sm(const Shape& s, bool staged);
 // The width of the promoted FP8 tile (a float32 sum of 128-deep partial products, row /
 // column or tensor scales; one product, CTA pairs along M): 128 with two sets of partial sums
 // (each k-block's products run while the one before is added to the float32 sum), or 192 with
-// one (96 partial sums beside 96 float32 sums a thread; each k-block waited for). On an H200
-// both ran at the same rate where their waves come out even (medians 0.883 / 0.869 of
-// torch._scaled_mm over 21 LLM products, tensorwise), so the planner takes the one with fewer
-// waves x width: at 8192 rows, 128 on outputs 4096, 14336 and 28672 wide, 192 on 6144 and
-// 8192 (planned medians 0.881 / 0.898 tensorwise / rowwise, worst 0.859 / 0.865; 192 alone
-// 0.869 / 0.886, worst 0.771). Lone CTAs (fp8_cluster) take 128 with one set.
+// one (96 partial sums beside 96 float32 sums a thread; each k-block waited for, while the
+// other warpgroup's products run). The one with fewer waves x width, the 192-wide tile's
+// counted at 39/40: with the descriptors in uniform registers it ran 1.03-1.05x the 128-wide
+// tile's rate where their waves come out even (H200, 21 LLM products at 8192 tokens: 192
+// alone 0.982 / 0.996 of torch._scaled_mm tensorwise / rowwise, worst 0.860; 128 alone 0.951
+// / 0.956; this rule 0.982 / 0.996, worst 0.939, the better of the two at every point but
+// 4096-wide outputs of long K, 2% off). Lone CTAs (fp8_cluster) take 128 with one set.
 int promoted_tile_width(const Shape& s, int sm_count);
 
 // CTAs of an FP8 product (row / column or tensor scales) stacked in pairs along M, sharing B

@@ -716,7 +716,11 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
   } else {
     if constexpr (kPerSm == 1) setmaxnreg_inc<232>();
     const int tid = static_cast<int>(threadIdx.x) - kConsumerBase;
-    const int cw = tid >> 7;
+    // From the broadcast warp index, so that the compiler keeps what derives from it (the
+    // operands' descriptors) in uniform registers: derived from threadIdx, each wgmma's two
+    // descriptors were rebuilt and moved to uniform registers at every step, about 60
+    // instructions a k-block, and the promoted FP8 loops were bound by their issue.
+    const int cw = (warp - kConsumerBase / 32) >> 2;
     // The first row of this warpgroup's half of a tile (GroupedParams::a_half).
     const int half_row = cw == 0 ? 0 : (p.a_half > 0 ? p.a_half : 64);
     constexpr uint32_t kAStep = (kAMn ? 16 * 128 : 32) >> 4;
@@ -730,6 +734,16 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
       } else {
         if (lane < kCluster) mbar_arrive_cluster(empty_bar(s), lane);
       }
+    };
+    // Stage 0's descriptors, their lower words (the upper ones are the same constant); a
+    // stage's lie its bytes / 16 further on (the 14-bit address field never carries: shared
+    // memory ends below 256 KB).
+    const uint64_t desc_hi = make_desc(0u, 0u, 1024);
+    const uint32_t a_lo0 = static_cast<uint32_t>(make_desc(smem_a, kALbo, 1024)) + cw * kAHalf;
+    const uint32_t b_lo0 = static_cast<uint32_t>(make_desc(smem_b, kBLbo, 1024));
+    auto descs = [&](int s, uint64_t& da, uint64_t& db) {
+      da = desc_hi | (a_lo0 + static_cast<uint32_t>(s) * (Cfg::kABytes >> 4));
+      db = desc_hi | (b_lo0 + static_cast<uint32_t>(s) * (Cfg::kBBytes >> 4));
     };
     int stage = 0;
     uint32_t phase = 0;
@@ -746,8 +760,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
       // split of K to zero): waited for, and its descriptors.
       auto stage_descs = [&](uint64_t& da, uint64_t& db) {
         mbar_wait(full_bar(stage), phase);
-        da = make_desc(smem_a + stage * Cfg::kABytes, kALbo, 1024) + cw * kAHalf;
-        db = make_desc(smem_b + stage * Cfg::kBBytes, kBLbo, 1024);
+        descs(stage, da, db);
       };
       auto advance = [&]() {
         prev_stage = stage;
@@ -933,8 +946,8 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
               keep = steps - 1;
             }
           }
-          const uint64_t da = make_desc(smem_a + stage * Cfg::kABytes, kALbo, 1024) + cw * kAHalf;
-          const uint64_t db = make_desc(smem_b + stage * Cfg::kBBytes, kBLbo, 1024);
+          uint64_t da, db;
+          descs(stage, da, db);
           wgmma_fence();
 #pragma unroll
           for (int kk = 3; kk >= 0; --kk) {
