@@ -1,6 +1,6 @@
 // cp.async wrappers shared by the cp.async-pipelined GEMM kernels (kernels/gemm_simt.cu
-// through kernels/simt/tiles.cuh, kernels/gemm_sm80_mma.cu). Private to kernels/: include only
-// from .cu files.
+// through kernels/simt/tiles.cuh, kernels/gemm_sm80_mma.cu) and the grouped Hopper GEMM's
+// block scales (sm90/grouped_kernel.cuh). Private to kernels/.
 //
 // On sm_80+ the copies are asynchronous global -> shared; the fallback for older targets is
 // a synchronous copy, which the same wait/__syncthreads protocol keeps correct.

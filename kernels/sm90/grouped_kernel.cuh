@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/cp_async.cuh"
 #include "common/gemm_epilogue.cuh"
 #include "common/gemm_tc_kind.h"
 #include "common/shared_memory.cuh"
@@ -289,26 +290,45 @@ __device__ __forceinline__ int k_tail_steps(int valid, int full_k_tail) {
   return (valid + kStepRows - 1) / kStepRows;
 }
 
-// The block scales of k-block kb into a stage (kBlockSquare, kBlockCols), by the
-// producer warp: lane l copies A's scales of the tile's rows 4l..4l+3 (rows past M repeat the
-// last one; their sums are dropped), then B's of the tile's columns 4l..4l+3 (128x1; columns
-// past N likewise) or lane 0 B's of the tile's column block (128x128). Any strides.
-template <bool kCols>
-__device__ __forceinline__ void stage_block_scales(const GgParams& p, uint32_t dst, int a_row,
-                                                   int b_col, int kb, int lane) {
-  const float* const sa = p.sa + static_cast<int64_t>(kb) * p.sa_s1;
-  const float* const sb = p.sb + static_cast<int64_t>(kb) * p.sb_s0;
+// Four consecutive scales of a 128-long run (A's rows of a tile, B's columns with 128x1
+// scales) into dst, lane l taking elements 4l..4l+3 of the run that starts at `first` (of
+// `count`) and steps by `stride`: one 16-byte copy where the run is contiguous (`vec`: unit
+// stride, 16-byte aligned) and wholly in range, else four 4-byte copies, the elements past
+// the end repeating the last one (their sums are dropped). The single copy matters: the
+// producer warp issues these beside the stage's operands, and with four copies and their
+// addresses a stage, it was busy 92% of the time and the consumers waited on it.
+__device__ __forceinline__ void stage_scale_run(uint32_t dst, const float* src, int first,
+                                                int count, int64_t stride, bool vec, int lane) {
+  if (vec && first + 128 <= count) {
+    cp_async_16(dst + 16 * lane, src + first + 4 * lane);
+    return;
+  }
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const int r = min(a_row + 4 * lane + i, p.m - 1);
-    cp_async_4(dst + 4 * (4 * lane + i), sa + r * p.sa_s0);
+    const int e = min(first + 4 * lane + i, count - 1);
+    cp_async_4(dst + 4 * (4 * lane + i), src + e * stride);
   }
+}
+
+// Whether a run of scales with this stride can be copied 16 bytes at a time from any k-block
+// (stage_scale_run).
+__device__ __forceinline__ bool scale_runs_vec(const float* base, int64_t stride,
+                                               int64_t kb_stride) {
+  return stride == 1 && kb_stride % 4 == 0 && (reinterpret_cast<uintptr_t>(base) & 15u) == 0;
+}
+
+// The block scales of k-block kb into a stage (kBlockSquare, kBlockCols), by the producer
+// warp: A's scales of the tile's rows, then B's of the tile's columns (128x1) or lane 0 B's
+// of the tile's column block (128x128). Any strides (`vec`: scale_runs_vec of A's, B's).
+template <bool kCols>
+__device__ __forceinline__ void stage_block_scales(const GgParams& p, uint32_t dst, int a_row,
+                                                   int b_col, int kb, const bool (&vec)[2],
+                                                   int lane) {
+  const float* const sa = p.sa + static_cast<int64_t>(kb) * p.sa_s1;
+  const float* const sb = p.sb + static_cast<int64_t>(kb) * p.sb_s0;
+  stage_scale_run(dst, sa, a_row, p.m, p.sa_s0, vec[0], lane);
   if constexpr (kCols) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int c = min(b_col + 4 * lane + i, p.n - 1);
-      cp_async_4(dst + 4 * (128 + 4 * lane + i), sb + c * p.sb_s1);
-    }
+    stage_scale_run(dst + 4 * 128, sb, b_col, p.n, p.sb_s1, vec[1], lane);
   } else if (lane == 0) {
     cp_async_4(dst + 4 * 128, sb + (b_col / 128) * p.sb_s1);
   }
@@ -650,6 +670,8 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
       }
       int stage = 0;
       uint32_t phase = 0;
+      const bool scale_vec[2] = {scale_runs_vec(p.sa, p.sa_s0, p.sa_s1),
+                                 scale_runs_vec(p.sb, p.sb_s1, p.sb_s0)};
       GgUnit u;
       for (int round = 0; unit(gg_nth_unit(round, first_unit, unit_stride, depth_order), u);
            ++round) {
@@ -674,11 +696,6 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
           const int k0 = k_first + (backwards ? num_kb - 1 - kb : kb) * kBK;
           const uint32_t sa = smem_a + stage * Cfg::kABytes;
           const uint32_t sb = smem_b + stage * Cfg::kBBytes;
-          if constexpr (kBlock != kBlockNone) {
-            stage_block_scales<kBlock == kBlockCols>(p, smem_scales + stage * kScaleBytes, a_row,
-                                                     b_col, k0 / kBK, lane);
-            cp_async_mbar_arrive(fb);
-          }
           if (leader) {
             mbar_arrive_expect_tx(fb, Cfg::kABytes + Cfg::kBBytes);
             if constexpr (!kAMn) {
@@ -704,6 +721,12 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
                 tma_load_3d(sb + j * kMnBox, &tma_b, fb, b_col + 64 * j, k0, b_g);
               }
             }
+          }
+          // The scales after the operands, whose copies start first.
+          if constexpr (kBlock != kBlockNone) {
+            stage_block_scales<kBlock == kBlockCols>(p, smem_scales + stage * kScaleBytes, a_row,
+                                                     b_col, k0 / kBK, scale_vec, lane);
+            cp_async_mbar_arrive(fb);
           }
           if (++stage == stages) {
             stage = 0;

@@ -62,16 +62,9 @@ __device__ __forceinline__ void mbar_arrive_local(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 
-// A 4-byte copy from global to shared memory through L1 (cp.async), and the arrival on a
-// barrier once every cp.async this thread issued before it has landed. The arrival counts
-// against the barrier's expected count (.noinc), so the barrier is initialised with one more
-// for each thread that copies.
-__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst),
-               "l"(__cvta_generic_to_global(src))
-               : "memory");
-}
-
+// The arrival on a barrier once every cp.async (common/cp_async.cuh) this thread issued
+// before it has landed. The arrival counts against the barrier's expected count (.noinc), so
+// the barrier is initialised with one more for each thread that copies.
 __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
