@@ -741,7 +741,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
     const int tid = static_cast<int>(threadIdx.x) - kConsumerBase;
     // From the broadcast warp index, so that the compiler keeps what derives from it (the
     // operands' descriptors) in uniform registers: derived from threadIdx, each wgmma's two
-    // descriptors were rebuilt and moved to uniform registers at every step, about 60
+    // descriptors were rebuilt and moved to uniform registers at every step, about 30
     // instructions a k-block, and the promoted FP8 loops were bound by their issue.
     const int cw = (warp - kConsumerBase / 32) >> 2;
     // The first row of this warpgroup's half of a tile (GroupedParams::a_half).
