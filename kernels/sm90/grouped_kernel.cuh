@@ -293,13 +293,14 @@ __device__ __forceinline__ int k_tail_steps(int valid, int full_k_tail) {
 // Four consecutive scales of a 128-long run (A's rows of a tile, B's columns with 128x1
 // scales) into dst, lane l taking elements 4l..4l+3 of the run that starts at `first` (of
 // `count`) and steps by `stride`: one 16-byte copy where the run is contiguous (`vec`: unit
-// stride, 16-byte aligned) and wholly in range, else four 4-byte copies, the elements past
-// the end repeating the last one (their sums are dropped). The single copy matters: the
-// producer warp issues these beside the stage's operands, and with four copies and their
-// addresses a stage, it was busy 92% of the time and the consumers waited on it.
+// stride, 16-byte aligned; `first` a multiple of 4, as every tile's first row and column is)
+// and wholly in range, else four 4-byte copies, the elements past the end repeating the last
+// one (their sums are dropped). The single copy matters: the producer warp issues these
+// beside the stage's operands, and with four copies and their addresses a stage, it was busy
+// 92% of the time and the consumers waited on it.
 __device__ __forceinline__ void stage_scale_run(uint32_t dst, const float* src, int first,
                                                 int count, int64_t stride, bool vec, int lane) {
-  if (vec && first + 128 <= count) {
+  if (vec && first % 4 == 0 && first + 128 <= count) {
     cp_async_16(dst + 16 * lane, src + first + 4 * lane);
     return;
   }
