@@ -194,9 +194,9 @@ bool two_ctas_per_sm(const GroupedGemmArgs& x) {
 // tile, each k-block's products running while the one before it is added to the float32 sum,
 // or one on the 192-wide tile, each k-block waited for (grouped_plan::promoted_tile_width
 // picks). Block scales take two (their columns come in blocks of 128, or a scale a column read
-// from the ring at the promotion). Lone CTAs take one (their only
-// instance). GEMMT_FP8_TILE=128 / 192 forces either tile for row / column or tensor scales on
-// CTA pairs (read at each call, for A/B runs).
+// from the ring at the promotion). Lone CTAs take one (their only instance). GEMMT_FP8_TILE=128
+// / 192 forces either tile for row / column or tensor scales on CTA pairs (read at each call,
+// for A/B runs).
 int promote_sets(const GroupedGemmArgs& x, int cluster, int sms) {
   if (x.scale == ScaleKind::kBlock) return 2;
   if (cluster == 1) return 1;

@@ -36,6 +36,7 @@
 #include "common/gemm_epilogue.cuh"
 #include "common/gemm_tc_kind.h"
 #include "common/shared_memory.cuh"
+#include "gemmt/arith.h"
 #include "gemmt/grouped_gemm.h"
 #include "gemmt/launch.cuh"
 #include "sm90/config.cuh"
@@ -315,7 +316,7 @@ __device__ __forceinline__ void stage_scale_run(uint32_t dst, const float* src, 
 // (stage_scale_run).
 __device__ __forceinline__ bool scale_runs_vec(const float* base, int64_t stride,
                                                int64_t kb_stride) {
-  return stride == 1 && kb_stride % 4 == 0 && (reinterpret_cast<uintptr_t>(base) & 15u) == 0;
+  return stride == 1 && kb_stride % 4 == 0 && is_aligned<16>(base);
 }
 
 // The block scales of k-block kb into a stage (kBlockSquare, kBlockCols), by the producer
