@@ -971,8 +971,11 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
               keep = steps - 1;
             }
           }
-          uint64_t da, db;
-          descs(stage, da, db);
+          // The whole descriptors from the stage's address here: built from stage 0's words
+          // (descs), ptxas re-derived the shared-memory base (S2UR) in every k-block, and the
+          // weight gradients of Mixtral-sized experts (two k-blocks a tile) ran 10% slower.
+          const uint64_t da = make_desc(smem_a + stage * Cfg::kABytes, kALbo, 1024) + cw * kAHalf;
+          const uint64_t db = make_desc(smem_b + stage * Cfg::kBBytes, kBLbo, 1024);
           wgmma_fence();
 #pragma unroll
           for (int kk = 3; kk >= 0; --kk) {
