@@ -1,12 +1,8 @@
 // Chooses and launches a GEMM kernel: the `auto` policy lives here, the kernels in
 // kernels/simt/ (exact FP32 ladder, split-k, gemv), gemm_sm80_mma.cu, kernels/sm90/ and
 // kernels/fp64/ (float64).
-#include <cstdlib>
-#include <cstring>
-
 #include "gemmt/gemm.h"
 #include "plan/decode_plan.h"
-#include "plan/decode_tile_plan.h"
 
 namespace gemmt {
 namespace {
@@ -21,13 +17,6 @@ bool is_tensor_core_problem(const GemmArgs& a) {
 // finished in several places; epilogue products with m == 1 or n == 1 go to the others.
 bool applies_epilogue(GemmVariant v) {
   return v != GemmVariant::kGemv;
-}
-
-// GEMMT_DECODE_TILE=0 leaves batched decode to the Hopper kernel's own plans (read at each
-// call, for A/B runs of decode_tile::picked in one process).
-bool decode_tile_enabled() {
-  const char* env = std::getenv("GEMMT_DECODE_TILE");
-  return env == nullptr || std::strcmp(env, "0") != 0;
 }
 
 }  // namespace
@@ -49,8 +38,6 @@ bool gemm_supports(const GemmArgs& args, GemmVariant v) {
       return gemm_sm90_supports(args);
     case GemmVariant::kDecode:
       return gemm_decode_supports(args);
-    case GemmVariant::kWgmmaDecode:
-      return gemm_sm90_decode_supports(args);
     case GemmVariant::kDmma:
       return gemm_fp64_dmma_supports(args);
     case GemmVariant::kSimtFp64:
@@ -82,12 +69,6 @@ GemmVariant gemm_pick(const GemmArgs& args) {
     return narrow_tile ? GemmVariant::kWgmma : GemmVariant::kGemv;
   }
   if (is_tensor_core_problem(args)) {
-    // Batched decode against a weight from DRAM: 64-row tiles spread it over every SM without
-    // a split of K (decode_tile::picked).
-    if (decode_tile::picked(args) && decode_tile_enabled() &&
-        gemm_supports(args, GemmVariant::kWgmmaDecode)) {
-      return GemmVariant::kWgmmaDecode;
-    }
     if (gemm_supports(args, GemmVariant::kWgmma)) return GemmVariant::kWgmma;
     if (gemm_supports(args, GemmVariant::kMmaSync)) return GemmVariant::kMmaSync;
   }
@@ -103,7 +84,6 @@ std::size_t gemm_workspace_bytes(const GemmArgs& args, GemmVariant v) {
       return gemm_sm90_workspace_bytes(args);
     case GemmVariant::kMmaSync:
     case GemmVariant::kDecode:
-    case GemmVariant::kWgmmaDecode:
     case GemmVariant::kDmma:
     case GemmVariant::kSimtFp64:
     case GemmVariant::kCount:
@@ -132,8 +112,6 @@ cudaError_t gemm_run(const GemmArgs& args, GemmVariant v, void* workspace, cudaS
       return gemm_sm90_run(args, workspace, stream);
     case GemmVariant::kDecode:
       return gemm_decode_run(args, stream);
-    case GemmVariant::kWgmmaDecode:
-      return gemm_sm90_decode_run(args, stream);
     default:
       return gemm_simt_run(args, v, workspace, stream);
   }

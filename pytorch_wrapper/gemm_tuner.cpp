@@ -97,7 +97,6 @@ std::vector<Plan> candidates(const GemmArgs& args, const Plan& def) {
     add(Plan{GemmVariant::kWgmma});
     add(Plan{GemmVariant::kMmaSync});
     add(Plan{GemmVariant::kDecode});
-    add(Plan{GemmVariant::kWgmmaDecode});
   } else {
     add(Plan{GemmVariant::kPipelined});
     add(Plan{GemmVariant::kSplitK});

@@ -16,7 +16,6 @@
 #include "gemmt/gemm_args.h"
 #include "gemmt/gemm_variant.h"
 #include "plan/decode_plan.h"
-#include "plan/decode_tile_plan.h"
 #include "plan/fp64_plan.h"
 #include "plan/fp8_decode_plan.h"
 #include "plan/grouped_plan.h"
@@ -223,31 +222,6 @@ py::dict plan_decode(const std::string& dtype, int64_t m, int64_t n, int64_t k,
   return d;
 }
 
-py::dict plan_decode_tile(const std::string& dtype, int64_t m, int64_t n, int64_t k,
-                          std::array<int64_t, 2> a_strides, std::array<int64_t, 2> b_strides,
-                          int64_t ldc, std::array<int64_t, 3> offsets, int sm_count, int cc_major,
-                          const std::map<std::string, int64_t>& device_info) {
-  GemmArgs a = problem_args(dtype, m, n, k, a_strides, b_strides, ldc, offsets, sm_count);
-  a.cc_major = cc_major;
-  a.device = parse_device_info("plan_decode_tile", device_info);
-  py::dict d;
-  d["supported"] = decode_tile::supports(a);
-  d["picked"] = decode_tile::picked(a);
-  const decode_tile::Plan pl = decode_tile::plan(a);
-  if (!pl.ok()) return d;
-  d["token_tiles"] = pl.token_tiles;
-  d["step"] = pl.step;
-  d["width"] = pl.width;
-  d["cluster"] = py::make_tuple(pl.cx, pl.cy);
-  d["b_box"] = pl.b_box;
-  d["b_rows"] = pl.b_rows;
-  d["stages"] = pl.stages;
-  d["feature_tiles"] = pl.feature_tiles;
-  d["grid"] = pl.grid;
-  d["smem_bytes"] = pl.smem_bytes;
-  return d;
-}
-
 py::dict plan_sm90(const std::string& dtype, int64_t m, int64_t n, int64_t k,
                    std::array<int64_t, 2> a_strides, std::array<int64_t, 2> b_strides, int64_t ldc,
                    std::array<int64_t, 3> offsets, int sm_count, bool allow_tf32, float beta,
@@ -426,12 +400,6 @@ void bind_plans(py::module_& m) {
   m.def("plan_decode", &plan_decode,
         "The decode GEMM's plan (kernels/plan/decode_plan.cpp) for one problem; offsets in "
         "bytes from a 1 MiB address.",
-        py::arg("dtype"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("a_strides"),
-        py::arg("b_strides"), py::arg("ldc"), py::arg("offsets"), py::arg("sm_count"),
-        py::arg("cc_major"), py::arg("device_info") = std::map<std::string, int64_t>{});
-  m.def("plan_decode_tile", &plan_decode_tile,
-        "The Hopper batched-decode GEMM's plan (kernels/plan/decode_tile_plan.cpp) for one "
-        "problem, and whether gemm_pick takes it; offsets in bytes from a 1 MiB address.",
         py::arg("dtype"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("a_strides"),
         py::arg("b_strides"), py::arg("ldc"), py::arg("offsets"), py::arg("sm_count"),
         py::arg("cc_major"), py::arg("device_info") = std::map<std::string, int64_t>{});

@@ -143,7 +143,6 @@ VARIANT_TESTS = {
     "decode": "test_cuda_decode_variant",
     "dmma": "test_cuda_float64",
     "simt_fp64": "test_cuda_float64",
-    "wgmma_decode": "test_cuda_wgmma_decode_variant",
 }
 
 
@@ -657,83 +656,6 @@ def test_cuda_decode_variant(dtype: torch.dtype) -> None:
     # auto picks it for decode-sized products; the result is the same function.
     a, b = operand((12, 4096), dtype, "cuda", "n"), torch.randn(4096, 4096, device="cuda").to(dtype).t()
     assert rel_err(gemmt.mm(a, b), a.double() @ b.double()) <= tol_for(dtype)
-
-
-# Every instance width (16 ... 192, 256), one and several token tiles (with a last one moved
-# back to end at m), feature counts that are not a multiple of the 64-row tile or below it,
-# k that is not a multiple of the 64-deep stage, and clusters of 1 to 8 CTAs.
-WGMMA_DECODE_SHAPES = [(1, 64, 64), (8, 100, 72), (17, 4096, 520), (33, 40, 4096), (65, 3584, 3584),
-                       (72, 5120, 1000), (100, 777, 136), (129, 3000, 2048), (136, 3584, 3584),
-                       (200, 1000, 4104), (224, 5120, 512), (256, 2048, 64), (250, 6144, 256),
-                       (190, 64, 128), (40, 300, 8)]
-
-
-def hopper_or_skip(what: str) -> None:
-    major, _ = torch.cuda.get_device_capability()
-    if major != 9:
-        pytest.skip(f"{what} runs on sm_90 only")
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_cuda_wgmma_decode_variant(dtype: torch.dtype) -> None:
-    hopper_or_skip("the batched-decode kernel")
-    for m, n, k in WGMMA_DECODE_SHAPES:
-        a = operand((m, k), dtype, "cuda", "n")
-        b = torch.randn(n, k, device="cuda").to(dtype).t()  # K-major B, as x @ W.T reads it
-        for alpha, beta in ((1.0, 0.0), (0.5, 2.0)):
-            wide = torch.randn(m, n + 24, device="cuda").to(dtype)  # ldc > n
-            c = wide[:, 8:8 + n]
-            if beta == 0.0:
-                c.fill_(float("nan"))  # beta == 0 never reads C; every element is written
-            expected = reference(c, a, b, alpha, beta)
-            before = wide.clone()
-            gemmt.gemm(c, a, b, alpha, beta, variant="wgmma_decode")
-            assert rel_err(c, expected) <= tol_for(dtype), (m, n, k, alpha, beta)
-            # nothing outside C is written
-            assert torch.equal(wide[:, :8], before[:, :8]) and torch.equal(wide[:, 8 + n:],
-                                                                            before[:, 8 + n:])
-    # What it does not take is refused by name, never computed wrongly: more than 256 tokens,
-    # an M-major A.
-    b = torch.randn(64, 64, device="cuda").to(dtype).t()
-    for a in (operand((257, 64), dtype, "cuda", "n"), operand((100, 64), dtype, "cuda", "t")):
-        with pytest.raises(RuntimeError, match="'wgmma_decode' cannot run this problem"):
-            gemmt.gemm(torch.empty(a.shape[0], 64, device="cuda", dtype=dtype), a, b,
-                       variant="wgmma_decode")
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("activation", ["none", "relu", "gelu", "gelu_tanh", "silu"])
-def test_cuda_batched_decode_linear_epilogue(activation: str) -> None:
-    """auto takes the batched-decode kernel for 65-256 tokens against a weight of 16 MB or
-    more (decode_tile::picked): its epilogue (bias, activation) and gradients match float64."""
-    hopper_or_skip("the batched-decode kernel")
-    from gemmt import _native
-    lib = _native.load()
-    for m, n, k, dtype in ((136, 3584, 3584, torch.bfloat16), (97, 4096, 4104, torch.float16)):
-        plan = lib.plan_decode_tile(str(dtype).split(".")[1], m, n, k, (k, 1), (1, k), n, (0, 0, 0),
-                                    torch.cuda.get_device_properties(0).multi_processor_count, 9)
-        assert plan["picked"], (m, n, k, plan)
-        x = (torch.randn(m, k, device="cuda") * 2).to(dtype).requires_grad_()
-        w = (torch.randn(n, k, device="cuda") / k ** 0.5).to(dtype).requires_grad_()
-        bias = torch.randn(n, device="cuda").to(dtype).requires_grad_()
-        y = gemmt.linear(x, w, bias, activation)
-        z = x.double() @ w.double().t() + bias.double()
-        ref = {"none": z, "relu": torch.relu(z), "gelu": torch.nn.functional.gelu(z),
-               "gelu_tanh": torch.nn.functional.gelu(z, approximate="tanh"),
-               "silu": torch.nn.functional.silu(z)}[activation]
-        assert rel_err(y, ref) <= tol_for(dtype), (m, n, k, activation)
-        # torch's own error on the same inputs bounds the gradients' (x2)
-        g = torch.randn_like(y)
-        gx, gw, gb = torch.autograd.grad(y, (x, w, bias), g)
-        xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, w, bias))
-        zd = xd @ wd.t() + bd
-        yd = {"none": zd, "relu": torch.relu(zd), "gelu": torch.nn.functional.gelu(zd),
-              "gelu_tanh": torch.nn.functional.gelu(zd, approximate="tanh"),
-              "silu": torch.nn.functional.silu(zd)}[activation]
-        rx, rw, rb = torch.autograd.grad(yd, (xd, wd, bd), g.double())
-        for ours, want in ((gx, rx), (gw, rw), (gb, rb)):
-            assert rel_err(ours, want) <= 2 * tol_for(dtype), (m, n, k, activation)
 
 
 # ---- float64 on CUDA: the dmma (FP64 tensor cores) and simt_fp64 kernels -----------------------

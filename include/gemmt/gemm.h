@@ -81,12 +81,4 @@ cudaError_t gemm_sm90_run(const GemmArgs& args, void* workspace, cudaStream_t st
 // (kernels/plan/sm90_plan.h, streams_single_row); gemm_pick asks.
 bool gemm_sm90_streams_single_row(const GemmArgs& args);
 
-// Hopper batched-decode family (kernels/sm90/gemm_sm90_decode_tile.cu, planned by
-// kernels/plan/decode_tile_plan.cpp): bf16 / fp16 on sm_90a, 1 <= m <= 256 tokens, A and
-// B K-major with 16-byte aligned rows, k % 8 == 0; 64 weight rows by a share of the tokens a
-// CTA, both operands multicast in a cluster; applies the epilogue, no workspace. gemm_pick
-// takes it for 65-256 tokens against a weight from DRAM (decode_tile::picked).
-bool gemm_sm90_decode_supports(const GemmArgs& args);
-cudaError_t gemm_sm90_decode_run(const GemmArgs& args, cudaStream_t stream);
-
 }  // namespace gemmt

@@ -21,15 +21,13 @@ enum class GemmVariant : int {
   kDecode,           // m <= 64 (decode steps): streams B through mma.sync, split-k in a cluster
   kDmma,             // float64 on the FP64 tensor cores through mma.sync (sm_80+)
   kSimtFp64,         // float64 with double FMAs on any GPU: the same tiles and pipeline as kDmma
-  kWgmmaDecode,      // Hopper, m <= 256 (batched decode): 64 weight rows a CTA, clusters multicast
   kCount,
 };
 
 // User-facing names, indexed by GemmVariant. Header-only so CPU-only builds share them.
 inline constexpr const char* kGemmVariantNames[] = {
-    "auto",      "naive",   "smem_tiled", "register_blocked", "warp_tiled",
-    "pipelined", "split_k", "gemv",       "mma_sync",         "wgmma",
-    "decode",    "dmma",    "simt_fp64",  "wgmma_decode"};
+    "auto", "naive",    "smem_tiled", "register_blocked", "warp_tiled", "pipelined", "split_k",
+    "gemv", "mma_sync", "wgmma",      "decode",           "dmma",       "simt_fp64"};
 static_assert(sizeof(kGemmVariantNames) / sizeof(kGemmVariantNames[0]) ==
               static_cast<int>(GemmVariant::kCount));
 

@@ -155,38 +155,6 @@ __device__ __forceinline__ void tma_load_multicast(uint32_t dst, const CUtensorM
       : "memory");
 }
 
-// L2 eviction policies for the cache-hinted loads below: evict_first for an operand streamed
-// once (a decode step's weight), evict_last for one every CTA re-reads (its tokens).
-__device__ __forceinline__ uint64_t l2_policy_evict_first() {
-  uint64_t pol;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
-  return pol;
-}
-__device__ __forceinline__ uint64_t l2_policy_evict_last() {
-  uint64_t pol;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(pol));
-  return pol;
-}
-
-// tma_load and tma_load_multicast with an L2 eviction policy.
-__device__ __forceinline__ void tma_load_hint(uint32_t dst, const CUtensorMap* map, uint32_t bar,
-                                              int c0, int c1, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      ".L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "l"(policy)
-      : "memory");
-}
-__device__ __forceinline__ void tma_load_multicast_hint(uint32_t dst, const CUtensorMap* map,
-                                                        uint32_t bar, int c0, int c1, uint16_t mask,
-                                                        uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      ".multicast::cluster.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5, %6;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask), "l"(policy)
-      : "memory");
-}
-
 // Asks for the line holding p to be brought into L1, without a register to receive it.
 __device__ __forceinline__ void prefetch_l1(const void* p) {
   asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
@@ -457,17 +425,16 @@ __device__ __forceinline__ void wgmma_step(float (&d)[kBN / 2], uint64_t da, uin
 }
 
 // One K step of a consumer's 64 x (2 kAcc) block cut to its first kN columns (sm90::
-// trimmed_tile_width), or of a block exactly kN wide (the batched-decode tile's): one m64nkN
-// on its first kN / 2 accumulators (fragment order is column-block order). They stay elements
-// of the consumer's one array; the accumulators of the columns cut off keep whatever they
-// held, lie past C's last column, and no store writes them.
+// trimmed_tile_width): one m64nkN on its first kN / 2 accumulators (fragment order is
+// column-block order). They stay elements of the consumer's one array; the accumulators of the
+// columns cut off keep whatever they held, lie past C's last column, and no store writes them.
 // (Widths over 128 as m64n128 and a second instruction on B's rows from 128 on made ptxas
 // serialise the main loop's wgmma, C7511, in three of the four layouts.)
 template <int kKind, int kTransA, int kTransB, int kN, int kAcc>
 __device__ __forceinline__ void wgmma_step_trimmed(float (&d)[kAcc], uint64_t da, uint64_t db,
                                                    uint32_t accumulate) {
-  static_assert(kN % 16 == 0 && kN >= 16 && kN <= 2 * kAcc,
-                "a trimmed width: by 16, at most the block's");
+  static_assert(kN % 16 == 0 && kN >= 16 && kN < 2 * kAcc,
+                "a trimmed width: by 16, under the block's");
   if constexpr (kN == 16) {
     wgmma_m64n16<kKind, kTransA, kTransB>(d, da, db, accumulate);
   } else if constexpr (kN == 32) {
@@ -488,13 +455,9 @@ __device__ __forceinline__ void wgmma_step_trimmed(float (&d)[kAcc], uint64_t da
     wgmma_m64n144<kKind, kTransA, kTransB>(d, da, db, accumulate);
   } else if constexpr (kN == 160) {
     wgmma_m64n160<kKind, kTransA, kTransB>(d, da, db, accumulate);
-  } else if constexpr (kN == 176) {
-    wgmma_m64n176<kKind, kTransA, kTransB>(d, da, db, accumulate);
-  } else if constexpr (kN == 192) {
-    wgmma_m64n192<kKind, kTransA, kTransB>(d, da, db, accumulate);
   } else {
-    static_assert(kN == 256, "a width defined above");
-    wgmma_m64n256<kKind, kTransA, kTransB>(d, da, db, accumulate);
+    static_assert(kN == 176, "a width defined above");
+    wgmma_m64n176<kKind, kTransA, kTransB>(d, da, db, accumulate);
   }
 }
 
