@@ -13,7 +13,8 @@ build (``GEMMT_LIBRARY`` names the module) with different tags, alternating the 
 default plans alone are timed, since another schedule timed in the same rounds moves them.
 ``--ab NAME=VALUE`` (repeatable) adds, in the same rounds, gemmt captured with that
 environment variable set (a launch knob read when the graph is captured), as ``ab_<VALUE>``;
-``--weights 4096x4096,...`` and ``--tokens 136,200`` replace the bf16 sweep's points.
+``--weights 4096x4096,...`` and ``--tokens 136,200`` replace the bf16 sweep's points, and
+``--fp16-same`` runs fp16 on them too.
 """
 
 from __future__ import annotations
@@ -71,12 +72,14 @@ def point(x: torch.Tensor, ws: list[torch.Tensor], rounds: int,
 
 
 def sweep(rounds: int, ab: list[tuple[str, str]], bf16_weights: list[tuple[int, int]],
-          bf16_tokens: list[int]) -> list[dict[str, object]]:
-    """Every weight and token count given (bf16), and the fp16 subset."""
+          bf16_tokens: list[int],
+          fp16: tuple[list[tuple[int, int]], list[int]] = (FP16_WEIGHTS, FP16_TOKENS)
+          ) -> list[dict[str, object]]:
+    """Every weight and token count given (bf16), and the fp16 weights and tokens."""
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
     for dtype, weights, tokens in ((torch.bfloat16, bf16_weights, bf16_tokens),
-                                   (torch.float16, FP16_WEIGHTS, FP16_TOKENS)):
+                                   (torch.float16, *fp16)):
         for fout, fin in weights:
             copies = max(2, math.ceil(3 * l2 / (fout * fin * 2)))
             ws = [(torch.randn(fout, fin, device="cuda") / math.sqrt(fin)).to(dtype)
@@ -102,6 +105,8 @@ def main() -> int:
                         help="one more gemmt contender, captured with NAME=VALUE set")
     parser.add_argument("--weights", default="", help="out x in features, comma-separated")
     parser.add_argument("--tokens", default="", help="token counts, comma-separated")
+    parser.add_argument("--fp16-same", action="store_true",
+                        help="fp16 on the bf16 sweep's weights and tokens instead of its subset")
     args = parser.parse_args()
     ab = [tuple(a.split("=", 1)) for a in args.ab]
     weights = ([tuple(int(v) for v in w.split("x")) for w in args.weights.split(",")]
@@ -111,7 +116,8 @@ def main() -> int:
         print("batched_decode: needs a CUDA device")
         return 1
     torch.manual_seed(0)
-    rows = sweep(args.rounds, ab, weights, tokens)
+    fp16 = (weights, tokens) if args.fp16_same else (FP16_WEIGHTS, FP16_TOKENS)
+    rows = sweep(args.rounds, ab, weights, tokens, fp16)
     os.makedirs(args.out, exist_ok=True)
     doc = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
            "cuda": torch.version.cuda, "gemmt": gemmt.build_info(), "tag": args.tag,

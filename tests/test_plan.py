@@ -761,14 +761,15 @@ def test_h100_plans_match_the_snapshot(description: dict[str, int] | None) -> No
     assert len(expected) > 10000 and got.keys() == expected.keys()
     # Rules added since the snapshot move their own class on purpose; each has its own test.
     later = plan_sweep.later_rule_records(description)
-    assert 50 < len(later) < 500
+    assert 50 < len(later) < 800  # three rules since the snapshot
     moved = [f"{key}: {expected[key]} -> {got[key]}" for key in expected
              if got[key] != expected[key] and key not in later]
     assert not moved, f"{len(moved)} plans moved, e.g. " + "; ".join(moved[:3])
     # Each rule's records carry its decision: the swapped three-quarter tile, or narrow tiles in
     # k-slices.
     decision = {"swap_for_batched_decode": lambda p: p["c_trans"] and p["tile_n"] == 192,
-                "narrow_split_search": lambda p: p["tile_n"] == 64 and p["splits"] > 1}
+                "narrow_split_search": lambda p: p["tile_n"] == 64 and p["splits"] > 1,
+                "small_m_given_one_wave": lambda p: not p["c_trans"]}
     assert set(later.values()) <= set(decision)
     assert all(decision[rule](got[key]) for key, rule in later.items()), [
         (key, rule, got[key]) for key, rule in later.items() if not decision[rule](got[key])][:3]
@@ -798,12 +799,16 @@ def test_h200_description_moves_the_bandwidth_bound_plans() -> None:
     more CTAs, and batched decode of 65-256 tokens, under the roofline's ridge, opens the
     split search (batched_decode_roofline). L2 size and clocks are the H100's: what depends
     on them alone does not move."""
-    for m in (1, 16, 64):
+    for m in (1, 16, 32):
         h100 = sm90(m, 4096, 4096, b_layout="col", device_info=H100)
         h200 = sm90(m, 4096, 4096, b_layout="col", device_info=H200)
         assert (h100["c_trans"], h100["tile_n"], h100["splits"]) == (True, 64, 2), m
         assert (h200["c_trans"], h200["tile_n"], h200["splits"]) == (True, 64, 3), m
         assert h200["workspace_bytes"] > h100["workspace_bytes"]
+    # 33-64 tokens stay as given there (small_m_given_one_wave): 64 narrow tiles.
+    for info in (H100, H200):
+        p = sm90(64, 4096, 4096, b_layout="col", device_info=info)
+        assert not p["c_trans"] and p["tile_n"] == 64
     # 8192 x 8192 weights: one slice on the H100, two on the H200.
     assert sm90(16, 8192, 8192, b_layout="col", device_info=H100)["splits"] == 1
     assert sm90(16, 8192, 8192, b_layout="col", device_info=H200)["splits"] == 2
@@ -941,6 +946,8 @@ W_T = dict(b_layout="col")
 RULE_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], Any]] = {
     "swap_for_small_m": (dict(m=64, n=11008, k=4096, **W_T), dict(m=65, n=11008, k=4096, **W_T),
                          lambda p: p["c_trans"]),
+    "small_m_given_one_wave": (dict(m=48, n=4096, k=4096, **W_T), dict(m=32, n=4096, k=4096, **W_T),
+                               lambda p: not p["c_trans"]),
     "swap_for_batched_decode": (dict(m=129, n=11008, k=4096, **W_T),
                                 dict(m=193, n=11008, k=4096, **W_T),
                                 lambda p: p["c_trans"] and p["tile_n"] == 192),
@@ -1047,7 +1054,8 @@ def test_every_rule_has_a_test() -> None:
 # a rule to another class fails here: update the table's `tuner` entries (and this list) from
 # `python tests/tune_evidence.py`, and retire a rule that lands in (c) on both GPUs.
 TUNED_CLASSES = {
-    "swap_for_small_m": "d", "swap_for_batched_decode": "b", "swap_for_tf32": "a",
+    "swap_for_small_m": "d", "small_m_given_one_wave": "d", "swap_for_batched_decode": "b",
+    "swap_for_tf32": "a",
     "streams_single_row": "d",
     "narrow_weight_stream": "a", "narrow_split_search": "b", "batched_decode_roofline": "a",
     "no_split_past_half_the_sms": "b", "stream_k_from_two_waves": "b",
@@ -1067,7 +1075,11 @@ def test_the_tuners_candidates_are_replayed_on_cpu() -> None:
         for p in tune_evidence.points(gpu):
             cands = tune_evidence.candidates(p)
             assert len(cands) == p.candidates, (str(p), cands)
-            assert p.winner in cands, (str(p), p.winner)
+            # A winner recorded as the forced form of what is now the default plan (a rule
+            # added since the sweep moved the default onto it) is that default.
+            assert p.winner in cands or (
+                tune_evidence.resolve(p, p.winner) == tune_evidence.resolve(p, "wgmma")), (
+                str(p), p.winner)
             assert tune_evidence.resolve(p, p.winner) is not None, (str(p), p.winner)
             count += 1
     assert count >= 100
@@ -1085,10 +1097,10 @@ def test_rule_table_states_the_tuners_winners() -> None:
         assert cls != "c", f"{r['name']}: the tuner's winners take the plan without it everywhere"
         expected = tune_evidence.sentence(r["name"], tallies)
         assert r["tuner"].startswith(expected), (r["name"], r["tuner"], expected)
-    # The mixed rules' evidence: as given won at 4-64 tokens through 5120 x 5120 on the H100,
+    # The mixed rules' evidence: as given won at 4 and 16 tokens through 5120 x 5120 on the H100,
     # and gemv won the one-token 4096 -> 128256 product there while the H200 kept the narrow tile.
     swap = tune_evidence.tally("swap_for_small_m")
-    assert (swap["H100"].kept, swap["H100"].without) == (12, 6)
+    assert (swap["H100"].kept, swap["H100"].without) == (10, 4)
     single = tune_evidence.tally("streams_single_row")
     assert (single["H100"].without, single["H200"].kept) == (2, 4)
 

@@ -251,6 +251,9 @@ def _tally_point(name: str, p: Point, t: Tally) -> None:
     if name == "swap_for_small_m":
         without_plan = sm90(p, orient=1)
         count(None if gemv_won else won[0] == "swapped", without_plan)
+    elif name == "small_m_given_one_wave":
+        without_plan = sm90(p, orient=2)
+        count(None if gemv_won else won[0] == "given", without_plan)
     elif name == "stream_k_from_two_waves":
         if default[3]:  # stream-k taken; without the rule, whole tiles (not timed at 256)
             count(None if gemv_won else bool(won[3]), sm90(p, tile_n=256, splits=1))

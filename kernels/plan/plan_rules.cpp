@@ -26,6 +26,10 @@ bool gemv_shares_rows(const GemmArgs& a) {
   return !g.colsweep && g.rows_per_block < 8;
 }
 
+bool small_m_given(const GemmArgs& a) {
+  return is_16_bit(a) && a.n > sm90::kBNNarrow && sm90::small_m_given_one_wave(a);
+}
+
 bool stages_b_16_bit(const GemmArgs& a) {
   return a.dtype != ScalarType::kFloat32 && simt::stages_b(a);
 }
@@ -37,19 +41,42 @@ bool stages_b_float32(const GemmArgs& a) {
 constexpr PlanRule kRules[] = {
     {"swap_for_small_m", "sm90", "problem_for",
      "16-bit x @ W^T or g @ W with m <= 64 tokens and n > 64, where the swapped problem is "
-     "supported",
+     "supported, but not 33-64 tokens of a plain product whose narrow tiles as given fit one "
+     "wave (small_m_given_one_wave)",
      "run C^T = W x^T: the weight is the 128-row A, the tokens the narrow tile's columns",
      "as given, twice as many 64-wide tiles stream half the weight a stage, and the second "
      "consumer warpgroup computes rows that do not exist",
      "decode of 4096 x 11008 weights: 0.47-0.74 of cuBLAS before; 0.96-1.2 of the copy "
      "bandwidth after",
      "h100_2026-11-25_decode_swap (47295f1); rule f2b0c05", "-", true, &sm90::swap_for_small_m,
-     "(d) mixed. h100_tune decides 20 points: the winner keeps it at 12, takes the product as "
-     "given at 6, neither at 2; the product as given timed at 20. h200_tune decides 64 points: "
-     "the winner keeps it at 61, takes the product as given at 3; the product as given timed "
-     "at 64. As given won by 5-12% at 4-64 tokens through 5120 x 5120 on the H100 (both "
+     "(d) mixed. h100_tune decides 16 points: the winner keeps it at 10, takes the product as "
+     "given at 4, neither at 2; the product as given timed at 16. h200_tune decides 58 points: "
+     "the winner keeps it at 56, takes the product as given at 2; the product as given timed "
+     "at 58. As given won by 5-12% at 4-64 tokens through 5120 x 5120 on the H100 (both "
      "dtypes) and by 0-9% at some of 2-64 tokens through 2048- to 5120-row weights on the "
-     "H200; elsewhere the swap held"},
+     "H200; elsewhere the swap held. The exception (33-64 tokens, one wave of narrow tiles) "
+     "took the 64-token points out of the class: the tuner, timing weights that stay in L2, "
+     "had them level (2048 and 4096 rows) or swapped 3% ahead (5120 x 5120); streamed from "
+     "DRAM, as given won (ab_small_m_orientation_h200_2026-11-30.json)"},
+    {"small_m_given_one_wave", "sm90", "problem_for (swap_for_small_m)",
+     "16-bit x @ W^T or g @ W with 33 <= m <= 64 tokens and n > 64, no epilogue, whose "
+     "64-wide tiles as given fit one wave (ceil(n / 64) <= SMs: up to 8448 rows on 132 SMs)",
+     "keep the product as given (an exception to swap_for_small_m): narrow tiles, in the "
+     "model's k-slices",
+     "as given, the narrow tiles take the weight in k-slices over all SMs; swapped, the 128-row "
+     "tiles need twice the slices and their reduction",
+     "H200, weights streamed from DRAM, 33-64 tokens through eight weights of 2048 x 4096 to "
+     "13824 x 5120, bf16 and fp16, against swapping every one in the same process: median "
+     "0.940 -> 0.976 of cuBLAS; 3584 x 3584 at 40-56 tokens 0.94-0.98 -> 1.02-1.04, 4096 x "
+     "4096 at 56 / 64 0.81 / 0.79 -> 0.92 / 0.91, 6144 and 8192 x 4096 0.83-0.93 -> "
+     "0.92-1.03, 4096 x 14336 0.93-0.97 -> 0.97-1.05; 5120 x 5120 within 3% either way",
+     "h200_tune/ab_small_m_orientation_h200_2026-11-30.json", "SM count", true, &small_m_given,
+     "(d) mixed. h100_tune decides 4 points: the winner keeps it at 4, takes the plan without "
+     "it at 0; the plan without it timed at 4. h200_tune decides 6 points: the winner keeps it "
+     "at 5, takes the plan without it at 1; the plan without it timed at 6. The sweeps' one "
+     "token count in its class is 64; the tuner times weights that stay in L2, where the two "
+     "orientations ran within 1% at 2048 and 4096 rows and the swap 3% ahead at 5120 x 5120 "
+     "(bf16), the one winner it contradicts"},
     {"swap_for_batched_decode", "sm90", "problem_for",
      "16-bit x @ W^T or g @ W with 129 <= m <= 192 tokens and n > 256, where the swapped "
      "problem is supported on the three-quarter tile, except where the product as given runs "
@@ -125,9 +152,9 @@ constexpr PlanRule kRules[] = {
      "SM count, L2 size, "
      "DRAM bandwidth",
      true, &sm90::narrow_split_search,
-     "(b) not contradicted, its alternative untimed. h100_tune decides 2 points: the winner "
-     "keeps it at 2, takes the plan without it at 0; the plan without it timed at 0. h200_tune "
-     "decides 10 points: the winner keeps it at 10, takes the plan without it at 0; the plan "
+     "(b) not contradicted, its alternative untimed. h100_tune decides 4 points: the winner "
+     "keeps it at 4, takes the plan without it at 0; the plan without it timed at 0. h200_tune "
+     "decides 14 points: the winner keeps it at 14, takes the plan without it at 0; the plan "
      "without it timed at 0. Where it decides, every winner ran narrow tiles in k-slices (on "
      "the H100 in 4 where the rule takes 3)"},
     {"batched_decode_roofline", "sm90", "best_splits (split_search_open)",
@@ -157,9 +184,9 @@ constexpr PlanRule kRules[] = {
      "14336-row one: 2.3-2.4 against 1.9-2.2 in 7",
      "gemm_tc_selftest --decode-sweep; rule f2b0c05", "SM count", true,
      &sm90::no_split_past_half_the_sms,
-     "(b) not contradicted, its alternative untimed. h100_tune decides 14 points: the winner "
-     "keeps it at 12, takes a split there at 0, neither at 2; a split there timed at 0. "
-     "h200_tune decides 49 points: the winner keeps it at 49, takes a split there at 0; a "
+     "(b) not contradicted, its alternative untimed. h100_tune decides 16 points: the winner "
+     "keeps it at 14, takes a split there at 0, neither at 2; a split there timed at 0. "
+     "h200_tune decides 51 points: the winner keeps it at 51, takes a split there at 0; a "
      "split there timed at 0. The tuner splits only tile widths whose tiles fill at most half "
      "of the SMs, the same bound, so it cannot test the rule"},
     {"stream_k_from_two_waves", "sm90", "best_splits (stream_k_cost_us, kStreamKMargin)",

@@ -547,10 +547,15 @@ Problem swapped(const GemmArgs& args) {
 
 }  // namespace
 
+bool small_m_given_one_wave(const GemmArgs& args) {
+  if (args.m <= kSmallMGivenMinRows || args.m > kBNNarrow || !args.epilogue.empty()) return false;
+  return tile_count(args, kBNNarrow) <= sm_count_of(args);
+}
+
 bool swap_for_small_m(const GemmArgs& args) {
   const int kind = tc_kind_of(args);
   if (kind != kBF16 && kind != kF16) return false;
-  if (args.m > kBNNarrow || args.n <= kBNNarrow) return false;
+  if (args.m > kBNNarrow || args.n <= kBNNarrow || small_m_given_one_wave(args)) return false;
   return problem_supported(swapped(args), true);
 }
 

@@ -242,8 +242,22 @@ bool swap_for_tf32(const GemmArgs& args);
 // as given, the same product needs twice as many 64-wide tiles, each streaming 8 KB a
 // stage, with the second consumer warpgroup computing rows that do not exist. Only where
 // the swapped problem is supported: an epilogue then needs a split (the transposed 16-bit
-// store is register-to-global, which does not apply it).
+// store is register-to-global, which does not apply it). Except small_m_given_one_wave.
 bool swap_for_small_m(const GemmArgs& args);
+
+// 33-64 tokens of a plain product whose 64-wide tiles as given fit one wave of the SMs
+// (n <= 64 x SMs: weights of up to 8448 rows on 132 SMs) stay as given: the narrow tiles then
+// take the weight in k-slices over all SMs, where the swapped 128-row tiles need twice the
+// slices and their reduction. H200, one process, this rule against swapping every product
+// (h200_tune/ab_small_m_orientation_h200_2026-11-30.json, bf16 and fp16, 33-64 tokens through
+// eight weights of 2048 x 4096 to 13824 x 5120): median 0.940 -> 0.976 of cuBLAS; 3584 x 3584
+// at 40-56 tokens 0.94-0.98 -> 1.02-1.04, 4096 x 4096 at 56 / 64 0.81 / 0.79 -> 0.92 / 0.91,
+// 6144 and 8192 x 4096 0.83-0.93 -> 0.92-1.03, 4096 x 14336 0.93-0.97 -> 0.97-1.05; 5120 x
+// 5120 within 3% either way. At 1-32 tokens the swap held or tied (5120 x 5120 at 4-16:
+// 0.88-0.93 swapped, 0.84-0.86 as given), and past a wave of tiles (13824 x 5120, 216) as
+// given lost 2%, so both keep the swap.
+constexpr int64_t kSmallMGivenMinRows = 32;
+bool small_m_given_one_wave(const GemmArgs& args);
 
 // Batched decode of 129-192 tokens (16-bit) against a weight of more than 256 rows: run as
 // C^T = W x^T on the three-quarter tile, whose one column of tiles then holds every token and
