@@ -761,7 +761,11 @@ def test_h100_plans_match_the_snapshot(description: dict[str, int] | None) -> No
     assert len(expected) > 10000 and got.keys() == expected.keys()
     # Rules added since the snapshot move their own class on purpose; each has its own test.
     later = plan_sweep.later_rule_records(description)
-    assert 50 < len(later) < 800  # three rules since the snapshot
+    # The two rules of before small_m_given_one_wave within the bound they always had; that rule
+    # (33-64 tokens against weights of at most 64 x SMs rows) within one of its own.
+    older = [rule for rule in later.values() if rule != "small_m_given_one_wave"]
+    assert 50 < len(older) < 500
+    assert 50 < len(later) - len(older) < 300
     moved = [f"{key}: {expected[key]} -> {got[key]}" for key in expected
              if got[key] != expected[key] and key not in later]
     assert not moved, f"{len(moved)} plans moved, e.g. " + "; ".join(moved[:3])
@@ -1078,7 +1082,8 @@ def test_the_tuners_candidates_are_replayed_on_cpu() -> None:
             # A winner recorded as the forced form of what is now the default plan (a rule
             # added since the sweep moved the default onto it) is that default.
             assert p.winner in cands or (
-                tune_evidence.resolve(p, p.winner) == tune_evidence.resolve(p, "wgmma")), (
+                p.winner.startswith("wgmma:") and "wgmma" in cands
+                and tune_evidence.resolve(p, p.winner) == tune_evidence.resolve(p, "wgmma")), (
                 str(p), p.winner)
             assert tune_evidence.resolve(p, p.winner) is not None, (str(p), p.winner)
             count += 1
