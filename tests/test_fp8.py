@@ -579,6 +579,18 @@ def test_scaled_mm_cuda_empty_contraction(m: int, activation: str) -> None:
 @pytest.mark.cuda
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build of gemmt")
 @pytest.mark.parametrize("granularity", gemmt.FP8_GRANULARITIES)
+@pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(4100, 8200), (2053, 16512)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_quantize_cuda_many_tiles_per_cta(granularity: str, x_dtype: torch.dtype,
+                                          shape: tuple[int, int]) -> None:
+    # More tiles and batches than a resident grid has CTAs (every CTA walks several, its
+    # prefetch ring turning over), rows and columns both ragged, against the CPU reference.
+    check_cuda_quantize(cuda_input(shape, x_dtype), granularity, E4M3)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build of gemmt")
+@pytest.mark.parametrize("granularity", gemmt.FP8_GRANULARITIES)
 @pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 def test_quantize_cuda_strided_inputs(granularity: str, x_dtype: torch.dtype) -> None:
     base = cuda_input((300, 1100), x_dtype)

@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/thread_ring.cuh"
 #include "gemmt/arith.h"
 #include "gemmt/cuda_check.h"
 #include "gemmt/fp8.h"
@@ -504,85 +505,169 @@ __global__ void GEMMT_QUANT_ROWS_REGISTERS(T)
   }
 }
 
+// TEMPORARY A/B knob: resident waves of the block kernel's grid (0: one CTA a batch).
+#include <cstdlib>
+inline bool block_ring() {
+  const char* v = std::getenv("GEMMT_AB_BLOCK_RING");
+  return !v || std::atoi(v) != 0;
+}
+inline int64_t block_waves() {
+  const char* v = std::getenv("GEMMT_AB_BLOCK_WAVES");
+  const int64_t w = v ? std::atoll(v) : 1;
+  return w > 0 ? w : (int64_t{1} << 30);
+}
+
 // ---- block (1x128): 16 threads per group, 16 rows of 128-column slices per CTA ----
-// A work item is 16 rows of one 128-column slice (one 16-byte load per thread); a CTA takes
-// kBlockItems consecutive items (the same 16 rows, adjacent slices) and issues all their
-// loads before it reduces any, so that each thread has 64 bytes of x in flight rather than
-// 16 and each row's reads are 1 KB runs.
+// A work item is 16 rows of one 128-column slice (one 16-byte load per thread); a batch is
+// kBlockItems consecutive items (the same 16 rows, adjacent slices: each row's reads are 1 KB
+// runs). A resident grid of CTAs walks the batches. For a 2-byte x with 16-byte aligned rows
+// each thread keeps the next kBlockStages - 1 batches of its chunks in flight in a ring in
+// shared memory (common/thread_ring.cuh) while it casts the current one: loaded straight into
+// registers, a batch's loads went out only between one batch's stores and the next, and the
+// SM had too few bytes in flight to stream at the memory's rate.
 
 constexpr int kBlockThreads = 256;
 constexpr int kBlockRows = kBlockThreads / (kGroup / kChunk);
 constexpr int kBlockItems = 4;
+constexpr int kBlockStages = 3;  // 48 KB of ring a CTA: four CTAs an SM
 static_assert(kBlockItems <= 16 && (kBlockItems & (kBlockItems - 1)) == 0,
               "a group's lanes share out its items' multipliers");
+using BlockRing = ThreadRing<kBlockStages, kBlockItems, kBlockThreads>;
 
+// The batches of a block quantisation and where a thread's chunks of one batch lie.
+struct BlockWalk {
+  int64_t rows, cols, groups, work, batches;
+
+  __device__ explicit BlockWalk(int64_t r, int64_t c)
+      : rows(r), cols(c), groups(ceil_div(c, kGroup)) {
+    work = ceil_div(rows, kBlockRows) * groups;
+    batches = ceil_div(work, kBlockItems);
+  }
+
+  // f(u, row, column of the thread's chunk, the item's group, elements of the chunk) for the
+  // batch's items in order; an item past the end, or a row past x's, has 0 elements.
+  template <typename F>
+  __device__ __forceinline__ void items(int64_t b, F&& f) const {
+    const int lane = threadIdx.x & 15;
+    const int sub = threadIdx.x >> 4;
+    const int64_t w0 = b * kBlockItems;
+    int64_t rt = w0 / groups;
+    int64_t kb = w0 - rt * groups;
+#pragma unroll
+    for (int u = 0; u < kBlockItems; ++u) {
+      if (u > 0 && ++kb == groups) {
+        kb = 0;
+        ++rt;
+      }
+      const int64_t r = rt * kBlockRows + sub;
+      const int64_t c = kb * kGroup + lane * kChunk;
+      f(u, r, c, kb, (w0 + u < work && r < rows) ? chunk_len(cols, c) : 0);
+    }
+  }
+};
+
+// Amax, multiplier and cast of one batch whose chunks the thread holds.
 template <typename T, bool kE5M2>
+__device__ __forceinline__ void cast_block_batch(const BlockWalk& walk, int64_t b,
+                                                 const Chunk<T> (&raw)[kBlockItems], bool vec_out,
+                                                 uint8_t* __restrict__ q,
+                                                 float* __restrict__ scale) {
+  const int lane = threadIdx.x & 15;
+  float m[kBlockItems];
+#pragma unroll
+  for (int u = 0; u < kBlockItems; ++u) m[u] = max_mag_chunk(raw[u]);
+#pragma unroll
+  for (int off = 8; off > 0; off >>= 1) {
+#pragma unroll
+    for (int u = 0; u < kBlockItems; ++u) {
+      m[u] = fmaxf(m[u], __shfl_xor_sync(0xffffffffu, m[u], off));
+    }
+  }
+  // The 16 lanes of a group share its items' amaxes: lane u of them works out item u's
+  // multiplier (a reciprocal in double) and the others read it, one division per lane
+  // rather than kBlockItems.
+  float mine = m[0];
+#pragma unroll
+  for (int u = 1; u < kBlockItems; ++u) mine = (lane & (kBlockItems - 1)) == u ? m[u] : mine;
+  mine = scale_mult(mine, fp8_top<kE5M2>());
+  walk.items(b, [&](int u, int64_t r, int64_t c, int64_t kb, int n) {
+    const float mult = __shfl_sync(0xffffffffu, mine, (threadIdx.x & 16) | u);
+    if (n > 0) store8(q + r * walk.cols + c, n, vec_out, quantize_chunk(raw[u], mult, kE5M2));
+    if (lane == 0 && n > 0) scale[r + kb * walk.rows] = dequant_scale(mult);
+  });
+}
+
+// kRing: the ring (a 2-byte x whose rows are 16-byte aligned); otherwise each batch's chunks
+// are loaded into registers at its turn.
+template <typename T, bool kE5M2, bool kRing>
 __global__ void __launch_bounds__(kBlockThreads, 4)
     quantize_blocks_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, int64_t ld,
                            bool vec_in, bool vec_out, uint8_t* __restrict__ q,
                            float* __restrict__ scale) {
-  const int lane = threadIdx.x & 15;
-  const int sub = threadIdx.x >> 4;
-  const float top = fp8_top<kE5M2>();
-  constexpr bool e5m2 = kE5M2;
-  const int64_t groups = ceil_div(cols, kGroup);
-  const int64_t work = ceil_div(rows, kBlockRows) * groups;
-  const int64_t batches = ceil_div(work, kBlockItems);
-  for (int64_t b = blockIdx.x; b < batches; b += gridDim.x) {
-    Chunk<T> raw[kBlockItems];
-    int n[kBlockItems];
-    // Item u is slice kb0 + u of row tile rt0, wrapping to the next row tile: stepped through
-    // twice rather than its indices kept (registers).
-    const int64_t w0 = b * kBlockItems;
-    const int64_t rt0 = w0 / groups;
-    const int64_t kb0 = w0 - rt0 * groups;
-    int64_t rt = rt0, kb = kb0;
-#pragma unroll
-    for (int u = 0; u < kBlockItems; ++u) {
-      if (u > 0 && ++kb == groups) {
-        kb = 0;
-        ++rt;
-      }
-      const int64_t r = rt * kBlockRows + sub;
-      const int64_t c = kb * kGroup + lane * kChunk;
-      n[u] = (w0 + u < work && r < rows) ? chunk_len(cols, c) : 0;
-      if (n[u] > 0) {
-        load_chunk(x + r * ld + c, n[u], vec_in, raw[u]);
-      } else {
-        zero_chunk(raw[u]);
-      }
+  static_assert(!kRing || sizeof(T) == 2, "the ring holds 16-byte chunks");
+  const BlockWalk walk(rows, cols);
+  const int64_t step = gridDim.x;
+  if constexpr (!kRing) {
+    for (int64_t b = blockIdx.x; b < walk.batches; b += step) {
+      Chunk<T> raw[kBlockItems];
+      walk.items(b, [&](int u, int64_t r, int64_t c, int64_t, int n) {
+        if (n > 0) {
+          load_chunk(x + r * ld + c, n, vec_in, raw[u]);
+        } else {
+          zero_chunk(raw[u]);
+        }
+      });
+      cast_block_batch<T, kE5M2>(walk, b, raw, vec_out, q, scale);
     }
-    float m[kBlockItems];
-#pragma unroll
-    for (int u = 0; u < kBlockItems; ++u) m[u] = max_mag_chunk(raw[u]);
-#pragma unroll
-    for (int off = 8; off > 0; off >>= 1) {
-#pragma unroll
-      for (int u = 0; u < kBlockItems; ++u) {
-        m[u] = fmaxf(m[u], __shfl_xor_sync(0xffffffffu, m[u], off));
+  } else {
+    __shared__ __align__(16) unsigned char ring_bytes[BlockRing::kBytes];
+    const BlockRing ring{smem_addr(ring_bytes)};
+    // Whole chunks go through the ring; a row's ragged end is loaded when it is cast.
+    auto fetch = [&](int64_t b, int stage) {
+      if (b < walk.batches) {
+        walk.items(b, [&](int u, int64_t r, int64_t c, int64_t, int n) {
+          if (n == kChunk) ring.fetch(stage, u, x + r * ld + c);
+        });
       }
-    }
-    // The 16 lanes of a group share its items' amaxes: lane u of them works out item u's
-    // multiplier (a reciprocal in double) and the others read it, one division per lane
-    // rather than kBlockItems.
-    float mine = m[0];
+      BlockRing::close_stage();
+    };
 #pragma unroll
-    for (int u = 1; u < kBlockItems; ++u) mine = (lane & (kBlockItems - 1)) == u ? m[u] : mine;
-    mine = scale_mult(mine, top);
-    rt = rt0, kb = kb0;
-#pragma unroll
-    for (int u = 0; u < kBlockItems; ++u) {
-      if (u > 0 && ++kb == groups) {
-        kb = 0;
-        ++rt;
-      }
-      const float mult = __shfl_sync(0xffffffffu, mine, (threadIdx.x & 16) | u);
-      const int64_t r = rt * kBlockRows + sub;
-      const int64_t c = kb * kGroup + lane * kChunk;
-      if (n[u] > 0) store8(q + r * cols + c, n[u], vec_out, quantize_chunk(raw[u], mult, e5m2));
-      if (lane == 0 && n[u] > 0) scale[r + kb * rows] = dequant_scale(mult);
+    for (int s = 0; s < kBlockStages - 1; ++s) fetch(blockIdx.x + s * step, s);
+    int stage = 0;
+    for (int64_t b = blockIdx.x; b < walk.batches; b += step) {
+      fetch(b + (kBlockStages - 1) * step, stage == 0 ? kBlockStages - 1 : stage - 1);
+      BlockRing::wait_oldest();
+      Chunk<T> raw[kBlockItems];
+      walk.items(b, [&](int u, int64_t r, int64_t c, int64_t, int n) {
+        if (n == kChunk) {
+          const uint4 v = ring.read(stage, u);
+          raw[u].u[0] = v.x, raw[u].u[1] = v.y, raw[u].u[2] = v.z, raw[u].u[3] = v.w;
+        } else if (n > 0) {
+          load_chunk(x + r * ld + c, n, vec_in, raw[u]);
+        } else {
+          zero_chunk(raw[u]);
+        }
+      });
+      cast_block_batch<T, kE5M2>(walk, b, raw, vec_out, q, scale);
+      stage = stage == kBlockStages - 1 ? 0 : stage + 1;
     }
   }
+}
+
+// A resident grid of the block kernel (no more CTAs than the batches).
+template <typename T, bool kE5M2, bool kRing>
+cudaError_t launch_blocks(const T* x, const Fp8QuantizeArgs& a, int64_t ld, bool vec_in,
+                          bool vec_out, cudaStream_t stream) {
+  constexpr auto kernel = quantize_blocks_kernel<T, kE5M2, kRing>;
+  const int64_t work = ceil_div(a.rows, kBlockRows) * ceil_div(a.cols, kGroup);
+  int sms = 0, per_sm = 0;
+  GEMMT_RETURN_IF_ERROR(current_device_sm_count(&sms));
+  if (kRing) GEMMT_RETURN_IF_ERROR(prefer_max_shared_carveout<kernel>());
+  GEMMT_RETURN_IF_ERROR(resident_blocks_per_sm<kernel>(kBlockThreads, &per_sm));
+  const unsigned int grid =
+      grid_1d(work, kBlockItems, static_cast<int64_t>(sms) * per_sm * block_waves());
+  kernel<<<grid, kBlockThreads, 0, stream>>>(x, a.rows, a.cols, ld, vec_in, vec_out, a.q, a.scale);
+  GEMMT_RETURN_LAUNCH_ERROR();
 }
 
 // ---- tensor: grid-wide amax, then the cast ----
@@ -774,9 +859,18 @@ __device__ __forceinline__ int qt_swizzle(int j) {
 
 // Thread (ty, tx) of the 32 x 16 grid holds rows 4 ty .. 4 ty + 3 and columns 8 tx .. 8 tx + 7
 // of the tile: for each of its 8 columns, 4 consecutive rows, one 32-bit word of qt.
-template <typename T, TileMode kMode, bool kTranspose, bool kE5M2>
+// kRing (a 2-byte x whose rows are 16-byte aligned, on a resident grid): the next tile's
+// chunks are copied into a ring in dynamic shared memory (common/thread_ring.cuh) while the
+// thread reduces and casts the current one, so that x keeps streaming through the tile's
+// reductions, barriers and stores.
+constexpr int kTileStages = 2;
+using TileRing = ThreadRing<kTileStages, kTileRowsPerThread, kTileThreads>;
+static_assert(kTileStages == 2, "the tile loop alternates two stages");
+
+template <typename T, TileMode kMode, bool kTranspose, bool kE5M2, bool kRing = false>
 __global__ void __launch_bounds__(kTileThreads, tile_min_blocks<T, kMode>())
     quantize_tiles_kernel(TileParams p) {
+  static_assert(!kRing || sizeof(T) == 2, "the ring holds 16-byte chunks");
   constexpr bool kSameScale = kMode == TileMode::kWhole || kMode == TileMode::kGlobal;
   constexpr bool kPerRowCol = kMode == TileMode::kRowsCols || kMode == TileMode::kFromAmax;
   constexpr bool kTileReduce = kMode == TileMode::kRowsCols || kMode == TileMode::kAmaxOnly;
@@ -810,28 +904,62 @@ __global__ void __launch_bounds__(kTileThreads, tile_min_blocks<T, kMode>())
   // tiles backwards, starting where the first pass ended: on what L2 still holds of x.
   constexpr bool kBackwards = kMode == TileMode::kGlobal || kMode == TileMode::kFromAmax;
   const int64_t tiles = row_tiles * col_tiles;
-  for (int64_t wf = blockIdx.x; wf < tiles; wf += gridDim.x) {
+  // The first row and column of the tile walked wf-th.
+  auto tile_origin = [&](int64_t wf, int64_t& r0, int64_t& c0) {
     const int64_t w = kBackwards ? tiles - 1 - wf : wf;
     const int64_t rb = w / col_tiles;
-    const int64_t kb = w - rb * col_tiles;
-    const int64_t r0 = rb * kGroup;
-    const int64_t c0 = kb * kGroup;
+    r0 = rb * kGroup;
+    c0 = (w - rb * col_tiles) * kGroup;
+  };
+  extern __shared__ __align__(16) unsigned char tile_ring_bytes[];
+  const TileRing ring{smem_addr(tile_ring_bytes)};
+  // Copies the whole chunks of the tile walked wf-th into the ring's stage (none past the end).
+  auto fetch = [&](int64_t wf, int stage) {
+    if (wf < tiles) {
+      int64_t fr0, fc0;
+      tile_origin(wf, fr0, fc0);
+      const int64_t fc = fc0 + tx * kChunk;
+      if (chunk_len(p.cols, fc) == kChunk) {
+#pragma unroll
+        for (int i = 0; i < kTileRowsPerThread; ++i) {
+          const int64_t r = fr0 + ty * kTileRowsPerThread + i;
+          if (r < p.rows) ring.fetch(stage, i, x + r * p.ld + fc);
+        }
+      }
+    }
+    TileRing::close_stage();
+  };
+  if constexpr (kRing) fetch(blockIdx.x, 0);
+  int stage = 0;
+  for (int64_t wf = blockIdx.x; wf < tiles; wf += gridDim.x) {
+    int64_t r0, c0;
+    tile_origin(wf, r0, c0);
+    const int64_t rb = r0 / kGroup;
+    const int64_t kb = c0 / kGroup;
     const int64_t c = c0 + tx * kChunk;
     const int ncol = chunk_len(p.cols, c);
 
     Chunk<T> raw[kTileRowsPerThread];
     float rmax[kTileRowsPerThread];
     float cmax[kChunk];  // over the thread's 4 rows
+    if constexpr (kRing) {
+      fetch(wf + gridDim.x, stage ^ 1);
+      TileRing::wait_oldest();
+    }
 #pragma unroll
     for (int i = 0; i < kTileRowsPerThread; ++i) {
       const int64_t r = r0 + ty * kTileRowsPerThread + i;
       const int n = r < p.rows ? ncol : 0;
-      if (n > 0) {
+      if (kRing && n == kChunk) {
+        const uint4 v = ring.read(stage, i);
+        raw[i].u[0] = v.x, raw[i].u[1] = v.y, raw[i].u[2] = v.z, raw[i].u[3] = v.w;
+      } else if (n > 0) {
         load_chunk(x + r * p.ld + c, n, p.vec_in, raw[i]);
       } else {
         zero_chunk(raw[i]);
       }
     }
+    stage ^= 1;
     if constexpr (kTileReduce) tile_amax(raw, rmax, cmax);
 
     float mult = global_mult;
@@ -1040,6 +1168,20 @@ constexpr size_t align16(size_t n) {
 template <TileMode kMode, bool kTranspose, typename T, bool kE5M2>
 cudaError_t launch_tiles(const TileParams& p, cudaStream_t stream) {
   const int64_t tiles = ceil_div(p.rows, kGroup) * ceil_div(p.cols, kGroup);
+  if constexpr (sizeof(T) == 2) {
+    if (p.vec_in && block_ring()) {
+      constexpr auto kernel = quantize_tiles_kernel<T, kMode, kTranspose, kE5M2, true>;
+      constexpr int kSmem = TileRing::kBytes;
+      int sms = 0, per_sm = 0;
+      GEMMT_RETURN_IF_ERROR(current_device_sm_count(&sms));
+      GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(kSmem));
+      GEMMT_RETURN_IF_ERROR(prefer_max_shared_carveout<kernel>());
+      GEMMT_RETURN_IF_ERROR(resident_blocks_per_sm<kernel>(kTileThreads, &per_sm, kSmem));
+      const unsigned int grid = grid_1d(tiles, 1, static_cast<int64_t>(sms) * per_sm);
+      kernel<<<grid, kTileThreads, kSmem, stream>>>(p);
+      GEMMT_RETURN_LAUNCH_ERROR();
+    }
+  }
   quantize_tiles_kernel<T, kMode, kTranspose, kE5M2>
       <<<grid_1d(tiles, 1), kTileThreads, 0, stream>>>(p);
   GEMMT_RETURN_LAUNCH_ERROR();
@@ -1172,10 +1314,11 @@ cudaError_t run_typed(const Fp8QuantizeArgs& a, cudaStream_t stream) {
     }
     case Fp8Granularity::kBlock: {
       if (transpose) return launch_tiles<TileMode::kRowsCols, true, T, kE5M2>(tp, stream);
-      const int64_t work = ceil_div(a.rows, kBlockRows) * ceil_div(a.cols, kGroup);
-      quantize_blocks_kernel<T, kE5M2><<<grid_1d(work, kBlockItems), kBlockThreads, 0, stream>>>(
-          x, a.rows, a.cols, ld, vec_in, vec_out, a.q, a.scale);
-      GEMMT_RETURN_LAUNCH_ERROR();
+      if constexpr (sizeof(T) == 2) {
+        if (vec_in && block_ring())
+          return launch_blocks<T, kE5M2, true>(x, a, ld, vec_in, vec_out, stream);
+      }
+      return launch_blocks<T, kE5M2, false>(x, a, ld, vec_in, vec_out, stream);
     }
     case Fp8Granularity::kBlock128x128:
       if (transpose) return launch_tiles<TileMode::kWhole, true, T, kE5M2>(tp, stream);
