@@ -700,6 +700,25 @@ def test_quantize_cuda_against_the_formulas_and_torch_layouts() -> None:
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build of gemmt")
+@pytest.mark.parametrize("granularity", gemmt.FP8_GRANULARITIES)
+def test_quantize_cuda_in_a_cuda_graph(granularity: str) -> None:
+    # Captured once and replayed on new data in the same input buffer (the tensorwise kernel
+    # is a cooperative launch with a grid-wide barrier whose counter is reset each replay).
+    x = cuda_input((3000, 2500), torch.bfloat16)
+    gemmt.quantize_fp8(x, granularity)  # loads the kernels outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        q, s = gemmt.quantize_fp8(x, granularity)
+    for scale in (1.0, 1e-3, 7.0):
+        x.copy_(cuda_input((3000, 2500), torch.bfloat16) * scale)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_same_quantized((q, s), gemmt.quantize_fp8(x.cpu(), granularity))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build of gemmt")
 def test_quantize_cuda_stream_and_device_and_repeat() -> None:
     # On a side stream, the results are the same; repeated calls (the tensor amax workspace
     # is zeroed on the stream each time) give the same bytes.

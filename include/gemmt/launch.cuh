@@ -60,6 +60,14 @@ inline cudaError_t current_device_sm_count(int* sm_count) {
   });
 }
 
+// Bytes of L2 of the current device, asked of the driver once per device.
+inline cudaError_t current_device_l2_bytes(int* bytes) {
+  static std::atomic<int> cache[kMaxCachedDevices] = {};
+  return cached_per_device(cache, bytes, [](int device, int* value) {
+    return cudaDeviceGetAttribute(value, cudaDevAttrL2CacheSize, device);
+  });
+}
+
 // Raises the dynamic shared-memory limit of kKernel to `bytes`, with the driver call made
 // once per device rather than on every launch: the attribute belongs to the per-device
 // function object and stays set for the life of the context, and a product of a few

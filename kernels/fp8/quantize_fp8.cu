@@ -2,17 +2,20 @@
 // saturating cast, bit for bit the CPU reference's (the contract is in gemmt/fp8.h).
 //
 // Which kernels run, per granularity:
-//   row            one pass: a team of threads per row keeps the row in registers (cols up
-//                  to 16384) between its amax and its cast; longer rows are read twice, the
-//                  second time mostly from L2.
+//   row            one pass: a team of threads per row (the narrowest that holds the row in
+//                  at most 4 chunks a thread) keeps the row in registers (cols up to 16384)
+//                  between its amax and its cast; longer rows are read twice, the second time
+//                  mostly from L2.
 //   block (1x128)  one pass: 16 threads per 128-element group, 16 rows per CTA, four groups
-//                  of those rows per CTA with all their loads issued first.
+//                  of those rows per CTA with all their loads issued first (a 2-D grid).
 //   block_128x128  one pass: a CTA per 128x128 tile holds the tile in registers.
-//   tensor         a grid-wide amax (atomicMax on the float bits of non-negative values,
-//                  which order as unsigned integers) into the workspace, then the cast, whose
-//                  CTAs turn that amax into the multiplier themselves: no host round trip.
-//                  The cast walks x backwards, so that it starts on the part of x the amax
-//                  pass read last, which L2 still holds.
+//   tensor         a contiguous 2-byte x of at most half the L2: one cooperative kernel, the
+//                  amax over a grid-wide barrier, then the cast. Otherwise a grid-wide amax
+//                  (atomicMax on the float bits of non-negative values, which order as
+//                  unsigned integers) into the workspace, then the cast, whose CTAs turn that
+//                  amax into the multiplier themselves: no host round trip. The cast walks x
+//                  backwards, so that it starts on the part of x the amax pass read last,
+//                  which L2 still holds.
 // With the transpose, the tile kernel writes qt through a shared-memory tile of the bytes
 // (swizzled: no bank conflicts either way), 16 bytes per thread:
 //   tensor, 128x128  qt is q transposed (each element keeps its scale);
@@ -36,7 +39,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "common/thread_ring.cuh"
+#include "common/cp_async.cuh"
 #include "gemmt/arith.h"
 #include "gemmt/cuda_check.h"
 #include "gemmt/fp8.h"
@@ -441,6 +444,28 @@ __device__ __forceinline__ float team_mult(float m, int team, float* partial, fl
 #else
 #define GEMMT_QUANT_ROWS_REGISTERS(T) __launch_bounds__(512)
 #endif
+// raw[u] = the chunk at column c0 + u * span of a row of `cols` elements (zeros past its end).
+template <typename T, int kN>
+__device__ __forceinline__ void load_spaced_chunks(const T* xr, int64_t c0, int64_t span,
+                                                   int64_t cols, bool vec_in, Chunk<T> (&raw)[kN]) {
+#pragma unroll
+  for (int u = 0; u < kN; ++u) {
+    const int64_t c = c0 + u * span;
+    const int n = chunk_len(cols, c);
+    if (n > 0) {
+      load_chunk(xr + c, n, vec_in, raw[u]);
+    } else {
+      zero_chunk(raw[u]);
+    }
+  }
+}
+
+// Chunks a thread loads at once in the rows kernel's two passes over a long row.
+template <typename T>
+constexpr int row_unroll() {
+  return sizeof(T) == 2 ? 4 : sizeof(T) == 4 ? 2 : 1;
+}
+
 template <typename T, int kIters, bool kE5M2>
 __global__ void GEMMT_QUANT_ROWS_REGISTERS(T)
     quantize_rows_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, int64_t ld,
@@ -484,20 +509,26 @@ __global__ void GEMMT_QUANT_ROWS_REGISTERS(T)
         if (n > 0) store8(qr + c, n, vec_out, quantize_chunk(raw[it], mult, e5m2));
       }
     } else {
+      constexpr int kUnroll = row_unroll<T>();
+      // Both passes kUnroll chunks a thread at a time; the second finds the row in L2.
       if (active) {
-        for (int64_t c = lane * kChunk; c < cols; c += span) {
-          Chunk<T> raw;
-          load_chunk(xr + c, chunk_len(cols, c), vec_in, raw);
-          m = fmaxf(m, max_mag_chunk(raw));
+        for (int64_t c0 = lane * kChunk; c0 < cols; c0 += kUnroll * span) {
+          Chunk<T> raw[kUnroll];
+          load_spaced_chunks(xr, c0, span, cols, vec_in, raw);
+          m = fmaxf(m, max_mag_chunks(raw));
         }
       }
       mult = team_mult<T>(m, team, partial, top);
       if (active) {
-        for (int64_t c = lane * kChunk; c < cols; c += span) {
-          Chunk<T> raw;
-          const int n = chunk_len(cols, c);
-          load_chunk(xr + c, n, vec_in, raw);
-          store8(qr + c, n, vec_out, quantize_chunk(raw, mult, e5m2));
+        for (int64_t c0 = lane * kChunk; c0 < cols; c0 += kUnroll * span) {
+          Chunk<T> raw[kUnroll];
+          load_spaced_chunks(xr, c0, span, cols, vec_in, raw);
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) {
+            const int64_t c = c0 + u * span;
+            const int n = chunk_len(cols, c);
+            if (n > 0) store8(qr + c, n, vec_out, quantize_chunk(raw[u], mult, e5m2));
+          }
         }
       }
     }
@@ -505,169 +536,74 @@ __global__ void GEMMT_QUANT_ROWS_REGISTERS(T)
   }
 }
 
-// TEMPORARY A/B knob: resident waves of the block kernel's grid (0: one CTA a batch).
-#include <cstdlib>
-inline bool block_ring() {
-  const char* v = std::getenv("GEMMT_AB_BLOCK_RING");
-  return !v || std::atoi(v) != 0;
-}
-inline int64_t block_waves() {
-  const char* v = std::getenv("GEMMT_AB_BLOCK_WAVES");
-  const int64_t w = v ? std::atoll(v) : 1;
-  return w > 0 ? w : (int64_t{1} << 30);
-}
-
 // ---- block (1x128): 16 threads per group, 16 rows of 128-column slices per CTA ----
-// A work item is 16 rows of one 128-column slice (one 16-byte load per thread); a batch is
-// kBlockItems consecutive items (the same 16 rows, adjacent slices: each row's reads are 1 KB
-// runs). A resident grid of CTAs walks the batches. For a 2-byte x with 16-byte aligned rows
-// each thread keeps the next kBlockStages - 1 batches of its chunks in flight in a ring in
-// shared memory (common/thread_ring.cuh) while it casts the current one: loaded straight into
-// registers, a batch's loads went out only between one batch's stores and the next, and the
-// SM had too few bytes in flight to stream at the memory's rate.
+// A work item is 16 rows of one 128-column slice (one 16-byte load per thread); a CTA takes
+// kBlockItems adjacent items of the same 16 rows and issues all their loads before it reduces
+// any: 64 bytes of x in flight per thread, each row read in 1 KB runs. A 2-D grid, x over a
+// row tile's runs of items, y over the row tiles (looping past 65535 of them): a thread's row
+// pointers are worked out once per CTA and no index takes a 64-bit division. The same work
+// on a 1-D grid, each CTA dividing its index into a row tile and a slice, issued so many more
+// instructions that it ran at 0.77 of the copy bandwidth (its SMs 77% busy, DRAM 48%).
 
 constexpr int kBlockThreads = 256;
 constexpr int kBlockRows = kBlockThreads / (kGroup / kChunk);
 constexpr int kBlockItems = 4;
-constexpr int kBlockStages = 3;  // 48 KB of ring a CTA: four CTAs an SM
 static_assert(kBlockItems <= 16 && (kBlockItems & (kBlockItems - 1)) == 0,
               "a group's lanes share out its items' multipliers");
-using BlockRing = ThreadRing<kBlockStages, kBlockItems, kBlockThreads>;
 
-// The batches of a block quantisation and where a thread's chunks of one batch lie.
-struct BlockWalk {
-  int64_t rows, cols, groups, work, batches;
-
-  __device__ explicit BlockWalk(int64_t r, int64_t c)
-      : rows(r), cols(c), groups(ceil_div(c, kGroup)) {
-    work = ceil_div(rows, kBlockRows) * groups;
-    batches = ceil_div(work, kBlockItems);
-  }
-
-  // f(u, row, column of the thread's chunk, the item's group, elements of the chunk) for the
-  // batch's items in order; an item past the end, or a row past x's, has 0 elements.
-  template <typename F>
-  __device__ __forceinline__ void items(int64_t b, F&& f) const {
-    const int lane = threadIdx.x & 15;
-    const int sub = threadIdx.x >> 4;
-    const int64_t w0 = b * kBlockItems;
-    int64_t rt = w0 / groups;
-    int64_t kb = w0 - rt * groups;
-#pragma unroll
-    for (int u = 0; u < kBlockItems; ++u) {
-      if (u > 0 && ++kb == groups) {
-        kb = 0;
-        ++rt;
-      }
-      const int64_t r = rt * kBlockRows + sub;
-      const int64_t c = kb * kGroup + lane * kChunk;
-      f(u, r, c, kb, (w0 + u < work && r < rows) ? chunk_len(cols, c) : 0);
-    }
-  }
-};
-
-// Amax, multiplier and cast of one batch whose chunks the thread holds.
 template <typename T, bool kE5M2>
-__device__ __forceinline__ void cast_block_batch(const BlockWalk& walk, int64_t b,
-                                                 const Chunk<T> (&raw)[kBlockItems], bool vec_out,
-                                                 uint8_t* __restrict__ q,
-                                                 float* __restrict__ scale) {
-  const int lane = threadIdx.x & 15;
-  float m[kBlockItems];
-#pragma unroll
-  for (int u = 0; u < kBlockItems; ++u) m[u] = max_mag_chunk(raw[u]);
-#pragma unroll
-  for (int off = 8; off > 0; off >>= 1) {
-#pragma unroll
-    for (int u = 0; u < kBlockItems; ++u) {
-      m[u] = fmaxf(m[u], __shfl_xor_sync(0xffffffffu, m[u], off));
-    }
-  }
-  // The 16 lanes of a group share its items' amaxes: lane u of them works out item u's
-  // multiplier (a reciprocal in double) and the others read it, one division per lane
-  // rather than kBlockItems.
-  float mine = m[0];
-#pragma unroll
-  for (int u = 1; u < kBlockItems; ++u) mine = (lane & (kBlockItems - 1)) == u ? m[u] : mine;
-  mine = scale_mult(mine, fp8_top<kE5M2>());
-  walk.items(b, [&](int u, int64_t r, int64_t c, int64_t kb, int n) {
-    const float mult = __shfl_sync(0xffffffffu, mine, (threadIdx.x & 16) | u);
-    if (n > 0) store8(q + r * walk.cols + c, n, vec_out, quantize_chunk(raw[u], mult, kE5M2));
-    if (lane == 0 && n > 0) scale[r + kb * walk.rows] = dequant_scale(mult);
-  });
-}
-
-// kRing: the ring (a 2-byte x whose rows are 16-byte aligned); otherwise each batch's chunks
-// are loaded into registers at its turn.
-template <typename T, bool kE5M2, bool kRing>
 __global__ void __launch_bounds__(kBlockThreads, 4)
     quantize_blocks_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, int64_t ld,
                            bool vec_in, bool vec_out, uint8_t* __restrict__ q,
                            float* __restrict__ scale) {
-  static_assert(!kRing || sizeof(T) == 2, "the ring holds 16-byte chunks");
-  const BlockWalk walk(rows, cols);
-  const int64_t step = gridDim.x;
-  if constexpr (!kRing) {
-    for (int64_t b = blockIdx.x; b < walk.batches; b += step) {
-      Chunk<T> raw[kBlockItems];
-      walk.items(b, [&](int u, int64_t r, int64_t c, int64_t, int n) {
-        if (n > 0) {
-          load_chunk(x + r * ld + c, n, vec_in, raw[u]);
-        } else {
-          zero_chunk(raw[u]);
-        }
-      });
-      cast_block_batch<T, kE5M2>(walk, b, raw, vec_out, q, scale);
-    }
-  } else {
-    __shared__ __align__(16) unsigned char ring_bytes[BlockRing::kBytes];
-    const BlockRing ring{smem_addr(ring_bytes)};
-    // Whole chunks go through the ring; a row's ragged end is loaded when it is cast.
-    auto fetch = [&](int64_t b, int stage) {
-      if (b < walk.batches) {
-        walk.items(b, [&](int u, int64_t r, int64_t c, int64_t, int n) {
-          if (n == kChunk) ring.fetch(stage, u, x + r * ld + c);
-        });
-      }
-      BlockRing::close_stage();
-    };
+  const int lane = threadIdx.x & 15;
+  const int sub = threadIdx.x >> 4;
+  const int64_t groups = ceil_div(cols, kGroup);
+  const int64_t kb0 = static_cast<int64_t>(blockIdx.x) * kBlockItems;
+  const int64_t c0 = kb0 * kGroup + lane * kChunk;
+  for (int64_t rt = blockIdx.y; rt * kBlockRows < rows; rt += gridDim.y) {
+    const int64_t r = rt * kBlockRows + sub;
+    const bool active = r < rows;
+    const T* xr = x + (active ? r : 0) * ld;
+    Chunk<T> raw[kBlockItems];
+    int n[kBlockItems];
 #pragma unroll
-    for (int s = 0; s < kBlockStages - 1; ++s) fetch(blockIdx.x + s * step, s);
-    int stage = 0;
-    for (int64_t b = blockIdx.x; b < walk.batches; b += step) {
-      fetch(b + (kBlockStages - 1) * step, stage == 0 ? kBlockStages - 1 : stage - 1);
-      BlockRing::wait_oldest();
-      Chunk<T> raw[kBlockItems];
-      walk.items(b, [&](int u, int64_t r, int64_t c, int64_t, int n) {
-        if (n == kChunk) {
-          const uint4 v = ring.read(stage, u);
-          raw[u].u[0] = v.x, raw[u].u[1] = v.y, raw[u].u[2] = v.z, raw[u].u[3] = v.w;
-        } else if (n > 0) {
-          load_chunk(x + r * ld + c, n, vec_in, raw[u]);
-        } else {
-          zero_chunk(raw[u]);
-        }
-      });
-      cast_block_batch<T, kE5M2>(walk, b, raw, vec_out, q, scale);
-      stage = stage == kBlockStages - 1 ? 0 : stage + 1;
+    for (int u = 0; u < kBlockItems; ++u) {
+      n[u] = active && kb0 + u < groups ? chunk_len(cols, c0 + u * kGroup) : 0;
+      if (n[u] > 0) {
+        load_chunk(xr + c0 + u * kGroup, n[u], vec_in, raw[u]);
+      } else {
+        zero_chunk(raw[u]);
+      }
+    }
+    float m[kBlockItems];
+#pragma unroll
+    for (int u = 0; u < kBlockItems; ++u) m[u] = max_mag_chunk(raw[u]);
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1) {
+#pragma unroll
+      for (int u = 0; u < kBlockItems; ++u) {
+        m[u] = fmaxf(m[u], __shfl_xor_sync(0xffffffffu, m[u], off));
+      }
+    }
+    // The 16 lanes of a group share its items' amaxes: lane u of them works out item u's
+    // multiplier (a reciprocal in double) and writes its scale; the others read it.
+    float mine = m[0];
+#pragma unroll
+    for (int u = 1; u < kBlockItems; ++u) mine = (lane & (kBlockItems - 1)) == u ? m[u] : mine;
+    mine = scale_mult(mine, fp8_top<kE5M2>());
+    if (active && lane < kBlockItems && kb0 + lane < groups) {
+      scale[r + (kb0 + lane) * rows] = dequant_scale(mine);
+    }
+    uint8_t* qr = q + (active ? r : 0) * cols;
+#pragma unroll
+    for (int u = 0; u < kBlockItems; ++u) {
+      const float mult = __shfl_sync(0xffffffffu, mine, (threadIdx.x & 16) | u);
+      if (n[u] > 0) {
+        store8(qr + c0 + u * kGroup, n[u], vec_out, quantize_chunk(raw[u], mult, kE5M2));
+      }
     }
   }
-}
-
-// A resident grid of the block kernel (no more CTAs than the batches).
-template <typename T, bool kE5M2, bool kRing>
-cudaError_t launch_blocks(const T* x, const Fp8QuantizeArgs& a, int64_t ld, bool vec_in,
-                          bool vec_out, cudaStream_t stream) {
-  constexpr auto kernel = quantize_blocks_kernel<T, kE5M2, kRing>;
-  const int64_t work = ceil_div(a.rows, kBlockRows) * ceil_div(a.cols, kGroup);
-  int sms = 0, per_sm = 0;
-  GEMMT_RETURN_IF_ERROR(current_device_sm_count(&sms));
-  if (kRing) GEMMT_RETURN_IF_ERROR(prefer_max_shared_carveout<kernel>());
-  GEMMT_RETURN_IF_ERROR(resident_blocks_per_sm<kernel>(kBlockThreads, &per_sm));
-  const unsigned int grid =
-      grid_1d(work, kBlockItems, static_cast<int64_t>(sms) * per_sm * block_waves());
-  kernel<<<grid, kBlockThreads, 0, stream>>>(x, a.rows, a.cols, ld, vec_in, vec_out, a.q, a.scale);
-  GEMMT_RETURN_LAUNCH_ERROR();
 }
 
 // ---- tensor: grid-wide amax, then the cast ----
@@ -678,7 +614,7 @@ constexpr int kStreamThreads = 256;
 // Chunks loaded at once per thread: 64 bytes of x in flight.
 template <typename T>
 constexpr int stream_unroll() {
-  return sizeof(T) == 2 ? 4 : 2;
+  return sizeof(T) == 2 ? 4 : sizeof(T) == 4 ? 2 : 1;
 }
 
 template <typename T>
@@ -761,6 +697,184 @@ __global__ void __launch_bounds__(kStreamThreads)
         if (n > 0) store8(qr + c, n, vec_out, quantize_chunk(raw[u], mult, e5m2));
       }
     }
+  }
+}
+
+// ---- tensor, one kernel, for an x that L2 holds: amax and cast across a grid-wide barrier ----
+// For a contiguous, 16-byte aligned 2-byte x of at most half the L2. One CTA per SM, all
+// resident (a cooperative launch), takes a contiguous share of x: the first kStashSlabs slabs
+// of its share (a slab is a chunk per thread) are copied into shared memory, the rest read for
+// their amax only; after a grid-wide barrier (the amax complete) the rest is read again, newest
+// first, and cast, then the stash. Against the two-kernel path (a workspace reset, the amax
+// kernel, the cast kernel) it saves a launch and a pass's ramp: 1.1-1.3x on inputs of 8-30 MB.
+// On inputs larger than L2 it ran 10-13% slower (one 1024-thread CTA an SM keeps less of x in
+// flight than the resident grids of the two kernels), and those keep the two kernels.
+
+constexpr int kFusedThreads = 1024;
+constexpr int kStashSlabs = 13;  // 208 KB of shared memory a CTA
+constexpr int kFusedUnroll = 4;
+
+struct FusedSync {
+  unsigned int amax_bits;  // the workspace's first word, as the two-kernel path
+  unsigned int arrived;    // CTAs past their amax
+};
+
+__device__ __forceinline__ unsigned int ld_acquire_gpu(const unsigned int* p) {
+  unsigned int v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// The CTA's amax into the grid's, then wait for every CTA's; returns the grid's amax.
+__device__ float grid_amax(float m, FusedSync* sync, float* partial) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kFusedThreads / 32; ++w) m = fmaxf(m, partial[w]);
+    atomic_max_nonneg(&sync->amax_bits, m);
+    __threadfence();
+    atomicAdd(&sync->arrived, 1u);
+    while (ld_acquire_gpu(&sync->arrived) < gridDim.x) {
+    }
+    partial[0] = __uint_as_float(ld_acquire_gpu(&sync->amax_bits));
+  }
+  __syncthreads();
+  return partial[0];
+}
+
+template <typename T, bool kE5M2>
+__global__ void __launch_bounds__(kFusedThreads, 1)
+    tensor_fused_kernel(const T* __restrict__ x, int64_t n, bool vec_out, FusedSync* sync,
+                        uint8_t* __restrict__ q, float* __restrict__ scale) {
+  static_assert(sizeof(T) == 2, "a chunk of a 2-byte x is one 16-byte copy");
+  extern __shared__ __align__(16) unsigned char stash_bytes[];
+  __shared__ float partial[kFusedThreads / 32];
+  const int64_t chunks = ceil_div(n, kChunk);
+  const int64_t share = ceil_div(chunks, static_cast<int64_t>(gridDim.x));
+  const int64_t s0 = share * blockIdx.x;
+  const int64_t s1 = s0 + share < chunks ? s0 + share : chunks;
+  const int64_t slabs = s1 > s0 ? ceil_div(s1 - s0, kFusedThreads) : 0;
+  const int stashed = static_cast<int>(slabs < kStashSlabs ? slabs : kStashSlabs);
+  // Chunk k of x: its elements (0 past the share), and its slot in the stash.
+  auto chunk_at = [&](int64_t j) { return s0 + j * kFusedThreads + threadIdx.x; };
+  auto elems = [&](int64_t k) { return k < s1 ? chunk_len(n, k * kChunk) : 0; };
+  auto slot = [&](int j) {
+    return smem_addr(stash_bytes) + static_cast<uint32_t>((j * kFusedThreads + threadIdx.x) * 16);
+  };
+
+  for (int j = 0; j < stashed; ++j) {
+    const int64_t k = chunk_at(j);
+    if (elems(k) == kChunk) cp_async_16(slot(j), x + k * kChunk);
+  }
+  cp_async_commit();
+  float m = 0.0f;
+  for (int64_t j0 = stashed; j0 < slabs; j0 += kFusedUnroll) {
+    Chunk<T> raw[kFusedUnroll];
+#pragma unroll
+    for (int u = 0; u < kFusedUnroll; ++u) {
+      const int64_t k = chunk_at(j0 + u);
+      const int e = j0 + u < slabs ? elems(k) : 0;
+      if (e > 0) {
+        load_chunk(x + k * kChunk, e, true, raw[u]);
+      } else {
+        zero_chunk(raw[u]);
+      }
+    }
+    m = fmaxf(m, max_mag_chunks(raw));
+  }
+  cp_async_wait<0>();
+  auto stashed_chunk = [&](int j, Chunk<T>& c) {
+    const int64_t k = chunk_at(j);
+    const int e = elems(k);
+    if (e == kChunk) {
+      const uint4 v = ld_shared_v4(slot(j));
+      c.u[0] = v.x, c.u[1] = v.y, c.u[2] = v.z, c.u[3] = v.w;
+    } else if (e > 0) {
+      load_chunk(x + k * kChunk, e, true, c);
+    } else {
+      zero_chunk(c);
+    }
+    return e;
+  };
+  for (int j = 0; j < stashed; ++j) {
+    Chunk<T> c;
+    stashed_chunk(j, c);
+    m = fmaxf(m, max_mag_chunk(c));
+  }
+
+  const float mult = scale_mult(grid_amax(m, sync, partial), fp8_top<kE5M2>());
+  if (blockIdx.x == 0 && threadIdx.x == 0) scale[0] = dequant_scale(mult);
+
+  // The rest newest first (what L2 holds), then the stash.
+  for (int64_t j1 = slabs; j1 > stashed; j1 -= kFusedUnroll) {
+    Chunk<T> raw[kFusedUnroll];
+    int e[kFusedUnroll];
+#pragma unroll
+    for (int u = 0; u < kFusedUnroll; ++u) {
+      const int64_t j = j1 - 1 - u;
+      const int64_t k = chunk_at(j);
+      e[u] = j >= stashed ? elems(k) : 0;
+      if (e[u] > 0) load_chunk(x + k * kChunk, e[u], true, raw[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kFusedUnroll; ++u) {
+      const int64_t k = chunk_at(j1 - 1 - u);
+      if (e[u] > 0) store8(q + k * kChunk, e[u], vec_out, quantize_chunk(raw[u], mult, kE5M2));
+    }
+  }
+  for (int j = 0; j < stashed; ++j) {
+    Chunk<T> c;
+    const int e = stashed_chunk(j, c);
+    if (e > 0) store8(q + chunk_at(j) * kChunk, e, vec_out, quantize_chunk(c, mult, kE5M2));
+  }
+}
+
+// The fused tensor kernel where it applies (returns false, launching nothing, where not).
+template <typename T, bool kE5M2>
+cudaError_t launch_tensor_fused(const T* x, int64_t n, bool vec_out, void* workspace, uint8_t* q,
+                                float* scale, cudaStream_t stream, bool* launched) {
+  *launched = false;
+  if constexpr (sizeof(T) != 2) {
+    return cudaSuccess;
+  } else {
+    constexpr auto kernel = tensor_fused_kernel<T, kE5M2>;
+    constexpr int kSmem = kStashSlabs * kFusedThreads * 16;
+    static std::atomic<int> coop_cache[kMaxCachedDevices] = {};
+    int sms = 0, coop = 0, per_sm = 0;
+    GEMMT_RETURN_IF_ERROR(cached_per_device(coop_cache, &coop, [](int device, int* value) {
+      return cudaDeviceGetAttribute(value, cudaDevAttrCooperativeLaunch, device);
+    }));
+    int l2 = 0;
+    GEMMT_RETURN_IF_ERROR(current_device_l2_bytes(&l2));
+    const bool fits = n * static_cast<int64_t>(sizeof(T)) <= static_cast<int64_t>(l2) / 2;
+    if (!coop || !fits || !is_aligned<16>(x)) {
+      return cudaSuccess;
+    }
+    GEMMT_RETURN_IF_ERROR(current_device_sm_count(&sms));
+    GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(kSmem));
+    GEMMT_RETURN_IF_ERROR(resident_blocks_per_sm<kernel>(kFusedThreads, &per_sm, kSmem));
+    auto* sync = static_cast<FusedSync*>(workspace);
+    GEMMT_RETURN_IF_ERROR(cudaMemsetAsync(sync, 0, sizeof(FusedSync), stream));
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned int>(sms));
+    config.blockDim = dim3(kFusedThreads);
+    config.dynamicSmemBytes = kSmem;
+    config.stream = stream;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeCooperative;
+    attr.val.cooperative = 1;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    const cudaError_t err = cudaLaunchKernelEx(&config, kernel, x, n, vec_out, sync, q, scale);
+    if (err == cudaErrorCooperativeLaunchTooLarge) {
+      // Fewer SMs than the device reports are ours (a limited MPS share): the two kernels.
+      (void)cudaGetLastError();
+      return cudaSuccess;
+    }
+    *launched = err == cudaSuccess;
+    return err;
   }
 }
 
@@ -859,18 +973,9 @@ __device__ __forceinline__ int qt_swizzle(int j) {
 
 // Thread (ty, tx) of the 32 x 16 grid holds rows 4 ty .. 4 ty + 3 and columns 8 tx .. 8 tx + 7
 // of the tile: for each of its 8 columns, 4 consecutive rows, one 32-bit word of qt.
-// kRing (a 2-byte x whose rows are 16-byte aligned, on a resident grid): the next tile's
-// chunks are copied into a ring in dynamic shared memory (common/thread_ring.cuh) while the
-// thread reduces and casts the current one, so that x keeps streaming through the tile's
-// reductions, barriers and stores.
-constexpr int kTileStages = 2;
-using TileRing = ThreadRing<kTileStages, kTileRowsPerThread, kTileThreads>;
-static_assert(kTileStages == 2, "the tile loop alternates two stages");
-
-template <typename T, TileMode kMode, bool kTranspose, bool kE5M2, bool kRing = false>
+template <typename T, TileMode kMode, bool kTranspose, bool kE5M2>
 __global__ void __launch_bounds__(kTileThreads, tile_min_blocks<T, kMode>())
     quantize_tiles_kernel(TileParams p) {
-  static_assert(!kRing || sizeof(T) == 2, "the ring holds 16-byte chunks");
   constexpr bool kSameScale = kMode == TileMode::kWhole || kMode == TileMode::kGlobal;
   constexpr bool kPerRowCol = kMode == TileMode::kRowsCols || kMode == TileMode::kFromAmax;
   constexpr bool kTileReduce = kMode == TileMode::kRowsCols || kMode == TileMode::kAmaxOnly;
@@ -904,62 +1009,28 @@ __global__ void __launch_bounds__(kTileThreads, tile_min_blocks<T, kMode>())
   // tiles backwards, starting where the first pass ended: on what L2 still holds of x.
   constexpr bool kBackwards = kMode == TileMode::kGlobal || kMode == TileMode::kFromAmax;
   const int64_t tiles = row_tiles * col_tiles;
-  // The first row and column of the tile walked wf-th.
-  auto tile_origin = [&](int64_t wf, int64_t& r0, int64_t& c0) {
+  for (int64_t wf = blockIdx.x; wf < tiles; wf += gridDim.x) {
     const int64_t w = kBackwards ? tiles - 1 - wf : wf;
     const int64_t rb = w / col_tiles;
-    r0 = rb * kGroup;
-    c0 = (w - rb * col_tiles) * kGroup;
-  };
-  extern __shared__ __align__(16) unsigned char tile_ring_bytes[];
-  const TileRing ring{smem_addr(tile_ring_bytes)};
-  // Copies the whole chunks of the tile walked wf-th into the ring's stage (none past the end).
-  auto fetch = [&](int64_t wf, int stage) {
-    if (wf < tiles) {
-      int64_t fr0, fc0;
-      tile_origin(wf, fr0, fc0);
-      const int64_t fc = fc0 + tx * kChunk;
-      if (chunk_len(p.cols, fc) == kChunk) {
-#pragma unroll
-        for (int i = 0; i < kTileRowsPerThread; ++i) {
-          const int64_t r = fr0 + ty * kTileRowsPerThread + i;
-          if (r < p.rows) ring.fetch(stage, i, x + r * p.ld + fc);
-        }
-      }
-    }
-    TileRing::close_stage();
-  };
-  if constexpr (kRing) fetch(blockIdx.x, 0);
-  int stage = 0;
-  for (int64_t wf = blockIdx.x; wf < tiles; wf += gridDim.x) {
-    int64_t r0, c0;
-    tile_origin(wf, r0, c0);
-    const int64_t rb = r0 / kGroup;
-    const int64_t kb = c0 / kGroup;
+    const int64_t kb = w - rb * col_tiles;
+    const int64_t r0 = rb * kGroup;
+    const int64_t c0 = kb * kGroup;
     const int64_t c = c0 + tx * kChunk;
     const int ncol = chunk_len(p.cols, c);
 
     Chunk<T> raw[kTileRowsPerThread];
     float rmax[kTileRowsPerThread];
     float cmax[kChunk];  // over the thread's 4 rows
-    if constexpr (kRing) {
-      fetch(wf + gridDim.x, stage ^ 1);
-      TileRing::wait_oldest();
-    }
 #pragma unroll
     for (int i = 0; i < kTileRowsPerThread; ++i) {
       const int64_t r = r0 + ty * kTileRowsPerThread + i;
       const int n = r < p.rows ? ncol : 0;
-      if (kRing && n == kChunk) {
-        const uint4 v = ring.read(stage, i);
-        raw[i].u[0] = v.x, raw[i].u[1] = v.y, raw[i].u[2] = v.z, raw[i].u[3] = v.w;
-      } else if (n > 0) {
+      if (n > 0) {
         load_chunk(x + r * p.ld + c, n, p.vec_in, raw[i]);
       } else {
         zero_chunk(raw[i]);
       }
     }
-    stage ^= 1;
     if constexpr (kTileReduce) tile_amax(raw, rmax, cmax);
 
     float mult = global_mult;
@@ -1168,20 +1239,6 @@ constexpr size_t align16(size_t n) {
 template <TileMode kMode, bool kTranspose, typename T, bool kE5M2>
 cudaError_t launch_tiles(const TileParams& p, cudaStream_t stream) {
   const int64_t tiles = ceil_div(p.rows, kGroup) * ceil_div(p.cols, kGroup);
-  if constexpr (sizeof(T) == 2) {
-    if (p.vec_in && block_ring()) {
-      constexpr auto kernel = quantize_tiles_kernel<T, kMode, kTranspose, kE5M2, true>;
-      constexpr int kSmem = TileRing::kBytes;
-      int sms = 0, per_sm = 0;
-      GEMMT_RETURN_IF_ERROR(current_device_sm_count(&sms));
-      GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(kSmem));
-      GEMMT_RETURN_IF_ERROR(prefer_max_shared_carveout<kernel>());
-      GEMMT_RETURN_IF_ERROR(resident_blocks_per_sm<kernel>(kTileThreads, &per_sm, kSmem));
-      const unsigned int grid = grid_1d(tiles, 1, static_cast<int64_t>(sms) * per_sm);
-      kernel<<<grid, kTileThreads, kSmem, stream>>>(p);
-      GEMMT_RETURN_LAUNCH_ERROR();
-    }
-  }
   quantize_tiles_kernel<T, kMode, kTranspose, kE5M2>
       <<<grid_1d(tiles, 1), kTileThreads, 0, stream>>>(p);
   GEMMT_RETURN_LAUNCH_ERROR();
@@ -1193,41 +1250,36 @@ template <typename T, bool kE5M2>
 cudaError_t launch_rows(const Fp8QuantizeArgs& a, int64_t ld, bool vec_in, bool vec_out,
                         cudaStream_t stream) {
   const int64_t chunks = ceil_div(a.cols, kChunk);
-  int team = 512;
-  int iters = 0;
-  if (chunks <= 256) {
-    team = 1;
-    while (team < chunks) team *= 2;
-    iters = 1;
-  } else if (chunks <= 512) {
-    team = 256, iters = 2;
-  } else if (chunks <= 1024) {
-    team = 256, iters = 4;
-  } else if (chunks <= 2048) {
-    team = 512, iters = 4;
-  }
+  // The narrowest team whose threads hold at most 4 chunks (64 bytes of a 2-byte x in flight
+  // each): rows of up to 16384 elements stay in registers, longer ones are read twice.
+  int team = 1;
+  while (team < 512 && team * 4 < chunks) team *= 2;
+  const int iters = team * 4 >= chunks ? static_cast<int>(ceil_div(chunks, team)) : 0;
   int team_log2 = 0;
   while ((1 << team_log2) < team) ++team_log2;
   // A team wider than a warp is the whole CTA (team_mult's barriers); narrower ones share one.
   const int threads = team > 32 ? team : 256;
   const unsigned int grid = grid_1d(a.rows, threads / team);
   const T* x = static_cast<const T*>(a.x);
+  auto run = [&](auto kernel) {
+    kernel<<<grid, threads, 0, stream>>>(x, a.rows, a.cols, ld, vec_in, vec_out, team_log2, a.q,
+                                         a.scale);
+  };
   switch (iters) {
     case 1:
-      quantize_rows_kernel<T, 1, kE5M2><<<grid, threads, 0, stream>>>(
-          x, a.rows, a.cols, ld, vec_in, vec_out, team_log2, a.q, a.scale);
+      run(quantize_rows_kernel<T, 1, kE5M2>);
       break;
     case 2:
-      quantize_rows_kernel<T, 2, kE5M2><<<grid, threads, 0, stream>>>(
-          x, a.rows, a.cols, ld, vec_in, vec_out, team_log2, a.q, a.scale);
+      run(quantize_rows_kernel<T, 2, kE5M2>);
+      break;
+    case 3:
+      run(quantize_rows_kernel<T, 3, kE5M2>);
       break;
     case 4:
-      quantize_rows_kernel<T, 4, kE5M2><<<grid, threads, 0, stream>>>(
-          x, a.rows, a.cols, ld, vec_in, vec_out, team_log2, a.q, a.scale);
+      run(quantize_rows_kernel<T, 4, kE5M2>);
       break;
     default:
-      quantize_rows_kernel<T, 0, kE5M2><<<grid, threads, 0, stream>>>(
-          x, a.rows, a.cols, ld, vec_in, vec_out, team_log2, a.q, a.scale);
+      run(quantize_rows_kernel<T, 0, kE5M2>);
       break;
   }
   GEMMT_RETURN_LAUNCH_ERROR();
@@ -1280,6 +1332,12 @@ cudaError_t run_typed(const Fp8QuantizeArgs& a, cudaStream_t stream) {
 
   switch (a.granularity) {
     case Fp8Granularity::kTensor: {
+      if (!transpose && ld == a.cols) {
+        bool launched = false;
+        GEMMT_RETURN_IF_ERROR((launch_tensor_fused<T, kE5M2>(
+            x, a.rows * a.cols, is_aligned<8>(a.q), a.workspace, a.q, a.scale, stream, &launched)));
+        if (launched) return cudaSuccess;
+      }
       auto* amax = static_cast<unsigned int*>(a.workspace);
       GEMMT_RETURN_IF_ERROR(cudaMemsetAsync(amax, 0, sizeof(unsigned int), stream));
       // A contiguous x is one long row: no row loop, and the 2-D grid stays small.
@@ -1314,11 +1372,12 @@ cudaError_t run_typed(const Fp8QuantizeArgs& a, cudaStream_t stream) {
     }
     case Fp8Granularity::kBlock: {
       if (transpose) return launch_tiles<TileMode::kRowsCols, true, T, kE5M2>(tp, stream);
-      if constexpr (sizeof(T) == 2) {
-        if (vec_in && block_ring())
-          return launch_blocks<T, kE5M2, true>(x, a, ld, vec_in, vec_out, stream);
-      }
-      return launch_blocks<T, kE5M2, false>(x, a, ld, vec_in, vec_out, stream);
+      const int64_t row_tiles = ceil_div(a.rows, kBlockRows);
+      const dim3 grid(static_cast<unsigned int>(ceil_div(ceil_div(a.cols, kGroup), kBlockItems)),
+                      static_cast<unsigned int>(row_tiles < 65535 ? row_tiles : 65535));
+      quantize_blocks_kernel<T, kE5M2><<<grid, kBlockThreads, 0, stream>>>(
+          x, a.rows, a.cols, ld, vec_in, vec_out, a.q, a.scale);
+      GEMMT_RETURN_LAUNCH_ERROR();
     }
     case Fp8Granularity::kBlock128x128:
       if (transpose) return launch_tiles<TileMode::kWhole, true, T, kE5M2>(tp, stream);
