@@ -706,7 +706,7 @@ __global__ void __launch_bounds__(kStreamThreads)
 // of its share (a slab is a chunk per thread) are copied into shared memory, the rest read for
 // their amax only; after a grid-wide barrier (the amax complete) the rest is read again, newest
 // first, and cast, then the stash. Against the two-kernel path (a workspace reset, the amax
-// kernel, the cast kernel) it saves a launch and a pass's ramp: 1.1-1.3x on inputs of 8-30 MB.
+// kernel, the cast kernel) it is one launch fewer: 1.1-1.3x on inputs of 8 KB-30 MB.
 // On inputs larger than L2 it ran 10-13% slower (one 1024-thread CTA an SM keeps less of x in
 // flight than the resident grids of the two kernels), and those keep the two kernels.
 
