@@ -831,7 +831,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   }
 }
 
-// The fused tensor kernel where it applies (returns false, launching nothing, where not).
+// The one-kernel tensorwise path where it applies (*launched), nothing where it does not: a
+// 2-byte x of at most half the L2, 16-byte aligned, on a device with cooperative launches and
+// the kernel's 208 KB of shared memory a CTA (the Hopper GPUs; others take the two kernels).
 template <typename T, bool kE5M2>
 cudaError_t launch_tensor_fused(const T* x, int64_t n, bool vec_out, void* workspace, uint8_t* q,
                                 float* scale, cudaStream_t stream, bool* launched) {
@@ -842,16 +844,17 @@ cudaError_t launch_tensor_fused(const T* x, int64_t n, bool vec_out, void* works
     constexpr auto kernel = tensor_fused_kernel<T, kE5M2>;
     constexpr int kSmem = kStashSlabs * kFusedThreads * 16;
     static std::atomic<int> coop_cache[kMaxCachedDevices] = {};
-    int sms = 0, coop = 0, per_sm = 0;
+    static std::atomic<int> smem_cache[kMaxCachedDevices] = {};
+    int sms = 0, coop = 0, smem = 0, l2 = 0, per_sm = 0;
     GEMMT_RETURN_IF_ERROR(cached_per_device(coop_cache, &coop, [](int device, int* value) {
       return cudaDeviceGetAttribute(value, cudaDevAttrCooperativeLaunch, device);
     }));
-    int l2 = 0;
+    GEMMT_RETURN_IF_ERROR(cached_per_device(smem_cache, &smem, [](int device, int* value) {
+      return cudaDeviceGetAttribute(value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    }));
     GEMMT_RETURN_IF_ERROR(current_device_l2_bytes(&l2));
     const bool fits = n * static_cast<int64_t>(sizeof(T)) <= static_cast<int64_t>(l2) / 2;
-    if (!coop || !fits || !is_aligned<16>(x)) {
-      return cudaSuccess;
-    }
+    if (!coop || smem < kSmem || !fits || !is_aligned<16>(x)) return cudaSuccess;
     GEMMT_RETURN_IF_ERROR(current_device_sm_count(&sms));
     GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(kSmem));
     GEMMT_RETURN_IF_ERROR(resident_blocks_per_sm<kernel>(kFusedThreads, &per_sm, kSmem));
