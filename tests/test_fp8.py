@@ -1100,6 +1100,14 @@ def test_bench_fp8_quant_bytes_and_cli(tmp_path: Any, monkeypatch: pytest.Monkey
         256 * 384 * 4 + 2 * 256 * 384 + 4 * 256 * 3 + 4 * 384 * 2)
     assert bench_fp8_quant.min_bytes(300, 200, torch.bfloat16, "block_128x128", False) == (
         300 * 200 * 3 + 4 * 3 * 2)
+    # The summary: per granularity and transpose, the median and worst over the shapes.
+    recs = [{"granularity": g, "with_transpose": t, "ratio_to_copy": v}
+            for g, t, v in [("row", False, 0.9), ("row", False, 0.7), ("row", False, 1.0),
+                            ("row", True, 0.5), ("block", False, 0.8)]]
+    assert bench_fp8_quant.summarize(recs) == {
+        "row": {"median": 0.9, "worst": 0.7, "points": 3},
+        "row+transpose": {"median": 0.5, "worst": 0.5, "points": 1},
+        "block": {"median": 0.8, "worst": 0.8, "points": 1}}
     out = tmp_path / "fp8.json"
     if not HAS_CUDA:
         assert main(["bench", "fp8_quant", "--out", str(out)]) == 1 and not out.exists()
@@ -1108,6 +1116,7 @@ def test_bench_fp8_quant_bytes_and_cli(tmp_path: Any, monkeypatch: pytest.Monkey
     assert main(["bench", "fp8_quant", "--quick", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
     records = doc["records"]
+    assert doc["summary"] == bench_fp8_quant.summarize(records)
     assert len(records) == 2 * len(gemmt.FP8_GRANULARITIES)
     assert {(r["granularity"], r["with_transpose"]) for r in records} == {
         (g, t) for g in gemmt.FP8_GRANULARITIES for t in (False, True)}

@@ -1,7 +1,7 @@
 """``python -m gemmt bench fp8_quant``: the FP8 quantisation kernels against the copy bandwidth.
 
 Each granularity of ``gemmt.quantize_fp8`` (and of ``quantize_fp8_with_transpose``) is timed
-on large bfloat16 inputs with CUDA events (warm-up, then the median over many events, random
+on large bfloat16 inputs (``SHAPES``; the summary gives each one's median and worst over them) with CUDA events (warm-up, then the median over many events, random
 data). Each event pair brackets CALLS back-to-back calls, so that what is timed is the
 device's work and not the host's dispatch of one call (tens of microseconds of Python,
 dispatcher and allocation, beside some 50 microseconds of kernel at 8192x8192): the host
@@ -28,6 +28,7 @@ import datetime
 import functools
 import json
 import os
+import statistics
 from typing import Any, Callable
 
 import torch
@@ -35,7 +36,9 @@ import torch
 import gemmt
 from gemmt._timing import median_ms
 
-SHAPES = [(8192, 8192), (16384, 8192)]
+# Square and LLM-activation shapes (hidden 4096-8192, MLP widths 7168-14336, short and long
+# rows); --quick times the first only.
+SHAPES = [(8192, 8192), (16384, 8192), (4096, 14336), (8192, 4096), (16384, 2048), (2048, 7168)]
 CALLS = 10  # back-to-back calls per event pair
 
 
@@ -135,6 +138,16 @@ def bench_fp8_quant(shapes: list[tuple[int, int]] | None = None,
     return rows_out
 
 
+def summarize(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Median and worst ``ratio_to_copy`` over the shapes, per granularity and transpose."""
+    groups: dict[str, list[float]] = {}
+    for r in records:
+        key = r["granularity"] + ("+transpose" if r["with_transpose"] else "")
+        groups.setdefault(key, []).append(r["ratio_to_copy"])
+    return {k: {"median": statistics.median(v), "worst": min(v), "points": len(v)}
+            for k, v in groups.items()}
+
+
 def run(out: str | None, quick: bool = False) -> int:
     """CLI entry: runs bench_fp8_quant and writes its JSON under ``out``; an exit code."""
     if not torch.cuda.is_available() or not gemmt.build_info().get("cuda"):
@@ -143,6 +156,10 @@ def run(out: str | None, quick: bool = False) -> int:
     torch.manual_seed(0)
     print("FP8 quantisation against the copy bandwidth (CUDA events, medians):")
     rows = bench_fp8_quant(SHAPES[:1] if quick else SHAPES, reps=30 if quick else 100)
+    summary = summarize(rows)
+    print("fraction of the copy bandwidth over the shapes: median (worst)")
+    for key, v in summary.items():
+        print(f"  {key:<26} {v['median']:.3f} ({v['worst']:.3f})")
     if out:
         gpu = torch.cuda.get_device_name()
         date = datetime.date.today().isoformat()
@@ -154,7 +171,7 @@ def run(out: str | None, quick: bool = False) -> int:
             slug = gpu.lower().replace(" ", "_")
             path = os.path.join(out, f"fp8_quant_{slug}_{date}.json")
         doc = {"gpu": gpu, "torch": torch.__version__, "cuda": torch.version.cuda,
-               "gemmt": gemmt.build_info(), "date": date, "records": rows}
+               "gemmt": gemmt.build_info(), "date": date, "summary": summary, "records": rows}
         with open(path, "w") as f:
             json.dump(doc, f, indent=1)
         print("wrote", path)
