@@ -396,6 +396,20 @@ __device__ __forceinline__ void atomic_max_nonneg(unsigned int* slot, float v) {
   if (v > 0.0f) atomicMax(slot, __float_as_uint(v));
 }
 
+// The max of m over a CTA of kThreads threads into *slot (thread 0's atomic, after a barrier
+// that partial, kThreads / 32 floats of shared memory, needs).
+template <int kThreads>
+__device__ __forceinline__ void cta_amax_into(float m, unsigned int* slot, float* partial) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kThreads / 32; ++w) m = fmaxf(m, partial[w]);
+    atomic_max_nonneg(slot, m);
+  }
+}
+
 // ---- row: a team of 2^k threads per row ----
 
 // The team's multiplier, from its members' amaxes. A team wider than a warp is the whole CTA
@@ -645,14 +659,7 @@ __global__ void __launch_bounds__(kStreamThreads)
       for (int u = 0; u < kUnroll; ++u) m = fmaxf(m, max_mag_chunk(raw[u]));
     }
   }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = m;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < kStreamThreads / 32; ++w) m = fmaxf(m, partial[w]);
-    atomic_max_nonneg(amax_bits, m);
-  }
+  cta_amax_into<kStreamThreads>(m, amax_bits, partial);
 }
 
 // A resident grid looping over the chunks: the multiplier (a division in double) is worked
@@ -727,13 +734,8 @@ __device__ __forceinline__ unsigned int ld_acquire_gpu(const unsigned int* p) {
 
 // The CTA's amax into the grid's, then wait for every CTA's; returns the grid's amax.
 __device__ float grid_amax(float m, FusedSync* sync, float* partial) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = m;
-  __syncthreads();
+  cta_amax_into<kFusedThreads>(m, &sync->amax_bits, partial);
   if (threadIdx.x == 0) {
-    for (int w = 1; w < kFusedThreads / 32; ++w) m = fmaxf(m, partial[w]);
-    atomic_max_nonneg(&sync->amax_bits, m);
     __threadfence();
     atomicAdd(&sync->arrived, 1u);
     while (ld_acquire_gpu(&sync->arrived) < gridDim.x) {
