@@ -40,6 +40,7 @@
 #include <type_traits>
 
 #include "common/cp_async.cuh"
+#include "common/grid_flags.cuh"
 #include "gemmt/arith.h"
 #include "gemmt/cuda_check.h"
 #include "gemmt/fp8.h"
@@ -628,7 +629,7 @@ constexpr int kStreamThreads = 256;
 // Chunks loaded at once per thread: 64 bytes of x in flight.
 template <typename T>
 constexpr int stream_unroll() {
-  return sizeof(T) == 2 ? 4 : sizeof(T) == 4 ? 2 : 1;
+  return sizeof(T) == 2 ? 4 : 2;
 }
 
 template <typename T>
@@ -723,24 +724,19 @@ constexpr int kFusedUnroll = 4;
 
 struct FusedSync {
   unsigned int amax_bits;  // the workspace's first word, as the two-kernel path
-  unsigned int arrived;    // CTAs past their amax
+  int arrived;             // CTAs past their amax
 };
-
-__device__ __forceinline__ unsigned int ld_acquire_gpu(const unsigned int* p) {
-  unsigned int v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 
 // The CTA's amax into the grid's, then wait for every CTA's; returns the grid's amax.
 __device__ float grid_amax(float m, FusedSync* sync, float* partial) {
   cta_amax_into<kFusedThreads>(m, &sync->amax_bits, partial);
   if (threadIdx.x == 0) {
     __threadfence();
-    atomicAdd(&sync->arrived, 1u);
-    while (ld_acquire_gpu(&sync->arrived) < gridDim.x) {
+    atomicAdd(&sync->arrived, 1);
+    while (ld_acquire_gpu(&sync->arrived) < static_cast<int>(gridDim.x)) {
     }
-    partial[0] = __uint_as_float(ld_acquire_gpu(&sync->amax_bits));
+    // Ordered after every CTA's atomic by the acquire; read from L2, where atomics land.
+    partial[0] = __uint_as_float(__ldcg(&sync->amax_bits));
   }
   __syncthreads();
   return partial[0];

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "common/grid_flags.cuh"
+
 namespace gemmt {
 namespace simt {
 namespace {
@@ -45,12 +47,6 @@ struct StreamKParams {
     return begin(block) / k_tiles == tile ? 0 : 1;
   }
 };
-
-__device__ __forceinline__ int load_acquire(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 
 // The workspace slots of the stream-k form: one thread's TM x TN sums as TM * TN / 4
 // 16-byte words, word w of thread t at w * THREADS + t, so every store and load is
@@ -108,7 +104,7 @@ __device__ __forceinline__ bool streamk_share(const StreamKParams& s, int tile, 
   if (head) {
     // The head's run ends in this tile, so it usually finishes last: then nothing needs
     // publishing, and its registers are contributor 0's sums.
-    if (threadIdx.x == 0) finish = load_acquire(arrivals) == last - first;
+    if (threadIdx.x == 0) finish = ld_acquire_gpu(arrivals) == last - first;
     __syncthreads();
     if (finish) {
       Slots::add(s, tile, first + 1, last, acc);

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "common/grid_flags.cuh"
 #include "sm90/config.cuh"
 
 namespace gemmt {
@@ -97,17 +98,6 @@ __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   while (!mbar_try_wait(bar, parity)) {
   }
-}
-
-// A flag in global memory published to, and awaited by, other CTAs of the grid.
-__device__ __forceinline__ void st_release_gpu(int* flag, int v) {
-  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(flag), "r"(v) : "memory");
-}
-
-__device__ __forceinline__ int ld_acquire_gpu(const int* flag) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(flag) : "memory");
-  return v;
 }
 
 __device__ __forceinline__ void prefetch_tmap(const CUtensorMap* map) {
