@@ -109,8 +109,6 @@ struct Params {
   // operand row it reads then exists: TMA boxes that cross the end of A ran the narrow tile
   // of a 200-token batched decode 1.5x slower than 256 tokens); INT_MAX leaves tiles in place.
   int last_m0;
-  // k-blocks of its first tile a CTA asks L2 for before its grid dependency (kernel.cuh).
-  int prefetch_kb;
   float* partial;
   // Stream-k (splits == 1 only): units [0, sk_dp_units) are whole tiles, dealt round-robin
   // to the clusters; the k-blocks of the remaining tiles, sk_kb_total of them, are cut into

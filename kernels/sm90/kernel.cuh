@@ -228,45 +228,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint32_t rank = 0;
   if constexpr (kCluster > 1) rank = cluster_ctarank();
 
-  // The TMA boxes of the k-block at k0 of the tile at (m0, n0) that this CTA fetches, each as
-  // box(map, its place in the stage, c0, c1, multicast mask or 0): the ring's loads and the L2
-  // prefetch ahead of the grid dependency (below) walk the same boxes.
-  auto stage_boxes = [&](auto a_mn, auto b_mn, int m0, int n0, int k0, uint32_t sa,
-                         uint32_t sb, auto&& box) {
-    constexpr uint16_t kLocal = 0, kPair = 0x3;
-    if constexpr (!decltype(a_mn)::value) {
-      box(&tma_a, sa, k0, m0, kLocal);
-    } else {
-#pragma unroll
-      for (int q = 0; q < kBM / kMnRows; ++q) {
-        box(&tma_a, sa + q * kMnBox, m0 + q * kMnRows, k0, kLocal);
-      }
-    }
-    if constexpr (!decltype(b_mn)::value) {
-      if constexpr (kBN == kBNNarrow) {
-        box(&tma_b, sb, k0, n0, kLocal);  // one box of 64 rows
-        // Wider tiles: two boxes of kBN / 2 rows, one from each CTA of a pair.
-      } else if constexpr (kCluster == 1) {
-        const int second = second_b_box<kBN / 2>(n0, p.n);
-        box(&tma_b, sb, k0, n0, kLocal);
-        box(&tma_b, sb + second * 128, k0, n0 + second, kLocal);
-      } else {
-        const int first = rank == 0 ? 0 : second_b_box<kBN / 2>(n0, p.n);
-        box(&tma_b, sb + first * 128, k0, n0 + first, kPair);
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < kBN / 64; ++j) {
-        // With CTA pairs each fetches its half of the boxes for both.
-        if (kCluster == 1 || j * kCluster / (kBN / 64) == static_cast<int>(rank)) {
-          box(&tma_b, sb + j * kMnBox, n0 + 64 * j, k0, kCluster == 1 ? kLocal : kPair);
-        }
-      }
-    }
-  };
-  const int num_clusters = gridDim.x / kCluster;
-  const int cluster_id = blockIdx.x / kCluster;
-
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
@@ -286,28 +247,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Under a programmatic launch (launch.cuh) the set-up above overlaps the previous kernel's
   // last blocks; global memory (operands, C, bias, the stream-k workspace and its flags) is
   // touched only from here on, so a stream-k piece never waits on a CTA that cannot be placed.
-  // First, one thread asks L2 for this CTA's first p.prefetch_kb k-blocks: under a
-  // programmatic launch the CTA may be placed while the previous kernel's last blocks run, and
-  // the memory, idle in that tail, then starts filling the ring. A prefetch only warms L2,
-  // through which every SM's writes go, so it cannot hand back data the previous kernel is
-  // still writing: the ring's own loads come after the wait.
-  if (p.prefetch_kb > 0 && threadIdx.x == 0) {
-    Unit w;
-    if (unit_at<kStreamK>(0, p, cluster_id, num_clusters, w)) {
-      const int2 origin = tile_origin<kCluster, kBN>(w, rank, p);
-      const int kb_end = min(w.kb_end, w.kb_begin + p.prefetch_kb);
-      with_layout<kLayouts>(p, [&](auto a_mn, auto b_mn) {
-        for (int kb = w.kb_begin; kb < kb_end; ++kb) {
-          stage_boxes(a_mn, b_mn, origin.x, origin.y, kb * kBK, 0u, 0u,
-                      [](const CUtensorMap* map, uint32_t, int c0, int c1, uint16_t) {
-                        tma_prefetch_l2(map, c0, c1);
-                      });
-        }
-      });
-    }
-  }
   grid_dependency_wait();
   allow_dependent_launch();
+
+  const int num_clusters = gridDim.x / kCluster;
+  const int cluster_id = blockIdx.x / kCluster;
 
   GEMMT_TRACE(0, 6);
   if (wg == 0) {
@@ -335,6 +279,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int m0 = origin.x, n0 = origin.y;
         GEMMT_TRACE(i, 0);
         with_layout<kLayouts>(p, [&](auto a_mn, auto b_mn) {
+          constexpr bool kAMn = decltype(a_mn)::value;
+          constexpr bool kBMn = decltype(b_mn)::value;
           for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
             // Parity trick: on the first lap the "previous" phase counts as complete.
             mbar_wait(empty_bar(stage), phase ^ 1u);
@@ -345,15 +291,39 @@ __global__ void __launch_bounds__(kThreads, 1)
             const uint32_t sb = smem_b + stage * kBBytes;
             if (leader) {
               mbar_arrive_expect_tx(fb, p.stage_tx_bytes);
-              stage_boxes(a_mn, b_mn, m0, n0, k0, sa, sb,
-                          [&](const CUtensorMap* map, uint32_t dst, int c0, int c1,
-                              uint16_t mask) {
-                            if (mask != 0) {
-                              tma_load_multicast(dst, map, fb, c0, c1, mask);
-                            } else {
-                              tma_load(dst, map, fb, c0, c1);
-                            }
-                          });
+              if constexpr (!kAMn) {
+                tma_load(sa, &tma_a, fb, k0, m0);
+              } else {
+#pragma unroll
+                for (int q = 0; q < kBM / kMnRows; ++q) {
+                  tma_load(sa + q * kMnBox, &tma_a, fb, m0 + q * kMnRows, k0);
+                }
+              }
+              if constexpr (!kBMn) {
+                if constexpr (kBN == kBNNarrow) {
+                  tma_load(sb, &tma_b, fb, k0, n0);  // one box of 64 rows
+                  // Wider tiles: two boxes of kBN / 2 rows, one from each CTA of a pair.
+                } else if constexpr (kCluster == 1) {
+                  const int second = second_b_box<kBN / 2>(n0, p.n);
+                  tma_load(sb, &tma_b, fb, k0, n0);
+                  tma_load(sb + second * 128, &tma_b, fb, k0, n0 + second);
+                } else {
+                  const int first = rank == 0 ? 0 : second_b_box<kBN / 2>(n0, p.n);
+                  tma_load_multicast(sb + first * 128, &tma_b, fb, k0, n0 + first, 0x3);
+                }
+              } else {
+#pragma unroll
+                for (int j = 0; j < kBN / 64; ++j) {
+                  if constexpr (kCluster == 1) {
+                    tma_load(sb + j * kMnBox, &tma_b, fb, n0 + 64 * j, k0);
+                  } else {
+                    // Each CTA of the pair fetches its half of the boxes for both.
+                    if (j * kCluster / (kBN / 64) == static_cast<int>(rank)) {
+                      tma_load_multicast(sb + j * kMnBox, &tma_b, fb, n0 + 64 * j, k0, 0x3);
+                    }
+                  }
+                }
+              }
             }  // leader
             if (++stage == kStages) {
               stage = 0;

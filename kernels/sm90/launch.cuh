@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 
 #include "gemmt/cuda_check.h"
@@ -173,10 +172,6 @@ Params params_of(const Problem& pr, const Plan& plan, const Launch& l, SkSpread*
   p.splits = split ? sp.splits : 1;
   p.kb_per_split = split ? sp.kb_per_split : p.num_kb;
   p.last_m0 = l.shift_last_tile ? sm90::last_tile_row(pr, plan) : std::numeric_limits<int>::max();
-  p.prefetch_kb = [] {  // TEMPORARY knob for an A/B run
-    const char* v = std::getenv("GEMMT_PREFETCH_KB");
-    return v == nullptr ? 0 : std::atoi(v);
-  }();
   const bool sk = sp.stream_k && !split && partial != nullptr;
   p.partial = split || sk ? partial : nullptr;
   p.epi = make_epilogue_params(args.epilogue);
