@@ -36,7 +36,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 
 #include "common/decode_core.cuh"
 #include "common/gemm_tc_kind.h"
@@ -64,8 +63,7 @@ constexpr int kWdBM = fp8_decode_plan::kRows;    // W rows of a CTA: two warpgro
 constexpr int kWdTokens = 32;                    // the most token columns of a wgmma (m padded)
 constexpr int kWdBK = fp8_decode_plan::kBlockK;  // K of a stage: one 128-byte line a row
 constexpr int kWdWBytes = kWdBM * kWdBK;         // 16 KB
-constexpr int kWdStages = 4;      // ring stages of two CTAs an SM
-constexpr int kWdMaxStages = 12;  // the deepest ring of one CTA an SM
+constexpr int kWdStages = 4;
 constexpr int kWdConsumerWarps = 8;
 constexpr int kWdConsumers = 32 * kWdConsumerWarps;
 constexpr int kWdThreads = kWdConsumers + 32;  // two warpgroups + the producer warp
@@ -77,18 +75,15 @@ constexpr int kWdMaxCluster = fp8_decode_plan::kMaxSplit;
 template <int kN>
 struct WdSmem {
   static constexpr int kTBytes = kN * kWdBK;  // float8 token tile of a stage
-  static constexpr int kStageBytes = kWdWBytes + kTBytes;
-  static constexpr int kRing = kWdStages * kStageBytes;
+  static constexpr int kRing = kWdStages * (kWdWBytes + kTBytes);
   static constexpr int kPanel = kN * kWdBK;  // one fp16 panel: kN rows x 64 elements
   static constexpr int kT16 = 2 * kPanel;
   static constexpr int kUsed = kRing + kT16;
-  static constexpr int kBarBytes = 2 * kWdMaxStages * 8;
+  static constexpr int kBarBytes = 2 * kWdStages * 8;
   // + 1 KB to align the ring to the swizzle's 1024-byte period. The barriers live in that
   // slack: before the aligned base when at least kBarBytes lie there, else after kUsed (then
   // at least 1024 - kBarBytes bytes lie there), so they cost no shared memory of their own.
   static constexpr int kBytes = kUsed + 1024;
-  // The same with a ring of `stages` (kWdStages and more: the partial sums still fit).
-  static constexpr int bytes(int stages) { return kBytes + (stages - kWdStages) * kStageBytes; }
   static_assert(kBarBytes <= 512, "the barriers fit on one side of the alignment slack");
   // The consumers' partial totals, laid over the ring once it is drained.
   static_assert(2 * 128 * (kN / 2) * 4 <= kRing, "partial sums fit in the ring");
@@ -100,7 +95,6 @@ struct WdParams {
   int m, n, k;
   int kblocks;  // ceil(k / 128)
   int cluster;  // CTAs along K
-  int stages;       // ring stages: kWdStages .. kWdMaxStages
   void* c;
   int64_t ldc;
   ScalarType out;
@@ -173,14 +167,13 @@ __device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensor
   const uint32_t raw = smem_addr(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
   const uint32_t smem_w = base;
-  const int stages = p.stages;
-  const uint32_t smem_t = base + stages * kWdWBytes;
-  const uint32_t smem_t16 = base + stages * Smem::kStageBytes;  // the fp16 token tile
+  const uint32_t smem_t = base + kWdStages * kWdWBytes;
+  const uint32_t smem_t16 = base + Smem::kRing;  // the fp16 token tile
   const uint32_t bars = base - raw >= static_cast<uint32_t>(Smem::kBarBytes)
                             ? base - Smem::kBarBytes
-                            : smem_t16 + Smem::kT16;
+                            : base + Smem::kUsed;
   auto full_bar = [&](int s) { return bars + 8u * s; };
-  auto empty_bar = [&](int s) { return bars + 8u * (kWdMaxStages + s); };
+  auto empty_bar = [&](int s) { return bars + 8u * (kWdStages + s); };
 
   const int warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x >> 5), 0);
   const int lane = threadIdx.x & 31;
@@ -191,7 +184,7 @@ __device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensor
 
   if (threadIdx.x == 0) {
 #pragma unroll
-    for (int s = 0; s < stages; ++s) {
+    for (int s = 0; s < kWdStages; ++s) {
       mbar_init(full_bar(s), 1);
       mbar_init(empty_bar(s), kWdConsumerWarps);
     }
@@ -225,7 +218,7 @@ __device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensor
         tma_load(smem_t + stage * Smem::kTBytes, tma_t, fb, kb * kWdBK, 0);
       }
       __syncwarp();
-      if (++stage == stages) {
+      if (++stage == kWdStages) {
         stage = 0;
         phase ^= 1u;
       }
@@ -296,7 +289,7 @@ __device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensor
       // total: the tensor cores' accumulator never carries a sum across stages.
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) acc[i] += part[i];
-      if (++stage == stages) {
+      if (++stage == kWdStages) {
         stage = 0;
         phase ^= 1u;
       }
@@ -393,16 +386,15 @@ bool encode_rows(CUtensorMap* map, const void* ptr, int64_t k, int64_t rows, int
   });
 }
 
-template <auto kernel, int kN>
+template <auto kernel, int kSmemBytes>
 cudaError_t launch_kernel(const CUtensorMap& w, const CUtensorMap& t, const WdParams& p, int ctas,
                           cudaStream_t stream) {
-  const int smem_bytes = WdSmem<kN>::bytes(p.stages);
-  GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(smem_bytes));
+  GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(kSmemBytes));
   // Two CTAs an SM.
   GEMMT_RETURN_IF_ERROR(prefer_max_shared_carveout<kernel>());
   cudaLaunchAttribute attr[2];
   cudaLaunchConfig_t cfg = cluster_launch_config(
-      dim3(static_cast<unsigned>(ctas)), dim3(kWdThreads), smem_bytes, stream, p.cluster, attr);
+      dim3(static_cast<unsigned>(ctas)), dim3(kWdThreads), kSmemBytes, stream, p.cluster, attr);
   add_programmatic_launch<kernel>(cfg, attr);
   GEMMT_RETURN_IF_ERROR(cudaLaunchKernelEx(&cfg, kernel, w, t, p));
   GEMMT_RETURN_LAUNCH_ERROR();
@@ -412,31 +404,17 @@ template <int kKind>
 cudaError_t launch_kind(const CUtensorMap& w, const CUtensorMap& t, const WdParams& p, int ctas,
                         cudaStream_t stream) {
   if (p.m <= 16) {
-    return launch_kernel<fp8_decode_wgmma_kernel<kKind, 16>, 16>(w, t, p, ctas, stream);
+    return launch_kernel<fp8_decode_wgmma_kernel<kKind, 16>, WdSmem<16>::kBytes>(w, t, p, ctas,
+                                                                                 stream);
   }
-  return launch_kernel<fp8_decode_wgmma_kernel<kKind, 32>, 32>(w, t, p, ctas, stream);
+  return launch_kernel<fp8_decode_wgmma_kernel<kKind, 32>, WdSmem<32>::kBytes>(w, t, p, ctas,
+                                                                               stream);
 }
 
 // Token columns of the wgmmas: the fewer of 16 and 32 that hold m (the token tile's TMA box
 // has as many rows).
 int token_columns(int64_t m) {
   return m <= 16 ? 16 : 32;
-}
-
-// The ring of a grid of `ctas` CTAs whose ranks stream at most `kb_per_rank` k-blocks each:
-// the deepest that one CTA an SM holds (up to every k-block it streams) where the grid has at
-// most one CTA an SM, kWdStages (two CTAs an SM) otherwise.
-template <int kN>
-int ring_stages(int64_t ctas, int sm_count, int kb_per_rank) {
-  const char* force = std::getenv("GEMMT_FP8_DECODE_STAGES");  // TEMPORARY knob for an A/B run
-  if (force != nullptr && std::atoi(force) > 0) {
-    return std::clamp(std::atoi(force), kWdStages, kWdMaxStages);
-  }
-  if (ctas > sm_count) return kWdStages;
-  constexpr int kOneCtaSmem = 227 * 1024;  // every sm_90 GPU's opt-in limit a CTA
-  constexpr int kFit =
-      kWdStages + (kOneCtaSmem - WdSmem<kN>::kBytes) / WdSmem<kN>::kStageBytes;
-  return std::clamp(kb_per_rank, kWdStages, std::min(kFit, kWdMaxStages));
 }
 
 cudaError_t run_path(const Fp8DecodeArgs& x, cudaStream_t stream) {
@@ -452,11 +430,8 @@ cudaError_t run_path(const Fp8DecodeArgs& x, cudaStream_t stream) {
   p.n = static_cast<int>(x.n);
   p.k = static_cast<int>(x.k);
   p.kblocks = static_cast<int>((x.k + kWdBK - 1) / kWdBK);
-  const char* old_plan = std::getenv("GEMMT_FP8_DECODE_PLAN");  // TEMPORARY knob for an A/B run
-  const bool old = old_plan != nullptr && old_plan[0] == 'o';
   p.cluster = x.k_split > 0 ? static_cast<int>(std::min<int64_t>(
                                   {static_cast<int64_t>(x.k_split), kWdMaxCluster, p.kblocks}))
-              : old         ? fp8_decode_plan::k_split_old(x.n, x.k, x.sm_count)
                             : fp8_decode_plan::k_split(x.n, x.k, x.sm_count);
   p.c = x.c;
   p.ldc = x.ldc;
@@ -471,11 +446,6 @@ cudaError_t run_path(const Fp8DecodeArgs& x, cudaStream_t stream) {
   p.act = x.act;
   const int64_t ctas = (x.n + kWdBM - 1) / kWdBM * p.cluster;
   if (ctas > kMaxGridX) return cudaErrorNotSupported;
-  const int kb_per_rank = (p.kblocks + p.cluster - 1) / p.cluster;
-  p.stages = old ? kWdStages
-             : token_columns(x.m) == 16
-                 ? ring_stages<16>(ctas, static_cast<int>(x.sm_count), kb_per_rank)
-                 : ring_stages<32>(ctas, static_cast<int>(x.sm_count), kb_per_rank);
   const int n_ctas = static_cast<int>(ctas);
   if (x.b_e5m2) return launch_kind<kE5M2E4M3>(map_w, map_t, p, n_ctas, stream);
   if (x.a_e5m2) return launch_kind<kE4M3E5M2>(map_w, map_t, p, n_ctas, stream);

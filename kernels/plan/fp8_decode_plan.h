@@ -21,7 +21,6 @@ constexpr int kMinBlocksPerRank = 4;  // k-blocks a rank streams at least
 // 23.4 on two (128) against 25.4 on three (192), 4096 x 4096 best on five (160); every grid
 // of 240 or more CTAs from a split ran 1.2-1.6x slower than the best.
 int k_split(int64_t n, int64_t k, int sm_count);
-int k_split_old(int64_t n, int64_t k, int sm_count);  // TEMPORARY for an A/B run
 
 }  // namespace fp8_decode_plan
 }  // namespace gemmt
