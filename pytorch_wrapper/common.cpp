@@ -4,6 +4,7 @@
 #include <array>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <vector>
 
 #ifdef GEMMT_WITH_CUDA
@@ -238,5 +239,23 @@ const DeviceInfo& device_info(int device) {
   return cached[device];
 }
 #endif
+
+// Values, on CPU only (a Meta or traced tensor has none): every scale finite and positive.
+void check_scale_values(const char* op, const char* arg, const at::Tensor& s) {
+  if (!s.device().is_cpu() || s.numel() == 0) return;
+  const at::Tensor flat = s.reshape({-1});
+  const at::Tensor bad = at::logical_not(at::logical_and(at::isfinite(flat), flat > 0));
+  if (!bad.any().item<bool>()) return;
+  const int64_t i = bad.nonzero().select(1, 0)[0].item<int64_t>();
+  std::ostringstream where;
+  if (s.dim() == 2) {
+    where << "[" << i / s.size(1) << ", " << i % s.size(1) << "]";
+  } else {
+    where << "flat index " << i;
+  }
+  TORCH_CHECK(false, op, ": argument '", arg,
+              "' expected finite, positive dequantisation scales, got ", flat[i].item<float>(),
+              " at ", where.str(), " of ", describe(s));
+}
 
 }  // namespace gemmt::wrapper

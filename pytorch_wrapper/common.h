@@ -40,6 +40,10 @@ void check_same_shape(const char* op, const char* arg_a, const at::Tensor& a, co
 void check_same_dtype(const char* op, const char* arg_a, const at::Tensor& a, const char* arg_b,
                       const at::Tensor& b);
 
+// Dequantisation scales' values, on CPU only (a Meta or traced tensor has none): every one
+// finite and positive.
+void check_scale_values(const char* op, const char* arg, const at::Tensor& s);
+
 void check_same_device(const char* op, const char* arg_a, const at::Tensor& a, const char* arg_b,
                        const at::Tensor& b);
 

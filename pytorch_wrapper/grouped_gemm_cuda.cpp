@@ -1,7 +1,7 @@
-// The tensors of gemmt::grouped_mm and gemmt::scaled_mm as the Hopper grouped / scaled GEMM
-// takes them: strides, offsets and scales passed as they are (the offsets never leave the
-// GPU), operands copied only when no layout of the kernel can read them. scaled_mm's
-// decode-sized products go to their own kernel first (fp8_decode_cuda.cpp).
+// The tensors of gemmt::grouped_mm, gemmt::scaled_grouped_mm and gemmt::scaled_mm as the Hopper
+// grouped / scaled GEMM takes them: strides, offsets and scales passed as they are (the offsets
+// never leave the GPU), operands copied only when no layout of the kernel can read them.
+// scaled_mm's decode-sized products go to their own kernel first (fp8_decode_cuda.cpp).
 #include "grouped_gemm_cuda.h"
 
 #ifdef GEMMT_WITH_CUDA
@@ -183,6 +183,89 @@ void grouped_mm_cuda_into(const char* op, const at::Tensor& a_in, const at::Tens
   run(op, x, out);
 }
 
+namespace {
+
+// The operand pair's kind (gemm_tc_kind.h: a's format first); both e5m2 is refused by the ops.
+int fp8_pair_kind(const at::Tensor& a, const at::Tensor& b) {
+  if (a.scalar_type() == at::kFloat8_e5m2) return kE5M2E4M3;
+  return b.scalar_type() == at::kFloat8_e5m2 ? kE4M3E5M2 : kE4M3;
+}
+
+// t with its last two dimensions K-major as the float8 tensor cores read them: a row-major (K
+// innermost) when `k_last`, else column-major (K the second to last dimension, innermost).
+at::Tensor k_major_copy(const at::Tensor& t, bool k_last) {
+  if (k_last) return t.stride(-1) == 1 ? t : t.contiguous();
+  return t.stride(-2) == 1 ? t : t.transpose(-2, -1).contiguous().transpose(-2, -1);
+}
+
+}  // namespace
+
+void scaled_grouped_mm_cuda_into(const char* op, const at::Tensor& a_in, const at::Tensor& b_in,
+                                 const at::Tensor& sa, const at::Tensor& sb,
+                                 const std::optional<at::Tensor>& offs,
+                                 const std::optional<at::Tensor>& bias, GroupedLayout layout,
+                                 Activation act, bool fast_accum, at::Tensor& out) {
+  const c10::cuda::CUDAGuard guard(a_in.device());
+  check_hopper(op, a_in);
+  if (out.numel() == 0) return;
+  if (layout == GroupedLayout::k3d2d) {
+    // Columns of b split: out^T = b^T a_g^T, a split of rows whose operands stay K-major (b^T
+    // row-major, a_g^T column-major), the scales swapped with them. (No bias in this layout.)
+    at::Tensor out_t = at::empty({out.size(1), out.size(0)}, out.options());
+    scaled_grouped_mm_cuda_into(op, b_in.t(), a_in.transpose(1, 2), sb, sa, offs, bias,
+                                GroupedLayout::k2d3d, act, fast_accum, out_t);
+    out.copy_(out_t.t());
+    return;
+  }
+  TORCH_CHECK(layout != GroupedLayout::k2d2d, op, ": a split of K runs widened (moe_ops.cpp)");
+  GroupedGemmArgs x;
+  x.kind = fp8_pair_kind(a_in, b_in);
+  x.out = out_kind(out.scalar_type());
+  x.act = act;
+  x.fast_accum = fast_accum;
+  x.scale = ScaleKind::kRowCol;
+  const bool rows = layout == GroupedLayout::k2d3d;
+  x.split = rows ? GroupSplit::kRows : GroupSplit::kNone;
+  x.groups = static_cast<int>(b_in.size(0));
+  x.m = a_in.size(rows ? 0 : 1), x.k = a_in.size(-1), x.n = b_in.size(2);
+  x.c_sg = rows ? 0 : out.stride(0);
+  x.ldc = out.stride(rows ? 0 : 1);
+  if (x.groups == 0) {
+    out.zero_();
+    return;
+  }
+  if (rows) x.offs = offs->const_data_ptr<int>();
+  // Row scales: a 2-D a's over all its rows (a split's ranges included), a 3-D operand's a row
+  // of scales a group.
+  x.sa = sa.const_data_ptr<float>();
+  x.sa_s0 = sa.stride(-1);
+  x.sa_sg = sa.dim() == 2 ? sa.stride(0) : 0;
+  x.sb = sb.const_data_ptr<float>();
+  x.sb_s1 = sb.stride(1);
+  x.sb_sg = sb.stride(0);
+  at::Tensor bias_c;
+  if (bias.has_value() && bias->defined()) {
+    bias_c = bias->to(out.scalar_type()).contiguous();
+    x.bias = bias_c.const_data_ptr();
+    x.bias_sg = bias_c.size(1);
+  }
+  if (x.k == 0) {
+    fill_empty_contraction(offs, bias_c, rows ? GroupedLayout::k2d3d : layout, act, out);
+    return;
+  }
+  x.c = out.data_ptr();
+  at::Tensor a = k_major_copy(a_in, true), b = k_major_copy(b_in, false);
+  set_operands(x, a, b);
+  const char* why = nullptr;
+  if (!grouped_gemm_sm90_supported(x, &why)) {
+    // Rows padded to 16 bytes (an offset view's base, or strides the maps cannot take).
+    a = padded_rows(a);
+    b = padded_rows(b.transpose(-2, -1)).transpose(-2, -1);
+    set_operands(x, a, b);
+  }
+  run(op, x, out);
+}
+
 at::Tensor scaled_mm_cuda_run(const char* op, const at::Tensor& a_in, const at::Tensor& b_in,
                               const at::Tensor& sa, const at::Tensor& sb,
                               const std::optional<at::Tensor>& bias, at::ScalarType out_dtype,
@@ -221,7 +304,7 @@ at::Tensor scaled_mm_cuda_run(const char* op, const at::Tensor& a_in, const at::
   const at::Tensor a = a_in.stride(1) == 1 ? a_in : a_in.contiguous();
   const at::Tensor b = b_in.stride(0) == 1 ? b_in : b_in.t().contiguous().t();
   GroupedGemmArgs x;
-  x.kind = a_e5 ? kE5M2E4M3 : (b_e5 ? kE4M3E5M2 : kE4M3);
+  x.kind = fp8_pair_kind(a_in, b_in);
   x.out = out_kind(out_dtype);
   x.act = act;
   x.m = m, x.n = n, x.k = k;

@@ -21,6 +21,15 @@ void grouped_mm_cuda_into(const char* op, const at::Tensor& a, const at::Tensor&
                           const std::optional<at::Tensor>& bias, GroupedLayout layout,
                           Activation act, at::Tensor& out);
 
+// scaled_grouped_mm on the same kernel, for every layout but k2d2d (whose split of K the
+// float8 tensor cores cannot read: moe_ops.cpp widens it): row scales as
+// torch._scaled_grouped_mm takes them, checked by the op.
+void scaled_grouped_mm_cuda_into(const char* op, const at::Tensor& a, const at::Tensor& b,
+                                 const at::Tensor& scale_a, const at::Tensor& scale_b,
+                                 const std::optional<at::Tensor>& offs,
+                                 const std::optional<at::Tensor>& bias, GroupedLayout layout,
+                                 Activation act, bool fast_accum, at::Tensor& out);
+
 // scaled_mm's scalings (fp8_ops.cpp: Scaling), with the blockwise pairing.
 struct Fp8Scaling {
   int kind = 0;  // 0 tensorwise, 1 rowwise, 2 blockwise

@@ -43,6 +43,7 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 constexpr const char* kGroupedMm = "gemmt::grouped_mm";
+constexpr const char* kScaledGroupedMm = "gemmt::scaled_grouped_mm";
 constexpr const char* kMoePermute = "gemmt::moe_permute";
 constexpr const char* kMoeRoute = "gemmt::moe_route";
 constexpr const char* kMoeExperts = "gemmt::moe_experts";
@@ -100,14 +101,11 @@ struct GroupedMmShape {
   Activation activation;
 };
 
-GroupedMmShape check_grouped_mm(const at::Tensor& a, const at::Tensor& b, const OptTensor& offs,
-                                const OptTensor& bias, std::optional<at::ScalarType> out_dtype,
-                                std::string_view activation) {
-  const char* op = kGroupedMm;
-  check_dtype(op, "a", a, float_dtypes_for(a));
-  check_dtype(op, "b", b, float_dtypes_for(b));
+// The layout, the offsets and the bias's shape (not its dtype) of a call with torch._grouped_mm's
+// layouts, and the output's sizes: what grouped_mm and scaled_grouped_mm check alike.
+GroupedMmShape check_grouped_layout(const char* op, const at::Tensor& a, const at::Tensor& b,
+                                    const OptTensor& offs, const OptTensor& bias) {
   check_same_device(op, "a", a, "b", b);
-  check_same_dtype(op, "a", a, "b", b);
   TORCH_CHECK(a.dim() == 2 || a.dim() == 3, op, ": argument 'a' expected a 2-D or 3-D tensor, got ",
               describe(a));
   TORCH_CHECK(b.dim() == 2 || b.dim() == 3, op, ": argument 'b' expected a 2-D or 3-D tensor, got ",
@@ -150,18 +148,12 @@ GroupedMmShape check_grouped_mm(const at::Tensor& a, const at::Tensor& b, const 
                 "b ",
                 describe(b));
     check_same_device(op, "a", a, "bias", *bias);
-    check_same_dtype(op, "a", a, "bias", *bias);
     TORCH_CHECK(bias->dim() == 2 && bias->sym_size(0) == b.sym_size(0) &&
                     bias->sym_size(1) == b.sym_size(2),
                 op, ": argument 'bias' expected shape [", b.sym_size(0), ", ", b.sym_size(2),
                 "] (b.shape[0], b.shape[2]), got ", describe(*bias));
   }
-  const at::ScalarType od = out_dtype.value_or(a.scalar_type());
-  TORCH_CHECK(od == a.scalar_type() || (od == at::kFloat && reduced_float(a.scalar_type())), op,
-              ": argument 'out_dtype' expected None, ", a.scalar_type(),
-              reduced_float(a.scalar_type()) ? " or Float" : "", " (for a ", a.scalar_type(),
-              " a), got ", od);
-  GroupedMmShape s{layout, {}, od, parse_activation(op, activation)};
+  GroupedMmShape s{layout, {}, a.scalar_type(), Activation::kNone};
   switch (layout) {
     case Layout::k2d3d:
       s.out_sizes = {a.sym_size(0), b.sym_size(2)};
@@ -176,6 +168,83 @@ GroupedMmShape check_grouped_mm(const at::Tensor& a, const at::Tensor& b, const 
       s.out_sizes = {a.sym_size(1), b.sym_size(1)};
       break;
   }
+  return s;
+}
+
+GroupedMmShape check_grouped_mm(const at::Tensor& a, const at::Tensor& b, const OptTensor& offs,
+                                const OptTensor& bias, std::optional<at::ScalarType> out_dtype,
+                                std::string_view activation) {
+  const char* op = kGroupedMm;
+  check_dtype(op, "a", a, float_dtypes_for(a));
+  check_dtype(op, "b", b, float_dtypes_for(b));
+  check_same_dtype(op, "a", a, "b", b);
+  GroupedMmShape s = check_grouped_layout(op, a, b, offs, bias);
+  if (has(bias)) check_same_dtype(op, "a", a, "bias", *bias);
+  const at::ScalarType od = out_dtype.value_or(a.scalar_type());
+  TORCH_CHECK(od == a.scalar_type() || (od == at::kFloat && reduced_float(a.scalar_type())), op,
+              ": argument 'out_dtype' expected None, ", a.scalar_type(),
+              reduced_float(a.scalar_type()) ? " or Float" : "", " (for a ", a.scalar_type(),
+              " a), got ", od);
+  s.out_dtype = od;
+  s.activation = parse_activation(op, activation);
+  return s;
+}
+
+// ---- scaled_grouped_mm: checks ----
+
+// The row scales of an operand of scaled_grouped_mm, as torch._scaled_grouped_mm takes them: a
+// 2-D operand's one 1-D tensor over its scaled extent (times the groups when both operands are
+// 2-D: a split of K has a set a group), a 3-D operand's (groups, extent) with a unit stride
+// along the extent.
+void check_group_scale(const char* arg, const at::Tensor& s, const at::Tensor& t, int scaled_dim,
+                       const c10::SymInt& groups, bool per_group_sets) {
+  const char* op = kScaledGroupedMm;
+  check_dtype(op, arg, s, {at::kFloat});
+  if (t.dim() == 2) {
+    const c10::SymInt want =
+        per_group_sets ? t.sym_size(scaled_dim) * groups : t.sym_size(scaled_dim);
+    TORCH_CHECK(s.dim() == 1 && s.sym_size(0) == want, op, ": argument '", arg,
+                "' expected a 1-D float32 tensor of ", want, " row scales (",
+                per_group_sets ? "one set a group, " : "", "for ", describe(t), "), got ",
+                describe(s));
+  } else {
+    const c10::SymInt extent = t.sym_size(1 + scaled_dim);
+    TORCH_CHECK(s.dim() == 2 && s.sym_size(0) == t.sym_size(0) && s.sym_size(1) == extent, op,
+                ": argument '", arg, "' expected a float32 tensor of shape [", t.sym_size(0), ", ",
+                extent, "] (a scale a group and row), got ", describe(s));
+    TORCH_CHECK(extent <= 1 || s.sym_stride(1) == 1, op, ": argument '", arg,
+                "' expected a unit stride along its last dimension, got strides ", s.sym_strides());
+  }
+}
+
+GroupedMmShape check_scaled_grouped_mm(const at::Tensor& a, const at::Tensor& b,
+                                       const at::Tensor& sa, const at::Tensor& sb,
+                                       const OptTensor& offs, const OptTensor& bias,
+                                       std::optional<at::ScalarType> out_dtype,
+                                       std::string_view activation) {
+  const char* op = kScaledGroupedMm;
+  check_dtype(op, "a", a, {at::kFloat8_e4m3fn, at::kFloat8_e5m2});
+  check_dtype(op, "b", b, {at::kFloat8_e4m3fn, at::kFloat8_e5m2});
+  TORCH_CHECK(a.scalar_type() != at::kFloat8_e5m2 || b.scalar_type() != at::kFloat8_e5m2, op,
+              ": arguments 'a' and 'b' expected at most one Float8_e5m2 operand, got both");
+  GroupedMmShape s = check_grouped_layout(op, a, b, offs, bias);
+  check_same_device(op, "a", a, "scale_a", sa);
+  check_same_device(op, "a", a, "scale_b", sb);
+  const bool sets = s.layout == Layout::k2d2d;
+  const c10::SymInt groups = has(offs) ? offs->sym_size(0) : a.sym_size(0);
+  check_group_scale("scale_a", sa, a, 0, groups, sets);
+  check_group_scale("scale_b", sb, b, 1, groups, sets);
+  const c10::SymInt k = a.sym_size(-1);
+  TORCH_CHECK(k % 16 == 0, op,
+              ": the contraction dimension (a.shape[-1]) expected a multiple of 16 "
+              "(16-byte rows of float8), got ",
+              k);
+  if (has(bias)) check_dtype(op, "bias", *bias, {at::kFloat, at::kHalf, at::kBFloat16});
+  const at::ScalarType od = out_dtype.value_or(at::kBFloat16);
+  TORCH_CHECK(od == at::kBFloat16 || od == at::kHalf || od == at::kFloat, op,
+              ": argument 'out_dtype' expected None (BFloat16), BFloat16, Half or Float, got ", od);
+  s.out_dtype = od;
+  s.activation = parse_activation(op, activation);
   return s;
 }
 
@@ -678,6 +747,138 @@ at::Tensor grouped_mm_autograd(const at::Tensor& a, const at::Tensor& b, const O
     return call_grouped_mm(a, b, offs, bias, out_dtype, activation);
   }
   return GroupedMmFunction::apply(a, b, offs, bias, out_dtype, activation);
+}
+
+// ---- scaled_grouped_mm ----
+
+namespace {
+
+// The group of each index of an extent that the offsets split, clamped to the last group, and
+// whether it lies in a group (indices past the last offset do not: their products are zero).
+std::pair<at::Tensor, at::Tensor> groups_of(const at::Tensor& offs, int64_t extent) {
+  const at::Tensor idx = at::arange(extent, offs.options().dtype(at::kLong));
+  const at::Tensor group = at::searchsorted(offs.to(at::kLong), idx, false, true);
+  return {group.clamp_max(offs.size(0) - 1), group < offs.size(0)};
+}
+
+}  // namespace
+
+at::Tensor scaled_grouped_mm_meta(const at::Tensor& a, const at::Tensor& b,
+                                  const at::Tensor& scale_a, const at::Tensor& scale_b,
+                                  const OptTensor& offs, const OptTensor& bias,
+                                  std::optional<at::ScalarType> out_dtype,
+                                  std::string_view activation, bool /*use_fast_accum*/) {
+  const GroupedMmShape s =
+      check_scaled_grouped_mm(a, b, scale_a, scale_b, offs, bias, out_dtype, activation);
+  return at::empty_symint(s.out_sizes, a.options().dtype(s.out_dtype));
+}
+
+// The reference: the float32 grouped product of the float8 values (exact products, float32
+// sums), each element then multiplied by its row's and column's scales, the group's bias added
+// and the activation applied, in float32; one rounding to out_dtype.
+at::Tensor scaled_grouped_mm_cpu(const at::Tensor& a, const at::Tensor& b,
+                                 const at::Tensor& scale_a, const at::Tensor& scale_b,
+                                 const OptTensor& offs, const OptTensor& bias,
+                                 std::optional<at::ScalarType> out_dtype,
+                                 std::string_view activation, bool /*use_fast_accum*/) {
+  const GroupedMmShape s =
+      check_scaled_grouped_mm(a, b, scale_a, scale_b, offs, bias, out_dtype, activation);
+  check_scale_values(kScaledGroupedMm, "scale_a", scale_a);
+  check_scale_values(kScaledGroupedMm, "scale_b", scale_b);
+  at::AutoDispatchBelowADInplaceOrView guard;
+  at::Tensor z =
+      grouped_mm_cpu(a.to(at::kFloat), b.to(at::kFloat), offs, std::nullopt, at::kFloat, "none");
+  const int64_t groups = has(offs) ? offs->size(0) : a.size(0);
+  if (groups > 0 && z.numel() > 0) {
+    const at::Tensor bias_f = has(bias) ? bias->to(at::kFloat) : at::Tensor();
+    switch (s.layout) {
+      case Layout::k3d3d:
+        z.mul_(scale_a.unsqueeze(2)).mul_(scale_b.unsqueeze(1));
+        if (bias_f.defined()) z.add_(bias_f.unsqueeze(1));
+        break;
+      case Layout::k2d2d:
+        z.mul_(scale_a.reshape({groups, a.size(0), 1}))
+            .mul_(scale_b.reshape({groups, 1, b.size(1)}));
+        break;
+      case Layout::k2d3d: {
+        const auto [g, in_group] = groups_of(*offs, a.size(0));
+        z.mul_(scale_a.unsqueeze(1)).mul_(scale_b.index_select(0, g));
+        if (bias_f.defined()) {
+          z.add_(at::where(in_group.unsqueeze(1), bias_f.index_select(0, g),
+                           at::zeros({}, bias_f.options())));
+        }
+        break;
+      }
+      case Layout::k3d2d: {
+        const auto [g, in_group] = groups_of(*offs, b.size(1));
+        z.mul_(scale_a.index_select(0, g).t()).mul_(scale_b.unsqueeze(0));
+        break;
+      }
+    }
+  }
+  aten_activation_out(s.activation, z, z);
+  return z.to(s.out_dtype);
+}
+
+at::Tensor scaled_grouped_mm_cuda(const at::Tensor& a, const at::Tensor& b,
+                                  const at::Tensor& scale_a, const at::Tensor& scale_b,
+                                  const OptTensor& offs, const OptTensor& bias,
+                                  std::optional<at::ScalarType> out_dtype,
+                                  std::string_view activation, bool use_fast_accum) {
+  const GroupedMmShape s =
+      check_scaled_grouped_mm(a, b, scale_a, scale_b, offs, bias, out_dtype, activation);
+#ifdef GEMMT_WITH_CUDA
+  TORCH_CHECK(a.is_cuda(), kScaledGroupedMm, ": the CUDA kernel expected CUDA tensors, got ",
+              describe(a));
+  if (s.layout == Layout::k2d2d) {
+    // A split of K (the per-group weight gradient): the FP8 tensor cores read K-major operands
+    // only, and a split's ranges start anywhere along K. Widened to bfloat16 (exact for both
+    // float8 formats), the 16-bit kernel's split runs it with float32 sums; the scales follow.
+    const int64_t groups = offs->size(0);
+    at::Tensor z =
+        call_grouped_mm(a.to(at::kBFloat16), b.to(at::kBFloat16), offs, std::nullopt, at::kFloat);
+    z.mul_(scale_a.reshape({groups, a.size(0), 1})).mul_(scale_b.reshape({groups, 1, b.size(1)}));
+    aten_activation_out(s.activation, z, z);
+    return s.out_dtype == at::kFloat ? z : z.to(s.out_dtype);
+  }
+  at::Tensor out = at::empty(C10_AS_INTARRAYREF_SLOW(s.out_sizes), a.options().dtype(s.out_dtype));
+  scaled_grouped_mm_cuda_into(kScaledGroupedMm, a, b, scale_a, scale_b, offs, bias,
+                              static_cast<GroupedLayout>(s.layout), s.activation, use_fast_accum,
+                              out);
+  return out;
+#else
+  (void)s;
+  (void)use_fast_accum;
+  TORCH_CHECK_NOT_IMPLEMENTED(false, cuda_not_built(kScaledGroupedMm), "; got a ", describe(a));
+  return {};
+#endif
+}
+
+// Not differentiable (its operands are quantised): a gradient through it is refused, not
+// silently dropped.
+at::Tensor scaled_grouped_mm_autograd(const at::Tensor& a, const at::Tensor& b,
+                                      const at::Tensor& scale_a, const at::Tensor& scale_b,
+                                      const OptTensor& offs, const OptTensor& bias,
+                                      std::optional<at::ScalarType> out_dtype,
+                                      std::string_view activation, bool use_fast_accum) {
+  if (at::GradMode::is_enabled()) {
+    const std::pair<const char*, const at::Tensor*> args[] = {
+        {"a", &a},
+        {"b", &b},
+        {"scale_a", &scale_a},
+        {"scale_b", &scale_b},
+        {"bias", has(bias) ? &*bias : nullptr}};
+    for (const auto& [name, t] : args) {
+      TORCH_CHECK(t == nullptr || !t->requires_grad(), kScaledGroupedMm,
+                  " is not differentiable, but argument '", name,
+                  "' requires grad: call it under torch.no_grad() or on detached tensors");
+    }
+  }
+  static auto op = op_handle<at::Tensor(
+      const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const OptTensor&,
+      const OptTensor&, std::optional<at::ScalarType>, std::string_view, bool)>(kScaledGroupedMm);
+  at::AutoDispatchBelowADInplaceOrView guard;
+  return op.call(a, b, scale_a, scale_b, offs, bias, out_dtype, activation, use_fast_accum);
 }
 
 // ---- moe_permute ----

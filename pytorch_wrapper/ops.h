@@ -165,9 +165,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_with_tra
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_with_transpose_autograd(
     const at::Tensor& x, std::string_view granularity, at::ScalarType dtype);
 
-// ---- Mixture of experts (moe_ops.cpp): grouped_mm, routing, the expert layer ----
-// The *_cuda functions: the routing kernels (kernels/moe/) and the Hopper grouped GEMM.
-// The *_autograd functions are the ops' Autograd kernels.
+// ---- Mixture of experts (moe_ops.cpp): grouped_mm, scaled_grouped_mm, routing, the expert layer
+// ---- The *_cuda functions: the routing kernels (kernels/moe/) and the Hopper grouped GEMM. The
+// *_autograd functions are the ops' Autograd kernels.
 at::Tensor grouped_mm_cpu(const at::Tensor& a, const at::Tensor& b,
                           const std::optional<at::Tensor>& offs,
                           const std::optional<at::Tensor>& bias,
@@ -185,6 +185,30 @@ at::Tensor grouped_mm_autograd(const at::Tensor& a, const at::Tensor& b,
                                const std::optional<at::Tensor>& bias,
                                std::optional<at::ScalarType> out_dtype,
                                std::string_view activation);
+at::Tensor scaled_grouped_mm_cpu(const at::Tensor& a, const at::Tensor& b,
+                                 const at::Tensor& scale_a, const at::Tensor& scale_b,
+                                 const std::optional<at::Tensor>& offs,
+                                 const std::optional<at::Tensor>& bias,
+                                 std::optional<at::ScalarType> out_dtype,
+                                 std::string_view activation, bool use_fast_accum);
+at::Tensor scaled_grouped_mm_cuda(const at::Tensor& a, const at::Tensor& b,
+                                  const at::Tensor& scale_a, const at::Tensor& scale_b,
+                                  const std::optional<at::Tensor>& offs,
+                                  const std::optional<at::Tensor>& bias,
+                                  std::optional<at::ScalarType> out_dtype,
+                                  std::string_view activation, bool use_fast_accum);
+at::Tensor scaled_grouped_mm_meta(const at::Tensor& a, const at::Tensor& b,
+                                  const at::Tensor& scale_a, const at::Tensor& scale_b,
+                                  const std::optional<at::Tensor>& offs,
+                                  const std::optional<at::Tensor>& bias,
+                                  std::optional<at::ScalarType> out_dtype,
+                                  std::string_view activation, bool use_fast_accum);
+at::Tensor scaled_grouped_mm_autograd(const at::Tensor& a, const at::Tensor& b,
+                                      const at::Tensor& scale_a, const at::Tensor& scale_b,
+                                      const std::optional<at::Tensor>& offs,
+                                      const std::optional<at::Tensor>& bias,
+                                      std::optional<at::ScalarType> out_dtype,
+                                      std::string_view activation, bool use_fast_accum);
 std::tuple<at::Tensor, at::Tensor> moe_permute_cpu(const at::Tensor& expert_ids,
                                                    int64_t num_experts);
 std::tuple<at::Tensor, at::Tensor> moe_permute_cuda(const at::Tensor& expert_ids,

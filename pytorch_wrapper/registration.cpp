@@ -402,7 +402,8 @@ TORCH_LIBRARY_IMPL(gemmt, Autograd, m) {
 }
 
 // ---- Mixture of experts (moe_ops.cpp) ----
-// grouped_mm follows torch._grouped_mm: offs are int32 cumulative group ends. moe_route picks
+// grouped_mm follows torch._grouped_mm: offs are int32 cumulative group ends; scaled_grouped_mm
+// is its float8 form with row scales (torch._scaled_grouped_mm's layouts). moe_route picks
 // each token's top_k experts and the permutation that sorts the (token, k) slots by expert;
 // moe_experts runs the gate/up product, silu(gate) * up, the down product and the weighted
 // combine. On CUDA the routing runs kernels/moe/, grouped_mm the Hopper grouped GEMM, and
@@ -411,6 +412,10 @@ TORCH_LIBRARY_FRAGMENT(gemmt, m) {
   m.def(
       "grouped_mm(Tensor a, Tensor b, Tensor? offs=None, Tensor? bias=None, "
       "ScalarType? out_dtype=None, str activation=\"none\") -> Tensor");
+  m.def(
+      "scaled_grouped_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? offs=None, "
+      "Tensor? bias=None, ScalarType? out_dtype=None, str activation=\"none\", "
+      "bool use_fast_accum=False) -> Tensor");
   m.def("moe_permute(Tensor expert_ids, int num_experts) -> (Tensor, Tensor)");
   m.def(
       "moe_route(Tensor logits, int top_k, str score=\"softmax\", bool renormalize=True, "
@@ -421,10 +426,11 @@ TORCH_LIBRARY_FRAGMENT(gemmt, m) {
       "Tensor expert_ids, Tensor token_order, Tensor offsets) -> Tensor");
 }
 
-#define GEMMT_MOE_IMPL_ALL(m, suffix)                           \
-  m.impl("grouped_mm", &gemmt::wrapper::grouped_mm_##suffix);   \
-  m.impl("moe_permute", &gemmt::wrapper::moe_permute_##suffix); \
-  m.impl("moe_route", &gemmt::wrapper::moe_route_##suffix);     \
+#define GEMMT_MOE_IMPL_ALL(m, suffix)                                       \
+  m.impl("grouped_mm", &gemmt::wrapper::grouped_mm_##suffix);               \
+  m.impl("scaled_grouped_mm", &gemmt::wrapper::scaled_grouped_mm_##suffix); \
+  m.impl("moe_permute", &gemmt::wrapper::moe_permute_##suffix);             \
+  m.impl("moe_route", &gemmt::wrapper::moe_route_##suffix);                 \
   m.impl("moe_experts", &gemmt::wrapper::moe_experts_##suffix)
 
 TORCH_LIBRARY_IMPL(gemmt, CPU, m) {
@@ -440,6 +446,7 @@ TORCH_LIBRARY_IMPL(gemmt, CUDA, m) {
 #endif
 TORCH_LIBRARY_IMPL(gemmt, Autograd, m) {
   m.impl("grouped_mm", &gemmt::wrapper::grouped_mm_autograd);
+  m.impl("scaled_grouped_mm", &gemmt::wrapper::scaled_grouped_mm_autograd);
   m.impl("moe_route", &gemmt::wrapper::moe_route_autograd);
   m.impl("moe_experts", &gemmt::wrapper::moe_experts_autograd);
 }

@@ -87,7 +87,7 @@ def fp8_doc(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def moe_doc(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("moe")
-    assert bench_moe.run(out, smoke=True, sections="grouped,layer", device="cpu") == 0
+    assert bench_moe.run(out, smoke=True, sections="grouped,scaled,layer", device="cpu") == 0
     return _doc(out, "moe")
 
 
@@ -305,7 +305,7 @@ def test_moe_smoke_references_and_summary(moe_doc: dict[str, Any]) -> None:
     assert _finite_positive(refs["dense_bf16_tflops"]) and _finite_positive(refs["copy_gbps"])
     dense_flops = 2 * refs["dense_n"] ** 3
     assert refs["dense_bf16_tflops"] == pytest.approx(dense_flops / refs["dense_ms"] / 1e9)
-    assert {r["section"] for r in moe_doc["records"]} == {"grouped", "layer"}
+    assert {r["section"] for r in moe_doc["records"]} == {"grouped", "scaled", "layer"}
     assert moe_doc["summary"] == bench_moe.summarize(moe_doc["records"], refs)
 
 
@@ -331,6 +331,27 @@ def test_moe_grouped_records(moe_doc: dict[str, Any]) -> None:
         assert r["gemmt_rel_diff_vs_loop"] < 1e-2 and r["torch_rel_diff_vs_loop"] < 1e-2, r
     skewed = [r for r in grouped if r["routing"] == "zipf"]
     assert any(r["max_group"] > r["tokens_per_expert"] for r in skewed)
+
+
+def test_moe_scaled_records(moe_doc: dict[str, Any]) -> None:
+    scaled = [r for r in moe_doc["records"] if r["section"] == "scaled"]
+    configs = {c[0] for c in bench_moe.SMOKE_GROUPED}
+    assert {r["config"] for r in scaled} == configs
+    assert {r["layout"] for r in scaled} == set(bench_moe.SCALED_LAYOUTS)
+    for r in scaled:
+        assert r["gemmt_error"] is None and r["gemmt_ms"] > 0 and r["gemmt_bf16_ms"] > 0
+        assert r["gemmt_vs_gemmt_bf16"] == pytest.approx(r["gemmt_bf16_ms"] / r["gemmt_ms"])
+        assert r["flops"] == 2.0 * r["tokens"] * r["hidden"] * r["intermediate"]
+    assert set(moe_doc["summary"]["scaled"]) == {
+        f"{layout}/{routing}" for layout in bench_moe.SCALED_LAYOUTS for routing in bench_moe.ROUTINGS}
+
+
+def test_moe_quantize_rows_round_trips() -> None:
+    t = torch.randn(3, 40, 24)
+    q, s = bench_moe.quantize_rows(t, 1)
+    assert q.dtype == torch.float8_e4m3fn and s.shape == (3, 24)
+    assert q.float().abs().amax(dim=1).max() <= 448
+    assert (q.float() * s.unsqueeze(1) - t).abs().max() <= 0.07 * t.abs().max()
 
 
 def test_moe_layer_records(moe_doc: dict[str, Any]) -> None:

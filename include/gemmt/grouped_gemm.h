@@ -2,7 +2,9 @@
 // a list of products C_g = epilogue(scale * A_g B_g) whose extents may come from int32 offsets
 // that stay on the device, and whose operands may be float8 with dequantisation scales.
 // It serves gemmt::grouped_mm (bf16 / fp16, every layout of torch._grouped_mm) and
-// gemmt::scaled_mm (float8, one group). Raw pointers, sizes and strides only.
+// gemmt::scaled_mm and gemmt::scaled_grouped_mm (float8: one product, or groups of K-major
+// operands with row / column scales, unsplit or split along the rows). Raw pointers, sizes and
+// strides only.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -47,15 +49,16 @@ struct GroupedGemmArgs {
   int64_t b_sg = 0, b_sk = 0, b_sn = 1;
   void* c = nullptr;
   int64_t c_sg = 0, ldc = 0;
-  // kRowCol: sa[r * sa_s0], sb[c * sb_s1]; kBlock: sa[r * sa_s0 + kb * sa_s1] (1x128),
-  // sb[kb * sb_s0 + (c / 128) * sb_s1] (128x128), or with b_block_cols sb[kb * sb_s0 + c]
+  // kRowCol: sa[g * sa_sg + r * sa_s0], sb[g * sb_sg + c * sb_s1] (r, c: A's row and B's column
+  // in the operand, a split range's included); kBlock (one group): sa[r * sa_s0 + kb * sa_s1]
+  // (1x128), sb[kb * sb_s0 + (c / 128) * sb_s1] (128x128), or with b_block_cols sb[kb * sb_s0 + c]
   // (128x1: one scale a column and k-block, sb_s1 == 1).
   ScaleKind scale = ScaleKind::kNone;
   bool b_block_cols = false;
   const float* sa = nullptr;
-  int64_t sa_s0 = 0, sa_s1 = 0;
+  int64_t sa_s0 = 0, sa_s1 = 0, sa_sg = 0;
   const float* sb = nullptr;
-  int64_t sb_s0 = 0, sb_s1 = 0;
+  int64_t sb_s0 = 0, sb_s1 = 0, sb_sg = 0;
   // One bias row of n per group (bias[g * bias_sg + c]), in C's type; then the activation.
   const void* bias = nullptr;
   int64_t bias_sg = 0;

@@ -211,6 +211,7 @@ int promote_sets(const GroupedGemmArgs& x, int cluster, int sms) {
 // runs).
 int fp8_cluster(const GroupedGemmArgs& x) {
   if (!is_fp8_kind(x.kind)) return 1;
+  if (x.split != GroupSplit::kNone || x.groups != 1) return 1;  // pairs share one product's B
   if (x.scale == ScaleKind::kBlock) return 2;
   const char* env = std::getenv("GEMMT_FP8_CLUSTER");
   if (env != nullptr && std::strcmp(env, "1") == 0) return 1;
@@ -221,7 +222,10 @@ int fp8_cluster(const GroupedGemmArgs& x) {
 // ring then holds 9 stages instead of 6 (more of B in flight: the weight streams faster), else
 // 128. GEMMT_FP8_A_ROWS=128 keeps 128 (read at each call, for A/B runs).
 int a_stage_rows(const GroupedGemmArgs& x, int cluster) {
-  if (!is_fp8_kind(x.kind) || cluster != 1 || x.m > 64) return 128;
+  if (!is_fp8_kind(x.kind) || cluster != 1 || x.m > 64 || x.groups != 1 ||
+      x.split != GroupSplit::kNone) {
+    return 128;
+  }
   const char* env = std::getenv("GEMMT_FP8_A_ROWS");
   if (env != nullptr && std::strcmp(env, "128") == 0) return 128;
   return 64;
@@ -381,8 +385,9 @@ bool grouped_gemm_sm90_supported(const GroupedGemmArgs& x, const char** why) {
   if (!mappable(b, elt, why, "b: its base address and strides must be multiples of 16 bytes")) {
     return false;
   }
-  if (is_fp8_kind(x.kind) && (x.split != GroupSplit::kNone || x.groups != 1)) {
-    *why = "float8 operands: one product (a grouped FP8 product is not built)";
+  const bool one_product = x.split == GroupSplit::kNone && x.groups == 1;
+  if (is_fp8_kind(x.kind) && x.split != GroupSplit::kNone && x.split != GroupSplit::kRows) {
+    *why = "float8 operands: groups of a batch or a split of the rows (not of K or the columns)";
     return false;
   }
   if (is_fp8_kind(x.kind) && (!k_major(a) || !k_major(b))) {
@@ -408,7 +413,7 @@ bool grouped_gemm_sm90_supported(const GroupedGemmArgs& x, const char** why) {
     *why = "a split of the columns runs as the transposed split of rows";
     return false;
   }
-  if (x.scale == ScaleKind::kBlock && (x.split != GroupSplit::kNone || x.k % 128 != 0)) {
+  if (x.scale == ScaleKind::kBlock && (!one_product || x.k % 128 != 0)) {
     *why = "block scales need one group and K a multiple of 128";
     return false;
   }
@@ -490,9 +495,11 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   p.sa = x.sa;
   p.sa_s0 = x.sa_s0;
   p.sa_s1 = x.sa_s1;
+  p.sa_sg = x.sa_sg;
   p.sb = x.sb;
   p.sb_s0 = x.sb_s0;
   p.sb_s1 = x.sb_s1;
+  p.sb_sg = x.sb_sg;
   p.block_cols = x.b_block_cols ? 1 : 0;
   p.bias = x.bias;
   p.bias_sg = x.bias_sg;

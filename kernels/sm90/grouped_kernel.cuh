@@ -346,17 +346,22 @@ struct GgScales {
   int64_t sb_s1;
   bool pairs;  // the columns' factors load as aligned float2 pairs
 
-  __device__ __forceinline__ void load(const GgParams& p, int row_base, int row_first, int rows,
-                                       int col_base) {
+  // Group g's factors (the tail group of rows past the last offset, whose sums are zero,
+  // reads the last group's).
+  __device__ __forceinline__ void load(const GgParams& p, int g, int row_base, int row_first,
+                                       int rows, int col_base) {
     const bool row_col = p.scale == static_cast<int>(ScaleKind::kRowCol);
+    const int64_t gs = min(g, p.groups - 1);
+    const float* const sa = p.sa + gs * p.sa_sg;
+    const float* const sbg = p.sb + gs * p.sb_sg;
     per_elem = row_col && (p.sa_s0 != 0 || p.sb_s1 != 0);
-    const float one = row_col && !per_elem ? __ldg(p.sa) * __ldg(p.sb) : 1.f;
+    const float one = row_col && !per_elem ? __ldg(sa) * __ldg(sbg) : 1.f;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = max(min(row_first + 8 * h, rows - 1), 0);
-      sr[h] = per_elem ? __ldg(p.sa + static_cast<int64_t>(row_base + r) * p.sa_s0) : one;
+      sr[h] = per_elem ? __ldg(sa + static_cast<int64_t>(row_base + r) * p.sa_s0) : one;
     }
-    sb = per_elem ? p.sb + static_cast<int64_t>(col_base) * p.sb_s1 : nullptr;
+    sb = per_elem ? sbg + static_cast<int64_t>(col_base) * p.sb_s1 : nullptr;
     sb_s1 = p.sb_s1;
     pairs = !per_elem || (p.sb_s1 == 1 && reinterpret_cast<uintptr_t>(sb) % 8 == 0);
   }
@@ -416,7 +421,7 @@ __device__ __forceinline__ void gg_store(const GgParams& p, const GgUnit& u,
   // factors below are the constant 1.
   GgScales sc{};
   if constexpr (kScaled) {
-    sc.load(p, row_base, row_first, u.rows, col_base);
+    sc.load(p, u.g, row_base, row_first, u.rows, col_base);
   } else {
     sc.sr[0] = sc.sr[1] = 1.f;
     sc.pairs = true;
@@ -1014,7 +1019,8 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
           if (row < p.m) {
             if constexpr (is_fp8_kind(kKind) && !kBlock) {
               GgScales sc;
-              sc.load(p, 0, wrow + (lane >> 2), p.m, 0);
+              sc.load(p, u.g, split_rows ? u.begin : 0, wrow + (lane >> 2),
+                      split_rows ? u.rows : p.m, 0);
               gg_scale_in_place(sc, acc, u.tn * kBN, p.n, lane);
             }
             if (p.out == static_cast<int>(OutKind::kF16)) {

@@ -74,9 +74,9 @@ struct GroupedParams {
   int scale;       // ScaleKind
   int block_cols;  // kBlock: B's scales are 128x1 (one a column and k-block), not 128x128
   const float* sa;
-  int64_t sa_s0, sa_s1;
+  int64_t sa_s0, sa_s1, sa_sg;
   const float* sb;
-  int64_t sb_s0, sb_s1;
+  int64_t sb_s0, sb_s1, sb_sg;
   const void* bias;
   int64_t bias_sg;
   Activation act;

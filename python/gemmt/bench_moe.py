@@ -16,6 +16,10 @@ Sections (``--only``, comma separated; all by default):
   max(FLOPs / dense bf16 rate, bytes of weights + activations + output / copy bandwidth),
   both rates measured in this run (``torch.matmul`` of 8192^3 bf16, a 1 GiB device copy),
   divided by the measured time.
+* ``scaled``: ``gemmt.scaled_grouped_mm`` (float8 e4m3, a scale a row of the activations and
+  a column of each expert's weight) against ``torch._scaled_grouped_mm`` on the same
+  configurations, in the forward and grad_input layouts (both operands K-major, as torch's
+  product wants), and each against the bf16 grouped product of the same shapes.
 * ``layer``: ``gemmt.nn.MoE`` forward and forward + backward against the same layer written
   with torch ops and ``torch._grouped_mm`` (softmax routing, top-k, renormalised weights,
   SwiGLU experts, float32 weighted combine), sharing the module's parameters.
@@ -50,7 +54,8 @@ from gemmt import _bench_kit as kit
 from gemmt._report import progress as _progress
 from gemmt._report import write as _write
 
-SECTIONS = ("grouped", "layer", "models")
+SECTIONS = ("grouped", "scaled", "layer", "models")
+SCALED_LAYOUTS = ("forward", "grad_input")
 LAYOUTS = ("forward", "grad_input", "grad_weight")
 ROUTINGS = ("balanced", "zipf")
 ZIPF_EXPONENT = 1.0
@@ -202,6 +207,71 @@ def run_grouped(device: str, configs: list[tuple[str, int, int, int, list[int]]]
                 loop_error=err.get("loop")))
             del ref
         del w, x, g
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return records
+
+
+# ---- scaled: FP8 grouped products --------------------------------------------------------
+def quantize_rows(t: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """t as float8_e4m3fn with one dequantisation scale per slice along ``dim`` (amax / 448),
+    the scales with ``dim`` reduced away."""
+    amax = t.float().abs().amax(dim=dim, keepdim=True).clamp_min(1e-12)
+    scale = amax / torch.finfo(torch.float8_e4m3fn).max
+    return (t.float() / scale).to(torch.float8_e4m3fn), scale.squeeze(dim)
+
+
+def run_scaled(device: str, configs: list[tuple[str, int, int, int, list[int]]],
+               timing: dict[str, Any]) -> list[dict[str, Any]]:
+    """``scaled_grouped_mm`` against ``torch._scaled_grouped_mm`` (row scales, the forward and
+    grad_input products of an expert projection, in the K-major layouts both read), and each
+    against the bf16 grouped product of the same shapes (gemmt's and torch's)."""
+    gen = torch.Generator().manual_seed(0)
+    records = []
+    has_torch = hasattr(torch, "_scaled_grouped_mm")
+    points = [(c, tpe, routing) for c in configs for tpe in c[4] for routing in ROUTINGS]
+    for (name, experts, hidden, inter, _), tpe, routing in _progress(points, "moe scaled"):
+        counts = group_counts(experts, tpe, routing, gen)
+        m = sum(counts)
+        offs = torch.tensor(counts, dtype=torch.int64).cumsum(0).to(torch.int32).to(device)
+        w = torch.randn(experts, inter, hidden, device=device, dtype=_BF16).mul_(hidden ** -0.5)
+        for layout in SCALED_LAYOUTS:
+            k, n = (hidden, inter) if layout == "forward" else (inter, hidden)
+            a16 = torch.randn(m, k, device=device, dtype=_BF16)
+            # b (experts, k, n), column-major: W^T for the forward, W for grad_input.
+            b16 = (w.transpose(1, 2) if layout == "forward"
+                   else w.transpose(1, 2).contiguous().transpose(1, 2))
+            aq, sa = quantize_rows(a16, 1)
+            bq, sb = quantize_rows(b16, 1)  # one scale a column of each expert's b
+            bq = bq.transpose(1, 2).contiguous().transpose(1, 2)
+            cands = {
+                "gemmt": lambda: gemmt.ops.scaled_grouped_mm(aq, bq, sa, sb, offs),
+                "gemmt_bf16": lambda: torch.ops.gemmt.grouped_mm(a16, b16, offs),
+                "torch_bf16": lambda: torch._grouped_mm(a16, b16, offs)}
+            if has_torch:
+                cands["torch"] = lambda: torch._scaled_grouped_mm(
+                    aq, bq, sa, sb, offs=offs, out_dtype=_BF16)
+            ms, err = kit.time_candidates(cands, device, **timing)
+            ms.setdefault("torch", None)
+            diff = None
+            if ms["gemmt"] is not None and ms["torch"] is not None:
+                diff = kit.rel_diff(cands["gemmt"](), cands["torch"]())
+            flops = 2.0 * m * k * n
+            records.append(dict(
+                section="scaled", config=name, experts=experts, hidden=hidden,
+                intermediate=inter, tokens_per_expert=tpe, routing=routing, layout=layout,
+                tokens=m, flops=flops, gemmt_ms=ms["gemmt"], torch_ms=ms["torch"],
+                gemmt_bf16_ms=ms["gemmt_bf16"], torch_bf16_ms=ms["torch_bf16"],
+                gemmt_tflops=kit.tflops(flops, ms["gemmt"]),
+                torch_tflops=kit.tflops(flops, ms["torch"]),
+                gemmt_vs_torch=kit.ratio(ms["torch"], ms["gemmt"]),
+                gemmt_vs_gemmt_bf16=kit.ratio(ms["gemmt_bf16"], ms["gemmt"]),
+                torch_vs_torch_bf16=kit.ratio(ms["torch_bf16"], ms["torch"]),
+                gemmt_rel_diff_vs_torch=diff,
+                gemmt_error=err.get("gemmt"),
+                torch_error=err.get("torch") if has_torch else "torch._scaled_grouped_mm: absent"))
+            del a16, b16, aq, bq
+        del w
         if device == "cuda":
             torch.cuda.empty_cache()
     return records
@@ -417,6 +487,15 @@ def summarize(records: list[dict[str, Any]], refs: dict[str, Any] | None) -> dic
                     key: kit.stats([r[key] for r in rs])
                     for key in ("gemmt_vs_torch", "gemmt_vs_loop", "gemmt_roofline_fraction",
                                 "torch_roofline_fraction")}
+    scaled = [r for r in records if r["section"] == "scaled"]
+    if scaled:
+        out["scaled"] = {}
+        for layout in SCALED_LAYOUTS:
+            for routing in ROUTINGS:
+                rs = [r for r in scaled if r["layout"] == layout and r["routing"] == routing]
+                out["scaled"][f"{layout}/{routing}"] = {
+                    key: kit.stats([r[key] for r in rs])
+                    for key in ("gemmt_vs_torch", "gemmt_vs_gemmt_bf16", "torch_vs_torch_bf16")}
     layer = [r for r in records if r["section"] == "layer"]
     if layer:
         out["layer"] = {f"{r['config']}/{r['tokens']}/{r['phase']}": {
@@ -450,6 +529,14 @@ def plot(doc: dict[str, Any], path: Path) -> None:
         panels.append(("grouped_mm: fraction of the roofline", labels,
                        {impl: [r[f"{impl}_roofline_fraction"] for r in grouped]
                         for impl in ("gemmt", "torch", "loop")}, "roofline time / time"))
+    scaled = [r for r in recs if r["section"] == "scaled"]
+    if scaled:
+        labels = [f"{r['config']} {r['tokens_per_expert']}/e {r['routing'][:3]} {r['layout'][:6]}"
+                  for r in scaled]
+        panels.append(("scaled_grouped_mm (FP8, row scales)", labels,
+                       {"vs torch._scaled_grouped_mm": [r["gemmt_vs_torch"] for r in scaled],
+                        "vs gemmt bf16 grouped_mm": [r["gemmt_vs_gemmt_bf16"] for r in scaled]},
+                       "other time / gemmt time"))
     layer = [r for r in recs if r["section"] == "layer" and "gemmt_vs_torch" in r]
     if layer:
         panels.append(("MoE layer: gemmt.nn.MoE vs torch._grouped_mm layer",
@@ -490,6 +577,15 @@ def readme(doc: dict[str, Any]) -> str:
               f"{f(s['gemmt_roofline_fraction']['median'])} "
               f"({f(s['torch_roofline_fraction']['median'])})"]
              for key, s in summ["grouped"].items()])
+    if "scaled" in summ:
+        lines += kit.md_table(
+            ["FP8 layout / routing", "points", "vs torch._scaled_grouped_mm: median (worst)",
+             "vs gemmt bf16: median (worst)", "torch FP8 vs torch bf16: median"],
+            [[key, str(s["gemmt_vs_torch"]["points"]),
+              f"{f(s['gemmt_vs_torch']['median'])} ({f(s['gemmt_vs_torch']['worst'])})",
+              f"{f(s['gemmt_vs_gemmt_bf16']['median'])} ({f(s['gemmt_vs_gemmt_bf16']['worst'])})",
+              f(s["torch_vs_torch_bf16"]["median"])]
+             for key, s in summ["scaled"].items()])
     if "layer" in summ:
         lines += kit.md_table(
             ["MoE layer", "gemmt ms", "torch ms", "torch / gemmt"],
@@ -525,6 +621,9 @@ def run(out_dir: Path, quick: bool = False, smoke: bool = False,
         refs = measure_references(device, smoke, timing)
         configs = SMOKE_GROUPED if smoke else QUICK_GROUPED if quick else GROUPED
         records += run_grouped(device, configs, refs, timing)
+    if "scaled" in wanted:
+        configs = SMOKE_GROUPED if smoke else QUICK_GROUPED if quick else GROUPED
+        records += run_scaled(device, configs, timing)
     if "layer" in wanted:
         configs_l = SMOKE_LAYERS if smoke else LAYERS
         tokens = SMOKE_LAYER_TOKENS if smoke else QUICK_LAYER_TOKENS if quick else LAYER_TOKENS

@@ -306,6 +306,27 @@ def _grouped_mm_rules(a: Any, b: Any, offs: Any, bias: Any, activation: str) -> 
     return rules
 
 
+def _scaled_grouped_mm_rules(a: Any, b: Any, scale_a: Any, scale_b: Any, offs: Any, bias: Any,
+                             activation: str) -> list[Rule]:
+    """Rules of ``scaled_grouped_mm``: those of ``grouped_mm``, each scale placed with the
+    extent it scales (a 3-D ``b``'s columns, the groups) and replicated under a split of K
+    (a partial sum's scaled terms add up to the scaled sum). Two 2-D operands, whose scales
+    hold a set a group end to end, run replicated only."""
+    Replicate, Shard = _placements()[1:]
+    R = Replicate()
+    scales = {"replicated": (R, R), "column-wise": (R, Shard(1)),
+              "by group": (Shard(0), Shard(0)), "split K": (R, R)}
+    both_2d = _tensor_ndim(a) == 2 and _tensor_ndim(b) == 2
+    rules = []
+    for r in _grouped_mm_rules(a, b, offs, bias, activation):
+        if both_2d and r.name != "replicated":
+            continue
+        pa, pb, poffs, pbias = r.inputs[:4]
+        rules.append(Rule(r.name, r.outputs,
+                          (pa, pb, *scales[r.name], poffs, pbias, None, None, None)))
+    return rules
+
+
 def rules_for(op_name: str, *args: Any) -> list[Rule]:
     """The rules of ``gemmt::<op_name>`` for its arguments in schema order, every argument
     given (DTensor specs, or anything with ``placements`` and ``tensor_meta``, for tensors).
@@ -346,6 +367,9 @@ def rules_for(op_name: str, *args: Any) -> list[Rule]:
     if op_name == "grouped_mm":
         a, b, offs, bias, _, activation = args
         return _grouped_mm_rules(a, b, offs, bias, activation)
+    if op_name == "scaled_grouped_mm":
+        a, b, scale_a, scale_b, offs, bias, _, activation, _ = args
+        return _scaled_grouped_mm_rules(a, b, scale_a, scale_b, offs, bias, activation)
     if op_name in ("moe_permute", "moe_route", "moe_experts"):
         # A token's slots are ordered across the whole batch (token_order, offsets), so
         # the routing data and the expert layer run on replicated tensors only.
@@ -364,7 +388,7 @@ _OPS: tuple[str, ...] = (
     "mm", "gemm", "linear", "linear_with_preact", "linear_activation_backward",
     "linear_bias_backward", "add", "scale", "square", "square_backward", "normalize_volume",
     "rgb_to_gray", "swiglu", "swiglu_backward",
-    "grouped_mm", "moe_permute", "moe_route", "moe_experts",
+    "grouped_mm", "scaled_grouped_mm", "moe_permute", "moe_route", "moe_experts",
 )
 
 # FP8 (scaled_mm and the quantize ops; rules in _fp8_rules below).

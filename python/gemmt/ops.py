@@ -241,7 +241,8 @@ def quantize_fp8_with_transpose(
 
 from typing import NamedTuple  # noqa: E402 - kept with the section that uses it
 
-__all__ += ["grouped_mm", "moe_permute", "moe_route", "moe_experts", "MoERouting"]
+__all__ += ["grouped_mm", "scaled_grouped_mm", "moe_permute", "moe_route", "moe_experts",
+            "MoERouting"]
 
 
 def grouped_mm(a: Tensor, b: Tensor, offs: Tensor | None = None, bias: Tensor | None = None,
@@ -262,10 +263,35 @@ def grouped_mm(a: Tensor, b: Tensor, offs: Tensor | None = None, bias: Tensor | 
     ``bias`` ``(G, N)`` (3-D ``b`` only) is added to each group's rows, then ``activation``
     (one of ``ACTIVATIONS``) is applied. ``out_dtype`` may be float32 for float16/bfloat16
     operands. float32, float16, bfloat16 and float64. Differentiable in ``a``, ``b`` and
-    ``bias``; each backward product is a grouped product of another layout.
-    Only a CPU implementation exists so far: CUDA tensors are refused.
+    ``bias``; each backward product is a grouped product of another layout. On CUDA, 16-bit
+    operands run the Hopper grouped GEMM (the offsets stay on the GPU: no host synchronisation,
+    capturable in a CUDA graph); float32 and float64 run a loop of ATen products.
     """
     return _ops().grouped_mm(a, b, offs, bias, out_dtype, activation)
+
+
+def scaled_grouped_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
+                      offs: Tensor | None = None, bias: Tensor | None = None,
+                      out_dtype: torch.dtype | None = None, activation: str = "none",
+                      use_fast_accum: bool = False) -> Tensor:
+    """:func:`grouped_mm` of float8 operands with row scales, as ``torch._scaled_grouped_mm``.
+
+    ``a`` and ``b`` are float8_e4m3fn or float8_e5m2 (not both e5m2) in the layouts of
+    :func:`grouped_mm`; element ``(r, c)`` of a group's product is
+    ``sum_k float(a[r, k]) * float(b[k, c]) * scale_a[r] * scale_b[c]`` with the group's scales,
+    then ``bias`` and ``activation`` as in :func:`grouped_mm`. The scales are float32
+    dequantisation scales: a 2-D operand's is 1-D over its scaled extent (the rows of ``a``, the
+    columns of ``b``; one such set per group when both operands are 2-D), a 3-D operand's is
+    ``(G, extent)``. ``out_dtype`` is bfloat16 (the default), float16 or float32.
+
+    On a Hopper GPU the FP8 tensor cores run it from K-major operands (``a`` row-major, ``b``
+    column-major, as ``torch._scaled_grouped_mm`` wants; other layouts are copied), the sums
+    promoted to float32 every 128 of K unless ``use_fast_accum``; the offsets stay on the GPU.
+    The 2-D x 2-D layout (a split of K) runs on bfloat16 copies of the operands, which hold
+    every float8 value exactly. Not differentiable.
+    """
+    return _ops().scaled_grouped_mm(a, b, scale_a, scale_b, offs, bias, out_dtype, activation,
+                                    use_fast_accum)
 
 
 class MoERouting(NamedTuple):

@@ -1,0 +1,300 @@
+"""scaled_grouped_mm: float8 grouped products with row scales (torch._scaled_grouped_mm's
+layouts) against a float64 definition, every layout, bias, activation and out_dtype, empty
+groups and rows of no group, opcheck, sharding rules, bad input; on a Hopper GPU the FP8 kernel
+against the same definition, torch's own product and the CPU kernel."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import gemmt
+from conftest import HAS_CUDA, opcheck_float8, rel_err
+from gemmt.ops import scaled_grouped_mm
+
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+
+
+def offsets(sizes: list[int]) -> torch.Tensor:
+    return torch.tensor(sizes, dtype=torch.int64).cumsum(0).to(torch.int32)
+
+
+def fp8(*shape: int, dtype: torch.dtype = E4M3, device: str = "cpu") -> torch.Tensor:
+    """Random float8 values spread over a few binades (never all zero)."""
+    return (torch.randn(*shape, device=device) * 4).to(dtype)
+
+
+def col_major(t: torch.Tensor) -> torch.Tensor:
+    """t's values with its last two dimensions column-major (K-major for b)."""
+    return t.transpose(-2, -1).contiguous().transpose(-2, -1)
+
+
+def scales(*shape: int, device: str = "cpu") -> torch.Tensor:
+    return torch.rand(*shape, device=device) * 0.5 + 0.05
+
+
+def act_ref(z: torch.Tensor, activation: str) -> torch.Tensor:
+    f = torch.nn.functional
+    return {"none": z, "relu": torch.relu(z), "gelu": f.gelu(z),
+            "gelu_tanh": f.gelu(z, approximate="tanh"), "silu": f.silu(z)}[activation]
+
+
+def definition(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+               offs: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+               activation: str = "none") -> torch.Tensor:
+    """Each group's dequantised product in float64, written out group by group."""
+    a, b = a.double().cpu(), b.double().cpu()
+    sa, sb = scale_a.double().cpu(), scale_b.double().cpu()
+    bias = None if bias is None else bias.double().cpu()
+    ends = [] if offs is None else offs.tolist()
+    starts = [0] + ends[:-1]
+    if a.dim() == 3 and b.dim() == 3:
+        out = (a * sa.unsqueeze(2)) @ (b * sb.unsqueeze(1))
+        if bias is not None:
+            out = out + bias.unsqueeze(1)
+    elif a.dim() == 2 and b.dim() == 3:
+        out = torch.zeros(a.shape[0], b.shape[2], dtype=torch.float64)
+        for g, (s, e) in enumerate(zip(starts, ends)):
+            out[s:e] = (a[s:e] * sa[s:e, None]) @ (b[g] * sb[g][None, :])
+            if bias is not None:
+                out[s:e] += bias[g]
+    elif a.dim() == 2 and b.dim() == 2:
+        m, n = a.shape[0], b.shape[1]
+        out = torch.zeros(len(ends), m, n, dtype=torch.float64)
+        for g, (s, e) in enumerate(zip(starts, ends)):
+            out[g] = (a[:, s:e] * sa[g * m:(g + 1) * m, None]) @ (b[s:e] * sb[g * n:(g + 1) * n])
+    else:
+        out = torch.zeros(a.shape[1], b.shape[1], dtype=torch.float64)
+        for g, (s, e) in enumerate(zip(starts, ends)):
+            out[:, s:e] = (a[g] * sa[g][:, None]) @ (b[:, s:e] * sb[None, s:e])
+    return act_ref(out, activation)
+
+
+def case(layout: str, device: str = "cpu", dtype_a: torch.dtype = E4M3,
+         dtype_b: torch.dtype = E4M3, sizes: tuple[int, ...] = (5, 0, 9, 3),
+         m: int = 6, k: int = 48, n: int = 24) -> dict[str, Any]:
+    """Operands of one layout in torch._scaled_grouped_mm's form (a row-major, b
+    column-major), rows / columns past the last offset included where the layout has them."""
+    g = len(sizes)
+    total = sum(sizes)
+    if layout == "2d3d":
+        a, b = fp8(total + 2, k, dtype=dtype_a), col_major(fp8(g, k, n, dtype=dtype_b))
+        sa, sb, offs = scales(total + 2), scales(g, n), offsets(list(sizes))
+    elif layout == "3d3d":
+        a, b = fp8(g, m, k, dtype=dtype_a), col_major(fp8(g, k, n, dtype=dtype_b))
+        sa, sb, offs = scales(g, m), scales(g, n), None
+    elif layout == "2d2d":
+        depth = [16 * s for s in sizes]
+        a, b = fp8(m, sum(depth) + 16, dtype=dtype_a), col_major(fp8(sum(depth) + 16, n, dtype=dtype_b))
+        sa, sb, offs = scales(g * m), scales(g * n), offsets(depth)
+    else:  # 3d2d
+        a, b = fp8(g, m, k, dtype=dtype_a), col_major(fp8(k, total + 3, dtype=dtype_b))
+        sa, sb, offs = scales(g, m), scales(total + 3), offsets(list(sizes))
+    out = {"a": a, "b": b, "scale_a": sa, "scale_b": sb, "offs": offs}
+    return {key: None if v is None else v.to(device) for key, v in out.items()}
+
+
+LAYOUTS = ["2d3d", "3d3d", "2d2d", "3d2d"]
+
+
+# ---- CPU: the definition ----
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_matches_definition(layout: str) -> None:
+    c = case(layout)
+    out = scaled_grouped_mm(**c, out_dtype=torch.float32)
+    assert out.dtype == torch.float32
+    assert rel_err(out, definition(**c)) < 1e-6
+
+
+@pytest.mark.parametrize("layout", ["2d3d", "3d3d"])
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "silu"])
+def test_bias_and_activation(layout: str, activation: str) -> None:
+    c = case(layout)
+    g, n = c["b"].shape[0], c["b"].shape[2]
+    bias = torch.randn(g, n)
+    out = scaled_grouped_mm(**c, bias=bias, out_dtype=torch.float32, activation=activation)
+    assert rel_err(out, definition(**c, bias=bias, activation=activation)) < 1e-6
+
+
+def test_rows_of_no_group_and_empty_groups_are_zero() -> None:
+    c = case("2d3d", sizes=(0, 4, 0, 3))
+    bias = torch.randn(4, c["b"].shape[2])
+    out = scaled_grouped_mm(**c, bias=bias, out_dtype=torch.float32)
+    assert torch.all(out[7:] == 0) and out[:7].abs().sum() > 0
+    empty = scaled_grouped_mm(**case("2d2d", sizes=(0, 2)), out_dtype=torch.float32)
+    assert torch.all(empty[0] == 0) and empty[1].abs().sum() > 0
+
+
+@pytest.mark.parametrize("out_dtype", [None, torch.bfloat16, torch.float16, torch.float32])
+def test_out_dtype(out_dtype: torch.dtype | None) -> None:
+    c = case("2d3d")
+    out = scaled_grouped_mm(**c, out_dtype=out_dtype)
+    want = out_dtype or torch.bfloat16
+    assert out.dtype == want
+    assert rel_err(out, definition(**c)) < {torch.float32: 1e-6}.get(want, 4e-3)
+
+
+def test_mixed_formats() -> None:
+    for da, db in [(E5M2, E4M3), (E4M3, E5M2)]:
+        c = case("2d3d", dtype_a=da, dtype_b=db)
+        assert rel_err(scaled_grouped_mm(**c, out_dtype=torch.float32), definition(**c)) < 1e-6
+
+
+def test_meta_shapes() -> None:
+    for layout, want in [("2d3d", (19, 24)), ("3d3d", (4, 6, 24)), ("2d2d", (4, 6, 24)),
+                         ("3d2d", (6, 20))]:
+        c = {k: None if v is None else v.to("meta") for k, v in case(layout).items()}
+        out = torch.ops.gemmt.scaled_grouped_mm(**c)
+        assert tuple(out.shape) == want and out.dtype == torch.bfloat16
+
+
+# ---- bad input ----
+
+def test_bad_input_is_refused_clearly() -> None:
+    c = case("2d3d")
+    with pytest.raises(RuntimeError, match=r"gemmt::scaled_grouped_mm: argument 'a'.*Float8"):
+        scaled_grouped_mm(**{**c, "a": c["a"].float()})
+    with pytest.raises(RuntimeError, match=r"'scale_b' expected a float32 tensor of shape \[4, 24\]"):
+        scaled_grouped_mm(**{**c, "scale_b": c["scale_b"][:, :3]})
+    with pytest.raises(RuntimeError, match=r"'scale_a' expected a 1-D float32 tensor of 19"):
+        scaled_grouped_mm(**{**c, "scale_a": c["scale_a"][:5]})
+    with pytest.raises(RuntimeError, match="at most one Float8_e5m2"):
+        scaled_grouped_mm(**{**c, "a": c["a"].to(E5M2), "b": c["b"].to(E5M2)})
+    with pytest.raises(RuntimeError, match="multiple of 16"):
+        scaled_grouped_mm(**{**c, "a": c["a"][:, :40], "b": c["b"][:, :40]})
+    with pytest.raises(RuntimeError, match="'offs' expected a 1-D int32"):
+        scaled_grouped_mm(**{**c, "offs": None})
+    with pytest.raises(RuntimeError, match="'out_dtype' expected"):
+        scaled_grouped_mm(**c, out_dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="finite, positive dequantisation scales"):
+        scaled_grouped_mm(**{**c, "scale_a": torch.zeros_like(c["scale_a"])})
+    with pytest.raises(RuntimeError, match="is not differentiable, but argument 'scale_b'"):
+        scaled_grouped_mm(**{**c, "scale_b": c["scale_b"].clone().requires_grad_()})
+
+
+# ---- opcheck and sharding rules ----
+
+def opcheck_cases(device: str) -> list[tuple[Any, tuple, dict]]:
+    """Collected by test_autograd_opcheck.test_every_registered_op_is_opchecked."""
+    g = torch.ops.gemmt.scaled_grouped_mm
+    cases = []
+    for layout in LAYOUTS:
+        c = case(layout, device=device)
+        cases.append((g, (c["a"], c["b"], c["scale_a"], c["scale_b"], c["offs"]), {}))
+    c = case("2d3d", device=device)
+    bias = torch.randn(4, 24, device=device)
+    cases.append((g, (c["a"], c["b"], c["scale_a"], c["scale_b"], c["offs"], bias),
+                  {"activation": "silu", "out_dtype": torch.float32}))
+    return cases
+
+
+def test_opcheck() -> None:
+    for op, args, kwargs in opcheck_cases("cpu"):
+        opcheck_float8(op, args, kwargs, float8_inputs=True)
+
+
+def test_torch_compile_fullgraph() -> None:
+    c = case("2d3d")
+    fn = torch.compile(lambda a, b, sa, sb, o: torch.ops.gemmt.scaled_grouped_mm(a, b, sa, sb, o),
+                       fullgraph=True, backend="aot_eager")
+    out = fn(c["a"], c["b"], c["scale_a"], c["scale_b"], c["offs"])
+    assert torch.equal(out, scaled_grouped_mm(**c))
+
+
+def test_sharding_rules_place_each_scale() -> None:
+    class Spec:
+        def __init__(self, ndim: int) -> None:
+            self.placements = ()
+            self.tensor_meta = type("Meta", (), {"shape": (1,) * ndim})()
+
+    rules = gemmt.distributed.rules_for("scaled_grouped_mm", Spec(3), Spec(3), Spec(2), Spec(2),
+                                        None, Spec(2), None, "none", False)
+    by_name = {r.name: r for r in rules}
+    assert set(by_name) == {"replicated", "column-wise", "by group", "split K"}
+    Shard = torch.distributed.tensor.Shard
+    assert by_name["column-wise"].inputs[2:4] == (torch.distributed.tensor.Replicate(), Shard(1))
+    assert by_name["by group"].inputs[:4] == (Shard(0),) * 4
+    both_2d = gemmt.distributed.rules_for("scaled_grouped_mm", Spec(2), Spec(2), Spec(1),
+                                          Spec(1), Spec(1), None, None, "none", False)
+    assert [r.name for r in both_2d] == ["replicated"]
+
+
+# ---- CUDA: the FP8 Hopper kernel ----
+
+def hopper() -> bool:
+    return HAS_CUDA and torch.cuda.get_device_capability()[0] == 9
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("fast_accum", [False, True])
+def test_cuda_matches_definition(layout: str, out_dtype: torch.dtype, fast_accum: bool) -> None:
+    if not hopper():
+        pytest.skip("the FP8 kernel needs a Hopper GPU")
+    sizes = (130, 0, 77, 256, 1, 64)
+    c = case(layout, device="cuda", sizes=sizes, m=200, k=512, n=320)
+    out = scaled_grouped_mm(**c, out_dtype=out_dtype, use_fast_accum=fast_accum)
+    ref = definition(**c)
+    # float8 products are exact; the tensor cores add them with about 14 bits of mantissa
+    # within each 128-deep block (torch's FP8 kernels too), whose sums join a float32 total
+    # (or, with fast_accum, the whole K stays in the tensor cores' accumulator); then one
+    # rounding to out_dtype. A wrong scale or group is off by 1e-2 or more.
+    bound = 4e-3 if out_dtype == torch.bfloat16 else (1e-3 if fast_accum else 5e-4)
+    assert rel_err(out, ref) < bound
+    cpu = scaled_grouped_mm(**{k: None if v is None else v.cpu() for k, v in c.items()},
+                            out_dtype=out_dtype)
+    assert rel_err(out, cpu) < bound
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("activation", ["none", "silu"])
+def test_cuda_bias_activation_mixed_formats(activation: str) -> None:
+    if not hopper():
+        pytest.skip("the FP8 kernel needs a Hopper GPU")
+    for layout in ("2d3d", "3d3d"):
+        for da, db in [(E4M3, E4M3), (E5M2, E4M3), (E4M3, E5M2)]:
+            c = case(layout, device="cuda", dtype_a=da, dtype_b=db, sizes=(33, 0, 150, 7),
+                     m=70, k=256, n=200)
+            bias = torch.randn(4, 200, device="cuda")
+            out = scaled_grouped_mm(**c, bias=bias, activation=activation,
+                                    out_dtype=torch.float32)
+            assert rel_err(out, definition(**c, bias=bias, activation=activation)) < 5e-4
+
+
+@pytest.mark.cuda
+def test_cuda_rows_of_no_group_and_graph_capture() -> None:
+    if not hopper():
+        pytest.skip("the FP8 kernel needs a Hopper GPU")
+    c = case("2d3d", device="cuda", sizes=(0, 40, 0, 90), k=128, n=256)
+    out = torch.full((c["a"].shape[0], 256), float("nan"), device="cuda", dtype=torch.bfloat16)
+    graph = torch.cuda.CUDAGraph()
+    scaled_grouped_mm(**c)  # compiled and planned outside the capture
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        out.copy_(scaled_grouped_mm(**c))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.all(out[130:] == 0)
+    assert rel_err(out, definition(**c)) < 4e-3
+    # New routing in the same buffers: the graph reads the offsets on the GPU.
+    c["offs"].copy_(offsets([10, 30, 50, 40]).cuda())
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel_err(out, definition(**c)) < 4e-3
+
+
+@pytest.mark.cuda
+def test_cuda_against_torch_scaled_grouped_mm() -> None:
+    if not hopper() or not hasattr(torch, "_scaled_grouped_mm"):
+        pytest.skip("needs a Hopper GPU and torch._scaled_grouped_mm")
+    c = case("2d3d", device="cuda", sizes=(128, 0, 304, 64, 208), k=1024, n=512)
+    ref = definition(**c)
+    ours = scaled_grouped_mm(**c)
+    theirs = torch._scaled_grouped_mm(c["a"], c["b"], c["scale_a"], c["scale_b"], offs=c["offs"],
+                                      out_dtype=torch.bfloat16)
+    valid = int(c["offs"][-1])
+    assert rel_err(ours[:valid], ref[:valid]) <= 1.05 * rel_err(theirs[:valid], ref[:valid]) + 1e-4
