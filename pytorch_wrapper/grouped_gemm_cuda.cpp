@@ -77,6 +77,17 @@ at::Tensor padded_rows(const at::Tensor& t) {
   return view;
 }
 
+// The (groups, N) bias in C's type, contiguous, as x's bias rows (undefined without one); the
+// caller keeps the returned tensor alive while the kernel runs.
+at::Tensor set_group_bias(GroupedGemmArgs& x, const std::optional<at::Tensor>& bias,
+                          at::ScalarType out_dtype) {
+  if (!bias.has_value() || !bias->defined()) return {};
+  at::Tensor b = bias->to(out_dtype).contiguous();
+  x.bias = b.const_data_ptr();
+  x.bias_sg = b.size(1);
+  return b;
+}
+
 // out = act(bias), bias broadcast to out's shape: the C of products over an empty contraction.
 void fill_with_bias(const at::Tensor& bias, Activation act, at::Tensor& out) {
   out.copy_(bias.expand_as(out));
@@ -157,12 +168,7 @@ void grouped_mm_cuda_into(const char* op, const at::Tensor& a_in, const at::Tens
     return;
   }
   if (x.split != GroupSplit::kNone) x.offs = offs->const_data_ptr<int>();
-  at::Tensor bias_c;
-  if (bias.has_value() && bias->defined()) {
-    bias_c = bias->to(out.scalar_type()).contiguous();
-    x.bias = bias_c.const_data_ptr();
-    x.bias_sg = bias_c.size(1);
-  }
+  const at::Tensor bias_c = set_group_bias(x, bias, out.scalar_type());
   if (x.k == 0) {
     fill_empty_contraction(offs, bias_c, layout, act, out);
     return;
@@ -243,12 +249,7 @@ void scaled_grouped_mm_cuda_into(const char* op, const at::Tensor& a_in, const a
   x.sb = sb.const_data_ptr<float>();
   x.sb_s1 = sb.stride(1);
   x.sb_sg = sb.stride(0);
-  at::Tensor bias_c;
-  if (bias.has_value() && bias->defined()) {
-    bias_c = bias->to(out.scalar_type()).contiguous();
-    x.bias = bias_c.const_data_ptr();
-    x.bias_sg = bias_c.size(1);
-  }
+  const at::Tensor bias_c = set_group_bias(x, bias, out.scalar_type());
   if (x.k == 0) {
     fill_empty_contraction(offs, bias_c, rows ? GroupedLayout::k2d3d : layout, act, out);
     return;

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -150,17 +150,31 @@ def _loop(layout: str, a: torch.Tensor, b: torch.Tensor, counts: list[int],
     return run
 
 
+def _routed_points(device: str, configs: list[tuple[str, int, int, int, list[int]]], what: str
+                   ) -> Iterator[tuple[tuple[str, int, int, int], int, str, list[int],
+                                       torch.Tensor, torch.Tensor]]:
+    """Every (configuration, tokens per expert, routing) with a progress bar: the
+    configuration's (name, experts, hidden, intermediate), the tokens per expert, the routing,
+    the group counts, their int32 offsets on the device and a random expert weight in
+    transformers' layout of an up projection, (experts, out = I, in = H)."""
+    gen = torch.Generator().manual_seed(0)
+    points = [(c, tpe, routing) for c in configs for tpe in c[4] for routing in ROUTINGS]
+    for (name, experts, hidden, inter, _), tpe, routing in _progress(points, what):
+        counts = group_counts(experts, tpe, routing, gen)
+        offs = torch.tensor(counts, dtype=torch.int64).cumsum(0).to(torch.int32).to(device)
+        w = torch.randn(experts, inter, hidden, device=device, dtype=_BF16).mul_(hidden ** -0.5)
+        yield (name, experts, hidden, inter), tpe, routing, counts, offs, w
+        del w
+        if device == "cuda":
+            torch.cuda.empty_cache()
+
+
 def run_grouped(device: str, configs: list[tuple[str, int, int, int, list[int]]],
                 refs: dict[str, Any], timing: dict[str, Any]) -> list[dict[str, Any]]:
-    gen = torch.Generator().manual_seed(0)
     records = []
-    points = [(c, tpe, routing) for c in configs for tpe in c[4] for routing in ROUTINGS]
-    for (name, experts, hidden, inter, _), tpe, routing in _progress(points, "moe grouped"):
-        counts = group_counts(experts, tpe, routing, gen)
+    for cfg, tpe, routing, counts, offs, w in _routed_points(device, configs, "moe grouped"):
+        name, experts, hidden, inter = cfg
         m = sum(counts)
-        offs = torch.tensor(counts, dtype=torch.int64).cumsum(0).to(torch.int32).to(device)
-        # transformers' layout of an up projection: (experts, out = I, in = H).
-        w = torch.randn(experts, inter, hidden, device=device, dtype=_BF16).mul_(hidden ** -0.5)
         x = torch.randn(m, hidden, device=device, dtype=_BF16)
         g = torch.randn(m, inter, device=device, dtype=_BF16)
         flops = 2.0 * m * hidden * inter
@@ -207,8 +221,6 @@ def run_grouped(device: str, configs: list[tuple[str, int, int, int, list[int]]]
                 loop_error=err.get("loop")))
             del ref
         del w, x, g
-        if device == "cuda":
-            torch.cuda.empty_cache()
     return records
 
 
@@ -226,15 +238,11 @@ def run_scaled(device: str, configs: list[tuple[str, int, int, int, list[int]]],
     """``scaled_grouped_mm`` against ``torch._scaled_grouped_mm`` (row scales, the forward and
     grad_input products of an expert projection, in the K-major layouts both read), and each
     against the bf16 grouped product of the same shapes (gemmt's and torch's)."""
-    gen = torch.Generator().manual_seed(0)
     records = []
     has_torch = hasattr(torch, "_scaled_grouped_mm")
-    points = [(c, tpe, routing) for c in configs for tpe in c[4] for routing in ROUTINGS]
-    for (name, experts, hidden, inter, _), tpe, routing in _progress(points, "moe scaled"):
-        counts = group_counts(experts, tpe, routing, gen)
+    for cfg, tpe, routing, counts, offs, w in _routed_points(device, configs, "moe scaled"):
+        name, experts, hidden, inter = cfg
         m = sum(counts)
-        offs = torch.tensor(counts, dtype=torch.int64).cumsum(0).to(torch.int32).to(device)
-        w = torch.randn(experts, inter, hidden, device=device, dtype=_BF16).mul_(hidden ** -0.5)
         for layout in SCALED_LAYOUTS:
             k, n = (hidden, inter) if layout == "forward" else (inter, hidden)
             a16 = torch.randn(m, k, device=device, dtype=_BF16)
@@ -272,8 +280,6 @@ def run_scaled(device: str, configs: list[tuple[str, int, int, int, list[int]]],
                 torch_error=err.get("torch") if has_torch else "torch._scaled_grouped_mm: absent"))
             del a16, b16, aq, bq
         del w
-        if device == "cuda":
-            torch.cuda.empty_cache()
     return records
 
 
@@ -477,25 +483,19 @@ def summarize(records: list[dict[str, Any]], refs: dict[str, Any] | None) -> dic
     out: dict[str, Any] = {}
     if refs is not None:
         out["references"] = {k: refs[k] for k in ("dense_bf16_tflops", "copy_gbps")}
-    grouped = [r for r in records if r["section"] == "grouped"]
-    if grouped:
-        out["grouped"] = {}
-        for layout in LAYOUTS:
-            for routing in ROUTINGS:
-                rs = [r for r in grouped if r["layout"] == layout and r["routing"] == routing]
-                out["grouped"][f"{layout}/{routing}"] = {
-                    key: kit.stats([r[key] for r in rs])
-                    for key in ("gemmt_vs_torch", "gemmt_vs_loop", "gemmt_roofline_fraction",
-                                "torch_roofline_fraction")}
-    scaled = [r for r in records if r["section"] == "scaled"]
-    if scaled:
-        out["scaled"] = {}
-        for layout in SCALED_LAYOUTS:
-            for routing in ROUTINGS:
-                rs = [r for r in scaled if r["layout"] == layout and r["routing"] == routing]
-                out["scaled"][f"{layout}/{routing}"] = {
-                    key: kit.stats([r[key] for r in rs])
-                    for key in ("gemmt_vs_torch", "gemmt_vs_gemmt_bf16", "torch_vs_torch_bf16")}
+    for section, layouts, keys in (
+            ("grouped", LAYOUTS, ("gemmt_vs_torch", "gemmt_vs_loop", "gemmt_roofline_fraction",
+                                  "torch_roofline_fraction")),
+            ("scaled", SCALED_LAYOUTS, ("gemmt_vs_torch", "gemmt_vs_gemmt_bf16",
+                                        "torch_vs_torch_bf16"))):
+        rows = [r for r in records if r["section"] == section]
+        if rows:
+            out[section] = {
+                f"{layout}/{routing}": {key: kit.stats([r[key] for r in rows
+                                                        if r["layout"] == layout
+                                                        and r["routing"] == routing])
+                                        for key in keys}
+                for layout in layouts for routing in ROUTINGS}
     layer = [r for r in records if r["section"] == "layer"]
     if layer:
         out["layer"] = {f"{r['config']}/{r['tokens']}/{r['phase']}": {
@@ -518,10 +518,13 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     """grouped_mm against torch and the loop, its roofline fraction, the layer, the models."""
     recs = doc["records"]
     panels = []
+    def point_labels(rows: list[dict[str, Any]]) -> list[str]:
+        return [f"{r['config']} {r['tokens_per_expert']}/e {r['routing'][:3]} {r['layout'][:6]}"
+                for r in rows]
+
     grouped = [r for r in recs if r["section"] == "grouped"]
     if grouped:
-        labels = [f"{r['config']} {r['tokens_per_expert']}/e {r['routing'][:3]} {r['layout'][:6]}"
-                  for r in grouped]
+        labels = point_labels(grouped)
         panels.append(("grouped_mm: gemmt vs torch._grouped_mm and a loop of mm", labels,
                        {"vs torch._grouped_mm": [r["gemmt_vs_torch"] for r in grouped],
                         "vs loop of mm": [r["gemmt_vs_loop"] for r in grouped]},
@@ -531,9 +534,7 @@ def plot(doc: dict[str, Any], path: Path) -> None:
                         for impl in ("gemmt", "torch", "loop")}, "roofline time / time"))
     scaled = [r for r in recs if r["section"] == "scaled"]
     if scaled:
-        labels = [f"{r['config']} {r['tokens_per_expert']}/e {r['routing'][:3]} {r['layout'][:6]}"
-                  for r in scaled]
-        panels.append(("scaled_grouped_mm (FP8, row scales)", labels,
+        panels.append(("scaled_grouped_mm (FP8, row scales)", point_labels(scaled),
                        {"vs torch._scaled_grouped_mm": [r["gemmt_vs_torch"] for r in scaled],
                         "vs gemmt bf16 grouped_mm": [r["gemmt_vs_gemmt_bf16"] for r in scaled]},
                        "other time / gemmt time"))
@@ -567,13 +568,16 @@ def readme(doc: dict[str, Any]) -> str:
         lines += ["", f"Measured in the same run: dense bf16 {f(refs['dense_bf16_tflops'], '.1f')} "
                       f"TFLOP/s, copy {f(refs['copy_gbps'], '.0f')} GB/s."]
     lines.append("")
+
+    def med_worst(s: dict[str, Any], key: str) -> str:
+        return f"{f(s[key]['median'])} ({f(s[key]['worst'])})"
+
     if "grouped" in summ:
         lines += kit.md_table(
             ["layout / routing", "points", "vs torch._grouped_mm: median (worst)",
              "vs loop: median (worst)", "roofline fraction: gemmt median (torch)"],
-            [[key, str(s["gemmt_vs_torch"]["points"]),
-              f"{f(s['gemmt_vs_torch']['median'])} ({f(s['gemmt_vs_torch']['worst'])})",
-              f"{f(s['gemmt_vs_loop']['median'])} ({f(s['gemmt_vs_loop']['worst'])})",
+            [[key, str(s["gemmt_vs_torch"]["points"]), med_worst(s, "gemmt_vs_torch"),
+              med_worst(s, "gemmt_vs_loop"),
               f"{f(s['gemmt_roofline_fraction']['median'])} "
               f"({f(s['torch_roofline_fraction']['median'])})"]
              for key, s in summ["grouped"].items()])
@@ -581,10 +585,8 @@ def readme(doc: dict[str, Any]) -> str:
         lines += kit.md_table(
             ["FP8 layout / routing", "points", "vs torch._scaled_grouped_mm: median (worst)",
              "vs gemmt bf16: median (worst)", "torch FP8 vs torch bf16: median"],
-            [[key, str(s["gemmt_vs_torch"]["points"]),
-              f"{f(s['gemmt_vs_torch']['median'])} ({f(s['gemmt_vs_torch']['worst'])})",
-              f"{f(s['gemmt_vs_gemmt_bf16']['median'])} ({f(s['gemmt_vs_gemmt_bf16']['worst'])})",
-              f(s["torch_vs_torch_bf16"]["median"])]
+            [[key, str(s["gemmt_vs_torch"]["points"]), med_worst(s, "gemmt_vs_torch"),
+              med_worst(s, "gemmt_vs_gemmt_bf16"), f(s["torch_vs_torch_bf16"]["median"])]
              for key, s in summ["scaled"].items()])
     if "layer" in summ:
         lines += kit.md_table(
