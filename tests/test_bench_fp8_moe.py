@@ -455,3 +455,16 @@ def test_smoke_runs_on_the_gpu(tmp_path: Path) -> None:
         assert r["gemmt_error"] is None and _finite_positive(r["gemmt_vs_torch"]), r
         if r["section"] == "grouped":
             assert r["gemmt_rel_diff_vs_loop"] < 1e-2, r
+
+
+def test_demo_runs_the_fp8_and_moe_ops_against_torch() -> None:
+    """The demo's FP8 and MoE entries (python -m gemmt): each of gemmt's results and torch's
+    within the entry's bound of the float64 reference, on the CPU."""
+    cases = cli._fp8_moe_cases("cpu")
+    assert [c[0].split()[0] for c in cases] == ["quantize_fp8", "scaled_mm", "grouped_mm",
+                                                "scaled_grouped"]
+    for label, ours, theirs, ref, bound in cases:
+        for fn in (ours, theirs):
+            out = fn()
+            assert out.shape == ref.shape, label
+            assert cli._rel_err(out, ref) <= bound, label

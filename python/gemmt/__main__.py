@@ -156,6 +156,73 @@ def _cases(dev: str) -> list[tuple[str, Callable[[], Result], Callable[[], Resul
     ]
 
 
+def _fp8_moe_cases(dev: str
+                   ) -> list[tuple[str, Callable[[], Result], Callable[[], Result], Result, float]]:
+    """The FP8 and mixture-of-experts ops: rowwise quantisation, scaled_mm and the grouped
+    products of 8 unevenly routed experts, against torch's own ops (on the CPU, where torch has
+    no grouped FP8 product, a loop of torch._scaled_mm)."""
+    big = dev == "cuda"
+    tokens, d_in, d_out, experts = (2048, 4096, 4096, 8) if big else (128, 256, 256, 8)
+    e4m3 = torch.float8_e4m3fn
+    x = torch.randn(tokens, d_in, device=dev).to(torch.bfloat16)
+    w = (torch.randn(d_out, d_in, device=dev) / d_in ** 0.5).to(torch.bfloat16)
+    xq, xs = gemmt.quantize_fp8(x, "row")
+    wq, ws = gemmt.quantize_fp8(w, "row")
+
+    def quantize_torch() -> torch.Tensor:
+        scale = x.float().abs().amax(1, keepdim=True).clamp_min(1e-12) / 448.0
+        return (x.float() / scale).clamp(-448, 448).to(e4m3).float() * scale
+
+    def dequant64(q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        return q.double() * s.double()
+
+    # Tokens routed unevenly to the experts, sorted by expert (one expert gets none).
+    counts = [tokens // 4, 0, tokens // 8, tokens // 4, tokens // 16, tokens // 8,
+              tokens // 16, tokens // 8]
+    offs = torch.tensor(counts, device=dev).cumsum(0).to(torch.int32)
+    starts = [0, *offs.tolist()[:-1]]
+    ends = offs.tolist()
+    we = (torch.randn(experts, d_out, d_in, device=dev) / d_in ** 0.5).to(torch.bfloat16)
+    wt = we.transpose(1, 2)  # (experts, K, N), column-major: the layout torch's products take
+    weq = torch.stack([gemmt.quantize_fp8(we[e], "row")[0] for e in range(experts)])
+    wes = torch.stack([gemmt.quantize_fp8(we[e], "row")[1].reshape(-1) for e in range(experts)])
+    xs1 = xs.reshape(-1)
+
+    def grouped_ref(a: torch.Tensor, b: list[torch.Tensor]) -> torch.Tensor:
+        out = torch.zeros(tokens, d_out, dtype=torch.float64, device=dev)
+        for e, (s0, s1) in enumerate(zip(starts, ends)):
+            out[s0:s1] = a[s0:s1] @ b[e]
+        return out
+
+    def scaled_grouped_torch() -> torch.Tensor:
+        if big and hasattr(torch, "_scaled_grouped_mm"):
+            return torch._scaled_grouped_mm(xq, weq.transpose(1, 2), xs1, wes, offs=offs,
+                                            out_dtype=torch.bfloat16)
+        out = torch.zeros(tokens, d_out, dtype=torch.bfloat16, device=dev)
+        for e, (s0, s1) in enumerate(zip(starts, ends)):
+            if s1 > s0:
+                out[s0:s1] = torch._scaled_mm(xq[s0:s1], weq[e].t(), scale_a=xs[s0:s1],
+                                              scale_b=wes[e].reshape(1, -1),
+                                              out_dtype=torch.bfloat16)
+        return out
+
+    return [
+        ("quantize_fp8 row bf16", lambda: dequant64(*gemmt.quantize_fp8(x, "row")).float(),
+         quantize_torch, x.double(), 4e-2),
+        ("scaled_mm e4m3 row", lambda: gemmt.scaled_mm(xq, wq.t(), xs, ws.t()),
+         lambda: torch._scaled_mm(xq, wq.t(), scale_a=xs, scale_b=ws.t(),
+                                  out_dtype=torch.bfloat16),
+         dequant64(xq, xs) @ dequant64(wq, ws).t(), 1e-2),
+        ("grouped_mm bf16", lambda: gemmt.grouped_mm(x, wt, offs),
+         lambda: torch._grouped_mm(x, wt, offs), grouped_ref(x.double(), [
+             wt[e].double() for e in range(experts)]), 1e-2),
+        ("scaled_grouped e4m3", lambda: gemmt.scaled_grouped_mm(
+            xq, weq.transpose(1, 2), xs1, wes, offs), scaled_grouped_torch,
+         grouped_ref(dequant64(xq, xs), [dequant64(weq[e], wes[e].reshape(-1, 1)).t()
+                                          for e in range(experts)]), 1e-2),
+    ]
+
+
 def demo() -> int:
     """Runs every op on CUDA if present (else CPU) and compares it with PyTorch."""
     info = gemmt.build_info()
@@ -169,7 +236,7 @@ def demo() -> int:
     print(header)
     print("-" * len(header))
     failures = 0
-    for label, ours, theirs, ref, bound in _cases(dev):
+    for label, ours, theirs, ref, bound in _cases(dev) + _fp8_moe_cases(dev):
         out = ours()
         err = _rel_err(out, ref)
         max_abs = _max_abs(out, ref)
