@@ -298,3 +298,62 @@ def test_cuda_against_torch_scaled_grouped_mm() -> None:
                                       out_dtype=torch.bfloat16)
     valid = int(c["offs"][-1])
     assert rel_err(ours[:valid], ref[:valid]) <= 1.05 * rel_err(theirs[:valid], ref[:valid]) + 1e-4
+
+
+# ---- Float8MoE: the FP8 expert layer for inference ----
+
+def emulate_float8_moe(moe: gemmt.nn.MoE, x: torch.Tensor) -> torch.Tensor:
+    """Float8MoE's arithmetic in float64 slot by slot: the tokens and expert weights quantised
+    as its quantize_fp8 calls do, the gate/up product rounded to the layer's dtype, swiglu,
+    the rows quantised again, the down product, the weighted sum per token."""
+    from gemmt.moe import quantize_experts
+    from gemmt.nn import _route
+
+    flat = x.reshape(-1, moe.hidden_size)
+    routing, weights = _route(moe, flat)
+    xq, xs = gemmt.quantize_fp8(flat, "row")
+    gu_q, gu_s = quantize_experts(moe.gate_up_proj.detach())
+    dn_q, dn_s = quantize_experts(moe.down_proj.detach())
+    inter = moe.intermediate_size
+    out = torch.zeros(flat.shape, dtype=torch.float64, device=x.device)
+    for t in range(flat.shape[0]):
+        for j in range(moe.top_k):
+            e = int(routing.expert_ids[t, j])
+            h = (xq[t].double() * xs[t].double()) @ (gu_q[e].double() * gu_s[e, :, None].double()).t()
+            h = h.to(x.dtype)
+            act = gemmt.swiglu(h[None, :inter], h[None, inter:])
+            aq, a_s = gemmt.quantize_fp8(act, "row")
+            o = (aq.double() * a_s.double()) @ (dn_q[e].double() * dn_s[e, :, None].double()).t()
+            out[t] += float(weights[t, j]) * o[0]
+    return out.reshape(x.shape)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_float8_moe_matches_its_emulation(device: str) -> None:
+    if device == "cuda" and not hopper():
+        pytest.skip("the FP8 kernel needs a Hopper GPU")
+    moe = gemmt.nn.MoE(256, 128, 8, 2, device=device, dtype=torch.bfloat16)
+    layer = gemmt.nn.Float8MoE.from_moe(moe)
+    x = torch.randn(3, 17, 256, device=device, dtype=torch.bfloat16)
+    with torch.no_grad():
+        out = layer(x)
+        ref = emulate_float8_moe(moe, x)
+        bf16 = moe(x)
+    assert out.shape == x.shape and out.dtype == x.dtype
+    # A value near a float8 rounding boundary may round the other way on either side (the
+    # products' own float32 / tensor-core sums differ in the last bits): a few 1e-3. A wrong
+    # expert, scale or weight is off by tens of percent.
+    assert rel_err(out, ref) < 1e-2
+    assert rel_err(out, bf16) < 0.1  # float8's own error against the bf16 layer
+    assert "gate_up_proj_fp8" in dict(layer.named_buffers())
+    assert layer.gate_up_proj_fp8.shape == (8, 256, 256)
+    assert layer.gate_up_proj_fp8.dtype == E4M3 and layer.down_proj_scale.shape == (8, 256)
+
+
+def test_float8_moe_is_not_differentiable() -> None:
+    layer = gemmt.nn.Float8MoE.from_moe(gemmt.nn.MoE(64, 32, 4, 2))
+    x = torch.randn(5, 64, requires_grad=True)
+    with pytest.raises(RuntimeError, match="gemmt.nn.Float8MoE: inference only"):
+        layer(x)
+    with torch.no_grad():
+        assert layer(x).shape == x.shape

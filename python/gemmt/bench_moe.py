@@ -22,7 +22,9 @@ Sections (``--only``, comma separated; all by default):
   product wants), and each against the bf16 grouped product of the same shapes.
 * ``layer``: ``gemmt.nn.MoE`` forward and forward + backward against the same layer written
   with torch ops and ``torch._grouped_mm`` (softmax routing, top-k, renormalised weights,
-  SwiGLU experts, float32 weighted combine), sharing the module's parameters.
+  SwiGLU experts, float32 weighted combine), sharing the module's parameters; and
+  ``gemmt.nn.Float8MoE`` made from it (float8 experts, inference) against both bf16 layers'
+  forward (phase ``forward_float8``).
 * ``models``: when transformers imports, two-layer Mixtral-like (hidden 4096, 8 experts x
   14336, top-2) and Qwen3-MoE-like (hidden 2048, 128 experts x 768, top-8) models with
   random bf16 weights, run with ``set_experts_implementation("gemmt")`` (after
@@ -359,10 +361,43 @@ def run_layer(device: str, configs: list[tuple[str, int, int, int, int]], tokens
                 gemmt_vs_torch=kit.ratio(ms["torch"], ms["gemmt"]),
                 rel_diff_vs_torch=diff, gemmt_error=errs.get("gemmt"),
                 torch_error=errs.get("torch")))
+        records.append(_float8_layer_record(moe, forward, call_module, flops_fwd, device, timing,
+                                            dict(config=name, hidden=hidden, intermediate=inter,
+                                                 experts=experts, top_k=top_k, tokens=t)))
         del moe, x, xg, g, params
         if device == "cuda":
             torch.cuda.empty_cache()
     return records
+
+
+def _float8_layer_record(moe: gemmt.nn.MoE, forward: Callable[..., Callable[[], torch.Tensor]],
+                         call_module: Callable[[gemmt.nn.MoE, torch.Tensor], torch.Tensor],
+                         flops: float, device: str, timing: dict[str, Any],
+                         point: dict[str, Any]) -> dict[str, Any]:
+    """The phase "forward_float8": gemmt.nn.Float8MoE made from the layer (its experts in
+    float8, inference) against the bf16 layer written with torch ops, and against gemmt's own
+    bf16 layer; its output's difference from torch's bf16 layer is float8's error."""
+    layer, err = kit.attempt(lambda: gemmt.nn.Float8MoE.from_moe(moe), device)
+    if layer is None:
+        return dict(section="layer", phase="forward_float8", **point, gemmt_ms=None,
+                    torch_ms=None, gemmt_vs_torch=None, gemmt_error=err, torch_error=None)
+
+    def call_float8(_: gemmt.nn.MoE, inp: torch.Tensor) -> torch.Tensor:
+        return layer(inp)
+
+    ms, errs = kit.time_candidates({"gemmt": forward(call_float8), "torch": forward(torch_moe),
+                                    "gemmt_bf16": forward(call_module)}, device, **timing)
+    diff = None
+    if ms["gemmt"] is not None and ms["torch"] is not None:
+        diff = kit.rel_diff(forward(call_float8)(), forward(torch_moe)())
+    return dict(section="layer", phase="forward_float8", **point, gemmt_ms=ms["gemmt"],
+                torch_ms=ms["torch"], gemmt_bf16_ms=ms["gemmt_bf16"],
+                gemmt_tflops=kit.tflops(flops, ms["gemmt"]),
+                torch_tflops=kit.tflops(flops, ms["torch"]),
+                gemmt_vs_torch=kit.ratio(ms["torch"], ms["gemmt"]),
+                gemmt_vs_gemmt_bf16=kit.ratio(ms["gemmt_bf16"], ms["gemmt"]),
+                rel_diff_vs_torch=diff, gemmt_error=errs.get("gemmt"),
+                torch_error=errs.get("torch"))
 
 
 # ---- models -------------------------------------------------------------------------------

@@ -22,10 +22,10 @@ import torch
 from torch import Tensor
 
 from gemmt.moe_parallel import expert_parallel_experts
-from gemmt.ops import moe_experts, moe_permute
+from gemmt.ops import moe_experts, moe_permute, quantize_fp8, scaled_grouped_mm, swiglu
 
 __all__ = ["IMPLEMENTATION_NAME", "expert_parallel_experts", "experts_forward",
-           "register_transformers"]
+           "float8_experts", "quantize_experts", "register_transformers"]
 
 IMPLEMENTATION_NAME = "gemmt"
 
@@ -49,6 +49,44 @@ def _unsupported(module: torch.nn.Module) -> str | None:
     if apply_gate is not None and apply_gate.__module__ != "transformers.integrations.moe":
         return f"a custom gate ({type(module).__name__}._apply_gate)"
     return None
+
+
+def quantize_experts(w: Tensor) -> tuple[Tensor, Tensor]:
+    """A stack of expert weights ``(E, out, in)`` as float8_e4m3fn with one dequantisation
+    scale per output row of each expert: ``(E, out, in)`` and ``(E, out)`` float32, what
+    :func:`float8_experts` takes."""
+    experts, rows, cols = w.shape
+    q, scale = quantize_fp8(w.reshape(experts * rows, cols), "row")
+    return q.view(experts, rows, cols), scale.view(experts, rows)
+
+
+def float8_experts(x: Tensor, w_gate_up: Tensor, w_gate_up_scale: Tensor, w_down: Tensor,
+                   w_down_scale: Tensor, weights: Tensor, expert_ids: Tensor,
+                   token_order: Tensor, offsets: Tensor) -> Tensor:
+    """:func:`gemmt.moe_experts` with float8 experts, for inference (not differentiable).
+
+    ``w_gate_up`` ``(E, 2 * I, H)`` and ``w_down`` ``(E, H, I)`` are float8 with a scale per
+    output row (:func:`quantize_experts`); the routing arguments are ``moe_experts``'s. Each
+    token is quantised once (a scale per token), its rows gathered into expert order as float8
+    (half the bytes of bf16), the gate/up product run by :func:`gemmt.scaled_grouped_mm`,
+    ``silu(gate) * up`` quantised a row at a time for the down product, whose float32 results
+    are weighted and summed per token in float32 and rounded once to ``x``'s dtype.
+    """
+    top_k = expert_ids.shape[1]
+    order = token_order.long()
+    token = order // top_k
+    xq, xs = quantize_fp8(x, "row")
+    mid = x.dtype if x.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
+    h = scaled_grouped_mm(xq.index_select(0, token), w_gate_up.transpose(1, 2),
+                          xs.reshape(-1).index_select(0, token), w_gate_up_scale, offsets,
+                          out_dtype=mid)
+    inter = w_down.shape[2]
+    aq, scale = quantize_fp8(swiglu(h[:, :inter], h[:, inter:]), "row")
+    o = scaled_grouped_mm(aq, w_down.transpose(1, 2), scale.reshape(-1), w_down_scale, offsets,
+                          out_dtype=torch.float32)
+    w = weights.reshape(-1).index_select(0, order).float()
+    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    return out.index_add_(0, token, o * w.unsqueeze(1)).to(x.dtype)
 
 
 def experts_forward(self: torch.nn.Module, hidden_states: Tensor, top_k_index: Tensor,

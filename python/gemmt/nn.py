@@ -135,10 +135,10 @@ import math  # noqa: E402 - kept with the section that uses it
 from gemmt.moe_parallel import expert_parallel_experts  # noqa: E402
 from gemmt.ops import MoERouting, moe_experts, moe_route  # noqa: E402
 
-__all__ += ["MoE", "ExpertParallelMoE"]
+__all__ += ["MoE", "ExpertParallelMoE", "Float8MoE"]
 
 
-def _route(module: MoE | ExpertParallelMoE, flat: Tensor) -> tuple[MoERouting, Tensor]:
+def _route(module: MoE | ExpertParallelMoE | Float8MoE, flat: Tensor) -> tuple[MoERouting, Tensor]:
     """The router of both MoE modules: ``moe_route`` on the gate's logits, and the routing
     weights scaled by ``routed_scaling_factor``."""
     logits = linear(flat, module.gate.weight)
@@ -232,6 +232,59 @@ class MoE(torch.nn.Module):
         if self.n_group:
             text += f", n_group={self.n_group}, topk_group={self.topk_group}"
         return text
+
+
+class Float8MoE(torch.nn.Module):
+    """:class:`MoE` for inference with float8 experts: :meth:`from_moe` keeps the layer's
+    router and quantises its expert weights once (e4m3, a scale per output row of each
+    expert); each call quantises the tokens (a scale per token) and runs the experts with
+    :func:`gemmt.moe.float8_experts` (FP8 grouped products, :func:`gemmt.scaled_grouped_mm`).
+
+    The weights are buffers, not parameters, and the layer is not differentiable: convert a
+    trained layer for serving. Input ``(..., hidden_size)``, output of the same shape and dtype.
+    """
+
+    def __init__(self, moe: MoE) -> None:
+        super().__init__()
+        from gemmt.moe import quantize_experts
+
+        for name in ("hidden_size", "intermediate_size", "num_experts", "top_k", "score",
+                     "renormalize", "n_group", "topk_group", "routed_scaling_factor"):
+            setattr(self, name, getattr(moe, name))
+        self.gate = moe.gate
+        bias = moe.e_score_correction_bias
+        if bias is not None:
+            self.register_buffer("e_score_correction_bias", bias.detach().clone())
+        else:
+            self.e_score_correction_bias = None
+        with torch.no_grad():
+            for name in ("gate_up_proj", "down_proj"):
+                q, scale = quantize_experts(getattr(moe, name).detach())
+                self.register_buffer(f"{name}_fp8", q)
+                self.register_buffer(f"{name}_scale", scale)
+
+    @classmethod
+    def from_moe(cls, moe: MoE) -> Float8MoE:
+        """The float8 inference form of ``moe`` (which is left unchanged)."""
+        return cls(moe)
+
+    def forward(self, x: Tensor) -> Tensor:
+        from gemmt.moe import float8_experts
+
+        if torch.is_grad_enabled() and x.requires_grad:
+            raise RuntimeError("gemmt.nn.Float8MoE: inference only (its float8 experts are not "
+                               "differentiable); call it under torch.no_grad() or on a "
+                               "detached input")
+        flat = x.reshape(-1, self.hidden_size)
+        routing, weights = _route(self, flat)
+        out = float8_experts(flat, self.gate_up_proj_fp8, self.gate_up_proj_scale,
+                             self.down_proj_fp8, self.down_proj_scale, weights,
+                             routing.expert_ids, routing.token_order, routing.offsets)
+        return unfold_rows(out, x.shape)
+
+    def extra_repr(self) -> str:
+        return (f"hidden_size={self.hidden_size}, intermediate_size={self.intermediate_size}, "
+                f"num_experts={self.num_experts}, top_k={self.top_k}, experts=float8_e4m3fn")
 
 
 class ExpertParallelMoE(torch.nn.Module):
