@@ -86,7 +86,7 @@ def float8_experts(x: Tensor, w_gate_up: Tensor, w_gate_up_scale: Tensor, w_down
                           out_dtype=torch.float32)
     w = weights.reshape(-1).index_select(0, order).float()
     out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
-    return out.index_add_(0, token, o * w.unsqueeze(1)).to(x.dtype)
+    return out.index_add_(0, token, o.mul_(w.unsqueeze(1))).to(x.dtype)
 
 
 def experts_forward(self: torch.nn.Module, hidden_states: Tensor, top_k_index: Tensor,
