@@ -259,7 +259,7 @@ void quantize_into(const at::Tensor& x, Granularity g, at::ScalarType dtype, at:
   const at::Tensor xf = x.to(at::kFloat).contiguous();
   // Non-finite elements do not set the scale of the finite ones: +-inf saturates and NaN
   // stays NaN in the cast below.
-  const at::Tensor mag = at::where(at::isfinite(xf), xf.abs(), at::zeros({}, xf.options()));
+  const at::Tensor mag = xf.abs().nan_to_num_(0.0, 0.0, 0.0);
   at::Tensor amax;
   switch (g) {
     case Granularity::kTensor:
@@ -291,7 +291,7 @@ void quantize_into(const at::Tensor& x, Granularity g, at::ScalarType dtype, at:
                .repeat_interleave(kBlock, 1)
                .narrow(1, 0, cols);
   }
-  q.copy_(at::clamp(xf * full, -top, top));
+  q.copy_(xf.mul(full).clamp_(-top, top));
   scale.copy_(mult.reciprocal());
 }
 
