@@ -72,21 +72,34 @@ def float8_experts(x: Tensor, w_gate_up: Tensor, w_gate_up_scale: Tensor, w_down
     ``silu(gate) * up`` quantised a row at a time for the down product, whose float32 results
     are weighted and summed per token in float32 and rounded once to ``x``'s dtype.
     """
-    top_k = expert_ids.shape[1]
+    tokens, top_k = expert_ids.shape
     order = token_order.long()
     token = order // top_k
     xq, xs = quantize_fp8(x, "row")
     mid = x.dtype if x.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
-    h = scaled_grouped_mm(xq.index_select(0, token), w_gate_up.transpose(1, 2),
+    h = scaled_grouped_mm(_gather_rows(xq, token), w_gate_up.transpose(1, 2),
                           xs.reshape(-1).index_select(0, token), w_gate_up_scale, offsets,
                           out_dtype=mid)
     inter = w_down.shape[2]
     aq, scale = quantize_fp8(swiglu(h[:, :inter], h[:, inter:]), "row")
     o = scaled_grouped_mm(aq, w_down.transpose(1, 2), scale.reshape(-1), w_down_scale, offsets,
                           out_dtype=torch.float32)
-    w = weights.reshape(-1).index_select(0, order).float()
-    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
-    return out.index_add_(0, token, o.mul_(w.unsqueeze(1))).to(x.dtype)
+    # Each token's top_k rows back in slot order (token t's k-th slot is t * top_k + k), then
+    # weighted and summed by one batched product: float32, no atomics, the same bits every run.
+    inverse = torch.empty_like(order).index_copy_(
+        0, order, torch.arange(order.numel(), device=order.device))
+    rows = o.index_select(0, inverse).view(tokens, top_k, -1)
+    out = torch.bmm(weights.float().view(tokens, 1, top_k), rows).view(tokens, -1)
+    return out.to(x.dtype)
+
+
+def _gather_rows(q: Tensor, index: Tensor) -> Tensor:
+    """q's rows at ``index``: float8 rows moved eight bytes at a time where their length
+    allows (a one-byte element type gathers one element a thread)."""
+    cols = q.shape[1]
+    if q.is_contiguous() and cols % 8 == 0:
+        return q.view(torch.int64).index_select(0, index).view(q.dtype)
+    return q.index_select(0, index)
 
 
 def experts_forward(self: torch.nn.Module, hidden_states: Tensor, top_k_index: Tensor,
