@@ -132,6 +132,7 @@ def convert_to_float8(model: torch.nn.Module, recipe: str = "tensorwise",
 
 import math  # noqa: E402 - kept with the section that uses it
 
+from gemmt.moe import float8_experts, quantize_experts  # noqa: E402
 from gemmt.moe_parallel import expert_parallel_experts  # noqa: E402
 from gemmt.ops import MoERouting, moe_experts, moe_route  # noqa: E402
 
@@ -246,8 +247,6 @@ class Float8MoE(torch.nn.Module):
 
     def __init__(self, moe: MoE) -> None:
         super().__init__()
-        from gemmt.moe import quantize_experts
-
         for name in ("hidden_size", "intermediate_size", "num_experts", "top_k", "score",
                      "renormalize", "n_group", "topk_group", "routed_scaling_factor"):
             setattr(self, name, getattr(moe, name))
@@ -269,8 +268,6 @@ class Float8MoE(torch.nn.Module):
         return cls(moe)
 
     def forward(self, x: Tensor) -> Tensor:
-        from gemmt.moe import float8_experts
-
         if torch.is_grad_enabled() and x.requires_grad:
             raise RuntimeError("gemmt.nn.Float8MoE: inference only (its float8 experts are not "
                                "differentiable); call it under torch.no_grad() or on a "
