@@ -251,7 +251,7 @@ void scaled_grouped_mm_cuda_into(const char* op, const at::Tensor& a_in, const a
   x.sb_sg = sb.stride(0);
   const at::Tensor bias_c = set_group_bias(x, bias, out.scalar_type());
   if (x.k == 0) {
-    fill_empty_contraction(offs, bias_c, rows ? GroupedLayout::k2d3d : layout, act, out);
+    fill_empty_contraction(offs, bias_c, layout, act, out);
     return;
   }
   x.c = out.data_ptr();
