@@ -466,9 +466,35 @@ def test_demo_runs_the_fp8_and_moe_ops_against_torch() -> None:
     within the entry's bound of the float64 reference, on the CPU."""
     cases = cli._fp8_moe_cases("cpu")
     assert [c[0].split()[0] for c in cases] == ["quantize_fp8", "scaled_mm", "grouped_mm",
-                                                "scaled_grouped"]
+                                                "scaled_grouped_mm"]
     for label, ours, theirs, ref, bound in cases:
         for fn in (ours, theirs):
             out = fn()
             assert out.shape == ref.shape, label
             assert cli._rel_err(out, ref) <= bound, label
+
+
+def test_demo_runs_the_moe_layer_ops_against_torch() -> None:
+    """The demo's routing, permutation, fused experts and quantisation-with-transpose entries:
+    gemmt's result and torch's each within the entry's bound of the reference, on the CPU."""
+    cases = cli._moe_layer_cases("cpu")
+    assert [c[0].split()[0] for c in cases] == ["quantize_fp8", "moe_route", "moe_permute",
+                                                "moe_experts"]
+    for label, ours, theirs, ref, bound in cases:
+        for fn in (ours, theirs):
+            out = fn()
+            assert cli._same_shapes(out, ref), label
+            assert cli._rel_err(out, ref) <= bound, label
+
+
+def test_demo_covers_every_public_op() -> None:
+    """Every op of gemmt's public API is an entry of the demo (the label's first word), so
+    that ``python -m gemmt`` runs each one against PyTorch."""
+    cases = cli._cases("cpu") + cli._fp8_moe_cases("cpu") + cli._moe_layer_cases("cpu")
+    labels = {c[0].split()[0] for c in cases}
+    ops = {"gemm", "mm", "linear", "add", "square", "scale", "swiglu", "rgb_to_gray",
+           "normalize_volume", "scaled_mm", "quantize_fp8", "grouped_mm", "scaled_grouped_mm",
+           "moe_route", "moe_permute", "moe_experts"}
+    assert ops <= set(gemmt.__all__)
+    assert ops <= labels, sorted(ops - labels)
+    assert any(c[0].startswith("quantize_fp8 row +T") for c in cases)  # ..._with_transpose

@@ -220,10 +220,84 @@ def _fp8_moe_cases(dev: str
         ("grouped_mm bf16", lambda: gemmt.grouped_mm(x, wt, offs),
          lambda: torch._grouped_mm(x, wt, offs), grouped_ref(x.double(), [
              wt[e].double() for e in range(experts)]), 1e-2),
-        ("scaled_grouped e4m3", lambda: gemmt.scaled_grouped_mm(
+        ("scaled_grouped_mm e4m3", lambda: gemmt.scaled_grouped_mm(
             xq, weq.transpose(1, 2), xs1, wes, offs), scaled_grouped_torch,
          grouped_ref(dequant64(xq, xs), [dequant64(weq[e], wes[e].reshape(-1, 1)).t()
                                           for e in range(experts)]), 1e-2),
+    ]
+
+
+def _moe_layer_cases(dev: str
+                     ) -> list[tuple[str, Callable[[], Result], Callable[[], Result], Result, float]]:
+    """The rest of a mixture-of-experts layer: the routing (softmax top-k, renormalised), the
+    permutation into expert order and the fused experts (gate/up product, SwiGLU, down
+    product, weighted combine), against the same steps in torch (its grouped product where
+    it has one), with the rowwise FP8 quantisation that also writes the transpose."""
+    big = dev == "cuda"
+    tokens, hidden, inter, experts, top_k = ((4096, 2048, 1408, 16, 4) if big
+                                             else (96, 64, 96, 8, 2))
+    logits = torch.randn(tokens, experts, device=dev)
+    x = torch.randn(tokens, hidden, device=dev).to(torch.bfloat16)
+    w_gate_up = (torch.randn(experts, 2 * inter, hidden, device=dev) / hidden ** 0.5).to(
+        torch.bfloat16)
+    w_down = (torch.randn(experts, hidden, inter, device=dev) / inter ** 0.5).to(torch.bfloat16)
+    route = gemmt.moe_route(logits, top_k)
+    ids, order, offs = route.expert_ids, route.token_order, route.offsets
+    weights = route.weights
+
+    def route_torch(lg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        w, i = lg.softmax(-1).topk(top_k, -1)
+        return w / w.sum(-1, keepdim=True), i
+
+    def route_ours() -> tuple[torch.Tensor, torch.Tensor]:
+        r = gemmt.moe_route(logits, top_k)
+        return r.weights, r.expert_ids
+
+    def permute_torch() -> tuple[torch.Tensor, torch.Tensor]:
+        o = torch.sort(ids.reshape(-1), stable=True).indices
+        return o, torch.bincount(ids.reshape(-1), minlength=experts).cumsum(0).to(torch.int32)
+
+    def experts_torch() -> torch.Tensor:
+        slot_token = order // top_k
+        h = torch._grouped_mm(x[slot_token], w_gate_up.transpose(1, 2), offs)
+        a = F.silu(h[:, :inter]) * h[:, inter:]
+        y = torch._grouped_mm(a, w_down.transpose(1, 2), offs).float()
+        y *= weights.reshape(-1)[order, None]
+        return torch.zeros(tokens, hidden, device=dev).index_add_(0, slot_token, y).to(x.dtype)
+
+    def experts_ref() -> torch.Tensor:
+        out = torch.zeros(tokens, hidden, dtype=torch.float64, device=dev)
+        x64 = x.double()
+        for e in range(experts):
+            tok, k = (ids == e).nonzero(as_tuple=True)
+            if tok.numel():
+                h = x64[tok] @ w_gate_up[e].double().t()
+                a = F.silu(h[:, :inter]) * h[:, inter:]
+                y = (a @ w_down[e].double().t()) * weights[tok, k, None].double()
+                out.index_add_(0, tok, y)
+        return out
+
+    xq = x.float()
+
+    def quant_t_torch() -> tuple[torch.Tensor, torch.Tensor]:
+        def dq(t: torch.Tensor) -> torch.Tensor:
+            s = t.abs().amax(1, keepdim=True).clamp_min(1e-12) / 448.0
+            return (t / s).clamp(-448, 448).to(torch.float8_e4m3fn).float() * s
+        return dq(xq), dq(xq.t())
+
+    def quant_t_ours() -> tuple[torch.Tensor, torch.Tensor]:
+        q, s, qt, st = gemmt.quantize_fp8_with_transpose(x, "row")
+        return q.float() * s, qt.float() * st
+
+    w64, i64 = route_torch(logits.double())
+    return [
+        ("quantize_fp8 row +T", quant_t_ours, quant_t_torch, (x.double(), x.double().t()), 4e-2),
+        ("moe_route softmax", route_ours, lambda: route_torch(logits), (w64, i64), 1e-6),
+        ("moe_permute", lambda: gemmt.moe_permute(ids, experts), permute_torch, permute_torch(),
+         0.0),
+        ("moe_experts bf16", lambda: gemmt.moe_experts(x, w_gate_up, w_down, weights, ids, order,
+                                                       offs),
+         experts_torch, experts_ref(), 1e-2),
     ]
 
 
@@ -240,7 +314,8 @@ def demo() -> int:
     print(header)
     print("-" * len(header))
     failures = 0
-    for label, ours, theirs, ref, bound in _cases(dev) + _fp8_moe_cases(dev):
+    cases = _cases(dev) + _fp8_moe_cases(dev) + _moe_layer_cases(dev)
+    for label, ours, theirs, ref, bound in cases:
         out = ours()
         err = _rel_err(out, ref)
         max_abs = _max_abs(out, ref)
