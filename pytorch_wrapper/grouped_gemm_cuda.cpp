@@ -241,14 +241,26 @@ void scaled_grouped_mm_cuda_into(const char* op, const at::Tensor& a_in, const a
     return;
   }
   if (rows) x.offs = offs->const_data_ptr<int>();
-  // Row scales: a 2-D a's over all its rows (a split's ranges included), a 3-D operand's a row
-  // of scales a group.
   x.sa = sa.const_data_ptr<float>();
-  x.sa_s0 = sa.stride(-1);
-  x.sa_sg = sa.dim() == 2 ? sa.stride(0) : 0;
   x.sb = sb.const_data_ptr<float>();
-  x.sb_s1 = sb.stride(1);
-  x.sb_sg = sb.stride(0);
+  if (sa.dim() == a_in.dim()) {
+    // Block scales (moe_ops.cpp checked their shapes): a's 1x128 ones, (rows, K/128) over all
+    // its rows or a group's, and each group's 128x128 ones of b, (K/128, ceil(N/128)).
+    x.scale = ScaleKind::kBlock;
+    x.sa_sg = sa.dim() == 3 ? sa.stride(0) : 0;
+    x.sa_s0 = sa.stride(-2);
+    x.sa_s1 = sa.stride(-1);
+    x.sb_sg = sb.stride(0);
+    x.sb_s0 = sb.stride(1);
+    x.sb_s1 = sb.stride(2);
+  } else {
+    // Row scales: a 2-D a's over all its rows (a split's ranges included), a 3-D operand's a
+    // row of scales a group.
+    x.sa_s0 = sa.stride(-1);
+    x.sa_sg = sa.dim() == 2 ? sa.stride(0) : 0;
+    x.sb_s1 = sb.stride(1);
+    x.sb_sg = sb.stride(0);
+  }
   const at::Tensor bias_c = set_group_bias(x, bias, out.scalar_type());
   if (x.k == 0) {
     fill_empty_contraction(offs, bias_c, layout, act, out);

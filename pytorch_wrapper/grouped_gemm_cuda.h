@@ -23,7 +23,8 @@ void grouped_mm_cuda_into(const char* op, const at::Tensor& a, const at::Tensor&
 
 // scaled_grouped_mm on the same kernel, for every layout but k2d2d (whose split of K the
 // float8 tensor cores cannot read: moe_ops.cpp widens it): row scales as
-// torch._scaled_grouped_mm takes them, checked by the op.
+// torch._scaled_grouped_mm takes them, or 1x128 / 128x128 block scales (scale_a with as many
+// dimensions as a; 2-D x 3-D and 3-D x 3-D), checked by the op.
 void scaled_grouped_mm_cuda_into(const char* op, const at::Tensor& a, const at::Tensor& b,
                                  const at::Tensor& scale_a, const at::Tensor& scale_b,
                                  const std::optional<at::Tensor>& offs,

@@ -99,6 +99,7 @@ struct GroupedMmShape {
   std::vector<c10::SymInt> out_sizes;
   at::ScalarType out_dtype;
   Activation activation;
+  bool block_scales = false;  // scaled_grouped_mm: 1x128 scales of a, 128x128 ones of b
 };
 
 // The layout, the offsets and the bias's shape (not its dtype) of a call with torch._grouped_mm's
@@ -217,6 +218,41 @@ void check_group_scale(const char* arg, const at::Tensor& s, const at::Tensor& t
   }
 }
 
+constexpr int64_t kScaleBlock = 128;
+
+// Block scales (DeepSeek-V3's recipe, scaled_mm's 1x128 x 128x128 pairing a group at a time):
+// a's 1x128 blocks along K, (M, K/128) for a 2-D a or (G, M, K/128) for a 3-D one, and each
+// group's 128x128 blocks of b, (G, K/128, ceil(N/128)); a 2-D x 3-D or 3-D x 3-D product, K a
+// multiple of 128.
+void check_group_block_scales(const at::Tensor& a, const at::Tensor& b, const at::Tensor& sa,
+                              const at::Tensor& sb, Layout layout) {
+  const char* op = kScaledGroupedMm;
+  TORCH_CHECK(layout == Layout::k2d3d || layout == Layout::k3d3d, op,
+              ": block scales (scale_a with a dimension for K's 128-blocks) expected a 2-D x 3-D "
+              "or 3-D x 3-D product (a grouped forward or input gradient), got a ",
+              describe(a), " and b ", describe(b));
+  const c10::SymInt k = a.sym_size(-1);
+  TORCH_CHECK(k % kScaleBlock == 0, op,
+              ": block scales expected the contraction dimension (a.shape[-1]) a multiple of 128, "
+              "got ",
+              k);
+  const c10::SymInt kb = k / kScaleBlock;
+  const c10::SymInt nb = (b.sym_size(2) + (kScaleBlock - 1)) / kScaleBlock;
+  check_dtype(op, "scale_a", sa, {at::kFloat});
+  check_dtype(op, "scale_b", sb, {at::kFloat});
+  const bool a_ok = a.dim() == 2 ? (sa.sym_size(0) == a.sym_size(0) && sa.sym_size(1) == kb)
+                                 : (sa.sym_size(0) == a.sym_size(0) &&
+                                    sa.sym_size(1) == a.sym_size(1) && sa.sym_size(2) == kb);
+  TORCH_CHECK(a_ok, op, ": argument 'scale_a' expected 1x128 block scales of shape [",
+              a.dim() == 3 ? std::to_string(a.size(0)) + ", " : std::string(), a.sym_size(-2),
+              ", ", kb, "] for a ", describe(a), ", got ", describe(sa));
+  TORCH_CHECK(sb.dim() == 3 && sb.sym_size(0) == b.sym_size(0) && sb.sym_size(1) == kb &&
+                  sb.sym_size(2) == nb,
+              op, ": argument 'scale_b' expected 128x128 block scales of shape [", b.sym_size(0),
+              ", ", kb, ", ", nb, "] (a group's K/128 by ceil(N/128) blocks) for b ", describe(b),
+              ", got ", describe(sb));
+}
+
 GroupedMmShape check_scaled_grouped_mm(const at::Tensor& a, const at::Tensor& b,
                                        const at::Tensor& sa, const at::Tensor& sb,
                                        const OptTensor& offs, const OptTensor& bias,
@@ -230,10 +266,16 @@ GroupedMmShape check_scaled_grouped_mm(const at::Tensor& a, const at::Tensor& b,
   GroupedMmShape s = check_grouped_layout(op, a, b, offs, bias);
   check_same_device(op, "a", a, "scale_a", sa);
   check_same_device(op, "a", a, "scale_b", sb);
-  const bool sets = s.layout == Layout::k2d2d;
-  const c10::SymInt groups = has(offs) ? offs->sym_size(0) : a.sym_size(0);
-  check_group_scale("scale_a", sa, a, 0, groups, sets);
-  check_group_scale("scale_b", sb, b, 1, groups, sets);
+  // Row scales have one dimension fewer than their operand; block scales as many.
+  s.block_scales = sa.dim() == a.dim();
+  if (s.block_scales) {
+    check_group_block_scales(a, b, sa, sb, s.layout);
+  } else {
+    const bool sets = s.layout == Layout::k2d2d;
+    const c10::SymInt groups = has(offs) ? offs->sym_size(0) : a.sym_size(0);
+    check_group_scale("scale_a", sa, a, 0, groups, sets);
+    check_group_scale("scale_b", sb, b, 1, groups, sets);
+  }
   const c10::SymInt k = a.sym_size(-1);
   TORCH_CHECK(k % 16 == 0, op,
               ": the contraction dimension (a.shape[-1]) expected a multiple of 16 "
@@ -761,6 +803,49 @@ std::pair<at::Tensor, at::Tensor> groups_of(const at::Tensor& offs, int64_t exte
   return {group.clamp_max(offs.size(0) - 1), group < offs.size(0)};
 }
 
+// The block-scaled reference: a float32 grouped product of each 128-deep slice of K (exact
+// products, float32 sums), scaled by its rows' 1x128 and its group's 128x128 scales, the slices
+// summed in float64 (so that the reference's own rounding does not grow with K); then the bias
+// and the activation in float32, one rounding to out_dtype.
+at::Tensor block_scaled_grouped_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& sa,
+                                    const at::Tensor& sb, const OptTensor& offs,
+                                    const OptTensor& bias, const GroupedMmShape& s) {
+  const bool rows = s.layout == Layout::k2d3d;
+  const int64_t k = a.size(-1), n = b.size(2);
+  const at::Tensor af = a.to(at::kFloat), bf = b.to(at::kFloat);
+  // (G, K/128, N): each column's scale of each k-block.
+  const at::Tensor sb_cols = sb.repeat_interleave(kScaleBlock, 2).narrow(2, 0, n);
+  at::Tensor acc = at::zeros(C10_AS_INTARRAYREF_SLOW(s.out_sizes), a.options().dtype(at::kDouble));
+  const at::Tensor none;
+  std::optional<std::pair<at::Tensor, at::Tensor>> row_groups;
+  if (rows && offs->size(0) > 0) row_groups = groups_of(*offs, a.size(0));
+  for (int64_t kb = 0; kb < k / kScaleBlock; ++kb) {
+    at::Tensor part =
+        grouped_mm_cpu(af.narrow(-1, kb * kScaleBlock, kScaleBlock),
+                       bf.narrow(1, kb * kScaleBlock, kScaleBlock), offs, none, at::kFloat, "none");
+    const at::Tensor sbk = sb_cols.select(1, kb);  // (G, N)
+    if (rows) {
+      if (!row_groups) continue;  // no groups: every row is zero
+      part.mul_(sa.select(1, kb).unsqueeze(1)).mul_(sbk.index_select(0, row_groups->first));
+    } else {
+      part.mul_(sa.select(2, kb).unsqueeze(2)).mul_(sbk.unsqueeze(1));
+    }
+    acc.add_(part);
+  }
+  at::Tensor z = acc.to(at::kFloat);
+  if (has(bias) && z.numel() > 0) {
+    const at::Tensor bias_f = bias->to(at::kFloat);
+    if (!rows) {
+      z.add_(bias_f.unsqueeze(1));
+    } else if (row_groups) {
+      z.add_(at::where(row_groups->second.unsqueeze(1), bias_f.index_select(0, row_groups->first),
+                       at::zeros({}, bias_f.options())));
+    }
+  }
+  aten_activation_out(s.activation, z, z);
+  return z.to(s.out_dtype);
+}
+
 }  // namespace
 
 at::Tensor scaled_grouped_mm_meta(const at::Tensor& a, const at::Tensor& b,
@@ -786,6 +871,7 @@ at::Tensor scaled_grouped_mm_cpu(const at::Tensor& a, const at::Tensor& b,
   check_scale_values(kScaledGroupedMm, "scale_a", scale_a);
   check_scale_values(kScaledGroupedMm, "scale_b", scale_b);
   at::AutoDispatchBelowADInplaceOrView guard;
+  if (s.block_scales) return block_scaled_grouped_cpu(a, b, scale_a, scale_b, offs, bias, s);
   at::Tensor z =
       grouped_mm_cpu(a.to(at::kFloat), b.to(at::kFloat), offs, std::nullopt, at::kFloat, "none");
   const int64_t groups = has(offs) ? offs->size(0) : a.size(0);

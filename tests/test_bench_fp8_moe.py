@@ -87,7 +87,8 @@ def fp8_doc(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def moe_doc(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("moe")
-    assert bench_moe.run(out, smoke=True, sections="grouped,scaled,layer", device="cpu") == 0
+    assert bench_moe.run(out, smoke=True, sections="grouped,scaled,scaled_block,layer",
+                         device="cpu") == 0
     return _doc(out, "moe")
 
 
@@ -305,7 +306,8 @@ def test_moe_smoke_references_and_summary(moe_doc: dict[str, Any]) -> None:
     assert _finite_positive(refs["dense_bf16_tflops"]) and _finite_positive(refs["copy_gbps"])
     dense_flops = 2 * refs["dense_n"] ** 3
     assert refs["dense_bf16_tflops"] == pytest.approx(dense_flops / refs["dense_ms"] / 1e9)
-    assert {r["section"] for r in moe_doc["records"]} == {"grouped", "scaled", "layer"}
+    assert {r["section"] for r in moe_doc["records"]} == {"grouped", "scaled", "scaled_block",
+                                                          "layer"}
     assert moe_doc["summary"] == bench_moe.summarize(moe_doc["records"], refs)
 
 
@@ -343,6 +345,21 @@ def test_moe_scaled_records(moe_doc: dict[str, Any]) -> None:
         assert r["gemmt_vs_gemmt_bf16"] == pytest.approx(r["gemmt_bf16_ms"] / r["gemmt_ms"])
         assert r["flops"] == 2.0 * r["tokens"] * r["hidden"] * r["intermediate"]
     assert set(moe_doc["summary"]["scaled"]) == {
+        f"{layout}/{routing}" for layout in bench_moe.SCALED_LAYOUTS for routing in bench_moe.ROUTINGS}
+
+
+def test_moe_block_scaled_records(moe_doc: dict[str, Any]) -> None:
+    block = [r for r in moe_doc["records"] if r["section"] == "scaled_block"]
+    assert {r["config"] for r in block} == {c[0] for c in bench_moe.SMOKE_BLOCK}
+    assert {r["layout"] for r in block} == set(bench_moe.SCALED_LAYOUTS)
+    for r in block:
+        assert r["gemmt_error"] is None and r["gemmt_ms"] > 0 and r["gemmt_rowwise_ms"] > 0
+        assert r["gemmt_vs_gemmt_rowwise"] == pytest.approx(r["gemmt_rowwise_ms"] / r["gemmt_ms"])
+        # The block-quantised product stays within FP8's error of the bf16 one.
+        assert r["gemmt_rel_diff_vs_bf16"] < 0.08, r
+        # torch's CPU _scaled_mm has no blockwise product: recorded, not timed.
+        assert (r["torch_loop_ms"] is None) == (r["torch_loop_error"] is not None), r
+    assert set(moe_doc["summary"]["scaled_block"]) == {
         f"{layout}/{routing}" for layout in bench_moe.SCALED_LAYOUTS for routing in bench_moe.ROUTINGS}
 
 
@@ -426,7 +443,8 @@ def test_smoke_runs_on_the_gpu(tmp_path: Path) -> None:
     # every grouped layout (no recorded error), their ratios exist, and their results agree
     # with torch's.
     assert bench_fp8.run(tmp_path, smoke=True, device="cuda") == 0
-    assert bench_moe.run(tmp_path, smoke=True, device="cuda", sections="grouped,layer") == 0
+    assert bench_moe.run(tmp_path, smoke=True, device="cuda",
+                         sections="grouped,scaled_block,layer") == 0
     fp8 = _doc(tmp_path, "fp8")
     for r in fp8["records"]:
         if r["section"] == "gemm":
@@ -456,6 +474,11 @@ def test_smoke_runs_on_the_gpu(tmp_path: Path) -> None:
         set() if _HAS_TRANSFORMERS else {"model"})
     moe = _doc(tmp_path, "moe")
     for r in moe["records"]:
+        if r["section"] == "scaled_block":
+            # Against torch._scaled_mm's blockwise product, group by group.
+            assert r["gemmt_error"] is None and _finite_positive(r["gemmt_vs_torch_loop"]), r
+            assert r["gemmt_rel_diff_vs_torch_loop"] < 1e-2, r
+            continue
         assert r["gemmt_error"] is None and _finite_positive(r["gemmt_vs_torch"]), r
         if r["section"] == "grouped":
             assert r["gemmt_rel_diff_vs_loop"] < 1e-2, r

@@ -1,7 +1,8 @@
 """scaled_grouped_mm: float8 grouped products with row scales (torch._scaled_grouped_mm's
-layouts) against a float64 definition, every layout, bias, activation and out_dtype, empty
-groups and rows of no group, opcheck, sharding rules, bad input; on a Hopper GPU the FP8 kernel
-against the same definition, torch's own product and the CPU kernel."""
+layouts) or 1x128 / 128x128 block scales against a float64 definition, every layout, bias,
+activation and out_dtype, empty groups and rows of no group, opcheck, sharding rules, bad input;
+on a Hopper GPU the FP8 kernel against the same definition, torch's own product and the CPU
+kernel."""
 
 from __future__ import annotations
 
@@ -151,6 +152,88 @@ def test_meta_shapes() -> None:
         assert tuple(out.shape) == want and out.dtype == torch.bfloat16
 
 
+# ---- block scales: 1x128 of a, 128x128 of each group's b ----
+
+def block_case(layout: str, device: str = "cpu", dtype_a: torch.dtype = E4M3,
+               dtype_b: torch.dtype = E4M3, sizes: tuple[int, ...] = (5, 0, 9, 3),
+               m: int = 6, k: int = 256, n: int = 200) -> dict[str, Any]:
+    """A 2-D x 3-D or 3-D x 3-D case with block scales: scale_a (rows, K/128) or
+    (G, M, K/128), column-major as torch._scaled_mm takes 1x128 scales; scale_b
+    (G, K/128, ceil(N/128)), the transpose of each group's (N/128, K/128) block grid."""
+    c = case(layout, dtype_a=dtype_a, dtype_b=dtype_b, sizes=sizes, m=m, k=k, n=n)
+    g, kb, nb = c["b"].shape[0], k // 128, (n + 127) // 128
+    c["scale_a"] = col_major(scales(*c["a"].shape[:-1], kb))
+    c["scale_b"] = scales(g, nb, kb).transpose(1, 2)
+    return {key: None if v is None else v.to(device) for key, v in c.items()}
+
+
+def block_definition(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
+                     scale_b: torch.Tensor, offs: torch.Tensor | None = None,
+                     bias: torch.Tensor | None = None, activation: str = "none") -> torch.Tensor:
+    """The float64 product of the operands dequantised block by block."""
+    n = b.shape[2]
+    a64 = a.double().cpu() * scale_a.double().cpu().repeat_interleave(128, -1)
+    sb = scale_b.double().cpu().repeat_interleave(128, 1).repeat_interleave(128, 2)[..., :n]
+    b64 = b.double().cpu() * sb
+    ones_a = torch.ones(a.shape[:-1], dtype=torch.float64)
+    ones_b = torch.ones(b.shape[0], n, dtype=torch.float64)
+    return definition(a64, b64, ones_a, ones_b, offs, bias, activation)
+
+
+@pytest.mark.parametrize("layout", ["2d3d", "3d3d"])
+def test_block_scales_match_definition(layout: str) -> None:
+    c = block_case(layout)
+    out = scaled_grouped_mm(**c, out_dtype=torch.float32)
+    assert rel_err(out, block_definition(**c)) < 1e-6
+    # One scale changed moves only its block's rows / columns.
+    c["scale_b"] = c["scale_b"].clone()
+    c["scale_b"][2, 1, 1] *= 2
+    moved = scaled_grouped_mm(**c, out_dtype=torch.float32)
+    assert rel_err(moved, block_definition(**c)) < 1e-6 and not torch.equal(moved, out)
+
+
+@pytest.mark.parametrize("activation", ["none", "silu"])
+def test_block_scales_bias_activation_and_empty_groups(activation: str) -> None:
+    c = block_case("2d3d", sizes=(0, 4, 0, 3))
+    bias = torch.randn(4, 200)
+    out = scaled_grouped_mm(**c, bias=bias, activation=activation, out_dtype=torch.float32)
+    assert torch.all(out[7:] == 0) and out[:7].abs().sum() > 0
+    assert rel_err(out, block_definition(**c, bias=bias, activation=activation)) < 1e-6
+    for da, db in [(E5M2, E4M3), (E4M3, E5M2)]:
+        c = block_case("3d3d", dtype_a=da, dtype_b=db)
+        out = scaled_grouped_mm(**c, out_dtype=torch.float32)
+        assert rel_err(out, block_definition(**c)) < 1e-6
+
+
+def test_block_scales_error_flat_in_k() -> None:
+    """Each 128-deep block is summed in float32 with its scales, the blocks in float64: the
+    reference's own error does not grow with K."""
+    errs = []
+    for k in (1024, 4096, 16384):
+        torch.manual_seed(0)
+        c = block_case("2d3d", sizes=(8, 8), k=k, n=128)
+        errs.append(rel_err(scaled_grouped_mm(**c, out_dtype=torch.float32), block_definition(**c)))
+    assert max(errs) < 1e-6 and errs[-1] < 4 * errs[0] + 1e-8
+
+
+def test_block_scales_bad_input_is_refused_clearly() -> None:
+    c = block_case("2d3d")
+    with pytest.raises(RuntimeError, match=r"'scale_b' expected 128x128 block scales of shape "
+                                           r"\[4, 2, 2\]"):
+        scaled_grouped_mm(**{**c, "scale_b": c["scale_b"][:, :, :1]})
+    with pytest.raises(RuntimeError, match=r"'scale_a' expected 1x128 block scales of shape "
+                                           r"\[19, 2\]"):
+        scaled_grouped_mm(**{**c, "scale_a": c["scale_a"][:, :1]})
+    with pytest.raises(RuntimeError, match="block scales expected the contraction dimension"):
+        scaled_grouped_mm(**{**c, "a": c["a"][:, :192], "b": c["b"][:, :192],
+                             "scale_a": c["scale_a"][:, :1], "scale_b": c["scale_b"][:, :1]})
+    r = case("3d2d")
+    with pytest.raises(RuntimeError, match="block scales .* expected a 2-D x 3-D or 3-D x 3-D"):
+        scaled_grouped_mm(**{**r, "scale_a": scales(4, 6, 1)})
+    with pytest.raises(RuntimeError, match="finite, positive dequantisation scales"):
+        scaled_grouped_mm(**{**c, "scale_b": torch.zeros_like(c["scale_b"])})
+
+
 # ---- bad input ----
 
 def test_bad_input_is_refused_clearly() -> None:
@@ -188,6 +271,9 @@ def opcheck_cases(device: str) -> list[tuple[Any, tuple, dict]]:
     bias = torch.randn(4, 24, device=device)
     cases.append((g, (c["a"], c["b"], c["scale_a"], c["scale_b"], c["offs"], bias),
                   {"activation": "silu", "out_dtype": torch.float32}))
+    for layout in ("2d3d", "3d3d"):
+        c = block_case(layout, device=device)
+        cases.append((g, (c["a"], c["b"], c["scale_a"], c["scale_b"], c["offs"]), {}))
     return cases
 
 
@@ -220,6 +306,9 @@ def test_sharding_rules_place_each_scale() -> None:
     both_2d = gemmt.distributed.rules_for("scaled_grouped_mm", Spec(2), Spec(2), Spec(1),
                                           Spec(1), Spec(1), None, None, "none", False)
     assert [r.name for r in both_2d] == ["replicated"]
+    block = gemmt.distributed.rules_for("scaled_grouped_mm", Spec(3), Spec(3), Spec(3), Spec(3),
+                                        None, None, None, "none", False)
+    assert [r.name for r in block] == ["replicated", "by group"]
 
 
 # ---- CUDA: the FP8 Hopper kernel ----
@@ -297,6 +386,78 @@ def test_cuda_against_torch_scaled_grouped_mm() -> None:
     theirs = torch._scaled_grouped_mm(c["a"], c["b"], c["scale_a"], c["scale_b"], offs=c["offs"],
                                       out_dtype=torch.bfloat16)
     valid = int(c["offs"][-1])
+    assert rel_err(ours[:valid], ref[:valid]) <= 1.05 * rel_err(theirs[:valid], ref[:valid]) + 1e-4
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layout", ["2d3d", "3d3d"])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_cuda_block_scales_match_definition(layout: str, out_dtype: torch.dtype) -> None:
+    if not hopper():
+        pytest.skip("the FP8 kernel needs a Hopper GPU")
+    c = block_case(layout, device="cuda", sizes=(130, 0, 77, 256, 1, 64), m=200, k=1024, n=328)
+    ref = block_definition(**c)
+    bound = 4e-3 if out_dtype == torch.bfloat16 else 5e-4
+    for fast_accum in (False, True):  # block scales are always applied a k-block at a time
+        out = scaled_grouped_mm(**c, out_dtype=out_dtype, use_fast_accum=fast_accum)
+        assert rel_err(out, ref) < bound
+    cpu = scaled_grouped_mm(**{k: None if v is None else v.cpu() for k, v in c.items()},
+                            out_dtype=out_dtype)
+    assert rel_err(out, cpu) < bound
+    if layout == "2d3d":
+        assert torch.all(out[528:] == 0)
+
+
+@pytest.mark.cuda
+def test_cuda_block_scales_bias_formats_layouts_and_graphs() -> None:
+    if not hopper():
+        pytest.skip("the FP8 kernel needs a Hopper GPU")
+    for da, db in [(E4M3, E4M3), (E5M2, E4M3), (E4M3, E5M2)]:
+        c = block_case("2d3d", device="cuda", dtype_a=da, dtype_b=db, sizes=(33, 0, 150, 7),
+                       k=512, n=384)
+        bias = torch.randn(4, 384, device="cuda")
+        out = scaled_grouped_mm(**c, bias=bias, activation="silu", out_dtype=torch.float32)
+        assert rel_err(out, block_definition(**c, bias=bias, activation="silu")) < 5e-4
+    # Contiguous scales and a b that needs its K-major copy (the input gradient's layout).
+    c = block_case("2d3d", device="cuda", sizes=(64, 200), k=384, n=256)
+    c["scale_a"], c["scale_b"] = c["scale_a"].contiguous(), c["scale_b"].contiguous()
+    c["b"] = c["b"].contiguous()
+    assert rel_err(scaled_grouped_mm(**c, out_dtype=torch.float32), block_definition(**c)) < 5e-4
+    c = block_case("2d3d", device="cuda", sizes=(0, 40, 0, 90), k=256, n=256)
+    out = torch.full((c["a"].shape[0], 256), float("nan"), device="cuda", dtype=torch.bfloat16)
+    scaled_grouped_mm(**c)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out.copy_(scaled_grouped_mm(**c))
+    c["offs"].copy_(offsets([10, 30, 50, 40]).cuda())
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel_err(out, block_definition(**c)) < 4e-3
+
+
+@pytest.mark.cuda
+def test_cuda_block_scales_against_torch_scaled_mm_per_group() -> None:
+    """Against torch._scaled_mm's blockwise product (cuBLASLt) group by group: no larger an
+    error against the float64 definition."""
+    if not hopper():
+        pytest.skip("the FP8 kernel needs a Hopper GPU")
+    sizes = (128, 256, 384, 512)
+    c = block_case("2d3d", device="cuda", sizes=sizes, k=2048, n=512)
+    ref = block_definition(**c)
+    ours = scaled_grouped_mm(**c)
+    theirs = torch.zeros_like(ours)
+    start = 0
+    try:
+        for g, rows in enumerate(sizes):
+            end = start + rows
+            theirs[start:end] = torch._scaled_mm(
+                c["a"][start:end], c["b"][g], scale_a=c["scale_a"][start:end].t().contiguous().t(),
+                scale_b=c["scale_b"][g], out_dtype=torch.bfloat16)
+            start = end
+    except RuntimeError as exc:
+        pytest.skip(f"torch._scaled_mm has no blockwise product here: {exc}")
+    valid = sum(sizes)
     assert rel_err(ours[:valid], ref[:valid]) <= 1.05 * rel_err(theirs[:valid], ref[:valid]) + 1e-4
 
 

@@ -3,7 +3,7 @@
 // that stay on the device, and whose operands may be float8 with dequantisation scales.
 // It serves gemmt::grouped_mm (bf16 / fp16, every layout of torch._grouped_mm) and
 // gemmt::scaled_mm and gemmt::scaled_grouped_mm (float8: one product, or groups of K-major
-// operands with row / column scales, unsplit or split along the rows). Raw pointers, sizes and
+// operands with row / column or 1x128 / 128x128 block scales, unsplit or split along the rows). Raw pointers, sizes and
 // strides only.
 #pragma once
 
@@ -50,9 +50,9 @@ struct GroupedGemmArgs {
   void* c = nullptr;
   int64_t c_sg = 0, ldc = 0;
   // kRowCol: sa[g * sa_sg + r * sa_s0], sb[g * sb_sg + c * sb_s1] (r, c: A's row and B's column
-  // in the operand, a split range's included); kBlock (one group): sa[r * sa_s0 + kb * sa_s1]
-  // (1x128), sb[kb * sb_s0 + (c / 128) * sb_s1] (128x128), or with b_block_cols sb[kb * sb_s0 + c]
-  // (128x1: one scale a column and k-block, sb_s1 == 1).
+  // in the operand, a split range's included); kBlock: sa[g * sa_sg + r * sa_s0 + kb * sa_s1]
+  // (1x128), sb[g * sb_sg + kb * sb_s0 + (c / 128) * sb_s1] (128x128), or, for one group only,
+  // with b_block_cols sb[kb * sb_s0 + c] (128x1: one scale a column and k-block, sb_s1 == 1).
   ScaleKind scale = ScaleKind::kNone;
   bool b_block_cols = false;
   const float* sa = nullptr;

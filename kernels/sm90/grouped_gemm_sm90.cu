@@ -413,8 +413,8 @@ bool grouped_gemm_sm90_supported(const GroupedGemmArgs& x, const char** why) {
     *why = "a split of the columns runs as the transposed split of rows";
     return false;
   }
-  if (x.scale == ScaleKind::kBlock && (!one_product || x.k % 128 != 0)) {
-    *why = "block scales need one group and K a multiple of 128";
+  if (x.scale == ScaleKind::kBlock && (x.k % 128 != 0 || (!one_product && x.b_block_cols))) {
+    *why = "block scales need K a multiple of 128, and 128x128 scales of b for groups";
     return false;
   }
   if (x.b_block_cols && (x.scale != ScaleKind::kBlock || x.sb_s1 != 1)) {

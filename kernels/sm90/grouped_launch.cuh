@@ -87,15 +87,21 @@ cudaError_t launch_grouped_16bit(const sm90::GroupedLaunch& l, cudaStream_t stre
 
 // The FP8 instances of one operand pair (one group, CTA pairs): the promoted sum on the
 // 128-wide tile from two sets of partial sums (runs of four k-blocks; with block scales of
-// 128x128 or 128x1 too) or on the 192-wide tile from one, fast accumulation on the 256- or
+// 128x128 or 128x1 too, and 128x128 ones on lone CTAs for groups) or on the 192-wide tile from one, fast accumulation on the 256- or
 // 128-wide one; and lone CTAs on the 128-wide tile, promoted from one set or not (row /
 // column or tensor scales, at most 128 rows).
 template <int kKind>
 cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t stream) {
   if (l.a_mn || l.b_mn || l.per_sm != 1) return cudaErrorInvalidValue;
   if (l.block) {
-    // Block scales (staged in the ring): two sets of partial sums in runs of four k-blocks.
+    // Block scales (staged in the ring): two sets of partial sums in runs of four k-blocks;
+    // groups (a batch or a split of rows) on lone CTAs, with 128x128 scales of B.
     if (l.promote != 2) return cudaErrorInvalidValue;
+    if (l.cluster == 1) {
+      return l.p.block_cols
+                 ? cudaErrorInvalidValue
+                 : launch_grouped_instance<kKind, false, false, 128, 2, kBlockSquare, 1>(l, stream);
+    }
     return l.p.block_cols
                ? launch_grouped_instance<kKind, false, false, 128, 2, kBlockCols, 2>(l, stream)
                : launch_grouped_instance<kKind, false, false, 128, 2, kBlockSquare, 2>(l, stream);

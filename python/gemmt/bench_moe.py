@@ -20,6 +20,11 @@ Sections (``--only``, comma separated; all by default):
   a column of each expert's weight) against ``torch._scaled_grouped_mm`` on the same
   configurations, in the forward and grad_input layouts (both operands K-major, as torch's
   product wants), and each against the bf16 grouped product of the same shapes.
+* ``scaled_block``: ``gemmt.scaled_grouped_mm`` with block scales (1x128 of the activations,
+  128x128 of each expert's weight: DeepSeek-V3's recipe) on the same configurations and
+  layouts, against a loop over the experts of ``torch._scaled_mm``'s blockwise product
+  (cuBLASLt; torch has no grouped product with block scales), against gemmt's own row-scaled
+  product (what the blocks cost) and its bf16 grouped product.
 * ``layer``: ``gemmt.nn.MoE`` forward and forward + backward against the same layer written
   with torch ops and ``torch._grouped_mm`` (softmax routing, top-k, renormalised weights,
   SwiGLU experts, float32 weighted combine), sharing the module's parameters; and
@@ -56,7 +61,7 @@ from gemmt import _bench_kit as kit
 from gemmt._report import progress as _progress
 from gemmt._report import write as _write
 
-SECTIONS = ("grouped", "scaled", "layer", "models")
+SECTIONS = ("grouped", "scaled", "scaled_block", "layer", "models")
 SCALED_LAYOUTS = ("forward", "grad_input")
 LAYOUTS = ("forward", "grad_input", "grad_weight")
 ROUTINGS = ("balanced", "zipf")
@@ -77,6 +82,11 @@ QUICK_GROUPED = [
     ("deepseek_v3", 256, 7168, 2048, [2, 64]),
 ]
 SMOKE_GROUPED = [("tiny", 4, 64, 96, [2, 16]), ("tiny_many", 16, 32, 48, [4])]
+# Block scales: K a multiple of 128 (and of 512 here: torch 2.11's CUDA blockwise product
+# misreads a 128x128 scale with K / 128 not a multiple of 4 beside two or more column blocks).
+SMOKE_BLOCK = [("tiny", 4, 512, 512, [2, 16])]
+# An FP8 product further than this from the bf16 one (relative) is wrong, not imprecise.
+FP8_WRONG = 0.08
 # (name, hidden, intermediate, experts, top_k)
 LAYERS = [("mixtral", 4096, 14336, 8, 2), ("qwen3_30b", 2048, 768, 128, 8)]
 LAYER_TOKENS = [512, 4096, 16384]
@@ -281,6 +291,91 @@ def run_scaled(device: str, configs: list[tuple[str, int, int, int, list[int]]],
                 gemmt_error=err.get("gemmt"),
                 torch_error=err.get("torch") if has_torch else "torch._scaled_grouped_mm: absent"))
             del a16, b16, aq, bq
+        del w
+    return records
+
+
+def _block_operands(a16: torch.Tensor, b16: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """a16 with 1x128 block scales (M, K/128), column-major, and each expert's b16 (K, N)
+    with 128x128 ones, (E, K/128, N/128) as the transposes of (N/128, K/128) grids: the
+    layouts torch._scaled_mm's blockwise product takes, a group at a time."""
+    aq, sa = gemmt.quantize_fp8(a16, "block")
+    qs = [gemmt.quantize_fp8(b16[e].t(), "block_128x128") for e in range(b16.shape[0])]
+    bq = torch.stack([q for q, _ in qs]).transpose(1, 2)  # (E, K, N), K-major
+    sb = torch.stack([sc for _, sc in qs]).transpose(1, 2)
+    return aq, sa, bq, sb
+
+
+def _blockwise_loop(aq: torch.Tensor, sa: torch.Tensor, bq: torch.Tensor, sb: torch.Tensor,
+                    counts: list[int]) -> Callable[[], torch.Tensor]:
+    """torch._scaled_mm's blockwise product group by group into one output (each group's
+    scales made in the layout it asks for before the timing)."""
+    parts, start = [], 0
+    for e, rows in enumerate(counts):
+        if rows:
+            parts.append((start, start + rows, aq[start:start + rows],
+                          sa[start:start + rows].t().contiguous().t(), bq[e], sb[e]))
+        start += rows
+    out = torch.zeros(aq.shape[0], bq.shape[2], device=aq.device, dtype=_BF16)
+
+    def run() -> torch.Tensor:
+        for s0, s1, a, sca, b, scb in parts:
+            out[s0:s1] = torch._scaled_mm(a, b, scale_a=sca, scale_b=scb, out_dtype=_BF16)
+        return out
+    return run
+
+
+def run_scaled_block(device: str, configs: list[tuple[str, int, int, int, list[int]]],
+                     timing: dict[str, Any]) -> list[dict[str, Any]]:
+    """Block-scaled ``scaled_grouped_mm`` against a loop of ``torch._scaled_mm``'s blockwise
+    product, gemmt's row-scaled product and its bf16 ``grouped_mm`` (forward and grad_input)."""
+    records = []
+    for cfg, tpe, routing, counts, offs, w in _routed_points(device, configs, "moe block"):
+        name, experts, hidden, inter = cfg
+        m = sum(counts)
+        for layout in SCALED_LAYOUTS:
+            k, n = (hidden, inter) if layout == "forward" else (inter, hidden)
+            a16 = torch.randn(m, k, device=device, dtype=_BF16)
+            b16 = (w.transpose(1, 2) if layout == "forward"
+                   else w.transpose(1, 2).contiguous().transpose(1, 2))
+            aq, sa, bq, sb = _block_operands(a16, b16)
+            aq_r, sa_r = quantize_rows(a16, 1)
+            bq_r, sb_r = quantize_rows(b16, 1)
+            bq_r = bq_r.transpose(1, 2).contiguous().transpose(1, 2)
+            cands = {
+                "gemmt": lambda: gemmt.ops.scaled_grouped_mm(aq, bq, sa, sb, offs),
+                "torch_loop": _blockwise_loop(aq, sa, bq, sb, counts),
+                "gemmt_rowwise": lambda: gemmt.ops.scaled_grouped_mm(aq_r, bq_r, sa_r, sb_r, offs),
+                "gemmt_bf16": lambda: torch.ops.gemmt.grouped_mm(a16, b16, offs)}
+            ms, err = kit.time_candidates(cands, device, **timing)
+            diff = torch_vs_bf16 = None
+            ref = cands["gemmt_bf16"]() if ms["gemmt"] is not None else None
+            if ms["gemmt"] is not None and ms["torch_loop"] is not None:
+                theirs = cands["torch_loop"]()
+                diff = kit.rel_diff(cands["gemmt"](), theirs)
+                torch_vs_bf16 = kit.rel_diff(theirs, ref)
+                if torch_vs_bf16 > FP8_WRONG:
+                    # Timed, but not a product to race: kept out of the ratios.
+                    err["torch_loop"] = (f"wrong result: {torch_vs_bf16:.3g} from the bf16 "
+                                         f"product (K / 128 = {k // 128})")
+                    ms["torch_loop"] = None
+            flops = 2.0 * m * k * n
+            records.append(dict(
+                section="scaled_block", config=name, experts=experts, hidden=hidden,
+                intermediate=inter, tokens_per_expert=tpe, routing=routing, layout=layout,
+                tokens=m, flops=flops, gemmt_ms=ms["gemmt"], torch_loop_ms=ms["torch_loop"],
+                gemmt_rowwise_ms=ms["gemmt_rowwise"], gemmt_bf16_ms=ms["gemmt_bf16"],
+                gemmt_tflops=kit.tflops(flops, ms["gemmt"]),
+                torch_loop_tflops=kit.tflops(flops, ms["torch_loop"]),
+                gemmt_vs_torch_loop=kit.ratio(ms["torch_loop"], ms["gemmt"]),
+                gemmt_vs_gemmt_rowwise=kit.ratio(ms["gemmt_rowwise"], ms["gemmt"]),
+                gemmt_vs_gemmt_bf16=kit.ratio(ms["gemmt_bf16"], ms["gemmt"]),
+                gemmt_rel_diff_vs_torch_loop=diff, torch_loop_rel_diff_vs_bf16=torch_vs_bf16,
+                gemmt_rel_diff_vs_bf16=(kit.rel_diff(cands["gemmt"](), ref)
+                                        if ref is not None else None),
+                gemmt_error=err.get("gemmt"), torch_loop_error=err.get("torch_loop")))
+            del a16, b16, aq, bq, aq_r, bq_r, ref
         del w
     return records
 
@@ -522,7 +617,9 @@ def summarize(records: list[dict[str, Any]], refs: dict[str, Any] | None) -> dic
             ("grouped", LAYOUTS, ("gemmt_vs_torch", "gemmt_vs_loop", "gemmt_roofline_fraction",
                                   "torch_roofline_fraction")),
             ("scaled", SCALED_LAYOUTS, ("gemmt_vs_torch", "gemmt_vs_gemmt_bf16",
-                                        "torch_vs_torch_bf16"))):
+                                        "torch_vs_torch_bf16")),
+            ("scaled_block", SCALED_LAYOUTS, ("gemmt_vs_torch_loop", "gemmt_vs_gemmt_rowwise",
+                                              "gemmt_vs_gemmt_bf16"))):
         rows = [r for r in records if r["section"] == section]
         if rows:
             out[section] = {
@@ -572,6 +669,14 @@ def plot(doc: dict[str, Any], path: Path) -> None:
         panels.append(("scaled_grouped_mm (FP8, row scales)", point_labels(scaled),
                        {"vs torch._scaled_grouped_mm": [r["gemmt_vs_torch"] for r in scaled],
                         "vs gemmt bf16 grouped_mm": [r["gemmt_vs_gemmt_bf16"] for r in scaled]},
+                       "other time / gemmt time"))
+    block = [r for r in recs if r["section"] == "scaled_block"]
+    if block:
+        panels.append(("scaled_grouped_mm (FP8, 1x128 / 128x128 block scales)",
+                       point_labels(block),
+                       {"vs loop of torch._scaled_mm": [r["gemmt_vs_torch_loop"] for r in block],
+                        "vs gemmt row scales": [r["gemmt_vs_gemmt_rowwise"] for r in block],
+                        "vs gemmt bf16 grouped_mm": [r["gemmt_vs_gemmt_bf16"] for r in block]},
                        "other time / gemmt time"))
     layer = [r for r in recs if r["section"] == "layer" and "gemmt_vs_torch" in r]
     if layer:
@@ -623,6 +728,14 @@ def readme(doc: dict[str, Any]) -> str:
             [[key, str(s["gemmt_vs_torch"]["points"]), med_worst(s, "gemmt_vs_torch"),
               med_worst(s, "gemmt_vs_gemmt_bf16"), f(s["torch_vs_torch_bf16"]["median"])]
              for key, s in summ["scaled"].items()])
+    if "scaled_block" in summ:
+        lines += kit.md_table(
+            ["FP8 block scales: layout / routing", "points",
+             "vs loop of torch._scaled_mm: median (worst)", "vs gemmt row scales: median",
+             "vs gemmt bf16: median"],
+            [[key, str(s["gemmt_vs_torch_loop"]["points"]), med_worst(s, "gemmt_vs_torch_loop"),
+              f(s["gemmt_vs_gemmt_rowwise"]["median"]), f(s["gemmt_vs_gemmt_bf16"]["median"])]
+             for key, s in summ["scaled_block"].items()])
     if "layer" in summ:
         lines += kit.md_table(
             ["MoE layer", "gemmt ms", "torch ms", "torch / gemmt"],
@@ -661,6 +774,9 @@ def run(out_dir: Path, quick: bool = False, smoke: bool = False,
     if "scaled" in wanted:
         configs = SMOKE_GROUPED if smoke else QUICK_GROUPED if quick else GROUPED
         records += run_scaled(device, configs, timing)
+    if "scaled_block" in wanted:
+        configs = SMOKE_BLOCK if smoke else QUICK_GROUPED if quick else GROUPED
+        records += run_scaled_block(device, configs, timing)
     if "layer" in wanted:
         configs_l = SMOKE_LAYERS if smoke else LAYERS
         tokens = SMOKE_LAYER_TOKENS if smoke else QUICK_LAYER_TOKENS if quick else LAYER_TOKENS

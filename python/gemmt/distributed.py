@@ -311,15 +311,18 @@ def _scaled_grouped_mm_rules(a: Any, b: Any, scale_a: Any, scale_b: Any, offs: A
     """Rules of ``scaled_grouped_mm``: those of ``grouped_mm``, each scale placed with the
     extent it scales (a 3-D ``b``'s columns, the groups) and replicated under a split of K
     (a partial sum's scaled terms add up to the scaled sum). Two 2-D operands, whose scales
-    hold a set a group end to end, run replicated only."""
+    hold a set a group end to end, run replicated only; block scales (as many dimensions as
+    their operand) replicated or by group, where no 128-block is cut."""
     Replicate, Shard = _placements()[1:]
     R = Replicate()
     scales = {"replicated": (R, R), "column-wise": (R, Shard(1)),
               "by group": (Shard(0), Shard(0)), "split K": (R, R)}
     both_2d = _tensor_ndim(a) == 2 and _tensor_ndim(b) == 2
+    block = _tensor_ndim(scale_a) == _tensor_ndim(a)
     rules = []
     for r in _grouped_mm_rules(a, b, offs, bias, activation):
-        if both_2d and r.name != "replicated":
+        if (both_2d and r.name != "replicated") or (block and r.name not in ("replicated",
+                                                                              "by group")):
             continue
         pa, pb, poffs, pbias = r.inputs[:4]
         rules.append(Rule(r.name, r.outputs,
