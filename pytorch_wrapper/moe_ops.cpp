@@ -244,8 +244,8 @@ void check_group_block_scales(const at::Tensor& a, const at::Tensor& b, const at
                                  : (sa.sym_size(0) == a.sym_size(0) &&
                                     sa.sym_size(1) == a.sym_size(1) && sa.sym_size(2) == kb);
   TORCH_CHECK(a_ok, op, ": argument 'scale_a' expected 1x128 block scales of shape [",
-              a.dim() == 3 ? std::to_string(a.size(0)) + ", " : std::string(), a.sym_size(-2),
-              ", ", kb, "] for a ", describe(a), ", got ", describe(sa));
+              a.dim() == 3 ? std::to_string(a.size(0)) + ", " : std::string(), a.sym_size(-2), ", ",
+              kb, "] for a ", describe(a), ", got ", describe(sa));
   TORCH_CHECK(sb.dim() == 3 && sb.sym_size(0) == b.sym_size(0) && sb.sym_size(1) == kb &&
                   sb.sym_size(2) == nb,
               op, ": argument 'scale_b' expected 128x128 block scales of shape [", b.sym_size(0),

@@ -3,8 +3,8 @@
 // that stay on the device, and whose operands may be float8 with dequantisation scales.
 // It serves gemmt::grouped_mm (bf16 / fp16, every layout of torch._grouped_mm) and
 // gemmt::scaled_mm and gemmt::scaled_grouped_mm (float8: one product, or groups of K-major
-// operands with row / column or 1x128 / 128x128 block scales, unsplit or split along the rows). Raw pointers, sizes and
-// strides only.
+// operands with row / column or 1x128 / 128x128 block scales, unsplit or split along the rows). Raw
+// pointers, sizes and strides only.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -314,23 +314,41 @@ __device__ __forceinline__ void stage_scale_run(uint32_t dst, const float* src, 
 
 // Whether a run of scales with this stride can be copied 16 bytes at a time from any k-block
 // of any group (stage_scale_run).
-__device__ __forceinline__ bool scale_runs_vec(const float* base, int64_t stride,
-                                               int64_t kb_stride, int64_t group_stride) {
+__device__ __forceinline__ bool scale_runs_vec(const float* base, int64_t stride, int64_t kb_stride,
+                                               int64_t group_stride) {
   return stride == 1 && kb_stride % 4 == 0 && group_stride % 4 == 0 && is_aligned<16>(base);
 }
 
-// The block scales of k-block kb of group g into a stage (kBlockSquare, kBlockCols), by the
-// producer warp: A's scales of the tile's rows, then B's of the tile's columns (128x1) or lane
-// 0 B's of the tile's column block (128x128). Any strides (`vec`: scale_runs_vec of A's, B's).
-// The tail group of a split of rows (rows past the last offset, whose sums are dropped) reads
-// the last group's.
-template <bool kCols>
-__device__ __forceinline__ void stage_block_scales(const GgParams& p, uint32_t dst, int g,
-                                                   int a_row, int b_col, int kb,
-                                                   const bool (&vec)[2], int lane) {
-  const int64_t gs = min(g, p.groups - 1);
-  const float* const sa = p.sa + gs * p.sa_sg + static_cast<int64_t>(kb) * p.sa_s1;
-  const float* const sb = p.sb + gs * p.sb_sg + static_cast<int64_t>(kb) * p.sb_s0;
+// Group g's block scales (the tail group of a split of rows, rows past the last offset whose
+// sums are dropped, reads the last group's): found once a tile, not at every k-block. One
+// product (kGroups false: CTA pairs) has none to find; its producer warp's 40 registers have no
+// room for them (the 128x1 instance spilled).
+template <bool kGroups>
+struct GgBlockScales {
+  const float* sa;
+  const float* sb;
+  __device__ __forceinline__ GgBlockScales(const GgParams& p, int g) {
+    if constexpr (kGroups) {
+      const int64_t gs = min(g, p.groups - 1);
+      sa = p.sa + gs * p.sa_sg;
+      sb = p.sb + gs * p.sb_sg;
+    } else {
+      sa = p.sa;
+      sb = p.sb;
+    }
+  }
+};
+
+// The block scales of k-block kb into a stage (kBlockSquare, kBlockCols), by the producer
+// warp: A's scales of the tile's rows, then B's of the tile's columns (128x1) or lane 0 B's
+// of the tile's column block (128x128). Any strides (`vec`: scale_runs_vec of A's, B's).
+template <bool kCols, bool kGroups>
+__device__ __forceinline__ void stage_block_scales(const GgParams& p, uint32_t dst,
+                                                   const GgBlockScales<kGroups>& gb, int a_row,
+                                                   int b_col, int kb, const bool (&vec)[2],
+                                                   int lane) {
+  const float* const sa = gb.sa + static_cast<int64_t>(kb) * p.sa_s1;
+  const float* const sb = gb.sb + static_cast<int64_t>(kb) * p.sb_s0;
   stage_scale_run(dst, sa, a_row, p.m, p.sa_s0, vec[0], lane);
   if constexpr (kCols) {
     stage_scale_run(dst + 4 * 128, sb, b_col, p.n, p.sb_s1, vec[1], lane);
@@ -680,8 +698,10 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
       }
       int stage = 0;
       uint32_t phase = 0;
-      const bool scale_vec[2] = {scale_runs_vec(p.sa, p.sa_s0, p.sa_s1, p.sa_sg),
-                                 scale_runs_vec(p.sb, p.sb_s1, p.sb_s0, p.sb_sg)};
+      constexpr bool kGroupScales = kCluster == 1;  // block scales: groups on lone CTAs
+      const bool scale_vec[2] = {
+          scale_runs_vec(p.sa, p.sa_s0, p.sa_s1, kGroupScales ? p.sa_sg : 0),
+          scale_runs_vec(p.sb, p.sb_s1, p.sb_s0, kGroupScales ? p.sb_sg : 0)};
       GgUnit u;
       for (int round = 0; unit(gg_nth_unit(round, first_unit, unit_stride, depth_order), u);
            ++round) {
@@ -700,6 +720,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
         // A split of K over MN-major operands runs a tile's k-blocks backwards, the group's
         // last (partial) one first (the consumers' loop says why).
         const bool backwards = kAMn && kBMn && split_depth;
+        const GgBlockScales<kGroupScales> group_scales(p, u.g);
         for (int kb = 0; kb < num_kb; ++kb) {
           mbar_wait(empty_bar(stage), phase ^ 1u);
           const uint32_t fb = full_bar(stage);
@@ -734,8 +755,9 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
           }
           // The scales after the operands, whose copies start first.
           if constexpr (kBlock != kBlockNone) {
-            stage_block_scales<kBlock == kBlockCols>(p, smem_scales + stage * kScaleBytes, u.g,
-                                                     a_row, b_col, k0 / kBK, scale_vec, lane);
+            stage_block_scales<kBlock == kBlockCols, kGroupScales>(
+                p, smem_scales + stage * kScaleBytes, group_scales, a_row, b_col, k0 / kBK,
+                scale_vec, lane);
             cp_async_mbar_arrive(fb);
           }
           if (++stage == stages) {

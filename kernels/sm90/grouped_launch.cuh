@@ -87,9 +87,9 @@ cudaError_t launch_grouped_16bit(const sm90::GroupedLaunch& l, cudaStream_t stre
 
 // The FP8 instances of one operand pair (one group, CTA pairs): the promoted sum on the
 // 128-wide tile from two sets of partial sums (runs of four k-blocks; with block scales of
-// 128x128 or 128x1 too, and 128x128 ones on lone CTAs for groups) or on the 192-wide tile from one, fast accumulation on the 256- or
-// 128-wide one; and lone CTAs on the 128-wide tile, promoted from one set or not (row /
-// column or tensor scales, at most 128 rows).
+// 128x128 or 128x1 too, and 128x128 ones on lone CTAs for groups) or on the 192-wide tile from one,
+// fast accumulation on the 256- or 128-wide one; and lone CTAs on the 128-wide tile, promoted from
+// one set or not (row / column or tensor scales, at most 128 rows).
 template <int kKind>
 cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t stream) {
   if (l.a_mn || l.b_mn || l.per_sm != 1) return cudaErrorInvalidValue;

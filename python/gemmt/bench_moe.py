@@ -23,7 +23,8 @@ Sections (``--only``, comma separated; all by default):
 * ``scaled_block``: ``gemmt.scaled_grouped_mm`` with block scales (1x128 of the activations,
   128x128 of each expert's weight: DeepSeek-V3's recipe) on the same configurations and
   layouts, against a loop over the experts of ``torch._scaled_mm``'s blockwise product
-  (cuBLASLt; torch has no grouped product with block scales), against gemmt's own row-scaled
+  (cuBLASLt; torch has no grouped product with block scales; each group's rows padded to a
+  multiple of 16, the only counts it takes), against gemmt's own row-scaled
   product (what the blocks cost) and its bf16 grouped product.
 * ``layer``: ``gemmt.nn.MoE`` forward and forward + backward against the same layer written
   with torch ops and ``torch._grouped_mm`` (softmax routing, top-k, renormalised weights,
@@ -307,21 +308,32 @@ def _block_operands(a16: torch.Tensor, b16: torch.Tensor
     return aq, sa, bq, sb
 
 
+# cuBLASLt's blockwise product refuses (CUBLAS_STATUS_NOT_SUPPORTED) row counts that are not
+# a multiple of 16 (H200, torch 2.11): the loop pads each group's rows to one.
+BLOCKWISE_ROWS = 16
+
+
 def _blockwise_loop(aq: torch.Tensor, sa: torch.Tensor, bq: torch.Tensor, sb: torch.Tensor,
                     counts: list[int]) -> Callable[[], torch.Tensor]:
-    """torch._scaled_mm's blockwise product group by group into one output (each group's
-    scales made in the layout it asks for before the timing)."""
+    """torch._scaled_mm's blockwise product group by group into one output, each group's rows
+    padded with zeros to a multiple of BLOCKWISE_ROWS and its scales made in the layout it asks
+    for, before the timing."""
     parts, start = [], 0
     for e, rows in enumerate(counts):
         if rows:
-            parts.append((start, start + rows, aq[start:start + rows],
-                          sa[start:start + rows].t().contiguous().t(), bq[e], sb[e]))
+            padded = -(-rows // BLOCKWISE_ROWS) * BLOCKWISE_ROWS
+            a = torch.zeros(padded, aq.shape[1], device=aq.device, dtype=aq.dtype)
+            a[:rows] = aq[start:start + rows]
+            sca = torch.ones(sa.shape[1], padded, device=sa.device, dtype=sa.dtype)
+            sca[:, :rows] = sa[start:start + rows].t()
+            parts.append((start, start + rows, a, sca.t(), bq[e], sb[e]))
         start += rows
     out = torch.zeros(aq.shape[0], bq.shape[2], device=aq.device, dtype=_BF16)
 
     def run() -> torch.Tensor:
         for s0, s1, a, sca, b, scb in parts:
-            out[s0:s1] = torch._scaled_mm(a, b, scale_a=sca, scale_b=scb, out_dtype=_BF16)
+            out[s0:s1] = torch._scaled_mm(a, b, scale_a=sca, scale_b=scb,
+                                          out_dtype=_BF16)[:s1 - s0]
         return out
     return run
 
