@@ -181,13 +181,12 @@ bool use_staged_c(const GroupedGemmArgs& x) {
 // as grouped_plan::ctas_per_sm says: never where C is staged. GEMMT_GROUPED_PER_SM=1 / 2
 // forces either where the two-CTA kernel can run (read at each call, for A/B runs).
 bool two_ctas_per_sm(const GroupedGemmArgs& x) {
-  if (is_fp8_kind(x.kind) || x.split == GroupSplit::kCols) return false;
-  const bool depth = x.split == GroupSplit::kDepth;
-  // The instances: K-major A, or (a split of K) M-major A with N-major B.
-  if (depth ? k_major(a_view(x)) || k_major(b_view(x)) : !k_major(a_view(x))) return false;
+  if (is_fp8_kind(x.kind) || x.split == GroupSplit::kDepth || x.split == GroupSplit::kCols) {
+    return false;
+  }
+  if (!k_major(a_view(x))) return false;
   const char* env = std::getenv("GEMMT_GROUPED_PER_SM");
   if (env != nullptr && env[0] != '\0') return std::strcmp(env, "2") == 0;
-  if (depth) return false;
   return grouped_plan::ctas_per_sm(shape_of(x), use_staged_c(x)) == 2;
 }
 

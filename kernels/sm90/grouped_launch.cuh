@@ -67,14 +67,8 @@ template <int kKind, int kBN>
 cudaError_t launch_grouped_16bit(const sm90::GroupedLaunch& l, cudaStream_t stream) {
   if (l.promote != 0 || l.block || l.bn != kBN) return cudaErrorInvalidValue;
   if constexpr (kBN == 128) {
-    // Two CTAs an SM: K-major A (the forward and grad_input layouts), or M-major A with
-    // N-major B (the weight gradient's split of K).
-    if (l.per_sm == 2) {
-      if (l.a_mn) {
-        return l.b_mn
-                   ? launch_grouped_instance<kKind, true, true, 128, 0, kBlockNone, 1, 2>(l, stream)
-                   : cudaErrorInvalidValue;
-      }
+    // Two CTAs an SM: K-major A (the forward and grad_input layouts).
+    if (l.per_sm == 2 && !l.a_mn) {
       return l.b_mn
                  ? launch_grouped_instance<kKind, false, true, 128, 0, kBlockNone, 1, 2>(l, stream)
                  : launch_grouped_instance<kKind, false, false, 128, 0, kBlockNone, 1, 2>(l,
