@@ -539,14 +539,19 @@ at::Tensor scores_of(const at::Tensor& logits, bool softmax) {
 
 // The routing weights of the chosen experts, from differentiable ATen ops: the CPU kernel and
 // the autograd kernel (which records it, so the router's logits get their gradient) share it.
-at::Tensor route_weights(const at::Tensor& logits, const at::Tensor& expert_ids, bool softmax,
-                         bool renormalize) {
-  at::Tensor w = scores_of(logits, softmax).gather(1, expert_ids);
+at::Tensor weights_from_scores(const at::Tensor& scores, const at::Tensor& expert_ids,
+                               bool renormalize) {
+  at::Tensor w = scores.gather(1, expert_ids);
   if (renormalize) {
     // The floor keeps all-underflowed sigmoid scores from dividing 0 by 0.
     w = w / w.sum(-1, true).clamp_min(std::numeric_limits<float>::min());
   }
   return w;
+}
+
+at::Tensor route_weights(const at::Tensor& logits, const at::Tensor& expert_ids, bool softmax,
+                         bool renormalize) {
+  return weights_from_scores(scores_of(logits, softmax), expert_ids, renormalize);
 }
 
 // Indices of the k largest values along the last dimension, largest first; equal values in
@@ -979,6 +984,18 @@ std::tuple<at::Tensor, at::Tensor> moe_permute_meta(const at::Tensor& expert_ids
           at::empty({num_experts}, opts.dtype(at::kInt))};
 }
 
+namespace {
+
+// (token_order, offsets) of flattened int64 expert ids, all in [0, num_experts). Stable: the
+// slots of one expert keep their (token, k) order, so the permutation is deterministic.
+std::tuple<at::Tensor, at::Tensor> permutation_of(const at::Tensor& ids, int64_t num_experts) {
+  at::Tensor order = std::get<1>(at::sort(ids, /*stable=*/true, /*dim=*/0, /*descending=*/false));
+  at::Tensor offsets = at::bincount(ids, {}, num_experts).cumsum(0, at::kInt);
+  return {order, offsets};
+}
+
+}  // namespace
+
 std::tuple<at::Tensor, at::Tensor> moe_permute_cpu(const at::Tensor& expert_ids,
                                                    int64_t num_experts) {
   moe_permute_meta(expert_ids, num_experts);
@@ -990,11 +1007,7 @@ std::tuple<at::Tensor, at::Tensor> moe_permute_cpu(const at::Tensor& expert_ids,
                 ": argument 'expert_ids' expected values in [0, num_experts = ", num_experts,
                 "), got values in [", lo, ", ", hi, "]");
   }
-  // Stable: the slots of one expert keep their (token, k) order, so the permutation is
-  // deterministic.
-  at::Tensor order = std::get<1>(at::sort(ids, /*stable=*/true, /*dim=*/0, /*descending=*/false));
-  at::Tensor offsets = at::bincount(ids, {}, num_experts).cumsum(0, at::kInt);
-  return {order, offsets};
+  return permutation_of(ids, num_experts);
 }
 
 // ---- moe_route ----
@@ -1038,8 +1051,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> moe_route_cpu(
         -std::numeric_limits<double>::infinity());
   }
   at::Tensor ids = top_indices(choice, top_k);
-  at::Tensor weights = route_weights(logits, ids, softmax, renormalize);
-  auto [order, offsets] = moe_permute_cpu(ids, experts);
+  at::Tensor weights = weights_from_scores(scores, ids, renormalize);
+  // The ids are the top-k's own, in range: no check (and no host read) needed.
+  auto [order, offsets] = permutation_of(ids.reshape(-1), experts);
   return {weights, ids, order, offsets};
 }
 

@@ -245,13 +245,16 @@ def _moe_layer_cases(dev: str
     ids, order, offs = route.expert_ids, route.token_order, route.offsets
     weights = route.weights
 
-    def route_torch(lg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def route_torch(lg: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        # What moe_route returns: weights, ids and the permutation into expert order.
         w, i = lg.softmax(-1).topk(top_k, -1)
-        return w / w.sum(-1, keepdim=True), i
+        flat = i.reshape(-1)
+        order = torch.sort(flat, stable=True).indices
+        offs = torch.bincount(flat, minlength=experts).cumsum(0).to(torch.int32)
+        return w / w.sum(-1, keepdim=True), i, order, offs
 
-    def route_ours() -> tuple[torch.Tensor, torch.Tensor]:
-        r = gemmt.moe_route(logits, top_k)
-        return r.weights, r.expert_ids
+    def route_ours() -> tuple[torch.Tensor, ...]:
+        return tuple(gemmt.moe_route(logits, top_k))
 
     def permute_torch() -> tuple[torch.Tensor, torch.Tensor]:
         o = torch.sort(ids.reshape(-1), stable=True).indices
@@ -289,10 +292,10 @@ def _moe_layer_cases(dev: str
         q, s, qt, st = gemmt.quantize_fp8_with_transpose(x, "row")
         return q.float() * s, qt.float() * st
 
-    w64, i64 = route_torch(logits.double())
     return [
         ("quantize_fp8 row +T", quant_t_ours, quant_t_torch, (x.double(), x.double().t()), 4e-2),
-        ("moe_route softmax", route_ours, lambda: route_torch(logits), (w64, i64), 1e-6),
+        ("moe_route softmax", route_ours, lambda: route_torch(logits),
+         route_torch(logits.double()), 1e-6),
         ("moe_permute", lambda: gemmt.moe_permute(ids, experts), permute_torch, permute_torch(),
          0.0),
         ("moe_experts bf16", lambda: gemmt.moe_experts(x, w_gate_up, w_down, weights, ids, order,
