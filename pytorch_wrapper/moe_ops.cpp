@@ -47,6 +47,7 @@ constexpr const char* kScaledGroupedMm = "gemmt::scaled_grouped_mm";
 constexpr const char* kMoePermute = "gemmt::moe_permute";
 constexpr const char* kMoeRoute = "gemmt::moe_route";
 constexpr const char* kMoeExperts = "gemmt::moe_experts";
+constexpr const char* kMoeExpertsFloat8 = "gemmt::moe_experts_float8";
 
 bool has(const OptTensor& t) {
   return t.has_value() && t->defined();
@@ -373,6 +374,21 @@ at::Tensor call_moe_experts(const at::Tensor& x, const at::Tensor& w_gate_up,
   return op.call(x, w_gate_up, w_down, weights, expert_ids, token_order, offsets);
 }
 
+std::tuple<at::Tensor, at::Tensor> call_quantize_rows(const at::Tensor& x) {
+  static auto op = op_handle<std::tuple<at::Tensor, at::Tensor>(
+      const at::Tensor&, std::string_view, at::ScalarType)>("gemmt::quantize_fp8");
+  return op.call(x, "row", at::kFloat8_e4m3fn);
+}
+
+at::Tensor call_scaled_grouped_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& sa,
+                                  const at::Tensor& sb, const at::Tensor& offs,
+                                  at::ScalarType out_dtype) {
+  static auto op = op_handle<at::Tensor(
+      const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const OptTensor&,
+      const OptTensor&, std::optional<at::ScalarType>, std::string_view, bool)>(kScaledGroupedMm);
+  return op.call(a, b, sa, sb, offs, std::nullopt, out_dtype, "none", false);
+}
+
 // ---- grouped_mm autograd ----
 
 // The gradients of each layout are grouped products of the other layouts (transposed views,
@@ -564,16 +580,12 @@ at::Tensor top_indices(const at::Tensor& v, int64_t k) {
 
 // ---- moe_experts ----
 
-void check_moe_experts(const at::Tensor& x, const at::Tensor& w_gate_up, const at::Tensor& w_down,
-                       const at::Tensor& weights, const at::Tensor& expert_ids,
-                       const at::Tensor& token_order, const at::Tensor& offsets) {
-  const char* op = kMoeExperts;
-  check_dtype(op, "x", x, float_dtypes_for(x));
+// The expert weights' shapes, transformers' layout: w_gate_up (E, 2 * I, H), w_down (E, H, I).
+void check_expert_shapes(const char* op, const at::Tensor& x, const at::Tensor& w_gate_up,
+                         const at::Tensor& w_down) {
   check_dim(op, "x", x, 2);
   check_dim(op, "w_gate_up", w_gate_up, 3);
   check_dim(op, "w_down", w_down, 3);
-  check_same_dtype(op, "x", x, "w_gate_up", w_gate_up);
-  check_same_dtype(op, "x", x, "w_down", w_down);
   check_same_device(op, "x", x, "w_gate_up", w_gate_up);
   check_same_device(op, "x", x, "w_down", w_down);
   const c10::SymInt experts = w_gate_up.sym_size(0), hidden = x.sym_size(1),
@@ -586,6 +598,13 @@ void check_moe_experts(const at::Tensor& x, const at::Tensor& w_gate_up, const a
               ", I] (E = "
               "w_gate_up.shape[0], H = x.shape[1]), got ",
               describe(w_down));
+}
+
+// The routing arguments of an expert layer over `experts` experts: weights and expert_ids
+// (T, top_k), token_order (T * top_k), offsets (experts,) int32.
+void check_routing_args(const char* op, const at::Tensor& x, const c10::SymInt& experts,
+                        const at::Tensor& weights, const at::Tensor& expert_ids,
+                        const at::Tensor& token_order, const at::Tensor& offsets) {
   check_dtype(op, "weights", weights, float_dtypes_for(weights));
   check_dim(op, "weights", weights, 2);
   check_same_device(op, "x", x, "weights", weights);
@@ -611,12 +630,55 @@ void check_moe_experts(const at::Tensor& x, const at::Tensor& w_gate_up, const a
               describe(offsets));
 }
 
+void check_moe_experts(const at::Tensor& x, const at::Tensor& w_gate_up, const at::Tensor& w_down,
+                       const at::Tensor& weights, const at::Tensor& expert_ids,
+                       const at::Tensor& token_order, const at::Tensor& offsets) {
+  const char* op = kMoeExperts;
+  check_dtype(op, "x", x, float_dtypes_for(x));
+  check_same_dtype(op, "x", x, "w_gate_up", w_gate_up);
+  check_same_dtype(op, "x", x, "w_down", w_down);
+  check_expert_shapes(op, x, w_gate_up, w_down);
+  check_routing_args(op, x, w_gate_up.sym_size(0), weights, expert_ids, token_order, offsets);
+}
+
+// moe_experts_float8: float8 experts with a float32 scale an output row of each expert,
+// (E, 2 * I) and (E, H), and activations of a floating dtype.
+void check_moe_experts_float8(const at::Tensor& x, const at::Tensor& w_gate_up,
+                              const at::Tensor& w_gate_up_scale, const at::Tensor& w_down,
+                              const at::Tensor& w_down_scale, const at::Tensor& weights,
+                              const at::Tensor& expert_ids, const at::Tensor& token_order,
+                              const at::Tensor& offsets) {
+  const char* op = kMoeExpertsFloat8;
+  check_dtype(op, "x", x, {at::kFloat, at::kHalf, at::kBFloat16});
+  check_dtype(op, "w_gate_up", w_gate_up, {at::kFloat8_e4m3fn, at::kFloat8_e5m2});
+  check_dtype(op, "w_down", w_down, {at::kFloat8_e4m3fn, at::kFloat8_e5m2});
+  check_expert_shapes(op, x, w_gate_up, w_down);
+  const std::pair<const char*, std::pair<const at::Tensor*, const at::Tensor*>> scales[] = {
+      {"w_gate_up_scale", {&w_gate_up_scale, &w_gate_up}},
+      {"w_down_scale", {&w_down_scale, &w_down}}};
+  for (const auto& [name, pair] : scales) {
+    const at::Tensor &sc = *pair.first, &w = *pair.second;
+    check_dtype(op, name, sc, {at::kFloat});
+    check_same_device(op, "x", x, name, sc);
+    TORCH_CHECK(sc.dim() == 2 && sc.sym_size(0) == w.sym_size(0) && sc.sym_size(1) == w.sym_size(1),
+                op, ": argument '", name,
+                "' expected a float32 scale an output row of each expert, shape [", w.sym_size(0),
+                ", ", w.sym_size(1), "], got ", describe(sc));
+  }
+  const c10::SymInt hidden = x.sym_size(1), inter = w_down.sym_size(2);
+  TORCH_CHECK(hidden % 16 == 0 && inter % 16 == 0, op,
+              ": expected the hidden size (x.shape[1]) and the intermediate size (w_down.shape[2]) "
+              "multiples of 16 (the contractions of the float8 products), got ",
+              hidden, " and ", inter);
+  check_routing_args(op, x, w_gate_up.sym_size(0), weights, expert_ids, token_order, offsets);
+}
+
 // The routing data, checked against each other (CPU only: the values are read): token_order
 // a permutation of the T * top_k slots, offsets the cumulative counts of expert_ids, and the
 // slots in token_order sorted by expert.
 void check_moe_routing_values(const at::Tensor& expert_ids, const at::Tensor& token_order,
-                              const at::Tensor& offsets, int64_t num_experts) {
-  const char* op = kMoeExperts;
+                              const at::Tensor& offsets, int64_t num_experts,
+                              const char* op = kMoeExperts) {
   const int64_t slots = token_order.numel();
   const std::vector<int64_t> ends = read_offsets(op, offsets, slots, "T * top_k, the routed slots");
   TORCH_CHECK(ends.empty() ? slots == 0 : ends.back() == slots, op,
@@ -674,6 +736,23 @@ at::Tensor moe_experts_composite(const at::Tensor& x, const at::Tensor& w_gate_u
   return at::zeros_symint(x.sym_sizes(), x.options().dtype(acc))
       .index_add(0, token, contrib)
       .to(x.scalar_type());
+}
+
+// moe_experts_float8 between its gather and its combine: the gate/up product of the float8
+// token rows xg (expert order) with their scales sg, rounded to x's 16-bit type (bfloat16 for
+// a float32 x), silu(gate) * up quantised a row at a time, the down product in float32.
+at::Tensor float8_expert_rows(const at::Tensor& xg, const at::Tensor& sg,
+                              const at::Tensor& w_gate_up, const at::Tensor& w_gate_up_scale,
+                              const at::Tensor& w_down, const at::Tensor& w_down_scale,
+                              const at::Tensor& offsets, at::ScalarType x_dtype) {
+  const at::ScalarType mid = reduced_float(x_dtype) ? x_dtype : at::kBFloat16;
+  const at::Tensor h =
+      call_scaled_grouped_mm(xg, w_gate_up.transpose(1, 2), sg, w_gate_up_scale, offsets, mid);
+  const int64_t inter = w_down.size(2);
+  const auto [aq, as] =
+      call_quantize_rows(call_swiglu(h.narrow(1, 0, inter), h.narrow(1, inter, inter)));
+  return call_scaled_grouped_mm(aq, w_down.transpose(1, 2), as.reshape(-1), w_down_scale, offsets,
+                                at::kFloat);
 }
 
 }  // namespace
@@ -1094,6 +1173,72 @@ at::Tensor moe_experts_cpu(const at::Tensor& x, const at::Tensor& w_gate_up,
   return moe_experts_composite(x, w_gate_up, w_down, weights, token_order, offsets);
 }
 
+// ---- moe_experts_float8 ----
+
+at::Tensor moe_experts_float8_meta(const at::Tensor& x, const at::Tensor& w_gate_up,
+                                   const at::Tensor& w_gate_up_scale, const at::Tensor& w_down,
+                                   const at::Tensor& w_down_scale, const at::Tensor& weights,
+                                   const at::Tensor& expert_ids, const at::Tensor& token_order,
+                                   const at::Tensor& offsets) {
+  check_moe_experts_float8(x, w_gate_up, w_gate_up_scale, w_down, w_down_scale, weights, expert_ids,
+                           token_order, offsets);
+  return at::empty_symint(x.sym_sizes(), x.options());
+}
+
+// The reference: each token quantised once (e4m3, a scale a row), its float8 rows gathered
+// into expert order, the two float8 products (float8_expert_rows), and each token's top_k
+// float32 rows weighted and summed in float32, rounded once to x's dtype.
+at::Tensor moe_experts_float8_cpu(const at::Tensor& x, const at::Tensor& w_gate_up,
+                                  const at::Tensor& w_gate_up_scale, const at::Tensor& w_down,
+                                  const at::Tensor& w_down_scale, const at::Tensor& weights,
+                                  const at::Tensor& expert_ids, const at::Tensor& token_order,
+                                  const at::Tensor& offsets) {
+  check_moe_experts_float8(x, w_gate_up, w_gate_up_scale, w_down, w_down_scale, weights, expert_ids,
+                           token_order, offsets);
+  at::AutoDispatchBelowADInplaceOrView guard;
+  check_moe_routing_values(expert_ids, token_order, offsets, w_gate_up.size(0), kMoeExpertsFloat8);
+  if (x.numel() == 0) return at::empty_like(x);
+  const at::Tensor order = as_dtype(token_order, at::kLong);
+  const at::Tensor token = at::div(order, weights.size(1), "floor");
+  const auto [xq, xs] = call_quantize_rows(x);
+  // float8 rows moved as bytes.
+  const at::Tensor xg = xq.view(at::kByte).index_select(0, token).view(xq.scalar_type());
+  const at::Tensor o =
+      float8_expert_rows(xg, xs.reshape(-1).index_select(0, token), w_gate_up, w_gate_up_scale,
+                         w_down, w_down_scale, offsets, x.scalar_type());
+  const at::Tensor w = as_dtype(weights.reshape(-1).index_select(0, order), at::kFloat);
+  return at::zeros(x.sizes(), x.options().dtype(at::kFloat))
+      .index_add(0, token, o * w.unsqueeze(1))
+      .to(x.scalar_type());
+}
+
+// For inference: the experts are quantised, so no gradient flows through them; a gradient
+// asked of any argument is refused, not silently dropped.
+at::Tensor moe_experts_float8_autograd(const at::Tensor& x, const at::Tensor& w_gate_up,
+                                       const at::Tensor& w_gate_up_scale, const at::Tensor& w_down,
+                                       const at::Tensor& w_down_scale, const at::Tensor& weights,
+                                       const at::Tensor& expert_ids, const at::Tensor& token_order,
+                                       const at::Tensor& offsets) {
+  if (at::GradMode::is_enabled()) {
+    const std::pair<const char*, const at::Tensor*> args[] = {{"x", &x},
+                                                              {"w_gate_up_scale", &w_gate_up_scale},
+                                                              {"w_down_scale", &w_down_scale},
+                                                              {"weights", &weights}};
+    for (const auto& [name, t] : args) {
+      TORCH_CHECK(!t->requires_grad(), kMoeExpertsFloat8,
+                  " is for inference (float8 experts, not differentiable), but argument '", name,
+                  "' requires grad: call it under torch.no_grad() or on detached tensors");
+    }
+  }
+  static auto op = op_handle<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                        const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                        const at::Tensor&, const at::Tensor&, const at::Tensor&)>(
+      kMoeExpertsFloat8);
+  at::AutoDispatchBelowADInplaceOrView guard;
+  return op.call(x, w_gate_up, w_gate_up_scale, w_down, w_down_scale, weights, expert_ids,
+                 token_order, offsets);
+}
+
 // ---- moe_experts under autograd on CUDA ----
 // For 16-bit tensors the recorded layer is gemmt's gather and combine kernels, each its own
 // autograd node, around the recorded grouped products and swiglu. The composite's ATen steps
@@ -1434,6 +1579,30 @@ at::Tensor moe_experts_cuda(const at::Tensor& x, const at::Tensor& w_gate_up,
   const at::Tensor act = call_swiglu(h.narrow(1, 0, inter), h.narrow(1, inter, inter));
   const at::Tensor y = call_grouped_mm(act, w_down.transpose(1, 2), offsets);
   return combine_slots(y, &weights, inverse, tokens, top_k);
+}
+
+// The reference's steps with gemmt's gather (the float8 rows moved as bytes, 16 at a time) and
+// combine (each token's top_k float32 rows read in place through the gather's inverse, summed
+// in registers): no float32 copy of the down product in token order, no atomics.
+at::Tensor moe_experts_float8_cuda(const at::Tensor& x, const at::Tensor& w_gate_up,
+                                   const at::Tensor& w_gate_up_scale, const at::Tensor& w_down,
+                                   const at::Tensor& w_down_scale, const at::Tensor& weights,
+                                   const at::Tensor& expert_ids, const at::Tensor& token_order,
+                                   const at::Tensor& offsets) {
+  check_moe_experts_float8(x, w_gate_up, w_gate_up_scale, w_down, w_down_scale, weights, expert_ids,
+                           token_order, offsets);
+  const at::cuda::CUDAGuard guard(x.device());
+  at::AutoDispatchBelowADInplaceOrView below;
+  const int64_t tokens = x.size(0), hidden = x.size(1), top_k = weights.size(1);
+  if (tokens * hidden == 0) return at::empty_like(x);
+  if (tokens * top_k == 0) return at::zeros_like(x);
+  const at::Tensor order = as_dtype(token_order, at::kLong).contiguous();
+  const auto [xq, xs] = call_quantize_rows(x);
+  const auto [xg, inverse] = gather_slots(xq.view(at::kByte), order, top_k);
+  const at::Tensor sg = xs.reshape(-1).index_select(0, at::div(order, top_k, "floor"));
+  const at::Tensor o = float8_expert_rows(xg.view(xq.scalar_type()), sg, w_gate_up, w_gate_up_scale,
+                                          w_down, w_down_scale, offsets, x.scalar_type());
+  return combine_slots(o, &weights, inverse, tokens, top_k).to(x.scalar_type());
 }
 #endif
 

@@ -243,5 +243,16 @@ at::Tensor moe_experts_autograd(const at::Tensor& x, const at::Tensor& w_gate_up
                                 const at::Tensor& w_down, const at::Tensor& weights,
                                 const at::Tensor& expert_ids, const at::Tensor& token_order,
                                 const at::Tensor& offsets);
+// moe_experts_float8, one declaration a dispatch key (cpu, cuda, meta, autograd).
+#define GEMMT_DECLARE_MOE_EXPERTS_FLOAT8(suffix)                                           \
+  at::Tensor moe_experts_float8_##suffix(                                                  \
+      const at::Tensor& x, const at::Tensor& w_gate_up, const at::Tensor& w_gate_up_scale, \
+      const at::Tensor& w_down, const at::Tensor& w_down_scale, const at::Tensor& weights, \
+      const at::Tensor& expert_ids, const at::Tensor& token_order, const at::Tensor& offsets);
+GEMMT_DECLARE_MOE_EXPERTS_FLOAT8(cpu)
+GEMMT_DECLARE_MOE_EXPERTS_FLOAT8(cuda)
+GEMMT_DECLARE_MOE_EXPERTS_FLOAT8(meta)
+GEMMT_DECLARE_MOE_EXPERTS_FLOAT8(autograd)
+#undef GEMMT_DECLARE_MOE_EXPERTS_FLOAT8
 
 }  // namespace gemmt::wrapper

@@ -406,8 +406,8 @@ TORCH_LIBRARY_IMPL(gemmt, Autograd, m) {
 // is its float8 form with row scales (torch._scaled_grouped_mm's layouts). moe_route picks
 // each token's top_k experts and the permutation that sorts the (token, k) slots by expert;
 // moe_experts runs the gate/up product, silu(gate) * up, the down product and the weighted
-// combine. On CUDA the routing runs kernels/moe/, grouped_mm the Hopper grouped GEMM, and
-// moe_experts composes them.
+// combine; moe_experts_float8 the same on float8 experts (inference). On CUDA the routing runs
+// kernels/moe/, grouped_mm the Hopper grouped GEMM, and moe_experts composes them.
 TORCH_LIBRARY_FRAGMENT(gemmt, m) {
   m.def(
       "grouped_mm(Tensor a, Tensor b, Tensor? offs=None, Tensor? bias=None, "
@@ -424,6 +424,10 @@ TORCH_LIBRARY_FRAGMENT(gemmt, m) {
   m.def(
       "moe_experts(Tensor x, Tensor w_gate_up, Tensor w_down, Tensor weights, "
       "Tensor expert_ids, Tensor token_order, Tensor offsets) -> Tensor");
+  m.def(
+      "moe_experts_float8(Tensor x, Tensor w_gate_up, Tensor w_gate_up_scale, Tensor w_down, "
+      "Tensor w_down_scale, Tensor weights, Tensor expert_ids, Tensor token_order, "
+      "Tensor offsets) -> Tensor");
 }
 
 #define GEMMT_MOE_IMPL_ALL(m, suffix)                                       \
@@ -431,7 +435,8 @@ TORCH_LIBRARY_FRAGMENT(gemmt, m) {
   m.impl("scaled_grouped_mm", &gemmt::wrapper::scaled_grouped_mm_##suffix); \
   m.impl("moe_permute", &gemmt::wrapper::moe_permute_##suffix);             \
   m.impl("moe_route", &gemmt::wrapper::moe_route_##suffix);                 \
-  m.impl("moe_experts", &gemmt::wrapper::moe_experts_##suffix)
+  m.impl("moe_experts", &gemmt::wrapper::moe_experts_##suffix);             \
+  m.impl("moe_experts_float8", &gemmt::wrapper::moe_experts_float8_##suffix)
 
 TORCH_LIBRARY_IMPL(gemmt, CPU, m) {
   GEMMT_MOE_IMPL_ALL(m, cpu);
@@ -449,4 +454,5 @@ TORCH_LIBRARY_IMPL(gemmt, Autograd, m) {
   m.impl("scaled_grouped_mm", &gemmt::wrapper::scaled_grouped_mm_autograd);
   m.impl("moe_route", &gemmt::wrapper::moe_route_autograd);
   m.impl("moe_experts", &gemmt::wrapper::moe_experts_autograd);
+  m.impl("moe_experts_float8", &gemmt::wrapper::moe_experts_float8_autograd);
 }

@@ -274,6 +274,8 @@ def opcheck_cases(device: str) -> list[tuple[Any, tuple, dict]]:
     for layout in ("2d3d", "3d3d"):
         c = block_case(layout, device=device)
         cases.append((g, (c["a"], c["b"], c["scale_a"], c["scale_b"], c["offs"]), {}))
+    cases.append((torch.ops.gemmt.moe_experts_float8,
+                  tuple(float8_experts_case(device).values()), {}))
     return cases
 
 
@@ -518,3 +520,63 @@ def test_float8_moe_is_not_differentiable() -> None:
         layer(x)
     with torch.no_grad():
         assert layer(x).shape == x.shape
+
+
+def float8_experts_case(device: str = "cpu", tokens: int = 37, hidden: int = 64,
+                        inter: int = 48, experts: int = 6, top_k: int = 2) -> dict[str, Any]:
+    """moe_experts_float8's arguments: quantised random experts and a softmax routing."""
+    from gemmt.moe import quantize_experts
+
+    torch.manual_seed(1)
+    gu = torch.randn(experts, 2 * inter, hidden, device=device) / hidden ** 0.5
+    dn = torch.randn(experts, hidden, inter, device=device) / inter ** 0.5
+    gu_q, gu_s = quantize_experts(gu)
+    dn_q, dn_s = quantize_experts(dn)
+    x = torch.randn(tokens, hidden, device=device).to(torch.bfloat16)
+    r = gemmt.moe_route(torch.randn(tokens, experts, device=device), top_k)
+    return {"x": x, "w_gate_up": gu_q, "w_gate_up_scale": gu_s, "w_down": dn_q,
+            "w_down_scale": dn_s, "weights": r.weights, "expert_ids": r.expert_ids,
+            "token_order": r.token_order, "offsets": r.offsets}
+
+
+def test_moe_experts_float8_op_bad_input_and_no_gradient() -> None:
+    op = torch.ops.gemmt.moe_experts_float8
+    c = float8_experts_case()
+    with pytest.raises(RuntimeError, match=r"moe_experts_float8: argument 'w_gate_up' expected.*"
+                                           r"Float8"):
+        op(**{**c, "w_gate_up": c["w_gate_up"].float()})
+    with pytest.raises(RuntimeError, match=r"'w_down_scale' expected a float32 scale an output "
+                                           r"row of each expert, shape \[6, 64\]"):
+        op(**{**c, "w_down_scale": c["w_down_scale"][:, :5]})
+    with pytest.raises(RuntimeError, match=r"'offsets' expected one offset per expert \(6\)"):
+        op(**{**c, "offsets": c["offsets"][:5]})
+    with pytest.raises(RuntimeError, match="multiples of 16"):
+        op(**{**c, "x": c["x"][:, :40], "w_gate_up": c["w_gate_up"][:, :, :40],
+              "w_down": c["w_down"][:, :40], "w_down_scale": c["w_down_scale"][:, :40]})
+    with pytest.raises(RuntimeError, match="'token_order' expected a permutation"):
+        op(**{**c, "token_order": torch.zeros_like(c["token_order"])})
+    with pytest.raises(RuntimeError, match="is for inference .* argument 'x' requires grad"):
+        op(**{**c, "x": c["x"].float().requires_grad_()})
+    out = op(**c)
+    assert out.shape == c["x"].shape and out.dtype == torch.bfloat16
+    meta = op(**{k: v.to("meta") for k, v in c.items()})
+    assert meta.shape == c["x"].shape and meta.device.type == "meta"
+
+
+def test_moe_experts_float8_op_rules() -> None:
+    # (Its opcheck runs with opcheck_cases above.)
+    assert gemmt.distributed.rules_for("moe_experts_float8", *([None] * 9))[0].name == "replicated"
+
+
+@pytest.mark.cuda
+def test_cuda_moe_experts_float8_matches_the_cpu_op() -> None:
+    """gemmt's gather and combine kernels against the CPU op's ATen steps, on the same
+    quantised experts and routing (the products' own sums differ in the last bits)."""
+    if not hopper():
+        pytest.skip("the FP8 kernel needs a Hopper GPU")
+    c = float8_experts_case("cpu", tokens=300, hidden=256, inter=128, experts=16, top_k=4)
+    ours = torch.ops.gemmt.moe_experts_float8(**{k: v.cuda() for k, v in c.items()})
+    ref = torch.ops.gemmt.moe_experts_float8(**c)
+    assert rel_err(ours, ref) < 1e-2
+    c = float8_experts_case("cuda", tokens=0)
+    assert torch.ops.gemmt.moe_experts_float8(**c).shape == (0, 64)

@@ -373,11 +373,12 @@ def rules_for(op_name: str, *args: Any) -> list[Rule]:
     if op_name == "scaled_grouped_mm":
         a, b, scale_a, scale_b, offs, bias, _, activation, _ = args
         return _scaled_grouped_mm_rules(a, b, scale_a, scale_b, offs, bias, activation)
-    if op_name in ("moe_permute", "moe_route", "moe_experts"):
+    if op_name in ("moe_permute", "moe_route", "moe_experts", "moe_experts_float8"):
         # A token's slots are ordered across the whole batch (token_order, offsets), so
         # the routing data and the expert layer run on replicated tensors only.
         R = _placements()[1]()
-        n_outputs = {"moe_permute": 2, "moe_route": 4, "moe_experts": 1}[op_name]
+        n_outputs = {"moe_permute": 2, "moe_route": 4, "moe_experts": 1,
+                     "moe_experts_float8": 1}[op_name]
         return [Rule("replicated", (R,) * n_outputs, tuple(None if n is None else R for n in nd))]
     raise KeyError(f"gemmt.distributed: no sharding rules for op {op_name!r}")
 
@@ -392,6 +393,7 @@ _OPS: tuple[str, ...] = (
     "linear_bias_backward", "add", "scale", "square", "square_backward", "normalize_volume",
     "rgb_to_gray", "swiglu", "swiglu_backward",
     "grouped_mm", "scaled_grouped_mm", "moe_permute", "moe_route", "moe_experts",
+    "moe_experts_float8",
 )
 
 # FP8 (scaled_mm and the quantize ops; rules in _fp8_rules below).

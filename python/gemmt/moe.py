@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from gemmt.moe_parallel import expert_parallel_experts
-from gemmt.ops import moe_experts, moe_permute, quantize_fp8, scaled_grouped_mm, swiglu
+from gemmt.ops import moe_experts, moe_permute, quantize_fp8
 
 __all__ = ["IMPLEMENTATION_NAME", "expert_parallel_experts", "experts_forward",
            "float8_experts", "quantize_experts", "register_transformers"]
@@ -70,36 +70,12 @@ def float8_experts(x: Tensor, w_gate_up: Tensor, w_gate_up_scale: Tensor, w_down
     token is quantised once (a scale per token), its rows gathered into expert order as float8
     (half the bytes of bf16), the gate/up product run by :func:`gemmt.scaled_grouped_mm`,
     ``silu(gate) * up`` quantised a row at a time for the down product, whose float32 results
-    are weighted and summed per token in float32 and rounded once to ``x``'s dtype.
+    are weighted and summed per token in float32 and rounded once to ``x``'s dtype. The op
+    ``torch.ops.gemmt.moe_experts_float8``; on CUDA its gather and combine are gemmt's kernels.
     """
-    tokens, top_k = expert_ids.shape
-    order = token_order.long()
-    token = order // top_k
-    xq, xs = quantize_fp8(x, "row")
-    mid = x.dtype if x.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
-    h = scaled_grouped_mm(_gather_rows(xq, token), w_gate_up.transpose(1, 2),
-                          xs.reshape(-1).index_select(0, token), w_gate_up_scale, offsets,
-                          out_dtype=mid)
-    inter = w_down.shape[2]
-    aq, scale = quantize_fp8(swiglu(h[:, :inter], h[:, inter:]), "row")
-    o = scaled_grouped_mm(aq, w_down.transpose(1, 2), scale.reshape(-1), w_down_scale, offsets,
-                          out_dtype=torch.float32)
-    # Each token's top_k rows back in slot order (token t's k-th slot is t * top_k + k), then
-    # weighted and summed by one batched product: float32, no atomics, the same bits every run.
-    inverse = torch.empty_like(order).index_copy_(
-        0, order, torch.arange(order.numel(), device=order.device))
-    rows = o.index_select(0, inverse).view(tokens, top_k, -1)
-    out = torch.bmm(weights.float().view(tokens, 1, top_k), rows).view(tokens, -1)
-    return out.to(x.dtype)
-
-
-def _gather_rows(q: Tensor, index: Tensor) -> Tensor:
-    """q's rows at ``index``: float8 rows moved eight bytes at a time where their length
-    allows (a one-byte element type gathers one element a thread)."""
-    cols = q.shape[1]
-    if q.is_contiguous() and cols % 8 == 0:
-        return q.view(torch.int64).index_select(0, index).view(q.dtype)
-    return q.index_select(0, index)
+    return torch.ops.gemmt.moe_experts_float8(x, w_gate_up, w_gate_up_scale, w_down,
+                                              w_down_scale, weights, expert_ids, token_order,
+                                              offsets)
 
 
 def experts_forward(self: torch.nn.Module, hidden_states: Tensor, top_k_index: Tensor,
