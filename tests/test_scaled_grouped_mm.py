@@ -571,12 +571,16 @@ def test_moe_experts_float8_op_rules() -> None:
 @pytest.mark.cuda
 def test_cuda_moe_experts_float8_matches_the_cpu_op() -> None:
     """gemmt's gather and combine kernels against the CPU op's ATen steps, on the same
-    quantised experts and routing (the products' own sums differ in the last bits)."""
+    quantised experts and routing. The products' own sums differ in their last bits, and the
+    intermediate rows are quantised again (3 mantissa bits): where a value sits on a float8
+    rounding boundary the two sides round it apart (12% of that value), which leaves 1-2%
+    between them (H200: 1.4e-2); a wrong row, expert, scale or weight is off by tens of
+    percent."""
     if not hopper():
         pytest.skip("the FP8 kernel needs a Hopper GPU")
     c = float8_experts_case("cpu", tokens=300, hidden=256, inter=128, experts=16, top_k=4)
     ours = torch.ops.gemmt.moe_experts_float8(**{k: v.cuda() for k, v in c.items()})
     ref = torch.ops.gemmt.moe_experts_float8(**c)
-    assert rel_err(ours, ref) < 1e-2
+    assert rel_err(ours, ref) < 3e-2
     c = float8_experts_case("cuda", tokens=0)
     assert torch.ops.gemmt.moe_experts_float8(**c).shape == (0, 64)
