@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import datetime
-import json
-import os
 from typing import Callable
 
 import torch
 
 import gemmt
-from gemmt.bench_fp8 import TORCHAO_RECIPES, TRAIN_RECIPES, _Block, _torchao_model
-from profile_moe_layer import kernels_of
+from gemmt.bench_fp8 import TORCHAO_RECIPES, TRAIN_RECIPES, _Block, _torchao_model, train_step
+from profile_moe_layer import environment, kernels_of, write_json
 
 # Kernel names of the products: gemmt's Hopper kernels, cuBLAS(Lt)'s and CUTLASS's (not
 # "gemm" alone: every gemmt kernel's namespace has it).
@@ -35,16 +32,6 @@ _GEMM_MARKS = ("gemm_kernel", "nvjet", "cutlass", "xmma", "decode_kernel")
 def _is_gemm(name: str) -> bool:
     low = name.lower()
     return any(mark in low for mark in _GEMM_MARKS)
-
-
-def _step(model: torch.nn.Module, x: torch.Tensor, g: torch.Tensor) -> Callable[[], None]:
-    params = [*model.parameters(), x]
-
-    def run() -> None:
-        for p in params:
-            p.grad = None
-        model(x).backward(g)
-    return run
 
 
 def main() -> int:
@@ -72,15 +59,13 @@ def main() -> int:
                                                                                      recipe)
     wanted = [v for v in args.variants.split(",") if v] or list(builders)
     doc: dict[str, object] = {
-        "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-        "cuda": torch.version.cuda, "gemmt": gemmt.build_info(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **environment(),
         "config": {"dim": dim, "hidden": hidden, "blocks": blocks, "tokens": args.tokens},
         "steps": args.steps, "variants": {}}
     for name in wanted:
         try:
             model = builders[name]()
-            fn = _step(model, x, g)
+            fn = train_step(model, x, g)
             for _ in range(3):  # compile, plan and allocate outside the profile
                 fn()
             res = kernels_of(fn, args.steps)
@@ -97,10 +82,7 @@ def main() -> int:
             print(f"    {r['ms']:8.3f} ms {r['launches']:5.1f}x  {r['kernel'][:110]}")
         del model, fn
         torch.cuda.empty_cache()
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"profile_fp8_train_{args.tokens}.json")
-    with open(path, "w") as f:
-        json.dump(doc, f, separators=(",", ":"))
+    write_json(doc, args.out, f"profile_fp8_train_{args.tokens}")
     return 0
 
 

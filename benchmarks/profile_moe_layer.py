@@ -59,6 +59,20 @@ def kernels_of(fn: Callable[[], None], steps: int) -> dict[str, Any]:
             "kernels": rows}
 
 
+def environment() -> dict[str, Any]:
+    """The GPU, the versions and the date a profile was taken with."""
+    return {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "cuda": torch.version.cuda, "gemmt": gemmt.build_info(),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+def write_json(doc: dict[str, Any], out: str, name: str) -> None:
+    """``doc`` as ``<out>/<name>.json``, compact."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"{name}.json"), "w") as f:
+        json.dump(doc, f, separators=(",", ":"))
+
+
 def main() -> int:
     """Profiles both layers on one configuration and writes the JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -78,19 +92,14 @@ def main() -> int:
     g = torch.randn(args.tokens, hidden, device="cuda", dtype=torch.bfloat16)
     sides = {"gemmt": step_fn(moe, lambda m, t: m(t), x, g),
              "torch": step_fn(moe, torch_moe, x, g)}
-    doc = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "cuda": torch.version.cuda, "gemmt": gemmt.build_info(),
-           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    doc = {**environment(),
            "config": {"name": name, "hidden": hidden, "intermediate": inter,
                       "experts": experts, "top_k": top_k, "tokens": args.tokens},
            "steps": args.steps, **{s: kernels_of(fn, args.steps) for s, fn in sides.items()}}
     for s in sides:
         top = ", ".join(f"{r['kernel'][:50]} {r['ms']:.3f}" for r in doc[s]["kernels"][:6])
         print(f"{s}: step {doc[s]['step_ms']:.3f} ms, kernels {doc[s]['kernels_ms']:.3f} ms: {top}")
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"profile_moe_layer_{name}_{args.tokens}.json")
-    with open(path, "w") as f:
-        json.dump(doc, f, separators=(",", ":"))
+    write_json(doc, args.out, f"profile_moe_layer_{name}_{args.tokens}")
     return 0
 
 

@@ -386,6 +386,18 @@ def _torchao_model(base: torch.nn.Module, recipe: str) -> torch.nn.Module:
     return torch.compile(model)
 
 
+def train_step(model: torch.nn.Module, x: torch.Tensor, g: torch.Tensor) -> Callable[[], None]:
+    """One training step of ``model`` on ``x`` (no optimizer): the gradients of the parameters
+    and of ``x`` cleared, the forward, the backward of ``g``."""
+    params = [*model.parameters(), x]
+
+    def run() -> None:
+        for p in params:
+            p.grad = None
+        model(x).backward(g)
+    return run
+
+
 def run_train(device: str, shape: dict[str, int], timing: dict[str, Any]
               ) -> list[dict[str, Any]]:
     dim, hidden, tokens, blocks = shape["dim"], shape["hidden"], shape["tokens"], shape["blocks"]
@@ -418,15 +430,6 @@ def run_train(device: str, shape: dict[str, int], timing: dict[str, Any]
         else:
             build_errors[name] = err
 
-    def step(model: torch.nn.Module) -> Callable[[], None]:
-        params = [*model.parameters(), x]
-
-        def run() -> None:
-            for p in params:
-                p.grad = None
-            model(x).backward(g)
-        return run
-
     with torch.no_grad():
         ref_out = base(x)
     outs: dict[str, float | None] = {}
@@ -437,7 +440,8 @@ def run_train(device: str, shape: dict[str, int], timing: dict[str, Any]
         if err is not None:
             build_errors[name] = err
             del models[name]
-    ms, err = kit.time_candidates({name: step(m) for name, m in models.items()}, device,
+    steps = {name: train_step(m, x, g) for name, m in models.items()}
+    ms, err = kit.time_candidates(steps, device,
                                   **{**timing, "queued": False})
     base_ms = ms.get("bf16_eager")
     flops = 3 * 2.0 * tokens * dim * hidden * 2 * blocks  # forward + two backward products

@@ -238,6 +238,43 @@ def run_grouped(device: str, configs: list[tuple[str, int, int, int, list[int]]]
 
 
 # ---- scaled: FP8 grouped products --------------------------------------------------------
+def _point(section: str, cfg: tuple[str, int, int, int], tpe: int, routing: str, layout: str,
+           tokens: int, flops: float) -> dict[str, Any]:
+    """The fields that name an FP8 grouped point: its section, configuration, routing and
+    layout."""
+    name, experts, hidden, inter = cfg
+    return dict(section=section, config=name, experts=experts, hidden=hidden,
+                intermediate=inter, tokens_per_expert=tpe, routing=routing, layout=layout,
+                tokens=tokens, flops=flops)
+
+
+def _fp8_points(device: str, configs: list[tuple[str, int, int, int, list[int]]], what: str
+                ) -> Iterator[tuple[tuple[str, int, int, int], int, str, list[int], torch.Tensor,
+                                    str, torch.Tensor, torch.Tensor]]:
+    """The FP8 sections' points: each routed point of :func:`_routed_points` in the forward
+    and grad_input layouts, with random bf16 tokens ``a16`` (M, K) and the expert weight as
+    ``b16`` (experts, K, N), column-major: W^T for the forward, W for grad_input."""
+    for cfg, tpe, routing, counts, offs, w in _routed_points(device, configs, what):
+        hidden, inter = cfg[2:]
+        for layout in SCALED_LAYOUTS:
+            k = hidden if layout == "forward" else inter
+            a16 = torch.randn(sum(counts), k, device=device, dtype=_BF16)
+            b16 = (w.transpose(1, 2) if layout == "forward"
+                   else w.transpose(1, 2).contiguous().transpose(1, 2))
+            yield cfg, tpe, routing, counts, offs, layout, a16, b16
+            del a16, b16
+
+
+def _times(ms: dict[str, float | None], flops: float, rates: tuple[str, ...],
+           ratios: tuple[tuple[str, str], ...]) -> dict[str, float | None]:
+    """Each candidate's ``<name>_ms``, the ``<name>_tflops`` of ``rates`` and, for each pair
+    (a, b) of ``ratios``, ``<a>_vs_<b>``: b's time over a's."""
+    out: dict[str, float | None] = {f"{name}_ms": t for name, t in ms.items()}
+    out.update({f"{name}_tflops": kit.tflops(flops, ms[name]) for name in rates})
+    out.update({f"{a}_vs_{b}": kit.ratio(ms[b], ms[a]) for a, b in ratios})
+    return out
+
+
 def quantize_rows(t: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """t as float8_e4m3fn with one dequantisation scale per slice along ``dim`` (amax / 448),
     the scales with ``dim`` reduced away."""
@@ -253,46 +290,33 @@ def run_scaled(device: str, configs: list[tuple[str, int, int, int, list[int]]],
     against the bf16 grouped product of the same shapes (gemmt's and torch's)."""
     records = []
     has_torch = hasattr(torch, "_scaled_grouped_mm")
-    for cfg, tpe, routing, counts, offs, w in _routed_points(device, configs, "moe scaled"):
-        name, experts, hidden, inter = cfg
-        m = sum(counts)
-        for layout in SCALED_LAYOUTS:
-            k, n = (hidden, inter) if layout == "forward" else (inter, hidden)
-            a16 = torch.randn(m, k, device=device, dtype=_BF16)
-            # b (experts, k, n), column-major: W^T for the forward, W for grad_input.
-            b16 = (w.transpose(1, 2) if layout == "forward"
-                   else w.transpose(1, 2).contiguous().transpose(1, 2))
-            aq, sa = quantize_rows(a16, 1)
-            bq, sb = quantize_rows(b16, 1)  # one scale a column of each expert's b
-            bq = bq.transpose(1, 2).contiguous().transpose(1, 2)
-            cands = {
-                "gemmt": lambda: gemmt.ops.scaled_grouped_mm(aq, bq, sa, sb, offs),
-                "gemmt_bf16": lambda: torch.ops.gemmt.grouped_mm(a16, b16, offs),
-                "torch_bf16": lambda: torch._grouped_mm(a16, b16, offs)}
-            if has_torch:
-                cands["torch"] = lambda: torch._scaled_grouped_mm(
-                    aq, bq, sa, sb, offs=offs, out_dtype=_BF16)
-            ms, err = kit.time_candidates(cands, device, **timing)
-            ms.setdefault("torch", None)
-            diff = None
-            if ms["gemmt"] is not None and ms["torch"] is not None:
-                diff = kit.rel_diff(cands["gemmt"](), cands["torch"]())
-            flops = 2.0 * m * k * n
-            records.append(dict(
-                section="scaled", config=name, experts=experts, hidden=hidden,
-                intermediate=inter, tokens_per_expert=tpe, routing=routing, layout=layout,
-                tokens=m, flops=flops, gemmt_ms=ms["gemmt"], torch_ms=ms["torch"],
-                gemmt_bf16_ms=ms["gemmt_bf16"], torch_bf16_ms=ms["torch_bf16"],
-                gemmt_tflops=kit.tflops(flops, ms["gemmt"]),
-                torch_tflops=kit.tflops(flops, ms["torch"]),
-                gemmt_vs_torch=kit.ratio(ms["torch"], ms["gemmt"]),
-                gemmt_vs_gemmt_bf16=kit.ratio(ms["gemmt_bf16"], ms["gemmt"]),
-                torch_vs_torch_bf16=kit.ratio(ms["torch_bf16"], ms["torch"]),
-                gemmt_rel_diff_vs_torch=diff,
-                gemmt_error=err.get("gemmt"),
-                torch_error=err.get("torch") if has_torch else "torch._scaled_grouped_mm: absent"))
-            del a16, b16, aq, bq
-        del w
+    for cfg, tpe, routing, counts, offs, layout, a16, b16 in _fp8_points(device, configs,
+                                                                         "moe scaled"):
+        m, k, n = a16.shape[0], a16.shape[1], b16.shape[2]
+        aq, sa = quantize_rows(a16, 1)
+        bq, sb = quantize_rows(b16, 1)  # one scale a column of each expert's b
+        bq = bq.transpose(1, 2).contiguous().transpose(1, 2)
+        cands = {
+            "gemmt": lambda: gemmt.ops.scaled_grouped_mm(aq, bq, sa, sb, offs),
+            "gemmt_bf16": lambda: torch.ops.gemmt.grouped_mm(a16, b16, offs),
+            "torch_bf16": lambda: torch._grouped_mm(a16, b16, offs)}
+        if has_torch:
+            cands["torch"] = lambda: torch._scaled_grouped_mm(
+                aq, bq, sa, sb, offs=offs, out_dtype=_BF16)
+        ms, err = kit.time_candidates(cands, device, **timing)
+        ms.setdefault("torch", None)
+        diff = None
+        if ms["gemmt"] is not None and ms["torch"] is not None:
+            diff = kit.rel_diff(cands["gemmt"](), cands["torch"]())
+        flops = 2.0 * m * k * n
+        records.append(dict(
+            **_point("scaled", cfg, tpe, routing, layout, m, flops),
+            **_times(ms, flops, ("gemmt", "torch"),
+                     (("gemmt", "torch"), ("gemmt", "gemmt_bf16"), ("torch", "torch_bf16"))),
+            gemmt_rel_diff_vs_torch=diff,
+            gemmt_error=err.get("gemmt"),
+            torch_error=err.get("torch") if has_torch else "torch._scaled_grouped_mm: absent"))
+        del a16, b16, aq, bq
     return records
 
 
@@ -343,52 +367,41 @@ def run_scaled_block(device: str, configs: list[tuple[str, int, int, int, list[i
     """Block-scaled ``scaled_grouped_mm`` against a loop of ``torch._scaled_mm``'s blockwise
     product, gemmt's row-scaled product and its bf16 ``grouped_mm`` (forward and grad_input)."""
     records = []
-    for cfg, tpe, routing, counts, offs, w in _routed_points(device, configs, "moe block"):
-        name, experts, hidden, inter = cfg
-        m = sum(counts)
-        for layout in SCALED_LAYOUTS:
-            k, n = (hidden, inter) if layout == "forward" else (inter, hidden)
-            a16 = torch.randn(m, k, device=device, dtype=_BF16)
-            b16 = (w.transpose(1, 2) if layout == "forward"
-                   else w.transpose(1, 2).contiguous().transpose(1, 2))
-            aq, sa, bq, sb = _block_operands(a16, b16)
-            aq_r, sa_r = quantize_rows(a16, 1)
-            bq_r, sb_r = quantize_rows(b16, 1)
-            bq_r = bq_r.transpose(1, 2).contiguous().transpose(1, 2)
-            cands = {
-                "gemmt": lambda: gemmt.ops.scaled_grouped_mm(aq, bq, sa, sb, offs),
-                "torch_loop": _blockwise_loop(aq, sa, bq, sb, counts),
-                "gemmt_rowwise": lambda: gemmt.ops.scaled_grouped_mm(aq_r, bq_r, sa_r, sb_r, offs),
-                "gemmt_bf16": lambda: torch.ops.gemmt.grouped_mm(a16, b16, offs)}
-            ms, err = kit.time_candidates(cands, device, **timing)
-            diff = torch_vs_bf16 = None
-            ref = cands["gemmt_bf16"]() if ms["gemmt"] is not None else None
-            if ms["gemmt"] is not None and ms["torch_loop"] is not None:
-                theirs = cands["torch_loop"]()
-                diff = kit.rel_diff(cands["gemmt"](), theirs)
-                torch_vs_bf16 = kit.rel_diff(theirs, ref)
-                if torch_vs_bf16 > FP8_WRONG:
-                    # Timed, but not a product to race: kept out of the ratios.
-                    err["torch_loop"] = (f"wrong result: {torch_vs_bf16:.3g} from the bf16 "
-                                         f"product (K / 128 = {k // 128})")
-                    ms["torch_loop"] = None
-            flops = 2.0 * m * k * n
-            records.append(dict(
-                section="scaled_block", config=name, experts=experts, hidden=hidden,
-                intermediate=inter, tokens_per_expert=tpe, routing=routing, layout=layout,
-                tokens=m, flops=flops, gemmt_ms=ms["gemmt"], torch_loop_ms=ms["torch_loop"],
-                gemmt_rowwise_ms=ms["gemmt_rowwise"], gemmt_bf16_ms=ms["gemmt_bf16"],
-                gemmt_tflops=kit.tflops(flops, ms["gemmt"]),
-                torch_loop_tflops=kit.tflops(flops, ms["torch_loop"]),
-                gemmt_vs_torch_loop=kit.ratio(ms["torch_loop"], ms["gemmt"]),
-                gemmt_vs_gemmt_rowwise=kit.ratio(ms["gemmt_rowwise"], ms["gemmt"]),
-                gemmt_vs_gemmt_bf16=kit.ratio(ms["gemmt_bf16"], ms["gemmt"]),
-                gemmt_rel_diff_vs_torch_loop=diff, torch_loop_rel_diff_vs_bf16=torch_vs_bf16,
-                gemmt_rel_diff_vs_bf16=(kit.rel_diff(cands["gemmt"](), ref)
-                                        if ref is not None else None),
-                gemmt_error=err.get("gemmt"), torch_loop_error=err.get("torch_loop")))
-            del a16, b16, aq, bq, aq_r, bq_r, ref
-        del w
+    for cfg, tpe, routing, counts, offs, layout, a16, b16 in _fp8_points(device, configs,
+                                                                         "moe block"):
+        m, k, n = a16.shape[0], a16.shape[1], b16.shape[2]
+        aq, sa, bq, sb = _block_operands(a16, b16)
+        aq_r, sa_r = quantize_rows(a16, 1)
+        bq_r, sb_r = quantize_rows(b16, 1)
+        bq_r = bq_r.transpose(1, 2).contiguous().transpose(1, 2)
+        cands = {
+            "gemmt": lambda: gemmt.ops.scaled_grouped_mm(aq, bq, sa, sb, offs),
+            "torch_loop": _blockwise_loop(aq, sa, bq, sb, counts),
+            "gemmt_rowwise": lambda: gemmt.ops.scaled_grouped_mm(aq_r, bq_r, sa_r, sb_r, offs),
+            "gemmt_bf16": lambda: torch.ops.gemmt.grouped_mm(a16, b16, offs)}
+        ms, err = kit.time_candidates(cands, device, **timing)
+        diff = torch_vs_bf16 = None
+        ref = cands["gemmt_bf16"]() if ms["gemmt"] is not None else None
+        if ms["gemmt"] is not None and ms["torch_loop"] is not None:
+            theirs = cands["torch_loop"]()
+            diff = kit.rel_diff(cands["gemmt"](), theirs)
+            torch_vs_bf16 = kit.rel_diff(theirs, ref)
+            if torch_vs_bf16 > FP8_WRONG:
+                # Timed, but not a product to race: kept out of the ratios.
+                err["torch_loop"] = (f"wrong result: {torch_vs_bf16:.3g} from the bf16 "
+                                     f"product (K / 128 = {k // 128})")
+                ms["torch_loop"] = None
+        flops = 2.0 * m * k * n
+        records.append(dict(
+            **_point("scaled_block", cfg, tpe, routing, layout, m, flops),
+            **_times(ms, flops, ("gemmt", "torch_loop"),
+                     (("gemmt", "torch_loop"), ("gemmt", "gemmt_rowwise"),
+                      ("gemmt", "gemmt_bf16"))),
+            gemmt_rel_diff_vs_torch_loop=diff, torch_loop_rel_diff_vs_bf16=torch_vs_bf16,
+            gemmt_rel_diff_vs_bf16=(kit.rel_diff(cands["gemmt"](), ref)
+                                    if ref is not None else None),
+            gemmt_error=err.get("gemmt"), torch_loop_error=err.get("torch_loop")))
+        del a16, b16, aq, bq, aq_r, bq_r, ref
     return records
 
 
