@@ -346,7 +346,7 @@ def demo() -> int:
     threads = "" if dev == "cuda" else f", {torch.get_num_threads()} threads for both"
     print(f"device: {dev} ({name}), torch {torch.__version__}{threads}")
     print("times: medians of calls alternating between gemmt and torch, after a warm-up\n")
-    header = f"{'op':<22}{'device':<8}{'max abs err':>12}{'rel err':>11}{'bound':>9}{'gemmt ms':>11}{'torch ms':>11}{'speedup':>9}  ok"
+    header = f"{'op':<24}{'device':<8}{'max abs err':>12}{'rel err':>11}{'bound':>9}{'gemmt ms':>11}{'torch ms':>11}{'speedup':>9}  ok"
     print(header)
     print("-" * len(header))
     failures = 0
@@ -358,7 +358,7 @@ def demo() -> int:
         ok = err <= bound and _same_shapes(out, ref)
         failures += not ok
         t_ours, t_ref = paired_median_ms([ours, theirs], dev, reps=21, budget_s=2.0)
-        print(f"{label:<22}{dev:<8}{max_abs:>12.2e}{err:>11.2e}{bound:>9.0e}{t_ours:>11.3f}{t_ref:>11.3f}"
+        print(f"{label:<24}{dev:<8}{max_abs:>12.2e}{err:>11.2e}{bound:>9.0e}{t_ours:>11.3f}{t_ref:>11.3f}"
               f"{t_ref / t_ours:>8.2f}x  {'yes' if ok else 'NO'}")
     print(f"\n{'all ops match PyTorch' if not failures else f'{failures} op(s) FAILED'}")
     return 1 if failures else 0
