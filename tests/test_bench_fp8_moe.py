@@ -521,3 +521,15 @@ def test_demo_covers_every_public_op() -> None:
     assert ops - {"moe_experts_float8"} <= set(gemmt.__all__)  # (gemmt.moe.float8_experts)
     assert ops <= labels, sorted(ops - labels)
     assert any(c[0].startswith("quantize_fp8 row +T") for c in cases)  # ..._with_transpose
+
+
+def test_fp8_fast_accum_option(tmp_path: Path) -> None:
+    """``--fast-accum``: both libraries' products asked for the tensor cores' own
+    accumulation, recorded in every gemm record and in the command."""
+    assert cli.main(["bench", "fp8", "--smoke", "--device", "cpu", "--only", "gemm",
+                     "--fast-accum", "--out", str(tmp_path)]) == 0
+    doc = _doc(tmp_path, "fp8")
+    assert doc["use_fast_accum"] is True and doc["command"].endswith("--fast-accum")
+    gemm = [r for r in doc["records"] if r["section"] == "gemm"]
+    assert gemm and all(r["use_fast_accum"] is True for r in gemm)
+    assert all(r["gemmt_error"] is None for r in gemm)

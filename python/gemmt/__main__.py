@@ -387,7 +387,10 @@ def main(argv: list[str] | None = None) -> int:
                        help="linear suite: which sections to run (comma separated; default "
                             "prefill,fp32,decode,fused,model); tune suite: decode,prefill; "
                             "fp8 suite: gemm,quant,decode,train,model; "
-                            "moe suite: grouped,layer,models")
+                            "moe suite: grouped,scaled,scaled_block,layer,models")
+    bench.add_argument("--fast-accum", action="store_true",
+                       help="fp8 suite: the gemm and decode sections' products with the tensor "
+                            "cores' own FP8 accumulation (use_fast_accum=True), both libraries")
     bench.add_argument("--tokens", default="512,2048,8192",
                        help="linear suite: token counts of the prefill section (comma separated)")
     args = parser.parse_args(argv)
@@ -405,11 +408,15 @@ def main(argv: list[str] | None = None) -> int:
         from pathlib import Path
 
         if args.suite == "fp8":
-            from gemmt import bench_fp8 as suite_mod
-        else:
-            from gemmt import bench_moe as suite_mod
-        return suite_mod.run(Path(args.out), quick=args.quick, smoke=args.smoke,
-                             sections=args.sections or ",".join(suite_mod.SECTIONS),
+            from gemmt import bench_fp8
+
+            return bench_fp8.run(Path(args.out), quick=args.quick, smoke=args.smoke,
+                                 sections=args.sections or ",".join(bench_fp8.SECTIONS),
+                                 device=args.device, fast_accum=args.fast_accum)
+        from gemmt import bench_moe
+
+        return bench_moe.run(Path(args.out), quick=args.quick, smoke=args.smoke,
+                             sections=args.sections or ",".join(bench_moe.SECTIONS),
                              device=args.device)
     if args.cmd == "bench" and args.suite == "fp8_quant":
         from gemmt import bench_fp8_quant

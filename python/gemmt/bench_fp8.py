@@ -105,7 +105,7 @@ MODEL_LM_HEAD_FP8 = True
 # prefill, 11-13x its bf16 error of 1.2% / 2.3%). A path twice as coarse (e5m2's 2 mantissa
 # bits) or broken (a lost scale: near 100%) lands outside.
 LOGITS_TOLERANCE_FACTOR = 16.0
-# The same accumulation request for both libraries (torch's default).
+# The same accumulation request for both libraries: torch's default, unless --fast-accum.
 FAST_ACCUM = False
 
 # Tiny sizes of --smoke: in every layout K is a multiple of 512 and N of 128. torch 2.11's
@@ -170,8 +170,10 @@ class _Fp8Product:
     """``a @ b`` for one scaling mode: ``a`` (M, K) row-major, ``b`` (K, N) column-major (the
     transpose of a row-major (N, K) tensor), both e4m3, with torch._scaled_mm's scales."""
 
-    def __init__(self, a_hp: torch.Tensor, bt_hp: torch.Tensor, mode: str) -> None:
+    def __init__(self, a_hp: torch.Tensor, bt_hp: torch.Tensor, mode: str,
+                 fast_accum: bool = FAST_ACCUM) -> None:
         ga, gb = _GRAN[mode]
+        self.fast_accum = fast_accum
         self.a, self.scale_a = quantize_eager(a_hp, ga)
         bq, bs = quantize_eager(bt_hp, gb)
         self.b = bq.t()
@@ -181,11 +183,11 @@ class _Fp8Product:
 
     def gemmt(self) -> torch.Tensor:
         return torch.ops.gemmt.scaled_mm(self.a, self.b, self.scale_a, self.scale_b, None, _BF16,
-                                         "none", FAST_ACCUM)
+                                         "none", self.fast_accum)
 
     def torch(self) -> torch.Tensor:
         return torch._scaled_mm(self.a, self.b, scale_a=self.scale_a, scale_b=self.scale_b,
-                                out_dtype=_BF16, use_fast_accum=FAST_ACCUM)
+                                out_dtype=_BF16, use_fast_accum=self.fast_accum)
 
 
 def _product_dims(layout: str, tokens: int, n: int, k: int) -> tuple[int, int, int]:
@@ -199,7 +201,7 @@ def _product_dims(layout: str, tokens: int, n: int, k: int) -> tuple[int, int, i
 
 # ---- gemm ---------------------------------------------------------------------------------
 def run_gemm(device: str, layers: list[tuple[int, int]], tokens: list[int],
-             timing: dict[str, Any]) -> list[dict[str, Any]]:
+             timing: dict[str, Any], fast_accum: bool = FAST_ACCUM) -> list[dict[str, Any]]:
     records = []
     points = [(t, n, k, layout) for t in tokens for (n, k) in layers for layout in LAYOUTS]
     for t, n, k, layout in _progress(points, "fp8 gemm"):
@@ -213,7 +215,7 @@ def run_gemm(device: str, layers: list[tuple[int, int]], tokens: list[int],
              "gemmt_bf16": lambda: gemmt.mm(a_hp, b_hp)}, device, **timing)
         ref_bf16 = torch.matmul(a_hp, b_hp)
         for mode in MODES:
-            prod = _Fp8Product(a_hp, bt_hp, mode)
+            prod = _Fp8Product(a_hp, bt_hp, mode, fast_accum)
             ms, err = kit.time_candidates({"gemmt": prod.gemmt, "torch": prod.torch}, device,
                                           **timing)
             out_g, _ = kit.attempt(prod.gemmt, device) if ms["gemmt"] is not None else (None, None)
@@ -222,7 +224,7 @@ def run_gemm(device: str, layers: list[tuple[int, int]], tokens: list[int],
                 section="gemm", mode=mode, layout=layout, tokens=t, out_features=n,
                 in_features=k, m=m, n=pn, k=pk, headline=(layout == "forward"
                                                           and (m, pn, pk) == HEADLINE),
-                use_fast_accum=FAST_ACCUM, gemmt_ms=ms["gemmt"], torch_ms=ms["torch"],
+                use_fast_accum=fast_accum, gemmt_ms=ms["gemmt"], torch_ms=ms["torch"],
                 torch_bf16_ms=bf16_ms["torch_bf16"], gemmt_bf16_ms=bf16_ms["gemmt_bf16"],
                 gemmt_tflops=kit.tflops(flops, ms["gemmt"]),
                 torch_tflops=kit.tflops(flops, ms["torch"]),
@@ -317,7 +319,7 @@ def copy_bandwidth(device: str, nbytes: int, timing: dict[str, Any]) -> float | 
 
 
 def run_decode(device: str, weights: list[tuple[int, int]], tokens: list[int],
-               timing: dict[str, Any]) -> list[dict[str, Any]]:
+               timing: dict[str, Any], fast_accum: bool = FAST_ACCUM) -> list[dict[str, Any]]:
     records = []
     l2 = kit.l2_bytes(device)
     # Far past the L2 (both buffers), so that the copy runs at the memory's bandwidth.
@@ -336,10 +338,11 @@ def run_decode(device: str, weights: list[tuple[int, int]], tokens: list[int],
                 (aq, sa), wl = xq[mode], wq[mode]
                 cands[f"gemmt_{mode}"] = lambda aq=aq, sa=sa, wl=wl: [
                     torch.ops.gemmt.scaled_mm(aq, q.t(), sa, s if s.dim() == 0 else s.t(), None,
-                                              _BF16, "none", FAST_ACCUM) for q, s in wl]
+                                              _BF16, "none", fast_accum) for q, s in wl]
                 cands[f"torch_{mode}"] = lambda aq=aq, sa=sa, wl=wl: [
                     torch._scaled_mm(aq, q.t(), scale_a=sa, scale_b=s if s.dim() == 0 else s.t(),
-                                     out_dtype=_BF16, use_fast_accum=FAST_ACCUM) for q, s in wl]
+                                     out_dtype=_BF16, use_fast_accum=fast_accum)
+                    for q, s in wl]
             ms, err = kit.time_candidates(cands, device, **timing)
             us = {name: (v * 1e3 / copies if v is not None else None) for name, v in ms.items()}
             for mode in DECODE_MODES:
@@ -788,8 +791,11 @@ def readme(doc: dict[str, Any]) -> str:
 
 
 def run(out_dir: Path, quick: bool = False, smoke: bool = False,
-        sections: str = ",".join(SECTIONS), device: str | None = None) -> int:
-    """Entry point of ``python -m gemmt bench fp8``; returns an exit code."""
+        sections: str = ",".join(SECTIONS), device: str | None = None,
+        fast_accum: bool = FAST_ACCUM) -> int:
+    """Entry point of ``python -m gemmt bench fp8``; returns an exit code. ``fast_accum``: both
+    libraries' products in the gemm and decode sections with the tensor cores' own FP8
+    accumulation (``use_fast_accum=True``), as torchao's forward products run."""
     started = kit.start("fp8", sections, SECTIONS, smoke, device)
     if isinstance(started, int):
         return started
@@ -812,11 +818,11 @@ def run(out_dir: Path, quick: bool = False, smoke: bool = False,
                     else dict(calls=3, rounds=5, fallback_rounds=10, train_rounds=11, warmup=3))
     records: list[dict[str, Any]] = []
     if "gemm" in wanted:
-        records += run_gemm(device, *gemm_args, timing)
+        records += run_gemm(device, *gemm_args, timing, fast_accum)
     if "quant" in wanted:
         records += run_quant(device, quant_shape, timing)
     if "decode" in wanted:
-        records += run_decode(device, *decode_args, timing)
+        records += run_decode(device, *decode_args, timing, fast_accum)
     if "train" in wanted:
         records += run_train(device, train_shape, {**timing, "rounds": 3 if smoke else 10})
     if "model" in wanted:
@@ -824,9 +830,10 @@ def run(out_dir: Path, quick: bool = False, smoke: bool = False,
     summary = summarize(records)
     size = "smoke" if smoke else "quick" if quick else "full"
     command = "python -m gemmt bench fp8" + (f" --{size}" if size != "full" else "") + (
-        f" --only {','.join(wanted)}" if set(wanted) != set(SECTIONS) else "")
+        f" --only {','.join(wanted)}" if set(wanted) != set(SECTIONS) else "") + (
+        " --fast-accum" if fast_accum else "")
     extra = {"size": size, "sections": wanted, "command": command, "device": device,
-             "use_fast_accum": FAST_ACCUM, "summary": summary}
+             "use_fast_accum": fast_accum, "summary": summary}
     path = _write(out_dir, "fp8", env, records, extra)
     doc = {"environment": env, "records": records, "summary": summary, "command": command}
     kit.finish(path, lambda p: plot(doc, p), readme(doc))
