@@ -244,9 +244,13 @@ void check_group_block_scales(const at::Tensor& a, const at::Tensor& b, const at
   const bool a_ok = a.dim() == 2 ? (sa.sym_size(0) == a.sym_size(0) && sa.sym_size(1) == kb)
                                  : (sa.sym_size(0) == a.sym_size(0) &&
                                     sa.sym_size(1) == a.sym_size(1) && sa.sym_size(2) == kb);
-  TORCH_CHECK(a_ok, op, ": argument 'scale_a' expected 1x128 block scales of shape [",
-              a.dim() == 3 ? std::to_string(a.size(0)) + ", " : std::string(), a.sym_size(-2), ", ",
-              kb, "] for a ", describe(a), ", got ", describe(sa));
+  if (!a_ok) {
+    // a's sizes as symbols (a traced call has no concrete ones), all but K.
+    const std::string rows =
+        a.dim() == 3 ? c10::str(a.sym_size(0), ", ", a.sym_size(1)) : c10::str(a.sym_size(0));
+    TORCH_CHECK(false, op, ": argument 'scale_a' expected 1x128 block scales of shape [", rows,
+                ", ", kb, "] for a ", describe(a), ", got ", describe(sa));
+  }
   TORCH_CHECK(sb.dim() == 3 && sb.sym_size(0) == b.sym_size(0) && sb.sym_size(1) == kb &&
                   sb.sym_size(2) == nb,
               op, ": argument 'scale_b' expected 128x128 block scales of shape [", b.sym_size(0),
@@ -653,18 +657,17 @@ void check_moe_experts_float8(const at::Tensor& x, const at::Tensor& w_gate_up,
   check_dtype(op, "w_gate_up", w_gate_up, {at::kFloat8_e4m3fn, at::kFloat8_e5m2});
   check_dtype(op, "w_down", w_down, {at::kFloat8_e4m3fn, at::kFloat8_e5m2});
   check_expert_shapes(op, x, w_gate_up, w_down);
-  const std::pair<const char*, std::pair<const at::Tensor*, const at::Tensor*>> scales[] = {
-      {"w_gate_up_scale", {&w_gate_up_scale, &w_gate_up}},
-      {"w_down_scale", {&w_down_scale, &w_down}}};
-  for (const auto& [name, pair] : scales) {
-    const at::Tensor &sc = *pair.first, &w = *pair.second;
+  // Each weight's scales: float32, one an output row of each expert.
+  auto check_row_scales = [&](const char* name, const at::Tensor& sc, const at::Tensor& w) {
     check_dtype(op, name, sc, {at::kFloat});
     check_same_device(op, "x", x, name, sc);
     TORCH_CHECK(sc.dim() == 2 && sc.sym_size(0) == w.sym_size(0) && sc.sym_size(1) == w.sym_size(1),
                 op, ": argument '", name,
                 "' expected a float32 scale an output row of each expert, shape [", w.sym_size(0),
                 ", ", w.sym_size(1), "], got ", describe(sc));
-  }
+  };
+  check_row_scales("w_gate_up_scale", w_gate_up_scale, w_gate_up);
+  check_row_scales("w_down_scale", w_down_scale, w_down);
   const c10::SymInt hidden = x.sym_size(1), inter = w_down.sym_size(2);
   TORCH_CHECK(hidden % 16 == 0 && inter % 16 == 0, op,
               ": expected the hidden size (x.shape[1]) and the intermediate size (w_down.shape[2]) "
