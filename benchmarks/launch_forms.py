@@ -1,18 +1,19 @@
 """The grouped / scaled Hopper GEMM's launch forms against torch, in one process.
 
     python benchmarks/launch_forms.py grouped|fp8 --out <folder> [--form NAME:VAR=VALUE,...]
-        [--only LAYOUT|SCALING] [--quick]
+        [--only LAYOUT|SCALING] [--quick] [--fast-accum]
 
 ``grouped``: ``torch.ops.gemmt.grouped_mm`` against ``torch._grouped_mm`` on the shapes of
 ``python -m gemmt bench moe`` (Mixtral-, DBRX-, Qwen3- and DeepSeek-V3-like experts, 2-8192
 rows a group, balanced and Zipf routing), forward, grad_input and grad_weight layouts.
-``fp8``: ``gemmt.scaled_mm`` against ``torch._scaled_mm`` (e4m3, bf16 out, summed in float32)
-on the 21 Linear products of ``python -m gemmt bench fp8 --quick``, tensorwise, rowwise and
-blockwise (``--only blockwise_1x128`` adds the 1x128 x 128x1 pairing of the blockwise weight
-gradient). Each point times torch, gemmt's planned launch and gemmt under each ``--form``
-(its launch switches set for the call: ``GEMMT_GROUPED_PER_SM``, ``GEMMT_GROUPED_TMA_STORE``,
-``GEMMT_FP8_TILE``, ...) in interleaved rounds of CUDA events, random data, and records
-torch's time over each (above 1: gemmt faster). Without ``--form`` the forms that decide the
+``fp8``: ``gemmt.scaled_mm`` against ``torch._scaled_mm`` (e4m3, bf16 out, summed in float32;
+both with the tensor cores' own accumulation under ``--fast-accum``) on the 21 Linear products
+of ``python -m gemmt bench fp8 --quick``, tensorwise, rowwise and blockwise (``--only
+blockwise_1x128`` adds the 1x128 x 128x1 pairing of the blockwise weight gradient). Each
+point times torch, gemmt's planned launch and gemmt under each ``--form`` (its launch switches
+set for the call: ``GEMMT_GROUPED_PER_SM``, ``GEMMT_GROUPED_TMA_STORE``, ``GEMMT_FP8_TILE``,
+...) in interleaved rounds of CUDA events, random data, and records torch's time over each
+(above 1: gemmt faster). Without ``--form`` the forms that decide the
 planner's choices are timed. ``--quick`` takes the benchmarks' quick shapes.
 
 Writes ``launch_forms_<suite>_<tag>.json`` under ``--out`` and prints each form's median and
@@ -114,10 +115,10 @@ def grouped_points(quick: bool, forms: dict[str, dict[str, str]], rounds: int,
     return rows
 
 
-def fp8_points(forms: dict[str, dict[str, str]], rounds: int,
-               only: list[str]) -> list[dict[str, Any]]:
+def fp8_points(forms: dict[str, dict[str, str]], rounds: int, only: list[str],
+               fast_accum: bool = False) -> list[dict[str, Any]]:
     """The FP8 suite's points, operands quantised by ``quantize_fp8`` in each scaling of
-    ``only`` (all where empty)."""
+    ``only`` (all where empty); both libraries asked for ``fast_accum``."""
     torch.manual_seed(0)
     rows = []
     for mode, (gran_a, gran_b) in FP8_MODES.items():
@@ -130,13 +131,14 @@ def fp8_points(forms: dict[str, dict[str, str]], rounds: int,
                 a, sa = gemmt.quantize_fp8(torch.randn(m, k, device=DEVICE), gran_a)
                 wq, sw = gemmt.quantize_fp8(torch.randn(n, k, device=DEVICE), gran_b)
                 b, sb = wq.t(), sw.t()
-                point = {"mode": mode, "layout": layout, "m": m, "n": n, "k": k}
+                point = {"mode": mode, "layout": layout, "m": m, "n": n, "k": k,
+                         "use_fast_accum": fast_accum}
                 rows.append(race(
                     point,
-                    lambda a=a, b=b, sa=sa, sb=sb: gemmt.scaled_mm(a, b, sa, sb,
-                                                                   out_dtype=torch.bfloat16),
-                    lambda a=a, b=b, sa=sa, sb=sb: torch._scaled_mm(a, b, sa, sb,
-                                                                    out_dtype=torch.bfloat16),
+                    lambda a=a, b=b, sa=sa, sb=sb: gemmt.scaled_mm(
+                        a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast_accum),
+                    lambda a=a, b=b, sa=sa, sb=sb: torch._scaled_mm(
+                        a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast_accum),
                     forms, rounds))
     return rows
 
@@ -168,13 +170,16 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="the quick grouped shapes")
     parser.add_argument("--only", action="append", default=[], metavar="LAYOUT|SCALING",
                         help="only these grouped layouts / FP8 scalings (repeatable)")
+    parser.add_argument("--fast-accum", action="store_true",
+                        help="fp8: both libraries with the tensor cores' own accumulation")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("launch_forms: needs a CUDA device")
         return 1
     forms = dict(args.form) or DEFAULT_FORMS[args.suite]
     rows = (grouped_points(args.quick, forms, args.rounds, args.only)
-            if args.suite == "grouped" else fp8_points(forms, args.rounds, args.only))
+            if args.suite == "grouped"
+            else fp8_points(forms, args.rounds, args.only, args.fast_accum))
     names = ["planned", *forms]
     doc = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
            "cuda": torch.version.cuda, "gemmt": gemmt.build_info(), "suite": args.suite,

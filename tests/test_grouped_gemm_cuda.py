@@ -756,3 +756,62 @@ def test_scaled_mm_two_sets_every_run_length(scaling: str, k_blocks: int,
         monkeypatch.setenv("GEMMT_FP8_SPLITS", "1")  # whole K on each tile, as the pairs
         one = torch.ops.gemmt.scaled_mm(a, b, sa, sb, None, torch.float32, "none", False)
         assert torch.equal(one, two)
+
+
+# ---- the two-set loop stages a tile's C while the next tile's first k-block runs ----
+
+@needs_hopper
+@pytest.mark.parametrize("scaling", ["tensor", "row", "block"])
+@pytest.mark.parametrize("k_blocks", [1, 2, 3, 4, 5, 8])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16])
+def test_scaled_mm_deferred_store_many_tiles_a_cta(scaling: str, k_blocks: int,
+                                                   out_dtype: torch.dtype,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each CTA pair runs several tiles (4096 x 1040: 256 pairs of tiles over at most 66 pairs
+    of CTAs), so that every tile but a CTA's first is stored after the next tile's first
+    k-block is issued, from each run length's path (1-8 k-blocks). The deferred store writes
+    what the store at the tile's end writes, bit for bit, and both are the float64 product's
+    to FP8's error; the output is poisoned first."""
+    m, n, k = 4096, 1040, 128 * k_blocks
+    a, b, sa, sb = fp8_operands(m, n, k, scaling)
+    ref = ref_scaled(a, b, sa, sb, scaling)
+    monkeypatch.setenv("GEMMT_FP8_TILE", "128")
+    outs = {}
+    for defer in ("1", "0"):
+        monkeypatch.setenv("GEMMT_FP8_DEFER_STORE", defer)
+        torch.full((4 * m * n,), float("nan"), device="cuda")
+        outs[defer] = torch.ops.gemmt.scaled_mm(a, b, sa, sb, None, out_dtype, "none", False)
+        torch.cuda.synchronize()
+    assert torch.isfinite(outs["1"]).all()
+    assert torch.equal(outs["1"], outs["0"])
+    assert rel_err(outs["1"].double().cpu(), ref) < 8e-3
+
+
+# ---- 128x128 block scales on the 192-wide tile: two of B's column blocks a tile ----
+
+@needs_hopper
+@pytest.mark.parametrize("n", [192, 384, 520, 1000, 4096])
+@pytest.mark.parametrize("k_blocks", [1, 3, 8])
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
+def test_scaled_mm_block_scales_on_the_192_wide_tile(n: int, k_blocks: int,
+                                                     out_dtype: torch.dtype,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 192-wide tile spans two of B's 128-column scale blocks, split at its column 128 (even
+    tiles) or 64 (odd ones), the last block shared past N's end. Against float64 (the output
+    poisoned first, C staged or from registers) and against the 128-wide tile, whose per
+    k-block promotion applies the same scales."""
+    m, k = 520, 128 * k_blocks
+    a, b, sa, sb = fp8_operands(m, n, k, "block")
+    ref = ref_scaled(a, b, sa, sb, "block")
+    outs = {}
+    for tile in ("192", "128"):
+        monkeypatch.setenv("GEMMT_FP8_TILE", tile)
+        torch.full((4 * m * n,), float("nan"), device="cuda")
+        outs[tile] = torch.ops.gemmt.scaled_mm(a, b, sa, sb, None, out_dtype, "none", False)
+        torch.cuda.synchronize()
+    assert torch.isfinite(outs["192"]).all()
+    # The tensor cores' sum of a k-block's float8 products keeps fewer bits than float32
+    # (about 1e-4 here); a wrong block scale on a third of the columns is off by 1e-2 or more.
+    bound = 5e-4 if out_dtype == torch.float32 else 8e-3
+    assert rel_err(outs["192"].double().cpu(), ref) < bound
+    assert rel_err(outs["192"].double().cpu(), outs["128"].double().cpu()) < bound

@@ -1217,17 +1217,21 @@ def test_grouped_plan_two_ctas_only_without_staged_c(m: int, n: int, groups: int
     assert lib.plan_grouped(m, n, 2048, groups, 1, 132)["ctas_per_sm"] == 1
 
 
-@pytest.mark.parametrize("m,n,k,tile", [
-    (8192, 28672, 8192, 192),   # 109 / 73 waves: 192 wide, 0.4% more area at 40/39 the rate
-    (8192, 4096, 4096, 128),    # 4096 = 21.3 columns of 192
-    (4096, 4096, 4096, 128),
-    (8192, 6144, 4096, 192),    # 32 columns of 192 fill their waves
-    (8192, 8192, 8192, 192),
-    (256, 256, 4096, 128),      # one wave either way: the narrower tile wastes nothing
+@pytest.mark.parametrize("m,n,k,tile,block_tile", [
+    (8192, 28672, 8192, 192, 192),  # 109 / 73 waves: 192 wide, 0.4% more area at 11/10 the rate
+    (8192, 4096, 4096, 192, 192),   # 16 / 11 waves: 3% more area, at 11/10 the rate
+    (4096, 4096, 4096, 128, 192),   # 8 / 6 waves: 12.5% more area, under 8/7 the rate
+    (8192, 6144, 4096, 192, 192),   # 32 columns of 192 fill their waves
+    (8192, 8192, 8192, 192, 192),
+    (256, 256, 4096, 128, 128),     # one wave either way: the narrower tile wastes nothing
 ])
-def test_grouped_plan_promoted_fp8_tile(m: int, n: int, k: int, tile: int) -> None:
-    # Waves of CTA pairs times the width, the 192-wide tile at 40/39 of the rate: grouped_plan.h.
-    assert _native.load().plan_grouped(m, n, k, 1, 0, 132)["fp8_promoted_tile_n"] == tile
+def test_grouped_plan_promoted_fp8_tile(m: int, n: int, k: int, tile: int,
+                                        block_tile: int) -> None:
+    # Waves of CTA pairs times the width, the 192-wide tile at 11/10 of the rate (8/7 with
+    # block scales): grouped_plan.h.
+    plan = _native.load().plan_grouped(m, n, k, 1, 0, 132)
+    assert plan["fp8_promoted_tile_n"] == tile
+    assert plan["fp8_promoted_tile_n_block"] == block_tile
 
 
 @pytest.mark.parametrize("m,cluster,tile", [

@@ -41,17 +41,18 @@ int tile_width(const Shape& s, int sm_count) {
   return wide >= sm_count ? 256 : 128;
 }
 
-int promoted_tile_width(const Shape& s, int sm_count) {
+int promoted_tile_width(const Shape& s, int sm_count, bool block_scales) {
   if (fp8_cluster(s) == 1) return 128;  // lone CTAs: their one instance
   // Time ~ waves x width / rate, waves of CTA pairs (two tile rows a unit); the 192-wide tile
-  // (one set) at 40/39 of the 128-wide one's rate (two sets).
+  // (one set) at 11/10 of the 128-wide one's rate (two sets), 8/7 with block scales.
   const int64_t slots = sm_count / 2 > 0 ? sm_count / 2 : 1;
   const int64_t pair_rows = ceil_div(ceil_div(s.m, kBM), 2);
   auto waves_by_width = [&](int bn) {
     const int64_t units = pair_rows * ceil_div(s.n, bn);
     return ceil_div(units, slots) * bn;
   };
-  return waves_by_width(128) * 40 < waves_by_width(192) * 39 ? 128 : 192;
+  const int64_t num = block_scales ? 8 : 11, den = block_scales ? 7 : 10;
+  return waves_by_width(128) * num < waves_by_width(192) * den ? 128 : 192;
 }
 
 int fp8_cluster(const Shape& s) {

@@ -45,13 +45,13 @@ int ctas_per_sm(const Shape& s, bool staged);
 // column or tensor scales; one product, CTA pairs along M): 128 with two sets of partial sums
 // (each k-block's products run while the one before is added to the float32 sum), or 192 with
 // one (96 partial sums beside 96 float32 sums a thread; each k-block waited for, while the
-// other warpgroup's products run). The one with fewer waves x width, the 192-wide tile's
-// counted at 39/40: with the descriptors in uniform registers it ran 1.03-1.05x the 128-wide
-// tile's rate where their waves come out even (H200, 21 LLM products at 8192 tokens: 192
-// alone 0.982 / 0.996 of torch._scaled_mm tensorwise / rowwise, worst 0.860; 128 alone 0.951
-// / 0.956; this rule 0.982 / 0.996, worst 0.939, the better of the two at every point but
-// 4096-wide outputs of long K, 2% off). Lone CTAs (fp8_cluster) take 128 with one set.
-int promoted_tile_width(const Shape& s, int sm_count);
+// other warpgroup's products run); with 128x128 block scales too. The one with fewer waves x
+// width, the 192-wide tile's counted at 10/11 (7/8 with block scales): it ran 1.09-1.11x the
+// 128-wide tile's rate where their waves come out even (1.13x with block scales; H200, 21 LLM
+// products at 8192 tokens: 192 alone 0.992 / 1.001 / 0.964 of torch._scaled_mm tensorwise /
+// rowwise / blockwise, 128 alone 0.916 / 0.927 / 0.859). 4096 x 4096 outputs keep 128 (2.8%
+// faster there) but with block scales. Lone CTAs (fp8_cluster) take 128 with one set.
+int promoted_tile_width(const Shape& s, int sm_count, bool block_scales = false);
 
 // CTAs of an FP8 product (row / column or tensor scales) stacked in pairs along M, sharing B
 // (2), or each alone (1). A pair covers 256 rows: over at most 128 its second CTA has none,

@@ -193,17 +193,19 @@ bool two_ctas_per_sm(const GroupedGemmArgs& x) {
 // The promoted FP8 loop's partial-sum sets, which fix its tile (CTA pairs): two on the 128-wide
 // tile, each k-block's products running while the one before it is added to the float32 sum,
 // or one on the 192-wide tile, each k-block waited for (grouped_plan::promoted_tile_width
-// picks). Block scales take two (their columns come in blocks of 128, or a scale a column read
-// from the ring at the promotion). Lone CTAs take one (their only instance). GEMMT_FP8_TILE=128
-// / 192 forces either tile for row / column or tensor scales on CTA pairs (read at each call,
-// for A/B runs).
+// picks), with row / column, tensor or 128x128 block scales. Groups with block scales (lone
+// CTAs) and 128x1 scales of B (a scale a column, read from the ring at the promotion) take two
+// on the 128-wide tile; other lone CTAs one (their only instance). GEMMT_FP8_TILE=128 / 192
+// forces either tile on CTA pairs (read at each call, for A/B runs).
 int promote_sets(const GroupedGemmArgs& x, int cluster, int sms) {
-  if (x.scale == ScaleKind::kBlock) return 2;
+  if (x.scale == ScaleKind::kBlock && (cluster == 1 || x.b_block_cols)) return 2;
   if (cluster == 1) return 1;
   const char* env = std::getenv("GEMMT_FP8_TILE");
   if (env != nullptr && std::strcmp(env, "192") == 0) return 1;
   if (env != nullptr && std::strcmp(env, "128") == 0) return 2;
-  return grouped_plan::promoted_tile_width(shape_of(x), sms) == 128 ? 2 : 1;
+  return grouped_plan::promoted_tile_width(shape_of(x), sms, x.scale == ScaleKind::kBlock) == 128
+             ? 2
+             : 1;
 }
 
 // CTA pairs for FP8 where grouped_plan::fp8_cluster says (block scales: always, their
@@ -278,6 +280,14 @@ int full_k_tail() {
 // GEMMT_GROUPED_DEPTH_ORDER=0 deals them in group order (read at each call, for A/B runs).
 int depth_order() {
   const char* env = std::getenv("GEMMT_GROUPED_DEPTH_ORDER");
+  return env != nullptr && std::strcmp(env, "0") == 0 ? 0 : 1;
+}
+
+// The two-set promoted FP8 loop stages a tile's C once the next tile's first k-block is
+// issued (GroupedParams::defer_store); GEMMT_FP8_DEFER_STORE=0 stores it at the tile's end
+// (read at each call, for A/B runs).
+int defer_store() {
+  const char* env = std::getenv("GEMMT_FP8_DEFER_STORE");
   return env != nullptr && std::strcmp(env, "0") == 0 ? 0 : 1;
 }
 
@@ -450,10 +460,9 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   const bool two_per_sm = two_ctas_per_sm(x);
   const int cluster = fp8_cluster(x);
   // A lone FP8 CTA takes the 128 x 128 tile (its only instance), also where a switch forces
-  // lone CTAs; the promoted loop's sets fix its tile, block scales always 128 wide.
+  // lone CTAs; the promoted loop's sets fix its tile.
   const int sets = promote ? promote_sets(x, cluster, sms) : 0;
-  const bool fp8_128 =
-      is_fp8_kind(x.kind) && (cluster == 1 || x.scale == ScaleKind::kBlock || sets == 2);
+  const bool fp8_128 = is_fp8_kind(x.kind) && (cluster == 1 || sets == 2);
   const int bn = fp8_128 ? 128 : promote ? 192 : two_per_sm ? 128 : tile_width_16bit(shape, sms);
 
   sm90::GroupedLaunch l{};
@@ -523,6 +532,7 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   p.store_c = 0;
   p.full_k_tail = full_k_tail();
   p.depth_order = depth_order();
+  p.defer_store = defer_store();
   std::memset(&l.c, 0, sizeof(l.c));
   // A C the driver will not map (strides past its limits) is written from registers.
   if (!two_per_sm && !sliced && use_staged_c(x) && encode_c_map(&l.c, x)) p.store_c = 1;

@@ -340,9 +340,11 @@ struct GgBlockScales {
 };
 
 // The block scales of k-block kb into a stage (kBlockSquare, kBlockCols), by the producer
-// warp: A's scales of the tile's rows, then B's of the tile's columns (128x1) or lane 0 B's
-// of the tile's column block (128x128). Any strides (`vec`: scale_runs_vec of A's, B's).
-template <bool kCols, bool kGroups>
+// warp: A's scales of the tile's rows, then B's of the tile's columns (128x1) or of the column
+// blocks it spans (128x128: one for a 128-wide tile, two for a 192-wide one, whose columns
+// start on a block or halfway through one; past N's last block the last again). Any strides
+// (`vec`: scale_runs_vec of A's, B's).
+template <bool kCols, bool kGroups, int kBN>
 __device__ __forceinline__ void stage_block_scales(const GgParams& p, uint32_t dst,
                                                    const GgBlockScales<kGroups>& gb, int a_row,
                                                    int b_col, int kb, const bool (&vec)[2],
@@ -352,8 +354,9 @@ __device__ __forceinline__ void stage_block_scales(const GgParams& p, uint32_t d
   stage_scale_run(dst, sa, a_row, p.m, p.sa_s0, vec[0], lane);
   if constexpr (kCols) {
     stage_scale_run(dst + 4 * 128, sb, b_col, p.n, p.sb_s1, vec[1], lane);
-  } else if (lane == 0) {
-    cp_async_4(dst + 4 * 128, sb + (b_col / 128) * p.sb_s1);
+  } else if (lane < (kBN + 127) / 128) {
+    const int block = min(b_col / 128 + lane, (p.n - 1) / 128);
+    cp_async_4(dst + 4 * (128 + lane), sb + block * p.sb_s1);
   }
 }
 
@@ -634,7 +637,8 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
   static_assert(kBN != 192 || kPromote == 1, "the 192-wide tile serves the promoted FP8 sum only");
   static_assert(kPerSm == 1 || (kBN == 128 && kPromote == 0 && kCluster == 1),
                 "two CTAs an SM: 128-wide tiles, no promotion, no pairs");
-  static_assert(!kBlock || kPromote == 2, "block scales: two sets of partial sums");
+  static_assert(!kBlock || kPromote == 2 || (kBlock == kBlockSquare && kBN == 192),
+                "block scales: two sets of partial sums, or 128x128 ones on the 192-wide tile");
 
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -755,7 +759,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
           }
           // The scales after the operands, whose copies start first.
           if constexpr (kBlock != kBlockNone) {
-            stage_block_scales<kBlock == kBlockCols, kGroupScales>(
+            stage_block_scales<kBlock == kBlockCols, kGroupScales, kBN>(
                 p, smem_scales + stage * kScaleBytes, group_scales, a_row, b_col, k0 / kBK,
                 scale_vec, lane);
             cp_async_mbar_arrive(fb);
@@ -803,13 +807,74 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
     int stage = 0;
     uint32_t phase = 0;
     float acc[Cfg::kAcc];
+    // Whether this warp's lines of tile eu go out through shared memory and TMA stores (the
+    // host asks for it): the map clips at C's last row, not at a group's, so a split of rows
+    // sends a warp whose lines cross its group's end (unless that is C's end) to the checked
+    // path.
+    auto stages_c = [&](const GgUnit& eu) {
+      if constexpr (!kCanStage) return false;
+      const bool split_rows = p.split == static_cast<int>(GroupSplit::kRows);
+      const int wrow = eu.tm * kGgBM + half_row + warp_in_wg * 16;
+      return staged_c && (!split_rows || wrow + 16 <= eu.rows || eu.begin + eu.rows == p.m);
+    };
+    // This warp's lines of tile eu from acc through its staging buffer (stages_c), FP8 row /
+    // column and tensor scales applied first.
+    auto store_staged = [&](const GgUnit& eu) {
+      if constexpr (kCanStage) {
+        const bool split_rows = p.split == static_cast<int>(GroupSplit::kRows);
+        const int wrow = eu.tm * kGgBM + half_row + warp_in_wg * 16;
+        const uint32_t buf = smem_c + (cw * 4 + warp_in_wg) * (16 * kBN * 2);
+        const int row = (split_rows ? eu.begin : 0) + wrow;
+        const int batch = split_rows ? 0 : eu.g;
+        if (row < p.m) {
+          if constexpr (is_fp8_kind(kKind) && !kBlock) {
+            GgScales sc;
+            sc.load(p, eu.g, split_rows ? eu.begin : 0, wrow + (lane >> 2),
+                    split_rows ? eu.rows : p.m, 0);
+            gg_scale_in_place(sc, acc, eu.tn * kBN, p.n, lane);
+          }
+          if (p.out == static_cast<int>(OutKind::kF16)) {
+            gg_store_staged<__half>(&tma_c, buf, acc, row, eu.tn * kBN, batch, p.n, lane);
+          } else {
+            gg_store_staged<__nv_bfloat16>(&tma_c, buf, acc, row, eu.tn * kBN, batch, p.n, lane);
+          }
+        }
+      }
+      fence_accumulators(acc);
+    };
+    // Tile eu's C from acc, staged or from registers (scales, bias, activation, bounds).
+    auto store = [&](const GgUnit& eu) {
+      if (stages_c(eu)) {
+        store_staged(eu);
+      } else {
+        gg_store_any<is_fp8_kind(kKind) && !kBlock>(p, eu, acc, eu.tm * kGgBM + half_row,
+                                                    eu.tn * kBN, warp_in_wg, lane);
+        fence_accumulators(acc);
+      }
+    };
+    // The two-set promoted FP8 loop stages a tile's C once the next tile's first k-block is
+    // issued (flush), so that the tensor cores run its products while the warpgroup scales,
+    // converts and stages C: partial sums are fresh registers, only the float32 sum is C's.
+    // (Only the staged store, and one k-block: with both sets in flight, beside the 192-wide
+    // tile's one set, or with the register path's bias and bounds, ptxas spilled.)
+    constexpr bool kDeferStore = kPromote == 2;
+    GgUnit stored_u{};
+    bool pending = false;
+    auto flush = [&]() {
+      if (pending) store_staged(stored_u);
+      pending = false;
+#pragma unroll
+      for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.f;
+    };
     GgUnit u;
     for (int round = 0; unit(gg_nth_unit(round, first_unit, unit_stride, depth_order), u);
          ++round) {
       const int num_kb = ceil_div_dev(u.depth, kBK);
       const bool split_depth = p.split == static_cast<int>(GroupSplit::kDepth);
+      if constexpr (!kDeferStore) {
 #pragma unroll
-      for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.f;
+        for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.f;
+      }
       int prev_stage = -1;
       // The stage of the next k-block of the promoted FP8 loops (K-major operands, so never a
       // split of K to zero): waited for, and its descriptors.
@@ -862,6 +927,18 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
 #pragma unroll
         for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = fmaf(part[i], (i & 2) ? f1 : f0, acc[i]);
       };
+      // As promote, the eight-column groups before `first` times B's scale s0, the rest s1
+      // (128x128 scales of B on the 192-wide tile).
+      auto promote_two_blocks = [&](float (&part)[Cfg::kAcc], float f0, float f1, float s0,
+                                    float s1, auto first) {
+        constexpr int kFirst = decltype(first)::value;
+        const float r0[2] = {f0 * s0, f0 * s1}, r1[2] = {f1 * s0, f1 * s1};
+#pragma unroll
+        for (int i = 0; i < Cfg::kAcc; ++i) {
+          const int b = i / 4 < kFirst ? 0 : 1;
+          acc[i] = fmaf(part[i], (i & 2) ? r1[b] : r0[b], acc[i]);
+        }
+      };
       // As promote, times each column's scale of the k-block in stage st (128x1 scales of B),
       // read from the ring as it is needed.
       auto promote_cols = [&](float (&part)[Cfg::kAcc], float f0, float f1, int st) {
@@ -889,14 +966,34 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
       if constexpr (kPromote == 1) {
         // One set of partial sums, waited for at each k-block: the two consumer warpgroups
         // drift apart, so one promotes while the other's products run (row / column and tensor
-        // scales, applied in the epilogue).
+        // scales, applied in the epilogue; 128x128 block scales here, the 192-wide tile's
+        // columns in two blocks that split at its column 128 or 64: eight-column groups
+        // [0, 16) or [0, 8) take the first block's scale).
         float part[Cfg::kAcc];
+        const bool split_at_64 = (u.tn * kBN) % 128 != 0;
         for (int kb = 0; kb < num_kb; ++kb) {
           issue_partial(kb, part);
+          float f0 = 1.f, f1 = 1.f, s0 = 1.f, s1 = 1.f;
+          if constexpr (kBlock == kBlockSquare) {
+            const uint32_t sc = smem_scales + stage * kScaleBytes;
+            const int lr = half_row + warp_in_wg * 16 + (lane >> 2);
+            f0 = __uint_as_float(ld_shared_b32(sc + 4 * lr));
+            f1 = __uint_as_float(ld_shared_b32(sc + 4 * (lr + 8)));
+            s0 = __uint_as_float(ld_shared_b32(sc + 4 * 128));
+            s1 = __uint_as_float(ld_shared_b32(sc + 4 * 129));
+          }
           wgmma_wait<0>();
           fence_accumulators(part);
           release(stage);
-          promote(part, 1.f, 1.f);
+          if constexpr (kBlock == kBlockSquare) {
+            if (split_at_64) {
+              promote_two_blocks(part, f0, f1, s0, s1, std::integral_constant<int, 8>{});
+            } else {
+              promote_two_blocks(part, f0, f1, s0, s1, std::integral_constant<int, 16>{});
+            }
+          } else {
+            promote(part, 1.f, 1.f);
+          }
           advance();
         }
       } else if constexpr (kPromote == 2) {
@@ -929,6 +1026,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
         int kb = 0;
         for (; kb + 4 <= num_kb; kb += 4) {
           issue(kb, part0, stage0, g0);
+          if (kb == 0) flush();
           issue(kb + 1, part1, stage1, g1);
           wgmma_wait<1>();
           retire(part0, stage0, g0);
@@ -945,10 +1043,12 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
         const int left = num_kb - kb;
         if (left == 1) {
           issue(kb, part0, stage0, g0);
+          if (kb == 0) flush();
           wgmma_wait<0>();
           retire(part0, stage0, g0);
         } else if (left >= 2) {
           issue(kb, part0, stage0, g0);
+          if (kb == 0) flush();
           issue(kb + 1, part1, stage1, g1);
           wgmma_wait<1>();
           retire(part0, stage0, g0);
@@ -1030,37 +1130,19 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
         fence_accumulators(acc);
         if (num_kb > 0) release(prev_stage);
       }
-      const int row0 = u.tm * kGgBM + half_row;
-      bool stored = false;
-      if constexpr (kCanStage) {
-        const bool split_rows = p.split == static_cast<int>(GroupSplit::kRows);
-        const int wrow = row0 + warp_in_wg * 16;
-        // The map clips at C's last row, not at a group's: a split of rows sends a warp whose
-        // lines cross its group's end (unless that is C's end) to the checked path.
-        if (staged_c && (!split_rows || wrow + 16 <= u.rows || u.begin + u.rows == p.m)) {
-          const uint32_t buf = smem_c + (cw * 4 + warp_in_wg) * (16 * kBN * 2);
-          const int row = (split_rows ? u.begin : 0) + wrow;
-          const int batch = split_rows ? 0 : u.g;
-          if (row < p.m) {
-            if constexpr (is_fp8_kind(kKind) && !kBlock) {
-              GgScales sc;
-              sc.load(p, u.g, split_rows ? u.begin : 0, wrow + (lane >> 2),
-                      split_rows ? u.rows : p.m, 0);
-              gg_scale_in_place(sc, acc, u.tn * kBN, p.n, lane);
-            }
-            if (p.out == static_cast<int>(OutKind::kF16)) {
-              gg_store_staged<__half>(&tma_c, buf, acc, row, u.tn * kBN, batch, p.n, lane);
-            } else {
-              gg_store_staged<__nv_bfloat16>(&tma_c, buf, acc, row, u.tn * kBN, batch, p.n, lane);
-            }
-          }
-          stored = true;
+      if constexpr (kDeferStore) {
+        if (num_kb == 0) flush();
+        if (p.defer_store != 0 && stages_c(u)) {
+          stored_u = u;
+          pending = true;
+        } else {
+          store(u);
         }
+      } else {
+        store(u);
       }
-      if (!stored)
-        gg_store_any<is_fp8_kind(kKind) && !kBlock>(p, u, acc, row0, u.tn * kBN, warp_in_wg, lane);
-      fence_accumulators(acc);
     }
+    if constexpr (kDeferStore) flush();
     // C's last stores complete before the CTA (and its shared memory) goes.
     if (staged_c && lane == 0) bulk_wait_all();
   }

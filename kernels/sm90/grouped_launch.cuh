@@ -87,15 +87,22 @@ cudaError_t launch_grouped_16bit(const sm90::GroupedLaunch& l, cudaStream_t stre
 
 // The FP8 instances of one operand pair (one group, CTA pairs): the promoted sum on the
 // 128-wide tile from two sets of partial sums (runs of four k-blocks; with block scales of
-// 128x128 or 128x1 too, and 128x128 ones on lone CTAs for groups) or on the 192-wide tile from one,
-// fast accumulation on the 256- or 128-wide one; and lone CTAs on the 128-wide tile, promoted from
-// one set or not (row / column or tensor scales, at most 128 rows).
+// 128x128 or 128x1 too, and 128x128 ones on lone CTAs for groups) or on the 192-wide tile from
+// one (with 128x128 block scales too), fast accumulation on the 256- or 128-wide one; and lone
+// CTAs on the 128-wide tile, promoted from one set or not (row / column or tensor scales, at
+// most 128 rows).
 template <int kKind>
 cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t stream) {
   if (l.a_mn || l.b_mn || l.per_sm != 1) return cudaErrorInvalidValue;
   if (l.block) {
     // Block scales (staged in the ring): two sets of partial sums in runs of four k-blocks;
-    // groups (a batch or a split of rows) on lone CTAs, with 128x128 scales of B.
+    // groups (a batch or a split of rows) on lone CTAs, with 128x128 scales of B; or 128x128
+    // scales of B on the 192-wide tile of CTA pairs, one set.
+    if (l.promote == 1) {
+      return l.cluster == 2 && l.bn == 192 && !l.p.block_cols
+                 ? launch_grouped_instance<kKind, false, false, 192, 1, kBlockSquare, 2>(l, stream)
+                 : cudaErrorInvalidValue;
+    }
     if (l.promote != 2) return cudaErrorInvalidValue;
     if (l.cluster == 1) {
       return l.p.block_cols

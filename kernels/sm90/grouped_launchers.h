@@ -96,6 +96,9 @@ struct GroupedParams {
   // A split of K: 1 deals the tiles out deepest group first, in a snake over the CTAs
   // (order_groups_by_depth); 0 in group order, round robin.
   int depth_order;
+  // The two-set promoted FP8 loop: 1 stages a tile's C once the next tile's first k-block is
+  // issued, 0 at the tile's end (the form of before, for A/B runs).
+  int defer_store;
 };
 
 struct GroupedLaunch {
