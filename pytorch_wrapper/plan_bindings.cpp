@@ -418,6 +418,8 @@ void bind_plans(py::module_& m) {
         d["fp8_cluster"] = grouped_plan::fp8_cluster(s);
         d["fp8_promoted_tile_n"] = grouped_plan::promoted_tile_width(s, sm_count);
         d["fp8_promoted_tile_n_block"] = grouped_plan::promoted_tile_width(s, sm_count, true);
+        d["fp8_group_tile_n"] = grouped_plan::promoted_group_tile_width(s, sm_count);
+        d["fp8_group_tile_n_block"] = grouped_plan::promoted_group_tile_width(s, sm_count, true);
         d["fp8_k_slices"] = grouped_plan::fp8_k_slices(s, sm_count);
         return d;
       },
@@ -428,7 +430,8 @@ void bind_plans(py::module_& m) {
       "3 the contraction dimension (its extent the total of the groups'). fp8_cluster: CTAs a "
       "cluster of an FP8 product (1 or 2); fp8_promoted_tile_n: the promoted FP8 tile's width "
       "for one product of this shape (row / column or tensor scales; fp8_promoted_tile_n_block: "
-      "with 128x128 block scales); fp8_k_slices: the slices of K a few-row FP8 product with "
+      "with 128x128 block scales); fp8_group_tile_n(_block): the same for groups on lone CTAs; "
+      "fp8_k_slices: the slices of K a few-row FP8 product with "
       "row / column or tensor scales runs as (1: none).",
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("groups"), py::arg("split"),
       py::arg("sm_count"), py::arg("c_stageable") = true);

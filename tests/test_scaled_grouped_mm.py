@@ -411,6 +411,35 @@ def test_cuda_block_scales_match_definition(layout: str, out_dtype: torch.dtype)
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("scaling", ["row", "block"])
+@pytest.mark.parametrize("layout", ["2d3d", "3d3d"])
+@pytest.mark.parametrize("tile", ["128", "192"])
+def test_cuda_groups_on_either_promoted_tile(scaling: str, layout: str, tile: str,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Groups run on lone CTAs 128 or 192 wide (GEMMT_FP8_TILE forces the width the planner
+    weighs): uneven and empty groups, a column count that ends inside a 192-wide tile and a
+    128-column scale block, row or 128x128 block scales (a 192-wide tile's columns split
+    between two of each group's scale blocks), C staged (bf16) or from registers (float32);
+    against the float64 definition, the output poisoned first."""
+    if not hopper():
+        pytest.skip("the FP8 kernel needs a Hopper GPU")
+    monkeypatch.setenv("GEMMT_FP8_TILE", tile)
+    sizes = (300, 0, 77, 512, 1, 640)
+    if scaling == "row":
+        c = case(layout, device="cuda", sizes=sizes, m=520, k=512, n=648)
+        ref = definition(**c)
+    else:
+        c = block_case(layout, device="cuda", sizes=sizes, m=520, k=512, n=648)
+        ref = block_definition(**c)
+    for out_dtype, bound in ((torch.bfloat16, 4e-3), (torch.float32, 5e-4)):
+        torch.full((4 * ref.numel(),), float("nan"), device="cuda")
+        out = scaled_grouped_mm(**c, out_dtype=out_dtype)
+        torch.cuda.synchronize()
+        assert torch.isfinite(out).all()
+        assert rel_err(out, ref) < bound
+
+
+@pytest.mark.cuda
 def test_cuda_block_scales_bias_formats_layouts_and_graphs() -> None:
     if not hopper():
         pytest.skip("the FP8 kernel needs a Hopper GPU")

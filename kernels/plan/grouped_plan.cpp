@@ -55,6 +55,19 @@ int promoted_tile_width(const Shape& s, int sm_count, bool block_scales) {
   return waves_by_width(128) * num < waves_by_width(192) * den ? 128 : 192;
 }
 
+int promoted_group_tile_width(const Shape& s, int sm_count, bool block_scales) {
+  // Fewer than 256 rows a group on average: the products stream their weights, and the
+  // narrower tile's larger count spreads the streams over more SMs.
+  const int64_t rows_a_group = s.split == kSplitRows ? s.m / std::max(s.groups, 1) : s.m;
+  if (rows_a_group < 2 * kBM) return 128;
+  // Time ~ waves x width / rate, waves of lone CTAs over the tiles the list can hold at most
+  // (max_tiles); the 192-wide tile at 11/10 of the 128-wide one's rate, 8/7 with block scales.
+  const int64_t slots = sm_count > 0 ? sm_count : 1;
+  auto waves_by_width = [&](int bn) { return ceil_div(max_tiles(s, bn), slots) * bn; };
+  const int64_t num = block_scales ? 8 : 11, den = block_scales ? 7 : 10;
+  return waves_by_width(128) * num < waves_by_width(192) * den ? 128 : 192;
+}
+
 int fp8_cluster(const Shape& s) {
   return s.m <= kBM ? 1 : 2;
 }

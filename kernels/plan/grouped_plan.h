@@ -53,6 +53,13 @@ int ctas_per_sm(const Shape& s, bool staged);
 // faster there) but with block scales. Lone CTAs (fp8_cluster) take 128 with one set.
 int promoted_tile_width(const Shape& s, int sm_count, bool block_scales = false);
 
+// The promoted FP8 tile's width for groups (a batch, or a split of rows; lone CTAs, one set of
+// partial sums at either width): 128 below 256 rows a group on average (weight-streaming
+// products, where more tiles keep more SMs streaming), else the same waves x width / rate rule
+// as promoted_tile_width over the tiles the list can hold at most (max_tiles), on sm_count
+// lone CTAs.
+int promoted_group_tile_width(const Shape& s, int sm_count, bool block_scales = false);
+
 // CTAs of an FP8 product (row / column or tensor scales) stacked in pairs along M, sharing B
 // (2), or each alone (1). A pair covers 256 rows: over at most 128 its second CTA has none,
 // and half the SMs would do the products (33-64 tokens of a 28672 x 8192 weight ran at

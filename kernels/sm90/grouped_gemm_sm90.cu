@@ -190,22 +190,33 @@ bool two_ctas_per_sm(const GroupedGemmArgs& x) {
   return grouped_plan::ctas_per_sm(shape_of(x), use_staged_c(x)) == 2;
 }
 
-// The promoted FP8 loop's partial-sum sets, which fix its tile (CTA pairs): two on the 128-wide
-// tile, each k-block's products running while the one before it is added to the float32 sum,
-// or one on the 192-wide tile, each k-block waited for (grouped_plan::promoted_tile_width
-// picks), with row / column, tensor or 128x128 block scales. Groups with block scales (lone
-// CTAs) and 128x1 scales of B (a scale a column, read from the ring at the promotion) take two
-// on the 128-wide tile; other lone CTAs one (their only instance). GEMMT_FP8_TILE=128 / 192
-// forces either tile on CTA pairs (read at each call, for A/B runs).
-int promote_sets(const GroupedGemmArgs& x, int cluster, int sms) {
-  if (x.scale == ScaleKind::kBlock && (cluster == 1 || x.b_block_cols)) return 2;
-  if (cluster == 1) return 1;
+// The promoted FP8 loop's tile: its width and its sets of partial sums. 192 wide with one set
+// (each k-block waited for; row / column, tensor or 128x128 block scales), or 128 wide: on CTA
+// pairs with two sets (each k-block's products running while the one before it is added to
+// the float32 sum), on lone CTAs with one, or two with block scales. The planner weighs the
+// widths (grouped_plan::promoted_tile_width for one product on pairs,
+// promoted_group_tile_width for groups on lone CTAs); 128x1 scales of B (a scale a column,
+// read from the ring at the promotion) and one product on lone CTAs (at most 128 rows) take
+// 128. GEMMT_FP8_TILE=128 / 192 forces either width where both can run (read at each call,
+// for A/B runs).
+struct PromotedTile {
+  int sets;
+  int bn;
+};
+PromotedTile promoted_tile(const GroupedGemmArgs& x, int cluster, int sms) {
+  const bool block = x.scale == ScaleKind::kBlock;
+  const bool groups = x.groups > 1 || x.split != GroupSplit::kNone;
+  const PromotedTile narrow{cluster == 1 && !block ? 1 : 2, 128};
+  if ((block && x.b_block_cols) || (cluster == 1 && !groups)) return narrow;
   const char* env = std::getenv("GEMMT_FP8_TILE");
-  if (env != nullptr && std::strcmp(env, "192") == 0) return 1;
-  if (env != nullptr && std::strcmp(env, "128") == 0) return 2;
-  return grouped_plan::promoted_tile_width(shape_of(x), sms, x.scale == ScaleKind::kBlock) == 128
-             ? 2
-             : 1;
+  int width = 0;
+  if (env != nullptr && std::strcmp(env, "192") == 0) width = 192;
+  if (env != nullptr && std::strcmp(env, "128") == 0) width = 128;
+  if (width == 0) {
+    width = cluster == 1 ? grouped_plan::promoted_group_tile_width(shape_of(x), sms, block)
+                         : grouped_plan::promoted_tile_width(shape_of(x), sms, block);
+  }
+  return width == 128 ? narrow : PromotedTile{1, 192};
 }
 
 // CTA pairs for FP8 where grouped_plan::fp8_cluster says (block scales: always, their
@@ -459,11 +470,14 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   if (sliced) shape.groups = ks.count;
   const bool two_per_sm = two_ctas_per_sm(x);
   const int cluster = fp8_cluster(x);
-  // A lone FP8 CTA takes the 128 x 128 tile (its only instance), also where a switch forces
-  // lone CTAs; the promoted loop's sets fix its tile.
-  const int sets = promote ? promote_sets(x, cluster, sms) : 0;
-  const bool fp8_128 = is_fp8_kind(x.kind) && (cluster == 1 || sets == 2);
-  const int bn = fp8_128 ? 128 : promote ? 192 : two_per_sm ? 128 : tile_width_16bit(shape, sms);
+  // The promoted FP8 tile as promoted_tile says; fast accumulation on lone CTAs 128 wide (its
+  // only instance).
+  const PromotedTile pt = promote ? promoted_tile(x, cluster, sms) : PromotedTile{0, 128};
+  const int sets = pt.sets;
+  const int bn = promote                               ? pt.bn
+                 : is_fp8_kind(x.kind) && cluster == 1 ? 128
+                 : two_per_sm                          ? 128
+                                                       : tile_width_16bit(shape, sms);
 
   sm90::GroupedLaunch l{};
   OperandView a = a_view(y), b = b_view(y);

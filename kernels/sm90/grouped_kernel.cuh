@@ -360,6 +360,10 @@ __device__ __forceinline__ void stage_block_scales(const GgParams& p, uint32_t d
   }
 }
 
+// The column pairs whose scale factors an edge tile loads at once (GgScales::column_pairs_clamped):
+// a divisor of every tile's pairs (16, 24, 32).
+constexpr int kEdgePairs = 8;
+
 // The FP8 scale factors of a consumer's block: tensorwise scales (both strides 0) are one
 // product for the whole tile, read once instead of at every element; row / column scales
 // give each thread its two rows' factors, and its columns' factors come in pairs.
@@ -389,19 +393,6 @@ struct GgScales {
     sb_s1 = p.sb_s1;
     pairs = !per_elem || (p.sb_s1 == 1 && reinterpret_cast<uintptr_t>(sb) % 8 == 0);
   }
-  // The factors of columns c and c + 1 (c + 1 only where `second`) of row h.
-  __device__ __forceinline__ void at(int h, int c, bool second, float& f0, float& f1) const {
-    f0 = f1 = sr[h];
-    if (!per_elem) return;
-    if (pairs && second) {
-      const float2 s = __ldg(reinterpret_cast<const float2*>(sb + c));
-      f0 *= s.x;
-      f1 *= s.y;
-    } else {
-      f0 *= __ldg(sb + c * sb_s1);
-      if (second) f1 *= __ldg(sb + (c + 1) * sb_s1);
-    }
-  }
   // The column factors of a whole block's pairs c0 + 8 j, c0 + 8 j + 1 (pairs only), all
   // loaded before any is used so that their latencies overlap.
   template <int kPairs>
@@ -413,6 +404,22 @@ struct GgScales {
     } else {
 #pragma unroll
       for (int j = 0; j < kPairs; ++j) f[j] = make_float2(1.f, 1.f);
+    }
+  }
+  // As column_pairs at a tile's edge, any stride: the columns past `cols` read column cols - 1
+  // (their products are not stored), so that every load is issued before any is used. (Loaded
+  // and applied element by element behind each column's bound, the edge tile of a 2048-wide
+  // output on the 192-wide tile waited on 48 loads in turn, and the whole product ran at half
+  // the 128-wide tile's speed.)
+  template <int kPairs>
+  __device__ __forceinline__ void column_pairs_clamped(int c0, int cols,
+                                                       float2 (&f)[kPairs]) const {
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j) {
+      const int c = c0 + 8 * j;
+      f[j] = per_elem ? make_float2(__ldg(sb + static_cast<int64_t>(min(c, cols - 1)) * sb_s1),
+                                    __ldg(sb + static_cast<int64_t>(min(c + 1, cols - 1)) * sb_s1))
+                      : make_float2(1.f, 1.f);
     }
   }
 };
@@ -483,20 +490,25 @@ __device__ __forceinline__ void gg_store(const GgParams& p, const GgUnit& u,
     }
     return;
   }
+  // At the edge, eight column pairs at a time, their factors loaded before any is used.
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = row_first + 8 * h;
-    if (r >= u.rows) continue;
-    T* const line = cg + static_cast<int64_t>(r) * p.ldc;
+  for (int j0 = 0; j0 < kAcc / 4; j0 += kEdgePairs) {
+    float2 cf[kEdgePairs];
+    sc.column_pairs_clamped(col0 + 8 * j0 + 2 * (lane & 3), u.cols, cf);
 #pragma unroll
-    for (int j = 0; j < kAcc / 4; ++j) {
-      const int c = col0 + 8 * j + 2 * (lane & 3);
-      if (c >= u.cols) continue;
-      const bool second = c + 1 < u.cols;
-      float f0, f1;
-      sc.at(h, c, second, f0, f1);
-      store_c_pair<T>(line + c, second, pair_aligned, acc[4 * j + 2 * h] * f0,
-                      acc[4 * j + 2 * h + 1] * f1, 1.f, 0.f, epi, r, c);
+    for (int h = 0; h < 2; ++h) {
+      const int r = row_first + 8 * h;
+      if (r >= u.rows) continue;
+      T* const line = cg + static_cast<int64_t>(r) * p.ldc;
+#pragma unroll
+      for (int jj = 0; jj < kEdgePairs; ++jj) {
+        const int j = j0 + jj;
+        const int c = col0 + 8 * j + 2 * (lane & 3);
+        if (c >= u.cols) continue;
+        const bool second = c + 1 < u.cols;
+        store_c_pair<T>(line + c, second, pair_aligned, acc[4 * j + 2 * h] * (sc.sr[h] * cf[jj].x),
+                        acc[4 * j + 2 * h + 1] * (sc.sr[h] * cf[jj].y), 1.f, 0.f, epi, r, c);
+      }
     }
   }
 }
@@ -527,34 +539,35 @@ __device__ __forceinline__ uint32_t pack_c_pair(float lo, float hi) {
 }
 
 // FP8 scales applied to the accumulators in place (before a staged store): columns past `cols`
-// are left alone, the map clips them.
+// take the last column's factors, and the map clips them.
 template <int kAcc>
 __device__ __forceinline__ void gg_scale_in_place(const GgScales& sc, float (&acc)[kAcc], int col0,
                                                   int cols, int lane) {
-  if (sc.pairs && col0 + 2 * kAcc <= cols) {
-    float2 cf[kAcc / 4];
-    sc.column_pairs(col0 + 2 * (lane & 3), cf);
+  // Column pairs j0 .. j0 + kPairs - 1 times their factors cf.
+  auto apply = [&](int j0, const auto& cf) {
+    constexpr int kPairs = sizeof(cf) / sizeof(float2);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
-      for (int j = 0; j < kAcc / 4; ++j) {
-        acc[4 * j + 2 * h] *= sc.sr[h] * cf[j].x;
-        acc[4 * j + 2 * h + 1] *= sc.sr[h] * cf[j].y;
+      for (int jj = 0; jj < kPairs; ++jj) {
+        acc[4 * (j0 + jj) + 2 * h] *= sc.sr[h] * cf[jj].x;
+        acc[4 * (j0 + jj) + 2 * h + 1] *= sc.sr[h] * cf[jj].y;
       }
     }
+  };
+  const int c0 = col0 + 2 * (lane & 3);
+  if (sc.pairs && col0 + 2 * kAcc <= cols) {
+    float2 cf[kAcc / 4];
+    sc.column_pairs(c0, cf);
+    apply(0, cf);
     return;
   }
+  // At the edge, eight pairs at a time (their 16 addresses beside the 256-wide tile's sums).
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-#pragma unroll
-    for (int j = 0; j < kAcc / 4; ++j) {
-      const int c = col0 + 8 * j + 2 * (lane & 3);
-      if (c >= cols) continue;
-      float f0, f1;
-      sc.at(h, c, c + 1 < cols, f0, f1);
-      acc[4 * j + 2 * h] *= f0;
-      acc[4 * j + 2 * h + 1] *= f1;
-    }
+  for (int j0 = 0; j0 < kAcc / 4; j0 += kEdgePairs) {
+    float2 cf[kEdgePairs];
+    sc.column_pairs_clamped(c0 + 8 * j0, cols, cf);
+    apply(j0, cf);
   }
 }
 

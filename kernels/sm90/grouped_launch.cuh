@@ -88,9 +88,9 @@ cudaError_t launch_grouped_16bit(const sm90::GroupedLaunch& l, cudaStream_t stre
 // The FP8 instances of one operand pair (one group, CTA pairs): the promoted sum on the
 // 128-wide tile from two sets of partial sums (runs of four k-blocks; with block scales of
 // 128x128 or 128x1 too, and 128x128 ones on lone CTAs for groups) or on the 192-wide tile from
-// one (with 128x128 block scales too), fast accumulation on the 256- or 128-wide one; and lone
-// CTAs on the 128-wide tile, promoted from one set or not (row / column or tensor scales, at
-// most 128 rows).
+// one (with 128x128 block scales too, on pairs or, for groups, lone CTAs), fast accumulation on
+// the 256- or 128-wide one; and lone CTAs on the 128-wide tile, promoted from one set or not
+// (row / column or tensor scales: groups, or one product of at most 128 rows).
 template <int kKind>
 cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t stream) {
   if (l.a_mn || l.b_mn || l.per_sm != 1) return cudaErrorInvalidValue;
@@ -99,9 +99,10 @@ cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t s
     // groups (a batch or a split of rows) on lone CTAs, with 128x128 scales of B; or 128x128
     // scales of B on the 192-wide tile of CTA pairs, one set.
     if (l.promote == 1) {
-      return l.cluster == 2 && l.bn == 192 && !l.p.block_cols
+      if (l.bn != 192 || l.p.block_cols) return cudaErrorInvalidValue;
+      return l.cluster == 2
                  ? launch_grouped_instance<kKind, false, false, 192, 1, kBlockSquare, 2>(l, stream)
-                 : cudaErrorInvalidValue;
+                 : launch_grouped_instance<kKind, false, false, 192, 1, kBlockSquare, 1>(l, stream);
     }
     if (l.promote != 2) return cudaErrorInvalidValue;
     if (l.cluster == 1) {
@@ -114,8 +115,14 @@ cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t s
                : launch_grouped_instance<kKind, false, false, 128, 2, kBlockSquare, 2>(l, stream);
   }
   if (l.cluster == 1) {
-    // Lone CTAs (a product of at most 128 rows): the 128 x 128 tile, its A stages 64 rows deep
-    // for at most 64 rows.
+    // Groups on lone CTAs: the promoted 192-wide tile where the planner takes it.
+    if (l.bn == 192) {
+      return l.promote == 1
+                 ? launch_grouped_instance<kKind, false, false, 192, 1, kBlockNone, 1>(l, stream)
+                 : cudaErrorInvalidValue;
+    }
+    // Lone CTAs (groups, or a product of at most 128 rows): the 128 x 128 tile, its A stages
+    // 64 rows deep for one product of at most 64 rows.
     if (l.bn != 128 || l.promote > 1) return cudaErrorInvalidValue;
     if (l.a_rows == 64) {
       return l.promote == 1
