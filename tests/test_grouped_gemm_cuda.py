@@ -760,6 +760,19 @@ def test_scaled_mm_two_sets_every_run_length(scaling: str, k_blocks: int,
 
 # ---- the two-set loop stages a tile's C while the next tile's first k-block runs ----
 
+def scaled_mm_under_switch(monkeypatch: pytest.MonkeyPatch, name: str, values: tuple[str, ...],
+                           a, b, sa, sb, out_dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """scaled_mm's output with the launch switch ``name`` at each of ``values``, the caching
+    allocator's blocks poisoned with NaN before each call."""
+    outs = {}
+    for value in values:
+        monkeypatch.setenv(name, value)
+        torch.full((4 * a.shape[0] * b.shape[1],), float("nan"), device="cuda")
+        outs[value] = torch.ops.gemmt.scaled_mm(a, b, sa, sb, None, out_dtype, "none", False)
+        torch.cuda.synchronize()
+    return outs
+
+
 @needs_hopper
 @pytest.mark.parametrize("scaling", ["tensor", "row", "block"])
 @pytest.mark.parametrize("k_blocks", [1, 2, 3, 4, 5, 8])
@@ -776,12 +789,8 @@ def test_scaled_mm_deferred_store_many_tiles_a_cta(scaling: str, k_blocks: int,
     a, b, sa, sb = fp8_operands(m, n, k, scaling)
     ref = ref_scaled(a, b, sa, sb, scaling)
     monkeypatch.setenv("GEMMT_FP8_TILE", "128")
-    outs = {}
-    for defer in ("1", "0"):
-        monkeypatch.setenv("GEMMT_FP8_DEFER_STORE", defer)
-        torch.full((4 * m * n,), float("nan"), device="cuda")
-        outs[defer] = torch.ops.gemmt.scaled_mm(a, b, sa, sb, None, out_dtype, "none", False)
-        torch.cuda.synchronize()
+    outs = scaled_mm_under_switch(monkeypatch, "GEMMT_FP8_DEFER_STORE", ("1", "0"), a, b, sa, sb,
+                                  out_dtype)
     assert torch.isfinite(outs["1"]).all()
     assert torch.equal(outs["1"], outs["0"])
     assert rel_err(outs["1"].double().cpu(), ref) < 8e-3
@@ -803,12 +812,8 @@ def test_scaled_mm_block_scales_on_the_192_wide_tile(n: int, k_blocks: int,
     m, k = 520, 128 * k_blocks
     a, b, sa, sb = fp8_operands(m, n, k, "block")
     ref = ref_scaled(a, b, sa, sb, "block")
-    outs = {}
-    for tile in ("192", "128"):
-        monkeypatch.setenv("GEMMT_FP8_TILE", tile)
-        torch.full((4 * m * n,), float("nan"), device="cuda")
-        outs[tile] = torch.ops.gemmt.scaled_mm(a, b, sa, sb, None, out_dtype, "none", False)
-        torch.cuda.synchronize()
+    outs = scaled_mm_under_switch(monkeypatch, "GEMMT_FP8_TILE", ("192", "128"), a, b, sa, sb,
+                                  out_dtype)
     assert torch.isfinite(outs["192"]).all()
     # The tensor cores' sum of a k-block's float8 products keeps fewer bits than float32
     # (about 1e-4 here); a wrong block scale on a third of the columns is off by 1e-2 or more.
