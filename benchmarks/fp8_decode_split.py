@@ -2,15 +2,16 @@
 
     python benchmarks/fp8_decode_split.py --out <folder> [--tag run1] [--rounds 9]
         [--knob decode|gemm] [--scaling tensor|row] [--tokens 1,16,32] [--splits 0,1,2,3,4,5,6,8]
-        [--ab NAME=VALUE]
+        [--ab NAME=VALUE[,NAME=VALUE]] ... [--fast-accum]
 
 For each weight (out x in features, float8) and token count, times ``scaled_mm`` with each
 split of K (0 is the planner's choice): with ``--knob decode`` the decode kernel's CTAs along K
 (``GEMMT_FP8_DECODE_SPLIT``; 1-32 tokens) beside the Hopper scaled GEMM that takes the product
 without a decode kernel (``GEMMT_FP8_DECODE=off``); with ``--knob gemm`` the scaled GEMM's
 k-slices (``GEMMT_FP8_SPLITS``; 33-128 tokens). Also ``torch._scaled_mm`` and gemmt's bf16
-product on the same weight, and with ``--ab`` the planner's split under one more setting of the
-wrapper's (``ab``: an A/B of a kernel form in the same process),
+product on the same weight, and with each ``--ab`` the planner's split under more settings of
+the wrapper's (an A/B of a kernel form in the same process, timed as ``ab:<settings>``);
+``--fast-accum`` runs gemmt's and torch's FP8 products with ``use_fast_accum=True``,
 each as a CUDA graph of one call on each of several weight copies (together past twice the
 L2, so every call streams its weight from memory), in interleaved rounds, medians. A device copy
 of the same bytes gives the bandwidth the weight stream is held against. The profiler's
@@ -66,14 +67,15 @@ def kernel_us(calls: list[Callable[[], object]]) -> list[float]:
 
 def point(n: int, k: int, m: int, ws: list[tuple[torch.Tensor, torch.Tensor]],
           wb: list[torch.Tensor], rounds: int, splits: list[int], knob: str,
-          scaling: str, ab: dict[str, str]) -> dict[str, object]:
+          scaling: str, abs_: list[str], fast: bool = False) -> dict[str, object]:
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     xq, sx = quantize(x, scaling)
     gemmt_calls = [lambda q=q, s=s: torch.ops.gemmt.scaled_mm(xq, q.t(), sx, s.t(), None,
-                                                               torch.bfloat16, "none", False)
+                                                               torch.bfloat16, "none", fast)
                    for q, s in ws]
     torch_calls = [lambda q=q, s=s: torch._scaled_mm(xq, q.t(), scale_a=sx, scale_b=s.t(),
-                                                     out_dtype=torch.bfloat16)
+                                                     out_dtype=torch.bfloat16,
+                                                     use_fast_accum=fast)
                    for q, s in ws]
     bf16_calls = [lambda w=w: gemmt.mm(x, w.t()) for w in wb]
     # The scaled GEMM's k-slices are timed without the decode kernel, which would take 1-32
@@ -81,8 +83,9 @@ def point(n: int, k: int, m: int, ws: list[tuple[torch.Tensor, torch.Tensor]],
     base = {"GEMMT_FP8_DECODE": "off"} if knob == "gemm" else {}
     reps: dict[str, Replay] = {
         f"split{s}": with_env(gemmt_calls, {**base, KNOBS[knob]: str(s)}) for s in splits}
-    if ab:
-        reps["ab"] = with_env(gemmt_calls, {**base, **ab})
+    for ab in abs_:
+        env = dict(item.split("=", 1) for item in ab.split(","))
+        reps[f"ab:{ab}"] = with_env(gemmt_calls, {**base, **env})
     if knob == "decode":
         reps["scaled_gemm"] = with_env(gemmt_calls, {"GEMMT_FP8_DECODE": "off"})
     else:
@@ -98,7 +101,7 @@ def point(n: int, k: int, m: int, ws: list[tuple[torch.Tensor, torch.Tensor]],
     us = {name: statistics.median(v) for name, v in samples.items()}
     want = (xq.double() * sx.double()) @ (ws[0][0].double() * ws[0][1].double()).t()
     got = torch.ops.gemmt.scaled_mm(xq, ws[0][0].t(), sx, ws[0][1].t(), None, torch.bfloat16,
-                                    "none", False)
+                                    "none", fast)
     err = ((got.double() - want).norm() / want.norm()).item()
     best = min([s for s in splits if s > 0] or [0], key=lambda s: us[f"split{s}"])
     return {"out_features": n, "in_features": k, "tokens": m, "us": us,
@@ -120,7 +123,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--knob", choices=sorted(KNOBS), default="decode")
     ap.add_argument("--scaling", choices=["tensor", "row"], default="tensor")
-    ap.add_argument("--ab", default="", help="NAME=VALUE: also time the planner's split so")
+    ap.add_argument("--ab", action="append", default=[],
+                    help="NAME=VALUE[,NAME=VALUE]: also time the planner's split so (repeatable)")
+    ap.add_argument("--fast-accum", action="store_true",
+                    help="use_fast_accum=True for gemmt's and torch's FP8 products")
     ap.add_argument("--tokens", default=None, help="default: 1,16,32 (decode), 33-128 (gemm)")
     ap.add_argument("--splits", default=",".join(map(str, SPLITS)),
                     help="splits to time; 0 (the planner's) is always timed")
@@ -141,8 +147,8 @@ def main() -> None:
               for _ in range(copies)]
         ws = [quantize(w, args.scaling) for w in wb]
         for m in tokens:
-            ab = dict([args.ab.split("=", 1)]) if args.ab else {}
-            rec = point(n, k, m, ws, wb, args.rounds, splits, args.knob, args.scaling, ab)
+            rec = point(n, k, m, ws, wb, args.rounds, splits, args.knob, args.scaling, args.ab,
+                        args.fast_accum)
             rec["weight_copies"] = copies
             rec["auto_vs_copy"] = n * k / rec["us"]["split0"] / 1e3 / copy_gbps
             records.append(rec)
@@ -156,6 +162,7 @@ def main() -> None:
            "torch_version": torch.__version__, "cuda": torch.version.cuda,
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "copy_gbps": copy_gbps, "knob": args.knob, "scaling": args.scaling, "ab": args.ab,
+           "use_fast_accum": args.fast_accum,
            "splits": splits, "records": records}
     path = out / f"fp8_decode_split_{args.tag}.json"
     path.write_text(json.dumps(doc, indent=1))

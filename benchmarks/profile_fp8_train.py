@@ -26,7 +26,8 @@ from profile_moe_layer import environment, kernels_of, write_json
 
 # Kernel names of the products: gemmt's Hopper kernels, cuBLAS(Lt)'s and CUTLASS's (not
 # "gemm" alone: every gemmt kernel's namespace has it).
-_GEMM_MARKS = ("gemm_kernel", "nvjet", "cutlass", "xmma", "decode_kernel")
+_GEMM_MARKS = ("gemm_kernel", "nvjet", "cutlass", "xmma", "decode_kernel", "decode_wgmma_kernel",
+               "gemv")
 
 
 def _is_gemm(name: str) -> bool:

@@ -29,7 +29,21 @@ namespace {
 //                   tokens (both float32-grade).
 //   mma (always)    the mma.sync kernel up to 64 tokens in every scaling.
 //   off             neither decode kernel.
+// With use_fast_accum on compute capability 9.0, tensorwise / rowwise products of 1-16 tokens
+// take the Hopper kernel's float8 form (float8 wgmma on the stages as they landed; auto and
+// wgmma), and auto sends 17-64 tokens to the Hopper scaled GEMM, which ran them faster than
+// either form of the decode kernel (H200, weights of 16-235 MB). GEMMT_FP8_DECODE_FAST=0 routes
+// such products as without use_fast_accum, for A/B runs.
 enum class DecodeRoute { kAuto, kWgmma, kMma, kOff };
+
+// A 0 / 1 setting, read on every call; unset or empty: fallback.
+bool decode_flag(const char* name, bool fallback) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == '\0') return fallback;
+  const std::string_view v(env);
+  TORCH_CHECK(v == "0" || v == "1", "gemmt::scaled_mm: ", name, " expected 0 or 1, got '", v, "'");
+  return v == "1";
+}
 
 // GEMMT_FP8_DECODE_SPLIT=1..8 fixes the Hopper kernel's CTAs along K (read on every call, so
 // that one process can time each split); unset or 0: its planner's.
@@ -64,7 +78,7 @@ std::optional<at::Tensor> scaled_mm_decode_cuda(const char* op, const at::Tensor
                                                 const at::Tensor& sb,
                                                 const std::optional<at::Tensor>& bias,
                                                 at::ScalarType out_dtype, Activation act,
-                                                const Fp8Scaling& scaling) {
+                                                const Fp8Scaling& scaling, bool fast_accum) {
   const int64_t m = a_in.size(0), k = a_in.size(1), n = b_in.size(1);
   constexpr int64_t kAlign = 16;
   constexpr int64_t kMaxTokens = 64;
@@ -72,6 +86,12 @@ std::optional<at::Tensor> scaled_mm_decode_cuda(const char* op, const at::Tensor
   if (route == DecodeRoute::kOff) return std::nullopt;
   if (m < 1 || m > kMaxTokens || n < 1 || k < kAlign) return std::nullopt;
   const bool block = scaling.kind == 2;
+  const bool hopper = route == DecodeRoute::kWgmma || route == DecodeRoute::kAuto;
+  const int cc_major = at::cuda::getDeviceProperties(a_in.get_device())->major;
+  constexpr int64_t kFastFormTokens = 16;
+  const bool fast_form =
+      hopper && fast_accum && !block && cc_major == 9 && decode_flag("GEMMT_FP8_DECODE_FAST", true);
+  if (fast_form && m > kFastFormTokens && route == DecodeRoute::kAuto) return std::nullopt;
   // The mma.sync kernel's reach when the Hopper kernel does not take the product.
   const int64_t mma_max =
       route == DecodeRoute::kMma || route == DecodeRoute::kWgmma || block ? kMaxTokens : 16;
@@ -114,11 +134,10 @@ std::optional<at::Tensor> scaled_mm_decode_cuda(const char* op, const at::Tensor
     x.bias_stride = bias->stride(0);
   }
   x.act = act;
-  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(a.get_device());
-  x.cc_major = prop->major;
+  x.cc_major = cc_major;
   x.sm_count = usable_sm_count(op);
   x.k_split = decode_split();
-  const bool hopper = route == DecodeRoute::kWgmma || route == DecodeRoute::kAuto;
+  x.fast_accum = fast_form && m <= kFastFormTokens;
   const bool wgmma = hopper && !block && fp8_decode_wgmma_supported(x);
   if (!wgmma && (m > mma_max || !fp8_decode_supported(x))) return std::nullopt;
 

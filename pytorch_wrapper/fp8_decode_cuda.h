@@ -13,18 +13,18 @@
 namespace gemmt::wrapper {
 
 #ifdef GEMMT_WITH_CUDA
-// The product into a new (m, n) tensor of out_dtype when a decode kernel takes it (1 <= m <= 64
-// on the Hopper wgmma kernel with tensorwise / rowwise scales, else on the mma.sync kernel up
-// to 16 tokens, 64 with block scales: GEMMT_FP8_DECODE picks, fp8_decode_cuda.cpp; b K-major
-// with 16-byte aligned rows; a kernel built for the device); nullopt otherwise, for the
-// caller's general path. Arguments as scaled_mm's checks accepted them, on the current device
-// (the caller's guard).
+// The product into a new (m, n) tensor of out_dtype when a decode kernel takes it (the Hopper
+// wgmma kernel with tensorwise / rowwise scales, 1-32 tokens, 1-64 with fast_accum; else the
+// mma.sync kernel up to 16 tokens, 64 with block scales: GEMMT_FP8_DECODE picks,
+// fp8_decode_cuda.cpp; b K-major with 16-byte aligned rows; a kernel built for the device);
+// nullopt otherwise, for the caller's general path. Arguments as scaled_mm's checks accepted
+// them, on the current device (the caller's guard).
 std::optional<at::Tensor> scaled_mm_decode_cuda(const char* op, const at::Tensor& a,
                                                 const at::Tensor& b, const at::Tensor& scale_a,
                                                 const at::Tensor& scale_b,
                                                 const std::optional<at::Tensor>& bias,
                                                 at::ScalarType out_dtype, Activation act,
-                                                const Fp8Scaling& scaling);
+                                                const Fp8Scaling& scaling, bool fast_accum);
 #endif
 
 }  // namespace gemmt::wrapper

@@ -286,8 +286,8 @@ at::Tensor scaled_mm_cuda_run(const char* op, const at::Tensor& a_in, const at::
   TORCH_CHECK(a_in.is_cuda(), op, ": the CUDA kernel expected CUDA tensors, got ", describe(a_in));
   const c10::cuda::CUDAGuard guard(a_in.device());
   // Decode-sized products (m <= 64 against a K-major weight) on their own kernel.
-  if (std::optional<at::Tensor> out =
-          scaled_mm_decode_cuda(op, a_in, b_in, sa, sb, bias, out_dtype, act, scaling)) {
+  if (std::optional<at::Tensor> out = scaled_mm_decode_cuda(op, a_in, b_in, sa, sb, bias, out_dtype,
+                                                            act, scaling, fast_accum)) {
     return *out;
   }
   check_hopper(op, a_in);

@@ -522,3 +522,207 @@ def test_wgmma_path_runs_the_wgmma_kernel(decode_path: str) -> None:
     for name, (a, b) in strided_views(case).items():
         only_wgmma(lambda: torch.ops.gemmt.scaled_mm(a, b, case.sa, case.sb, None, torch.float32,
                                                      "none", False), name)
+
+
+# ---- The Hopper kernel's float8 form (use_fast_accum) ------------------------------------
+# With use_fast_accum the caller accepts the tensor cores' float8 sums, and on Hopper the
+# decode kernel then runs float8 wgmma on the stages as they landed (1-16 tokens). Each
+# 128-deep slice is summed on the tensor cores from zero and joins a float32 total, so the
+# error of an element is bounded by a few of the tensor cores' roundings per slice (they keep
+# about 13 fractional bits of the largest product: at most 2^-13 of the slice's magnitudes an
+# instruction, four instructions a slice), not by K.
+FAST_U = 2.0 ** -10  # four instructions' worth of 2^-13, with a factor 2 to spare
+FAST_KERNEL = "float8-form wgmma decode kernel"
+
+
+def run_fast(case: Case, out_dtype: torch.dtype = torch.float32,
+             bias: torch.Tensor | None = None, act: str = "none") -> torch.Tensor:
+    return poisoned_run(lambda: torch.ops.gemmt.scaled_mm(
+        case.a, case.b, case.sa, case.sb, bias, out_dtype, act, True), case.m, case.n, out_dtype)
+
+
+def check_fast(case: Case, out: torch.Tensor, out_dtype: torch.dtype,
+               bias: torch.Tensor | None = None, act: str = "none") -> None:
+    """Every element within the float8 form's bound (FAST_U of the magnitudes, plus the float32
+    total's and one rounding to out_dtype), and the whole within 1e-3 of the float64 product
+    relative to its norm."""
+    assert out.shape == (case.m, case.n) and out.dtype == out_dtype
+    assert torch.isfinite(out).all(), "an output element is NaN / inf (unwritten or wrong)"
+    z, mag = case.dot()
+    bound_z = (FAST_U + (case.k + 16) * U32) * mag
+    if bias is not None:
+        z = z + bias.double()
+        bound_z = bound_z + 4 * U32 * z.abs()
+    ref = act_ref(z, act)
+    bound = 1.2 * bound_z + (OUT_U[out_dtype] + 8 * U32) * ref.abs() + OUT_TINY[out_dtype]
+    err = (out.double() - ref).abs()
+    bad = err > bound
+    assert not bad.any(), (
+        f"{int(bad.sum())} of {bad.numel()} elements outside the bound; worst excess "
+        f"{float((err / bound.clamp_min(1e-300)).max()):.3g} x bound")
+    if act == "none" and bias is None:
+        rel = ((out.double() - ref).norm() / ref.norm().clamp_min(1e-300)).item()
+        assert rel < 1e-3 + 2 * OUT_U[out_dtype], rel
+
+
+def fast_kernels(names: list[str]) -> set[str]:
+    """The decode kernels among the names, the Hopper kernel's float8 form told apart (its
+    instances' third template argument, kFast, is true)."""
+    found = decode_kernels(names)
+    if any("fp8_decode_wgmma_kernel" in s and ", true," in s for s in names):
+        found = (found - {WGMMA_KERNEL}) | {FAST_KERNEL}
+    return found
+
+
+@pytest.fixture
+def fast_form(decode_path: str) -> None:
+    """The float8 form runs on Hopper under the default and wgmma routes; the mma route (the
+    decode_path fixture's other value) holds the float32-grade kernel, checked elsewhere."""
+    if not _hopper():
+        pytest.skip("the float8 form is the Hopper kernel's")
+    if decode_path == "mma":
+        pytest.skip("GEMMT_FP8_DECODE=mma keeps the float32-grade kernel")
+
+
+FAST_TOKENS = [1, 2, 5, 8, 9, 15, 16]
+
+
+@needs_hopper
+@pytest.mark.parametrize("m", FAST_TOKENS)
+@pytest.mark.parametrize("shape", SHAPES + SPLIT_SHAPES + [(14336, 4096), (4096, 14336)])
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+def test_fast_decode_against_float64(fast_form: None, m: int, shape: tuple[int, int],
+                                     scaling: str) -> None:
+    n, k = shape
+    case = Case(m, n, k, scaling)
+    check_fast(case, run_fast(case), torch.float32)
+    check_fast(case, run_fast(case, torch.bfloat16), torch.bfloat16)
+
+
+@needs_hopper
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("bias_dtype", [None, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("act", ["none", "relu", "gelu", "silu"])
+@pytest.mark.parametrize("m", [3, 13])
+def test_fast_decode_epilogue(fast_form: None, out_dtype: torch.dtype,
+                              bias_dtype: torch.dtype | None, act: str, m: int) -> None:
+    case = Case(m, 520, 640, "row")
+    bias = None if bias_dtype is None else (torch.randn(case.n, device="cuda") * 20).to(bias_dtype)
+    check_fast(case, run_fast(case, out_dtype, bias, act), out_dtype, bias, act)
+
+
+@needs_hopper
+@pytest.mark.parametrize("pair", [(E4M3, E5M2), (E5M2, E4M3)])
+@pytest.mark.parametrize("m", [1, 9, 16])
+def test_fast_decode_mixed_formats(fast_form: None, pair: tuple[torch.dtype, torch.dtype],
+                                   m: int) -> None:
+    case = Case(m, 384, 1024, "row", fa=pair[0], fw=pair[1])
+    check_fast(case, run_fast(case), torch.float32)
+
+
+@needs_hopper
+def test_fast_decode_strided_operands_nan_and_zeros(fast_form: None) -> None:
+    """Views read in place or copied as on the float32-grade kernels; a NaN weight byte poisons
+    its output column only and a NaN token byte its row only; zero tokens give zeros."""
+    m, n, k = 16, 200, 320
+    case = Case(m, n, k, "row")
+    for name, (a, b) in strided_views(case).items():
+        out = poisoned_run(lambda: torch.ops.gemmt.scaled_mm(
+            a, b, case.sa, case.sb, None, torch.float32, "none", True), m, n, torch.float32)
+        try:
+            check_fast(case, out, torch.float32)
+        except AssertionError as e:
+            raise AssertionError(f"{name}: {e}") from e
+    w = case.w.clone()
+    w[17, 100] = float("nan")
+    a = case.a.clone()
+    a[11, 3] = float("nan")
+    out = torch.ops.gemmt.scaled_mm(a, w.t(), case.sa, case.sb, None, torch.float32, "none", True)
+    expect = torch.zeros(m, n, dtype=torch.bool)
+    expect[:, 17] = True
+    expect[11, :] = True
+    assert torch.equal(torch.isnan(out).cpu(), expect)
+    zeros = torch.ops.gemmt.scaled_mm(torch.zeros_like(case.a), case.b, case.sa, case.sb, None,
+                                      torch.float32, "none", True)
+    assert torch.equal(zeros, torch.zeros_like(zeros))
+
+
+@needs_hopper
+@pytest.mark.parametrize("m", [1, 9, 16])
+def test_fast_decode_every_forced_split(fast_form: None, m: int,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every forced split of K, even or not, stays within the bound, and runs repeat bit for
+    bit."""
+    for n, k in [(1000, 4096), (300, 4752), (136, 640), (20000, 1024)]:
+        case = Case(m, n, k, "row")
+        for split in (1, 2, 3, 5, 8):
+            monkeypatch.setenv("GEMMT_FP8_DECODE_SPLIT", str(split))
+            first = run_fast(case)
+            check_fast(case, first, torch.float32)
+            assert torch.equal(run_fast(case), first), (n, k, split)
+
+
+@needs_hopper
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+@pytest.mark.parametrize("m", [1, 8, 16])
+def test_fast_decode_agrees_with_torch_fast_accum(fast_form: None, scaling: str, m: int) -> None:
+    """Against torch._scaled_mm(use_fast_accum=True) (cuBLASLt's float8 sums): both within
+    their float8 sums' bounds of each other."""
+    n, k = 4096, 4096
+    case = Case(m, n, k, scaling)
+    try:
+        theirs = torch._scaled_mm(case.a, case.b, case.sa, case.sb, out_dtype=torch.bfloat16,
+                                  use_fast_accum=True)
+    except (RuntimeError, NotImplementedError) as e:
+        pytest.skip(f"torch._scaled_mm does not take this case here: {e}")
+    mine = run_fast(case, torch.bfloat16)
+    check_fast(case, mine, torch.bfloat16)
+    z, mag = case.dot()
+    # cuBLASLt may keep the whole K in the tensor cores' accumulator: its bound grows with
+    # the k-blocks, each adding a few of those roundings.
+    bound = (FAST_U * (1 + k // BLOCK) + 4 * (k + 16) * U32) * mag \
+        + 2 * OUT_U[torch.bfloat16] * z.abs() + OUT_TINY[torch.bfloat16]
+    diff = (mine.double() - theirs.double()).abs()
+    assert (diff <= bound).all(), float((diff / bound).max())
+
+
+@needs_hopper
+def test_fast_decode_kernel_routing(decode_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With use_fast_accum, auto and wgmma send tensorwise / rowwise products of 1-16 tokens to
+    the float8 form; auto sends 17-64 to the scaled GEMM, wgmma keeps them on the widened form
+    (up to 32) and the mma.sync kernel; GEMMT_FP8_DECODE_FAST=0 routes them as without
+    use_fast_accum; block scales stay on the mma.sync kernel; mma keeps its kernel; a bad
+    value is refused."""
+    if decode_path != DECODE_PATHS[0]:
+        pytest.skip("the routing is checked once, with its own settings")
+
+    def ran(m: int, scaling: str = "row") -> set[str]:
+        case = Case(m, 512, 512, scaling)
+        names = kernel_names(lambda: torch.ops.gemmt.scaled_mm(
+            case.a, case.b, case.sa, case.sb, None, torch.bfloat16, "none", True))
+        if not names:
+            pytest.skip("the profiler recorded no CUDA kernels here")
+        return fast_kernels(names)
+
+    FAST, WG, MMA = {FAST_KERNEL}, {WGMMA_KERNEL}, {MMA_KERNEL}
+    for mode in ("auto", "wgmma"):
+        monkeypatch.setenv("GEMMT_FP8_DECODE", mode)
+        for m in (1, 9, 16):
+            assert ran(m, "tensor") == FAST and ran(m) == FAST, (mode, m)
+        if mode == "auto":
+            assert ran(17) == set() and ran(32, "tensor") == set() and ran(64) == set()
+        else:
+            assert ran(17) == WG and ran(32, "tensor") == WG and ran(64) == MMA
+        assert ran(65) == set() and ran(64, "block") == MMA and ran(1, "block") == MMA, mode
+        monkeypatch.setenv("GEMMT_FP8_DECODE_FAST", "0")
+        assert ran(1) == WG and ran(32, "tensor") == WG, mode
+        assert ran(64) == (set() if mode == "auto" else MMA), mode
+        monkeypatch.delenv("GEMMT_FP8_DECODE_FAST")
+    monkeypatch.setenv("GEMMT_FP8_DECODE", "mma")
+    assert ran(1) == MMA and ran(64) == MMA
+    monkeypatch.setenv("GEMMT_FP8_DECODE", "auto")
+    monkeypatch.setenv("GEMMT_FP8_DECODE_FAST", "yes")
+    case = Case(4, 256, 256, "row")
+    with pytest.raises(RuntimeError, match="GEMMT_FP8_DECODE_FAST expected 0 or 1, got 'yes'"):
+        torch.ops.gemmt.scaled_mm(case.a, case.b, case.sa, case.sb, None, torch.bfloat16,
+                                  "none", True)

@@ -53,6 +53,10 @@ struct Fp8DecodeArgs {
   // The Hopper variant's CTAs along K (a cluster each, 1-8); 0 leaves it to its planner.
   int k_split = 0;
   int cc_major = 0;  // its compute capability (clusters along K from 9)
+  // use_fast_accum: the Hopper variant may sum with the tensor cores' float8 accumulation
+  // (each 128-deep slice summed on the tensor cores from zero, then added to the float32
+  // total), as the Hopper scaled GEMM does; false keeps float32-grade sums.
+  bool fast_accum = false;
 };
 
 // Whether the kernel takes these arguments on the current device: its shapes (1 <= m <= 64,
@@ -66,10 +70,10 @@ cudaError_t fp8_decode_run(const Fp8DecodeArgs& args, cudaStream_t stream);
 
 // The Hopper variant (kernels/fp8/scaled_decode_fp8_sm90.cu): W streamed by TMA, W and the
 // tokens widened to fp16 (exact) and multiplied by fp16 wgmma with float32 sums, as the
-// mma.sync kernel's. It takes kRowCol scales only, on compute capability 9.0 (cc_major) in a
-// build with the sm_90a kernels, 1 <= m <= 32, k a multiple of 16, 16-byte aligned operands
-// whose rows do not overlap (lda >= k, ldw >= k). When not, *why (when given) says what
-// failed.
+// mma.sync kernel's; with fast_accum, float8 wgmma on the stage as it landed. It takes kRowCol
+// scales only, on compute capability 9.0 (cc_major) in a build with the sm_90a kernels,
+// 1 <= m <= 32 (16 with fast_accum), k a multiple of 16, 16-byte aligned operands whose rows
+// do not overlap (lda >= k, ldw >= k). When not, *why (when given) says what failed.
 bool fp8_decode_wgmma_supported(const Fp8DecodeArgs& args, const char** why = nullptr);
 
 // Runs the Hopper variant on `stream`; cudaErrorNotSupported where

@@ -35,7 +35,7 @@ inline bool out_or_bias_dtype(ScalarType t) {
 // operands, C's row stride and the scales. Each kernel adds its own (row strides, scalings,
 // the device).
 inline bool common_args_supported(const Fp8DecodeArgs& x, int64_t max_tokens, const char** why) {
-  if (x.m < 1 || x.m > max_tokens) return refuse(why, "m outside 1..64");
+  if (x.m < 1 || x.m > max_tokens) return refuse(why, "m outside the kernel's 1..32 or 1..64");
   if (x.n < 1 || x.n > (int64_t{1} << 30)) return refuse(why, "n outside 1..2^30");
   if (x.k < 16 || x.k > (int64_t{1} << 30) || x.k % 16 != 0) {
     return refuse(why, "k not a multiple of 16 in 16..2^30");

@@ -21,6 +21,11 @@
 // tokens (operand B, from shared memory) are widened once a stage into one fp16 tile both
 // warpgroups read. A stage's sums start from zero and join a float32 total when they
 // complete, so the tensor cores' accumulator never carries a sum across stages.
+// With use_fast_accum (kFast) the caller accepts the tensor cores' float8 sums: float8 wgmma
+// reads both operands from the stage as TMA left it (no widening, no fp16 tile, no barrier
+// between the warpgroups), a stage's 128-deep sums still joining the float32 total. It takes
+// 1-16 tokens: with 32 or 64 token columns it ran slower than the scaled GEMM on weights of
+// 16-50 MB (H200: 4096 x 4096 at 32 tokens 13.8 us against 11.5, at 64 20.3 against 12.0).
 //
 // Work split. K is split over a cluster of up to 8 CTAs (rank r takes k-blocks
 // [r kb / cl, (r + 1) kb / cl)) so that even a 4096-row W spreads over the SMs, about one CTA
@@ -59,8 +64,9 @@ constexpr bool kWgmmaDecodeBuilt = true;
 constexpr bool kWgmmaDecodeBuilt = false;
 #endif
 
-constexpr int kWdBM = fp8_decode_plan::kRows;    // W rows of a CTA: two warpgroups of 64
-constexpr int kWdTokens = 32;                    // the most token columns of a wgmma (m padded)
+constexpr int kWdBM = fp8_decode_plan::kRows;  // W rows of a CTA: two warpgroups of 64
+constexpr int kWdTokens = 32;                  // the most token columns of the widened form's wgmma
+constexpr int kWdFastTokens = 16;              // and of the float8 form's (use_fast_accum)
 constexpr int kWdBK = fp8_decode_plan::kBlockK;  // K of a stage: one 128-byte line a row
 constexpr int kWdWBytes = kWdBM * kWdBK;         // 16 KB
 constexpr int kWdStages = 4;
@@ -70,14 +76,14 @@ constexpr int kWdThreads = kWdConsumers + 32;  // two warpgroups + the producer 
 constexpr int kWdMaxCluster = fp8_decode_plan::kMaxSplit;
 
 // Shared memory of an instance. kN: token columns of its wgmmas (rows of the token tile a
-// stage); after the ring, the one fp16 copy of a stage's token tile, two 64-column panels
-// (K 0-63 and 64-127, 128 bytes a row each).
-template <int kN>
+// stage); after the ring, unless kFast, the one fp16 copy of a stage's token tile, two
+// 64-column panels (K 0-63 and 64-127, 128 bytes a row each).
+template <int kN, bool kFast>
 struct WdSmem {
   static constexpr int kTBytes = kN * kWdBK;  // float8 token tile of a stage
   static constexpr int kRing = kWdStages * (kWdWBytes + kTBytes);
   static constexpr int kPanel = kN * kWdBK;  // one fp16 panel: kN rows x 64 elements
-  static constexpr int kT16 = 2 * kPanel;
+  static constexpr int kT16 = kFast ? 0 : 2 * kPanel;
   static constexpr int kUsed = kRing + kT16;
   static constexpr int kBarBytes = 2 * kWdStages * 8;
   // + 1 KB to align the ring to the swizzle's 1024-byte period. The barriers live in that
@@ -155,25 +161,149 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
 }
 #endif
 
-// kKind: the operand pair (A = W's format, B = the tokens'), gemm_tc_kind.h. kN: token
-// columns of the wgmmas (16 or 32, the fewer that hold m).
+#if defined(GEMMT_SM90_DEVICE_CODE)
+// The ring's shared-memory addresses: W's stages, the float8 token tiles, the fp16 token tile
+// (the widened form's) and the full / empty barriers.
+struct WdRing {
+  uint32_t w, t, t16, bars;
+  __device__ __forceinline__ uint32_t full(int s) const { return bars + 8u * s; }
+  __device__ __forceinline__ uint32_t empty(int s) const { return bars + 8u * (kWdStages + s); }
+};
+
+// The widened form's consumers: the float32 totals of this rank's k-blocks in acc.
 template <int kKind, int kN>
+__device__ __forceinline__ void wd_consume_widened(const WdRing& ring, int kb_first, int kb_last,
+                                                   int warp, int lane, float (&acc)[kN / 2]) {
+  using Smem = WdSmem<kN, false>;
+  // fp16 wgmma, A = W from registers. The fragment of step s (k16) of a thread (g = lane / 4,
+  // q = lane % 4) is rows r = 16 (warp % 4) + g and r + 8 of its warpgroup's 64, at four K
+  // positions each: 2 q, 2 q + 1 (registers a[0], a[1] for the two rows) and 2 q + 8,
+  // 2 q + 9 (a[2], a[3]). K is permuted (both operands alike, so the sum is unchanged) so
+  // that these are one 32-bit word of the row: bytes 32 q + 4 s .. + 3, low pair then high
+  // pair. A thread's eight steps are then bytes 32 q .. 32 q + 31 of its two rows, two
+  // 16-byte loads a row (chunks 2 q, 2 q + 1, swizzled by r % 8 = g: a quarter-warp's loads
+  // fall in eight different chunks).
+  constexpr bool kWE5 = kKind == kE5M2E4M3;
+  constexpr bool kAE5 = kKind == kE4M3E5M2;
+  const int cw = warp >> 2;
+  const int g = lane >> 2, q = lane & 3;
+  const uint32_t w_row = static_cast<uint32_t>((64 * cw + 16 * (warp & 3) + g) * kWdBK);
+  const uint32_t chunk0 = static_cast<uint32_t>(((2 * q) ^ g) << 4);
+  const uint32_t chunk1 = static_cast<uint32_t>(((2 * q + 1) ^ g) << 4);
+  const uint64_t db = make_desc(ring.t16, 16, 1024);
+  int stage = 0;
+  uint32_t phase = 0;
+  float part[kN / 2];
+  for (int kb = kb_first; kb < kb_last; ++kb) {
+    wd_wait(ring.full(stage), phase);
+    // Both warpgroups' products of the previous stage have completed (each waited for its
+    // own): the one fp16 token tile may be rewritten. One tile shared by the warpgroups,
+    // widened by all eight warps, rather than one each: half the widening and half the
+    // shared memory (a second 16 KB would cost a ring stage or the second CTA an SM), for a
+    // barrier both take anyway (they consume the same stages).
+    named_barrier_sync(2, kWdConsumers);
+    wd_widen_tokens<kAE5, kN>(ring.t + stage * Smem::kTBytes, ring.t16, warp, lane);
+    // The tile's stores, generic proxy, before the wgmmas read it through the async proxy.
+    fence_proxy_async_smem();
+    const uint32_t ws = ring.w + stage * kWdWBytes + w_row;
+    // The eight steps' W words loaded and widened together (16 registers of fragments held
+    // until their wgmmas complete).
+    uint4 w8[2][2];  // [row r, r + 8][chunk 2 q, 2 q + 1]
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const uint32_t chunk = c == 0 ? chunk0 : chunk1;
+      w8[0][c] = ld_shared_v4(ws + chunk);
+      w8[1][c] = ld_shared_v4(ws + 8 * kWdBK + chunk);
+    }
+    uint32_t a[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      fp8_decode::widen<kWE5>(word_of(w8[0][i >> 2], i & 3), a[i][0], a[i][2]);
+      fp8_decode::widen<kWE5>(word_of(w8[1][i >> 2], i & 3), a[i][1], a[i][3]);
+    }
+    named_barrier_sync(2, kWdConsumers);  // the fp16 token tile is complete
+    // Every byte of the stage is in registers or the fp16 tile: the producer may refill it
+    // while the products run.
+    if (lane == 0) mbar_arrive_local(ring.empty(stage));
+    wgmma_fence();
+#pragma unroll
+    for (int st = 0; st < 8; ++st) {
+      // Step st: fp16 columns 16 st .. 16 st + 15, panel st / 4, 32 bytes a step along its
+      // line.
+      const uint64_t d = db + (st >> 2) * (Smem::kPanel >> 4) + (st & 3) * (32 >> 4);
+      wgmma_f16_rs<kN>(part, a[st], d, st != 0 ? 1u : 0u);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_accumulators(part);
+    // The stage's 128 products a sum, summed from zero on the tensor cores, join the float32
+    // total: the tensor cores' accumulator never carries a sum across stages.
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) acc[i] += part[i];
+    if (++stage == kWdStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+}
+
+// The float8 form's consumers (use_fast_accum): each warpgroup's 64 rows of W and the token
+// tile read by float8 wgmma where TMA put them (K-major, 128-byte swizzle, four k32 steps of
+// 32 bytes a stage); a stage's sums from zero, added to the float32 totals in acc.
+template <int kKind, int kN>
+__device__ __forceinline__ void wd_consume_fp8(const WdRing& ring, int kb_first, int kb_last,
+                                               int warp, int lane, float (&acc)[kN / 2]) {
+  static_assert(kN == kWdFastTokens, "the float8 form's one width");
+  using Smem = WdSmem<kN, true>;
+  constexpr uint32_t kStep = 32 >> 4;  // a k32 step along the 128-byte line, in 16 bytes
+  const uint32_t cw = static_cast<uint32_t>(warp >> 2);
+  const uint64_t dw = make_desc(ring.w + cw * (64 * kWdBK), 16, 1024);
+  const uint64_t dt = make_desc(ring.t, 16, 1024);
+  int stage = 0;
+  uint32_t phase = 0;
+  float part[kN / 2];
+  for (int kb = kb_first; kb < kb_last; ++kb) {
+    wd_wait(ring.full(stage), phase);
+    const uint64_t ws = dw + static_cast<uint32_t>(stage * (kWdWBytes >> 4));
+    const uint64_t ts = dt + static_cast<uint32_t>(stage * (Smem::kTBytes >> 4));
+    wgmma_fence();
+#pragma unroll
+    for (int st = 0; st < kWdBK / 32; ++st) {
+      wgmma_m64n16<kKind, 0, 0>(part, ws + st * kStep, ts + st * kStep, st != 0 ? 1u : 0u);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_accumulators(part);
+    // The wgmmas have read the stage: the producer may refill it.
+    if (lane == 0) mbar_arrive_local(ring.empty(stage));
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) acc[i] += part[i];
+    if (++stage == kWdStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+}
+#endif
+
+// kKind: the operand pair (A = W's format, B = the tokens'), gemm_tc_kind.h. kN: token
+// columns of the wgmmas (16 or 32, the fewer that hold m; 16 with kFast). kFast: the float8
+// form (use_fast_accum), else the widened one.
+template <int kKind, int kN, bool kFast>
 __device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensorMap* tma_t,
                                         const WdParams& p) {
 #if defined(GEMMT_SM90_DEVICE_CODE)
-  using Smem = WdSmem<kN>;
+  using Smem = WdSmem<kN, kFast>;
   constexpr int kAcc = kN / 2;  // float32 sums a consumer thread holds
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
-  const uint32_t smem_w = base;
-  const uint32_t smem_t = base + kWdStages * kWdWBytes;
-  const uint32_t smem_t16 = base + Smem::kRing;  // the fp16 token tile
-  const uint32_t bars = base - raw >= static_cast<uint32_t>(Smem::kBarBytes)
-                            ? base - Smem::kBarBytes
-                            : base + Smem::kUsed;
-  auto full_bar = [&](int s) { return bars + 8u * s; };
-  auto empty_bar = [&](int s) { return bars + 8u * (kWdStages + s); };
+  WdRing ring;
+  ring.w = base;
+  ring.t = base + kWdStages * kWdWBytes;
+  ring.t16 = base + Smem::kRing;
+  ring.bars = base - raw >= static_cast<uint32_t>(Smem::kBarBytes) ? base - Smem::kBarBytes
+                                                                   : base + Smem::kUsed;
 
   const int warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x >> 5), 0);
   const int lane = threadIdx.x & 31;
@@ -185,8 +315,8 @@ __device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensor
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < kWdStages; ++s) {
-      mbar_init(full_bar(s), 1);
-      mbar_init(empty_bar(s), kWdConsumerWarps);
+      mbar_init(ring.full(s), 1);
+      mbar_init(ring.empty(s), kWdConsumerWarps);
     }
     fence_barrier_init();
   }
@@ -210,12 +340,12 @@ __device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensor
     int stage = 0;
     uint32_t phase = 0;
     for (int kb = kb_first; kb < kb_last; ++kb) {
-      wd_wait(empty_bar(stage), phase ^ 1u);
+      wd_wait(ring.empty(stage), phase ^ 1u);
       if (leader) {
-        const uint32_t fb = full_bar(stage);
+        const uint32_t fb = ring.full(stage);
         mbar_arrive_expect_tx(fb, kWdWBytes + Smem::kTBytes);
-        tma_load(smem_w + stage * kWdWBytes, tma_w, fb, kb * kWdBK, row_block * kWdBM);
-        tma_load(smem_t + stage * Smem::kTBytes, tma_t, fb, kb * kWdBK, 0);
+        tma_load(ring.w + stage * kWdWBytes, tma_w, fb, kb * kWdBK, row_block * kWdBM);
+        tma_load(ring.t + stage * Smem::kTBytes, tma_t, fb, kb * kWdBK, 0);
       }
       __syncwarp();
       if (++stage == kWdStages) {
@@ -223,77 +353,10 @@ __device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensor
         phase ^= 1u;
       }
     }
+  } else if constexpr (kFast) {
+    wd_consume_fp8<kKind, kN>(ring, kb_first, kb_last, warp, lane, acc);
   } else {
-    // fp16 wgmma, A = W from registers. The fragment of step s (k16) of a thread (g = lane / 4,
-    // q = lane % 4) is rows r = 16 (warp % 4) + g and r + 8 of its warpgroup's 64, at four K
-    // positions each: 2 q, 2 q + 1 (registers a[0], a[1] for the two rows) and 2 q + 8,
-    // 2 q + 9 (a[2], a[3]). K is permuted (both operands alike, so the sum is unchanged) so
-    // that these are one 32-bit word of the row: bytes 32 q + 4 s .. + 3, low pair then high
-    // pair. A thread's eight steps are then bytes 32 q .. 32 q + 31 of its two rows, two
-    // 16-byte loads a row (chunks 2 q, 2 q + 1, swizzled by r % 8 = g: a quarter-warp's loads
-    // fall in eight different chunks).
-    constexpr bool kWE5 = kKind == kE5M2E4M3;
-    constexpr bool kAE5 = kKind == kE4M3E5M2;
-    const int cw = warp >> 2;
-    const int g = lane >> 2, q = lane & 3;
-    const uint32_t w_row = static_cast<uint32_t>((64 * cw + 16 * (warp & 3) + g) * kWdBK);
-    const uint32_t chunk0 = static_cast<uint32_t>(((2 * q) ^ g) << 4);
-    const uint32_t chunk1 = static_cast<uint32_t>(((2 * q + 1) ^ g) << 4);
-    const uint64_t db = make_desc(smem_t16, 16, 1024);
-    int stage = 0;
-    uint32_t phase = 0;
-    float part[kAcc];
-    for (int kb = kb_first; kb < kb_last; ++kb) {
-      wd_wait(full_bar(stage), phase);
-      // Both warpgroups' products of the previous stage have completed (each waited for its
-      // own): the one fp16 token tile may be rewritten. One tile shared by the warpgroups,
-      // widened by all eight warps, rather than one each: half the widening and half the
-      // shared memory (a second 16 KB would cost a ring stage or the second CTA an SM), for a
-      // barrier both take anyway (they consume the same stages).
-      named_barrier_sync(2, kWdConsumers);
-      wd_widen_tokens<kAE5, kN>(smem_t + stage * Smem::kTBytes, smem_t16, warp, lane);
-      // The tile's stores, generic proxy, before the wgmmas read it through the async proxy.
-      fence_proxy_async_smem();
-      const uint32_t ws = smem_w + stage * kWdWBytes + w_row;
-      // The eight steps' W words loaded and widened together (16 registers of fragments held
-      // until their wgmmas complete).
-      uint4 w8[2][2];  // [row r, r + 8][chunk 2 q, 2 q + 1]
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const uint32_t chunk = c == 0 ? chunk0 : chunk1;
-        w8[0][c] = ld_shared_v4(ws + chunk);
-        w8[1][c] = ld_shared_v4(ws + 8 * kWdBK + chunk);
-      }
-      uint32_t a[8][4];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        fp8_decode::widen<kWE5>(word_of(w8[0][i >> 2], i & 3), a[i][0], a[i][2]);
-        fp8_decode::widen<kWE5>(word_of(w8[1][i >> 2], i & 3), a[i][1], a[i][3]);
-      }
-      named_barrier_sync(2, kWdConsumers);  // the fp16 token tile is complete
-      // Every byte of the stage is in registers or the fp16 tile: the producer may refill it
-      // while the products run.
-      if (lane == 0) mbar_arrive_local(empty_bar(stage));
-      wgmma_fence();
-#pragma unroll
-      for (int st = 0; st < 8; ++st) {
-        // Step st: fp16 columns 16 st .. 16 st + 15, panel st / 4, 32 bytes a step along its
-        // line.
-        const uint64_t d = db + (st >> 2) * (Smem::kPanel >> 4) + (st & 3) * (32 >> 4);
-        wgmma_f16_rs<kN>(part, a[st], d, st != 0 ? 1u : 0u);
-      }
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_accumulators(part);
-      // The stage's 128 products a sum, summed from zero on the tensor cores, join the float32
-      // total: the tensor cores' accumulator never carries a sum across stages.
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i) acc[i] += part[i];
-      if (++stage == kWdStages) {
-        stage = 0;
-        phase ^= 1u;
-      }
-    }
+    wd_consume_widened<kKind, kN>(ring, kb_first, kb_last, warp, lane, acc);
   }
 
   const bool consumer = warp < kWdConsumerWarps;
@@ -359,11 +422,11 @@ __device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensor
 #endif  // GEMMT_SM90_DEVICE_CODE
 }
 
-template <int kKind, int kN>
+template <int kKind, int kN, bool kFast>
 __global__ void __launch_bounds__(kWdThreads, 2)
     fp8_decode_wgmma_kernel(const __grid_constant__ CUtensorMap tma_w,
                             const __grid_constant__ CUtensorMap tma_t, const WdParams p) {
-  wd_body<kKind, kN>(&tma_w, &tma_t, p);
+  wd_body<kKind, kN, kFast>(&tma_w, &tma_t, p);
 }
 
 // ---- Host side ----------------------------------------------------------------------------
@@ -400,21 +463,25 @@ cudaError_t launch_kernel(const CUtensorMap& w, const CUtensorMap& t, const WdPa
   GEMMT_RETURN_LAUNCH_ERROR();
 }
 
-template <int kKind>
-cudaError_t launch_kind(const CUtensorMap& w, const CUtensorMap& t, const WdParams& p, int ctas,
-                        cudaStream_t stream) {
-  if (p.m <= 16) {
-    return launch_kernel<fp8_decode_wgmma_kernel<kKind, 16>, WdSmem<16>::kBytes>(w, t, p, ctas,
-                                                                                 stream);
-  }
-  return launch_kernel<fp8_decode_wgmma_kernel<kKind, 32>, WdSmem<32>::kBytes>(w, t, p, ctas,
-                                                                               stream);
+template <int kKind, int kN, bool kFast>
+cudaError_t launch_columns(const CUtensorMap& w, const CUtensorMap& t, const WdParams& p, int ctas,
+                           cudaStream_t stream) {
+  return launch_kernel<fp8_decode_wgmma_kernel<kKind, kN, kFast>, WdSmem<kN, kFast>::kBytes>(
+      w, t, p, ctas, stream);
 }
 
 // Token columns of the wgmmas: the fewer of 16 and 32 that hold m (the token tile's TMA box
 // has as many rows).
 int token_columns(int64_t m) {
   return m <= 16 ? 16 : 32;
+}
+
+template <int kKind>
+cudaError_t launch_kind(const CUtensorMap& w, const CUtensorMap& t, const WdParams& p, int ctas,
+                        bool fast, cudaStream_t stream) {
+  if (fast) return launch_columns<kKind, kWdFastTokens, true>(w, t, p, ctas, stream);
+  if (p.m <= 16) return launch_columns<kKind, 16, false>(w, t, p, ctas, stream);
+  return launch_columns<kKind, 32, false>(w, t, p, ctas, stream);
 }
 
 cudaError_t run_path(const Fp8DecodeArgs& x, cudaStream_t stream) {
@@ -447,9 +514,9 @@ cudaError_t run_path(const Fp8DecodeArgs& x, cudaStream_t stream) {
   const int64_t ctas = (x.n + kWdBM - 1) / kWdBM * p.cluster;
   if (ctas > kMaxGridX) return cudaErrorNotSupported;
   const int n_ctas = static_cast<int>(ctas);
-  if (x.b_e5m2) return launch_kind<kE5M2E4M3>(map_w, map_t, p, n_ctas, stream);
-  if (x.a_e5m2) return launch_kind<kE4M3E5M2>(map_w, map_t, p, n_ctas, stream);
-  return launch_kind<kE4M3>(map_w, map_t, p, n_ctas, stream);
+  if (x.b_e5m2) return launch_kind<kE5M2E4M3>(map_w, map_t, p, n_ctas, x.fast_accum, stream);
+  if (x.a_e5m2) return launch_kind<kE4M3E5M2>(map_w, map_t, p, n_ctas, x.fast_accum, stream);
+  return launch_kind<kE4M3>(map_w, map_t, p, n_ctas, x.fast_accum, stream);
 }
 
 }  // namespace
@@ -459,7 +526,9 @@ bool fp8_decode_wgmma_supported(const Fp8DecodeArgs& x, const char** why) {
   if (!kWgmmaDecodeBuilt) return refuse(why, "the sm_90a kernels are not in this build");
   if (x.cc_major != 9) return refuse(why, "wgmma needs compute capability 9.0");
   if (x.scale != Fp8DecodeScale::kRowCol) return refuse(why, "block scales");
-  if (!fp8_decode::common_args_supported(x, kWdTokens, why)) return false;
+  if (!fp8_decode::common_args_supported(x, x.fast_accum ? kWdFastTokens : kWdTokens, why)) {
+    return false;
+  }
   // Tensor maps: 16-byte multiples as row strides, rows that do not overlap.
   if ((x.m > 1 && (x.lda % 16 != 0 || x.lda < x.k)) ||
       (x.n > 1 && (x.ldw % 16 != 0 || x.ldw < x.k))) {
