@@ -497,11 +497,13 @@ def test_cuda_tensors_get_a_clear_error() -> None:
 # Odd and empty shapes, and the widths at which the row kernel changes form (a team of up to
 # 256 threads holding 8 elements each, 2 or 4 chunks per thread, 512-thread teams, and rows
 # read twice beyond 16384 columns). Rows a multiple of 16 over several 128-row tiles (the
-# transpose's 16-byte stores, a partial last tile among them) and a multiple of 4 only.
+# transpose's 16-byte stores, a partial last tile among them) and a multiple of 4 only. The
+# tensorwise kernel's one-CTA form up to its stash's size (26 x 4096 fills it), the grid's
+# just past it (26 x 4104).
 CUDA_SHAPES = [(1, 1), (1, 7), (3, 130), (257, 4099), (0, 128), (128, 0), (0, 0), (128, 128),
                (129, 257), (200, 384), (5, 3), (1000, 9), (2, 4096), (3, 5000), (2, 8192),
                (2, 12288), (2, 16384), (2, 17000), (1, 40000), (40000, 1), (272, 4100),
-               (384, 1000), (516, 260)]
+               (384, 1000), (516, 260), (16, 4096), (26, 4096), (26, 4104)]
 
 
 def cuda_input(shape: tuple[int, int], x_dtype: torch.dtype) -> torch.Tensor:
@@ -701,17 +703,19 @@ def test_quantize_cuda_against_the_formulas_and_torch_layouts() -> None:
 @pytest.mark.cuda
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build of gemmt")
 @pytest.mark.parametrize("granularity", gemmt.FP8_GRANULARITIES)
-def test_quantize_cuda_in_a_cuda_graph(granularity: str) -> None:
+@pytest.mark.parametrize("shape", [(3000, 2500), (16, 4096)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_quantize_cuda_in_a_cuda_graph(granularity: str, shape: tuple[int, int]) -> None:
     # Captured once and replayed on new data in the same input buffer (the tensorwise kernel
-    # is a cooperative launch with a grid-wide barrier whose counter is reset each replay).
-    x = cuda_input((3000, 2500), torch.bfloat16)
+    # is a cooperative launch with a grid-wide barrier whose counter is reset each replay, or,
+    # for 16 x 4096, one CTA without a barrier).
+    x = cuda_input(shape, torch.bfloat16)
     gemmt.quantize_fp8(x, granularity)  # loads the kernels outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         q, s = gemmt.quantize_fp8(x, granularity)
     for scale in (1.0, 1e-3, 7.0):
-        x.copy_(cuda_input((3000, 2500), torch.bfloat16) * scale)
+        x.copy_(cuda_input(shape, torch.bfloat16) * scale)
         graph.replay()
         torch.cuda.synchronize()
         assert_same_quantized((q, s), gemmt.quantize_fp8(x.cpu(), granularity))
