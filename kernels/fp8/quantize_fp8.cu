@@ -397,25 +397,18 @@ __device__ __forceinline__ void atomic_max_nonneg(unsigned int* slot, float v) {
   if (v > 0.0f) atomicMax(slot, __float_as_uint(v));
 }
 
-// The max of m over a CTA of kThreads threads, returned to thread 0 (after a barrier that
-// partial, kThreads / 32 floats of shared memory, needs).
+// The max of m over a CTA of kThreads threads into *slot (thread 0's atomic, after a barrier
+// that partial, kThreads / 32 floats of shared memory, needs).
 template <int kThreads>
-__device__ __forceinline__ float cta_max_to_thread0(float m, float* partial) {
+__device__ __forceinline__ void cta_amax_into(float m, unsigned int* slot, float* partial) {
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
   if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = m;
   __syncthreads();
   if (threadIdx.x == 0) {
     for (int w = 1; w < kThreads / 32; ++w) m = fmaxf(m, partial[w]);
+    atomic_max_nonneg(slot, m);
   }
-  return m;
-}
-
-// The max of m over a CTA of kThreads threads into *slot (thread 0's atomic).
-template <int kThreads>
-__device__ __forceinline__ void cta_amax_into(float m, unsigned int* slot, float* partial) {
-  m = cta_max_to_thread0<kThreads>(m, partial);
-  if (threadIdx.x == 0) atomic_max_nonneg(slot, m);
 }
 
 // ---- row: a team of 2^k threads per row ----
@@ -723,10 +716,7 @@ __global__ void __launch_bounds__(kStreamThreads)
 // first, and cast, then the stash. Against the two-kernel path (a workspace reset, the amax
 // kernel, the cast kernel) it is one launch fewer: 1.1-1.3x on inputs of 8 KB-30 MB.
 // On inputs larger than L2 it ran 10-13% slower (one 1024-thread CTA an SM keeps less of x in
-// flight than the resident grids of the two kernels), and those keep the two kernels. An x
-// that one CTA's stash holds (up to 104K elements: a decode step's activations) is one CTA's,
-// with neither the grid-wide barrier nor the workspace reset before it: the grid took 4.1 us
-// and a memset for 16 x 4096 elements, most of it the barrier.
+// flight than the resident grids of the two kernels), and those keep the two kernels.
 
 constexpr int kFusedThreads = 1024;
 constexpr int kStashSlabs = 13;  // 208 KB of shared memory a CTA
@@ -737,16 +727,8 @@ struct FusedSync {
   int arrived;             // CTAs past their amax
 };
 
-// The CTA's amax into the grid's, then wait for every CTA's; returns the grid's amax. A grid
-// of one CTA takes its own, without the workspace.
+// The CTA's amax into the grid's, then wait for every CTA's; returns the grid's amax.
 __device__ float grid_amax(float m, FusedSync* sync, float* partial) {
-  if (gridDim.x == 1) {
-    m = cta_max_to_thread0<kFusedThreads>(m, partial);
-    // What the workspace's atomic would keep (atomic_max_nonneg from 0).
-    if (threadIdx.x == 0) partial[0] = m > 0.0f ? m : 0.0f;
-    __syncthreads();
-    return partial[0];
-  }
   cta_amax_into<kFusedThreads>(m, &sync->amax_bits, partial);
   if (threadIdx.x == 0) {
     __threadfence();
@@ -874,20 +856,18 @@ cudaError_t launch_tensor_fused(const T* x, int64_t n, bool vec_out, void* works
     GEMMT_RETURN_IF_ERROR(current_device_sm_count(&sms));
     GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(kSmem));
     GEMMT_RETURN_IF_ERROR(resident_blocks_per_sm<kernel>(kFusedThreads, &per_sm, kSmem));
-    const int64_t slabs = ceil_div(ceil_div(n, kChunk), int64_t{kFusedThreads});
-    const bool one_cta = slabs <= kStashSlabs;
     auto* sync = static_cast<FusedSync*>(workspace);
-    if (!one_cta) GEMMT_RETURN_IF_ERROR(cudaMemsetAsync(sync, 0, sizeof(FusedSync), stream));
+    GEMMT_RETURN_IF_ERROR(cudaMemsetAsync(sync, 0, sizeof(FusedSync), stream));
     cudaLaunchConfig_t config{};
-    config.gridDim = dim3(one_cta ? 1u : static_cast<unsigned int>(sms));
+    config.gridDim = dim3(static_cast<unsigned int>(sms));
     config.blockDim = dim3(kFusedThreads);
-    config.dynamicSmemBytes = one_cta ? static_cast<size_t>(slabs) * kFusedThreads * 16 : kSmem;
+    config.dynamicSmemBytes = kSmem;
     config.stream = stream;
     cudaLaunchAttribute attr{};
     attr.id = cudaLaunchAttributeCooperative;
     attr.val.cooperative = 1;
     config.attrs = &attr;
-    config.numAttrs = one_cta ? 0 : 1;
+    config.numAttrs = 1;
     const cudaError_t err = cudaLaunchKernelEx(&config, kernel, x, n, vec_out, sync, q, scale);
     if (err == cudaErrorCooperativeLaunchTooLarge) {
       // Fewer SMs than the device reports are ours (a limited MPS share): the two kernels.
