@@ -437,8 +437,8 @@ void bind_plans(py::module_& m) {
       py::arg("sm_count"), py::arg("c_stageable") = true);
   m.def("plan_fp8_decode_split", &fp8_decode_plan::k_split,
         "The Hopper FP8 decode kernel's CTAs along K (kernels/plan/fp8_decode_plan.cpp) for an "
-        "n x k weight on sm_count SMs.",
-        py::arg("n"), py::arg("k"), py::arg("sm_count"));
+        "n x k weight on sm_count SMs, for its widened or its float8 form.",
+        py::arg("n"), py::arg("k"), py::arg("sm_count"), py::arg("float8_form") = false);
   m.def(
       "plan_fp64",
       [](int64_t m, int64_t n, bool swap, int sm_count, int narrow_per_sm) {

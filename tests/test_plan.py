@@ -1342,4 +1342,16 @@ def test_fp8_decode_split() -> None:
     assert split(1024, 512, 132) == 1
     assert split(1024, 1024, 132) == 2
     assert split(40000, 8192, 132) == 1
+    # The float8 form (use_fast_accum) within one CTA an SM: the splits that ran fastest for
+    # it on the H200 (132 SMs).
+    assert split(4096, 4096, 132, True) == 4     # 128 CTAs, not 160
+    assert split(6144, 4096, 132, True) == 2     # 96, not 144
+    assert split(4096, 14336, 132, True) == 4
+    assert split(8192, 8192, 132, True) == 2
+    assert split(14336, 4096, 132, True) == 1
+    for n, k in [(4096, 4096), (6144, 4096), (8192, 8192), (4096, 14336), (1000, 4752)]:
+        for sms in (78, 114, 132, 144):
+            s = split(n, k, sms, True)
+            assert 1 <= s <= split(n, k, sms)
+            assert s == 1 or -(-n // 128) * s <= sms
 

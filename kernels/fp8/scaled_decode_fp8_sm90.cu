@@ -499,7 +499,7 @@ cudaError_t run_path(const Fp8DecodeArgs& x, cudaStream_t stream) {
   p.kblocks = static_cast<int>((x.k + kWdBK - 1) / kWdBK);
   p.cluster = x.k_split > 0 ? static_cast<int>(std::min<int64_t>(
                                   {static_cast<int64_t>(x.k_split), kWdMaxCluster, p.kblocks}))
-                            : fp8_decode_plan::k_split(x.n, x.k, x.sm_count);
+                            : fp8_decode_plan::k_split(x.n, x.k, x.sm_count, x.fast_accum);
   p.c = x.c;
   p.ldc = x.ldc;
   p.out = x.out;

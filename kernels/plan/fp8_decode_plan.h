@@ -19,8 +19,13 @@ constexpr int kMinBlocksPerRank = 4;  // k-blocks a rank streams at least
 // tokens (benchmarks/results/h200_fp8/fp8_decode_split_h200_2026-11-29_run1.json): 14336 x
 // 4096 ran 20.1 us on one CTA a row block (112 CTAs) against 21.9 on two (224), 8192 x 8192
 // 23.4 on two (128) against 25.4 on three (192), 4096 x 4096 best on five (160); every grid
-// of 240 or more CTAs from a split ran 1.2-1.6x slower than the best.
-int k_split(int64_t n, int64_t k, int sm_count);
+// of 240 or more CTAs from a split ran 1.2-1.6x slower than the best. The float8 form
+// (use_fast_accum: float8 wgmma on the stages as they landed, no widening) keeps the grid
+// within one CTA an SM: its CTAs stream faster, and the splits past that ran 4-8% slower
+// (H200, fp8_decode_split_fast_h200_2026-11-30.json, 1 and 16 tokens: 4096 x 4096 8.3-8.7 us
+// on three or four against 8.9-9.0 on five, 6144 x 4096 11.2 on two against 11.7-11.8 on
+// three, 4096 x 14336 20.5 on four against 21.1-21.4 on five).
+int k_split(int64_t n, int64_t k, int sm_count, bool float8_form = false);
 
 }  // namespace fp8_decode_plan
 }  // namespace gemmt
