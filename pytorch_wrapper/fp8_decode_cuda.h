@@ -14,8 +14,9 @@ namespace gemmt::wrapper {
 
 #ifdef GEMMT_WITH_CUDA
 // The product into a new (m, n) tensor of out_dtype when a decode kernel takes it (the Hopper
-// wgmma kernel with tensorwise / rowwise scales, 1-32 tokens, 1-64 with fast_accum; else the
-// mma.sync kernel up to 16 tokens, 64 with block scales: GEMMT_FP8_DECODE picks,
+// wgmma kernel with tensorwise / rowwise scales, 1-32 tokens; with fast_accum its float8 form
+// for 1-16, none for 17-64; else the mma.sync kernel up to 16 tokens, 64 with block scales:
+// GEMMT_FP8_DECODE picks,
 // fp8_decode_cuda.cpp; b K-major with 16-byte aligned rows; a kernel built for the device);
 // nullopt otherwise, for the caller's general path. Arguments as scaled_mm's checks accepted
 // them, on the current device (the caller's guard).

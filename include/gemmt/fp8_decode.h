@@ -55,7 +55,8 @@ struct Fp8DecodeArgs {
   int cc_major = 0;  // its compute capability (clusters along K from 9)
   // use_fast_accum: the Hopper variant may sum with the tensor cores' float8 accumulation
   // (each 128-deep slice summed on the tensor cores from zero, then added to the float32
-  // total), as the Hopper scaled GEMM does; false keeps float32-grade sums.
+  // total, as the Hopper scaled GEMM does without fast accumulation); false keeps
+  // float32-grade sums.
   bool fast_accum = false;
 };
 

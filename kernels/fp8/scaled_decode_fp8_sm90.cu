@@ -170,6 +170,18 @@ struct WdRing {
   __device__ __forceinline__ uint32_t empty(int s) const { return bars + 8u * (kWdStages + s); }
 };
 
+// A walk around the ring: the stage and the parity its barriers are at.
+struct WdStage {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void next() {
+    if (++stage == kWdStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
 // The widened form's consumers: the float32 totals of this rank's k-blocks in acc.
 template <int kKind, int kN>
 __device__ __forceinline__ void wd_consume_widened(const WdRing& ring, int kb_first, int kb_last,
@@ -191,11 +203,11 @@ __device__ __forceinline__ void wd_consume_widened(const WdRing& ring, int kb_fi
   const uint32_t chunk0 = static_cast<uint32_t>(((2 * q) ^ g) << 4);
   const uint32_t chunk1 = static_cast<uint32_t>(((2 * q + 1) ^ g) << 4);
   const uint64_t db = make_desc(ring.t16, 16, 1024);
-  int stage = 0;
-  uint32_t phase = 0;
+  WdStage at;
   float part[kN / 2];
-  for (int kb = kb_first; kb < kb_last; ++kb) {
-    wd_wait(ring.full(stage), phase);
+  for (int kb = kb_first; kb < kb_last; ++kb, at.next()) {
+    const int stage = at.stage;
+    wd_wait(ring.full(stage), at.phase);
     // Both warpgroups' products of the previous stage have completed (each waited for its
     // own): the one fp16 token tile may be rewritten. One tile shared by the warpgroups,
     // widened by all eight warps, rather than one each: half the widening and half the
@@ -240,10 +252,6 @@ __device__ __forceinline__ void wd_consume_widened(const WdRing& ring, int kb_fi
     // total: the tensor cores' accumulator never carries a sum across stages.
 #pragma unroll
     for (int i = 0; i < kN / 2; ++i) acc[i] += part[i];
-    if (++stage == kWdStages) {
-      stage = 0;
-      phase ^= 1u;
-    }
   }
 }
 
@@ -259,11 +267,11 @@ __device__ __forceinline__ void wd_consume_fp8(const WdRing& ring, int kb_first,
   const uint32_t cw = static_cast<uint32_t>(warp >> 2);
   const uint64_t dw = make_desc(ring.w + cw * (64 * kWdBK), 16, 1024);
   const uint64_t dt = make_desc(ring.t, 16, 1024);
-  int stage = 0;
-  uint32_t phase = 0;
+  WdStage at;
   float part[kN / 2];
-  for (int kb = kb_first; kb < kb_last; ++kb) {
-    wd_wait(ring.full(stage), phase);
+  for (int kb = kb_first; kb < kb_last; ++kb, at.next()) {
+    const int stage = at.stage;
+    wd_wait(ring.full(stage), at.phase);
     const uint64_t ws = dw + static_cast<uint32_t>(stage * (kWdWBytes >> 4));
     const uint64_t ts = dt + static_cast<uint32_t>(stage * (Smem::kTBytes >> 4));
     wgmma_fence();
@@ -278,10 +286,6 @@ __device__ __forceinline__ void wd_consume_fp8(const WdRing& ring, int kb_first,
     if (lane == 0) mbar_arrive_local(ring.empty(stage));
 #pragma unroll
     for (int i = 0; i < kN / 2; ++i) acc[i] += part[i];
-    if (++stage == kWdStages) {
-      stage = 0;
-      phase ^= 1u;
-    }
   }
 }
 #endif
@@ -337,10 +341,10 @@ __device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensor
       prefetch_tmap(tma_w);
       prefetch_tmap(tma_t);
     }
-    int stage = 0;
-    uint32_t phase = 0;
-    for (int kb = kb_first; kb < kb_last; ++kb) {
-      wd_wait(ring.empty(stage), phase ^ 1u);
+    WdStage at;
+    for (int kb = kb_first; kb < kb_last; ++kb, at.next()) {
+      const int stage = at.stage;
+      wd_wait(ring.empty(stage), at.phase ^ 1u);
       if (leader) {
         const uint32_t fb = ring.full(stage);
         mbar_arrive_expect_tx(fb, kWdWBytes + Smem::kTBytes);
@@ -348,10 +352,6 @@ __device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensor
         tma_load(ring.t + stage * Smem::kTBytes, tma_t, fb, kb * kWdBK, 0);
       }
       __syncwarp();
-      if (++stage == kWdStages) {
-        stage = 0;
-        phase ^= 1u;
-      }
     }
   } else if constexpr (kFast) {
     wd_consume_fp8<kKind, kN>(ring, kb_first, kb_last, warp, lane, acc);
