@@ -498,12 +498,13 @@ def test_cuda_tensors_get_a_clear_error() -> None:
 # 256 threads holding 8 elements each, 2 or 4 chunks per thread, 512-thread teams, and rows
 # read twice beyond 16384 columns). Rows a multiple of 16 over several 128-row tiles (the
 # transpose's 16-byte stores, a partial last tile among them) and a multiple of 4 only. A
-# decode step's activations (16 x 4096), and the most and one row past what one CTA of the
-# one-kernel tensorwise path stashes (26 x 4096, 26 x 4104).
+# decode step's activations (16 x 4096, on eight CTAs of the tensorwise kernel's one-cluster
+# form), the most that form takes (208 x 4096: eight stashes full) and just past it
+# (208 x 4104: the grid).
 CUDA_SHAPES = [(1, 1), (1, 7), (3, 130), (257, 4099), (0, 128), (128, 0), (0, 0), (128, 128),
                (129, 257), (200, 384), (5, 3), (1000, 9), (2, 4096), (3, 5000), (2, 8192),
                (2, 12288), (2, 16384), (2, 17000), (1, 40000), (40000, 1), (272, 4100),
-               (384, 1000), (516, 260), (16, 4096), (26, 4096), (26, 4104)]
+               (384, 1000), (516, 260), (16, 4096), (208, 4096), (208, 4104)]
 
 
 def cuda_input(shape: tuple[int, int], x_dtype: torch.dtype) -> torch.Tensor:
@@ -706,8 +707,8 @@ def test_quantize_cuda_against_the_formulas_and_torch_layouts() -> None:
 @pytest.mark.parametrize("shape", [(3000, 2500), (16, 4096)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_quantize_cuda_in_a_cuda_graph(granularity: str, shape: tuple[int, int]) -> None:
     # Captured once and replayed on new data in the same input buffer (the tensorwise kernel
-    # is a cooperative launch with a grid-wide barrier whose counter is reset each replay),
-    # large and decode-sized.
+    # is a cooperative launch with a grid-wide barrier whose counter is reset each replay, or,
+    # decode-sized, one cluster).
     x = cuda_input(shape, torch.bfloat16)
     gemmt.quantize_fp8(x, granularity)  # loads the kernels outside the capture
     torch.cuda.synchronize()

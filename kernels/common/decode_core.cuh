@@ -44,6 +44,7 @@
 
 #include <cstdint>
 
+#include "common/cluster.cuh"
 #include "gemmt/cuda_check.h"
 #include "gemmt/launch.cuh"
 #include "plan/decode_plan.h"
@@ -100,41 +101,6 @@ __device__ __forceinline__ uint4 load_reused(const void* p) {
   return __ldg(static_cast<const uint4*>(p));
 }
 
-// Cluster primitives; the planner asks for clusters only on sm_90, so other targets never
-// reach them (and compile them out).
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r = 0;
-#if __CUDA_ARCH__ >= 900
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-#endif
-  return r;
-}
-
-__device__ __forceinline__ void cluster_barrier() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
-                   : "memory");
-#endif
-}
-
-// Four floats at the same shared-memory offset in CTA `rank` of the cluster.
-__device__ __forceinline__ float4 load_peer(const float* local, uint32_t rank) {
-  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-#if __CUDA_ARCH__ >= 900
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(local));
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
-  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "r"(remote)
-               : "memory");
-#else
-  (void)local;
-  (void)rank;
-#endif
-  return v;
-}
-
 // The two W rows (g and g + 8 of the warp's 16) of one K slice: this lane's 16 bytes each.
 struct WSlice {
   uint4 lo, hi;
@@ -175,7 +141,7 @@ __global__ void __launch_bounds__(kThreads, Op::min_blocks(kTiles))
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, q = lane & 3;
   const int row_warp = warp % kRowWarps, k_warp = warp / kRowWarps;
-  const int rank = d.cluster > 1 ? static_cast<int>(cluster_rank()) : 0;
+  const int rank = d.cluster > 1 ? static_cast<int>(cluster::rank()) : 0;
   const int cta_rows = blockIdx.x / d.cluster;
   const int row0 = (cta_rows * kRowWarps + row_warp) * 16;
 
@@ -245,12 +211,12 @@ __global__ void __launch_bounds__(kThreads, Op::min_blocks(kTiles))
       }
     }
     if (d.cluster > 1) {
-      cluster_barrier();  // every CTA's sum is in its shared memory
+      cluster::barrier();  // every CTA's sum is in its shared memory
       if (rank == 0 && k_warp == 0) {
         for (int r = 1; r < d.cluster; ++r) {
 #pragma unroll
           for (int t = 0; t < kTiles; ++t) {
-            const float4 v = load_peer(mine + t * 128, static_cast<uint32_t>(r));
+            const float4 v = cluster::load_peer(mine + t * 128, static_cast<uint32_t>(r));
             acc[t][0] += v.x;
             acc[t][1] += v.y;
             acc[t][2] += v.z;
@@ -258,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, Op::min_blocks(kTiles))
           }
         }
       }
-      cluster_barrier();  // the peers' shared memory outlives rank 0's reads
+      cluster::barrier();  // the peers' shared memory outlives rank 0's reads
     }
   }
   if (rank == 0 && k_warp == 0) Op::template store<kTiles>(p, acc, row0, g, q);

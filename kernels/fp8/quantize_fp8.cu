@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/cluster.cuh"
 #include "common/cp_async.cuh"
 #include "common/grid_flags.cuh"
 #include "gemmt/arith.h"
@@ -397,18 +398,25 @@ __device__ __forceinline__ void atomic_max_nonneg(unsigned int* slot, float v) {
   if (v > 0.0f) atomicMax(slot, __float_as_uint(v));
 }
 
-// The max of m over a CTA of kThreads threads into *slot (thread 0's atomic, after a barrier
-// that partial, kThreads / 32 floats of shared memory, needs).
+// The max of m over a CTA of kThreads threads, returned to thread 0 (after a barrier that
+// partial, kThreads / 32 floats of shared memory, needs).
 template <int kThreads>
-__device__ __forceinline__ void cta_amax_into(float m, unsigned int* slot, float* partial) {
+__device__ __forceinline__ float cta_max_to_thread0(float m, float* partial) {
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
   if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = m;
   __syncthreads();
   if (threadIdx.x == 0) {
     for (int w = 1; w < kThreads / 32; ++w) m = fmaxf(m, partial[w]);
-    atomic_max_nonneg(slot, m);
   }
+  return m;
+}
+
+// The max of m over a CTA of kThreads threads into *slot (thread 0's atomic).
+template <int kThreads>
+__device__ __forceinline__ void cta_amax_into(float m, unsigned int* slot, float* partial) {
+  m = cta_max_to_thread0<kThreads>(m, partial);
+  if (threadIdx.x == 0) atomic_max_nonneg(slot, m);
 }
 
 // ---- row: a team of 2^k threads per row ----
@@ -717,6 +725,10 @@ __global__ void __launch_bounds__(kStreamThreads)
 // kernel, the cast kernel) it is one launch fewer: 1.1-1.3x on inputs of 8 KB-30 MB.
 // On inputs larger than L2 it ran 10-13% slower (one 1024-thread CTA an SM keeps less of x in
 // flight than the resident grids of the two kernels), and those keep the two kernels.
+// An x that eight CTAs' stashes hold (up to 852K elements: a decode step's activations) is one
+// cluster's instead, on sm_90: the CTAs' amaxes meet through distributed shared memory
+// between two cluster barriers, with no grid-wide barrier and no workspace to reset (the grid
+// took 4.1 us and a memset for 16 x 4096 elements, most of it the barrier).
 
 constexpr int kFusedThreads = 1024;
 constexpr int kStashSlabs = 13;  // 208 KB of shared memory a CTA
@@ -742,13 +754,29 @@ __device__ float grid_amax(float m, FusedSync* sync, float* partial) {
   return partial[0];
 }
 
-template <typename T, bool kE5M2>
+// The cluster's amax (a grid of one cluster): each CTA's in its partial[0], read by thread 0 of
+// every CTA from every peer; the second barrier keeps the peers' shared memory until then.
+__device__ float cluster_amax(float m, float* partial) {
+  m = cta_max_to_thread0<kFusedThreads>(m, partial);
+  if (threadIdx.x == 0) partial[0] = m;
+  cluster::barrier();
+  if (threadIdx.x == 0) {
+    float g = 0.0f;  // as the workspace's atomic from 0 keeps it
+    for (uint32_t r = 0; r < gridDim.x; ++r) g = fmaxf(g, cluster::load_peer(partial, r).x);
+    partial[4] = g;
+  }
+  cluster::barrier();
+  return partial[4];
+}
+
+// kCluster: launched as one cluster (cluster_amax), else as a cooperative grid (grid_amax).
+template <typename T, bool kE5M2, bool kCluster>
 __global__ void __launch_bounds__(kFusedThreads, 1)
     tensor_fused_kernel(const T* __restrict__ x, int64_t n, bool vec_out, FusedSync* sync,
                         uint8_t* __restrict__ q, float* __restrict__ scale) {
   static_assert(sizeof(T) == 2, "a chunk of a 2-byte x is one 16-byte copy");
   extern __shared__ __align__(16) unsigned char stash_bytes[];
-  __shared__ float partial[kFusedThreads / 32];
+  __shared__ __align__(16) float partial[kFusedThreads / 32];
   const int64_t chunks = ceil_div(n, kChunk);
   const int64_t share = ceil_div(chunks, static_cast<int64_t>(gridDim.x));
   const int64_t s0 = share * blockIdx.x;
@@ -802,7 +830,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     m = fmaxf(m, max_mag_chunk(c));
   }
 
-  const float mult = scale_mult(grid_amax(m, sync, partial), fp8_top<kE5M2>());
+  const float amax = kCluster ? cluster_amax(m, partial) : grid_amax(m, sync, partial);
+  const float mult = scale_mult(amax, fp8_top<kE5M2>());
   if (blockIdx.x == 0 && threadIdx.x == 0) scale[0] = dequant_scale(mult);
 
   // The rest newest first (what L2 holds), then the stash.
@@ -832,6 +861,46 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
 // The one-kernel tensorwise path where it applies (*launched), nothing where it does not: a
 // 2-byte x of at most half the L2, 16-byte aligned, on a device with cooperative launches and
 // the kernel's 208 KB of shared memory a CTA (the Hopper GPUs; others take the two kernels).
+// The one-cluster form where it applies (*launched): a 2-byte x, 16-byte aligned, whose shares
+// over at most eight CTAs fit their stashes, on a device with cluster launches (sm_90).
+template <typename T, bool kE5M2>
+cudaError_t launch_tensor_cluster(const T* x, int64_t n, bool vec_out, uint8_t* q, float* scale,
+                                  cudaStream_t stream, bool* launched) {
+  constexpr auto kernel = tensor_fused_kernel<T, kE5M2, true>;
+  constexpr int64_t kMaxCtas = 8;  // the portable cluster size
+  static std::atomic<int> cluster_cache[kMaxCachedDevices] = {};
+  int can_cluster = 0;
+  GEMMT_RETURN_IF_ERROR(cached_per_device(cluster_cache, &can_cluster, [](int device, int* value) {
+    return cudaDeviceGetAttribute(value, cudaDevAttrClusterLaunch, device);
+  }));
+  const int64_t chunks = ceil_div(n, kChunk);
+  const int64_t ctas = std::min<int64_t>(kMaxCtas, ceil_div(chunks, int64_t{kFusedThreads}));
+  if (!can_cluster || ctas < 1 || !is_aligned<16>(x)) return cudaSuccess;
+  const int64_t slabs = ceil_div(ceil_div(chunks, ctas), int64_t{kFusedThreads});  // a share's
+  if (slabs > kStashSlabs) return cudaSuccess;
+  GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(kStashSlabs * kFusedThreads * 16));
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned int>(ctas));
+  config.blockDim = dim3(kFusedThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(slabs) * kFusedThreads * 16;
+  config.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned int>(ctas);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, x, n, vec_out,
+                                             static_cast<FusedSync*>(nullptr), q, scale);
+  if (err == cudaErrorLaunchOutOfResources || err == cudaErrorInvalidClusterSize) {
+    (void)cudaGetLastError();  // no room for the cluster (a limited share of the GPU): the grid
+    return cudaSuccess;
+  }
+  *launched = err == cudaSuccess;
+  return err;
+}
+
 template <typename T, bool kE5M2>
 cudaError_t launch_tensor_fused(const T* x, int64_t n, bool vec_out, void* workspace, uint8_t* q,
                                 float* scale, cudaStream_t stream, bool* launched) {
@@ -839,7 +908,10 @@ cudaError_t launch_tensor_fused(const T* x, int64_t n, bool vec_out, void* works
   if constexpr (sizeof(T) != 2) {
     return cudaSuccess;
   } else {
-    constexpr auto kernel = tensor_fused_kernel<T, kE5M2>;
+    GEMMT_RETURN_IF_ERROR(
+        (launch_tensor_cluster<T, kE5M2>(x, n, vec_out, q, scale, stream, launched)));
+    if (*launched) return cudaSuccess;
+    constexpr auto kernel = tensor_fused_kernel<T, kE5M2, false>;
     constexpr int kSmem = kStashSlabs * kFusedThreads * 16;
     static std::atomic<int> coop_cache[kMaxCachedDevices] = {};
     static std::atomic<int> smem_cache[kMaxCachedDevices] = {};

@@ -383,7 +383,7 @@ __device__ __forceinline__ void wd_body(const CUtensorMap* tma_w, const CUtensor
         for (int j = 0; j < kAcc / 4; ++j) {
           if (8 * j >= p.m) break;
           const float4 v =
-              decode::load_peer(partial + (j * 256 + tid) * 4, static_cast<uint32_t>(r));
+              cluster::load_peer(partial + (j * 256 + tid) * 4, static_cast<uint32_t>(r));
           acc[4 * j] += v.x;
           acc[4 * j + 1] += v.y;
           acc[4 * j + 2] += v.z;
