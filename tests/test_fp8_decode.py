@@ -42,6 +42,7 @@ needs_hopper = pytest.mark.skipif(not _hopper(), reason="needs a Hopper GPU (sm_
 
 DECODE_PATHS = ["mma", "wgmma"]
 MMA_KERNEL, WGMMA_KERNEL = "mma.sync decode kernel", "wgmma decode kernel"
+FAST_KERNEL = "float8-form wgmma decode kernel"
 
 
 @pytest.fixture(autouse=True, params=DECODE_PATHS)
@@ -78,6 +79,26 @@ def decode_kernels(names: list[str]) -> set[str]:
         if "fp8_decode_wgmma_kernel" in s:
             found.add(WGMMA_KERNEL)
     return found
+
+
+def fast_kernels(names: list[str]) -> set[str]:
+    """The decode kernels among the names, the Hopper kernel's float8 form told apart (its
+    instances' last template argument, kFast, is true)."""
+    found = decode_kernels(names)
+    if any(re.search(r"fp8_decode_wgmma_kernel<[^>]*\btrue\b", s) for s in names):
+        found = (found - {WGMMA_KERNEL}) | {FAST_KERNEL}
+    return found
+
+
+def routed(m: int, scaling: str = "row", fast_accum: bool = False) -> set[str]:
+    """The decode kernels a bf16-out product of m tokens through a 512 x 512 weight launches
+    (fast_kernels' names); skips where the profiler records no CUDA kernels."""
+    case = Case(m, 512, 512, scaling)
+    names = kernel_names(lambda: torch.ops.gemmt.scaled_mm(
+        case.a, case.b, case.sa, case.sb, None, torch.bfloat16, "none", fast_accum))
+    if not names:
+        pytest.skip("the profiler recorded no CUDA kernels here")
+    return fast_kernels(names)
 
 
 class Case:
@@ -407,12 +428,7 @@ def test_decode_kernel_is_the_one_that_runs(decode_path: str,
         pytest.skip("the routing is checked once, with its own settings")
 
     def ran(m: int, scaling: str = "row") -> set[str]:
-        case = Case(m, 512, 512, scaling)
-        names = kernel_names(lambda: torch.ops.gemmt.scaled_mm(
-            case.a, case.b, case.sa, case.sb, None, torch.bfloat16, "none", False))
-        if not names:
-            pytest.skip("the profiler recorded no CUDA kernels here")
-        return decode_kernels(names)
+        return routed(m, scaling)
 
     MMA, WG = {MMA_KERNEL}, {WGMMA_KERNEL}
     for mode in ("auto", None):  # unset is auto
@@ -535,7 +551,6 @@ def test_wgmma_path_runs_the_wgmma_kernel(decode_path: str) -> None:
 # about 13 fractional bits of the largest product: at most 2^-13 of the slice's magnitudes an
 # instruction, four instructions a slice), not by K.
 FAST_U = 2.0 ** -10  # four instructions' worth of 2^-13, with a factor 2 to spare
-FAST_KERNEL = "float8-form wgmma decode kernel"
 
 
 def run_fast(case: Case, out_dtype: torch.dtype = torch.float32,
@@ -554,15 +569,6 @@ def check_fast(case: Case, out: torch.Tensor, out_dtype: torch.dtype,
         z, _ = case.dot()
         rel = ((out.double() - z).norm() / z.norm().clamp_min(1e-300)).item()
         assert rel < 1e-3 + 2 * OUT_U[out_dtype], rel
-
-
-def fast_kernels(names: list[str]) -> set[str]:
-    """The decode kernels among the names, the Hopper kernel's float8 form told apart (its
-    instances' last template argument, kFast, is true)."""
-    found = decode_kernels(names)
-    if any(re.search(r"fp8_decode_wgmma_kernel<[^>]*\btrue\b", s) for s in names):
-        found = (found - {WGMMA_KERNEL}) | {FAST_KERNEL}
-    return found
 
 
 @pytest.fixture
@@ -688,12 +694,7 @@ def test_fast_decode_kernel_routing(decode_path: str, monkeypatch: pytest.Monkey
         pytest.skip("the routing is checked once, with its own settings")
 
     def ran(m: int, scaling: str = "row") -> set[str]:
-        case = Case(m, 512, 512, scaling)
-        names = kernel_names(lambda: torch.ops.gemmt.scaled_mm(
-            case.a, case.b, case.sa, case.sb, None, torch.bfloat16, "none", True))
-        if not names:
-            pytest.skip("the profiler recorded no CUDA kernels here")
-        return fast_kernels(names)
+        return routed(m, scaling, fast_accum=True)
 
     FAST, WG, MMA = {FAST_KERNEL}, {WGMMA_KERNEL}, {MMA_KERNEL}
     for mode in ("auto", "wgmma"):
