@@ -14,7 +14,10 @@ point times torch, gemmt's planned launch and gemmt under each ``--form`` (its l
 set for the call: ``GEMMT_GROUPED_PER_SM``, ``GEMMT_GROUPED_TMA_STORE``, ``GEMMT_FP8_TILE``,
 ...) in interleaved rounds of CUDA events, random data, and records torch's time over each
 (above 1: gemmt faster). Without ``--form`` the forms that decide the
-planner's choices are timed. ``--quick`` takes the benchmarks' quick shapes.
+planner's choices are timed. ``--quick`` takes the benchmarks' quick shapes; ``--heldout``
+shapes neither benchmark times (other MoE models' experts, other Linear widths, token counts
+that are not powers of two), to check that what holds on the benchmarks' shapes holds on the
+class; ``--planned`` times the planned launch alone against torch.
 
 Writes ``launch_forms_<suite>_<tag>.json`` under ``--out`` and prints each form's median and
 worst ratio.
@@ -50,6 +53,21 @@ DEFAULT_FORMS = {
 }
 DEVICE = "cuda"
 FP8_TOKENS = 8192
+# Shapes the benchmarks do not time: (name, experts, hidden, intermediate, rows a group) of
+# OLMoE-, Qwen2-MoE-, Mixtral-8x22B-, gpt-oss-20B- and DeepSeek-V2-Lite-like experts ...
+HELDOUT_GROUPED = [
+    ("olmoe", 64, 2048, 1024, [4, 64, 512]),
+    ("qwen2_moe", 60, 2048, 1408, [8, 128, 1024]),
+    ("mixtral_8x22b", 8, 6144, 16384, [64, 2048]),
+    ("gpt_oss_20b", 32, 2880, 2880, [16, 256, 2048]),
+    ("deepseek_v2_lite", 64, 2048, 1408, [32, 320]),
+]
+# ... and (out_features, in_features) of Qwen2.5-7B / 32B-, Mistral-Nemo- and Gemma-like Linear
+# layers at token counts that are not powers of two (the weight gradient's K is the tokens:
+# taken where it is a multiple of 16, of 128 with block scales).
+HELDOUT_LAYERS = [(18944, 3584), (3584, 18944), (27648, 5120), (5120, 27648), (5120, 5120),
+                  (14336, 5120), (3072, 3072)]
+HELDOUT_TOKENS = [3000, 6144]
 # blockwise_1x128: 1x128 scales on both operands along K, B's as 128x1 of (K, N) (the blockwise
 # layer's weight gradient pairing); not in the default run.
 FP8_MODES = {"tensorwise": ("tensor", "tensor"), "rowwise": ("row", "row"),
@@ -81,18 +99,23 @@ def race(point: dict[str, Any], ours: Callable[[], object], theirs: Callable[[],
     fns = {"torch": theirs, "planned": ours, **{n: under(e, ours) for n, e in forms.items()}}
     ms, errors = kit.time_candidates(fns, DEVICE, rounds=rounds, budget_s=1.5)
     ratios = {n: kit.ratio(ms["torch"], t) for n, t in ms.items() if n != "torch"}
-    row = {**point, "torch_ms": ms["torch"], **ratios, "ms": ms, "errors": errors}
+    # The planned result against torch's (relative, Frobenius): a wrong answer shows here.
+    diff = (kit.rel_diff(ours(), theirs()) if ms["planned"] is not None
+            and ms["torch"] is not None else None)
+    row = {**point, "torch_ms": ms["torch"], **ratios, "rel_diff_vs_torch": diff, "ms": ms,
+           "errors": errors}
     print(row, flush=True)
     return row
 
 
-def grouped_points(quick: bool, forms: dict[str, dict[str, str]], rounds: int,
+def grouped_points(configs: list[tuple[str, int, int, int, list[int]]],
+                   forms: dict[str, dict[str, str]], rounds: int,
                    only: list[str]) -> list[dict[str, Any]]:
     """The grouped suite's points (group sizes drawn as ``bench moe`` draws them), of the
     layouts in ``only`` (all where empty)."""
     gen = torch.Generator().manual_seed(0)
     rows = []
-    for name, experts, hidden, inter, tokens in (QUICK_GROUPED if quick else GROUPED):
+    for name, experts, hidden, inter, tokens in configs:
         for tpe in tokens:
             for routing in ("balanced", "zipf"):
                 counts = group_counts(experts, tpe, routing, gen)
@@ -115,31 +138,44 @@ def grouped_points(quick: bool, forms: dict[str, dict[str, str]], rounds: int,
     return rows
 
 
+def fp8_products(layers: list[tuple[int, int]], tokens: list[int], block_k: bool
+                 ) -> list[tuple[str, tuple[int, int, int]]]:
+    """(layout, (M, N, K)) of each layer's forward and backward products at each token count;
+    the weight gradient's only where its K (the tokens) is a multiple of 16 (128 where
+    ``block_k``)."""
+    out = []
+    for t in tokens:
+        for n_out, k_in in layers:
+            out += [("forward", (t, n_out, k_in)), ("grad_input", (t, k_in, n_out))]
+            if t % (128 if block_k else 16) == 0:
+                out.append(("grad_weight", (n_out, k_in, t)))
+    return out
+
+
 def fp8_points(forms: dict[str, dict[str, str]], rounds: int, only: list[str],
-               fast_accum: bool = False) -> list[dict[str, Any]]:
+               fast_accum: bool = False, heldout: bool = False) -> list[dict[str, Any]]:
     """The FP8 suite's points, operands quantised by ``quantize_fp8`` in each scaling of
     ``only`` (all where empty); both libraries asked for ``fast_accum``."""
     torch.manual_seed(0)
     rows = []
+    layers, tokens = (HELDOUT_LAYERS, HELDOUT_TOKENS) if heldout else (LAYERS, [FP8_TOKENS])
     for mode, (gran_a, gran_b) in FP8_MODES.items():
         if mode not in (only or DEFAULT_FP8_MODES):
             continue
-        for n_out, k_in in LAYERS:
-            for layout, (m, n, k) in (("forward", (FP8_TOKENS, n_out, k_in)),
-                                      ("grad_input", (FP8_TOKENS, k_in, n_out)),
-                                      ("grad_weight", (n_out, k_in, FP8_TOKENS))):
-                a, sa = gemmt.quantize_fp8(torch.randn(m, k, device=DEVICE), gran_a)
-                wq, sw = gemmt.quantize_fp8(torch.randn(n, k, device=DEVICE), gran_b)
-                b, sb = wq.t(), sw.t()
-                point = {"mode": mode, "layout": layout, "m": m, "n": n, "k": k,
-                         "use_fast_accum": fast_accum}
-                rows.append(race(
-                    point,
-                    lambda a=a, b=b, sa=sa, sb=sb: gemmt.scaled_mm(
-                        a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast_accum),
-                    lambda a=a, b=b, sa=sa, sb=sb: torch._scaled_mm(
-                        a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast_accum),
-                    forms, rounds))
+        block_k = "block" in gran_a or "block" in gran_b
+        for layout, (m, n, k) in fp8_products(layers, tokens, block_k):
+            a, sa = gemmt.quantize_fp8(torch.randn(m, k, device=DEVICE), gran_a)
+            wq, sw = gemmt.quantize_fp8(torch.randn(n, k, device=DEVICE), gran_b)
+            b, sb = wq.t(), sw.t()
+            point = {"mode": mode, "layout": layout, "m": m, "n": n, "k": k,
+                     "use_fast_accum": fast_accum}
+            rows.append(race(
+                point,
+                lambda a=a, b=b, sa=sa, sb=sb: gemmt.scaled_mm(
+                    a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast_accum),
+                lambda a=a, b=b, sa=sa, sb=sb: torch._scaled_mm(
+                    a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast_accum),
+                forms, rounds))
     return rows
 
 
@@ -168,6 +204,10 @@ def main() -> int:
                         metavar="NAME:VAR=VALUE,...", help="one more gemmt contender")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="the quick grouped shapes")
+    parser.add_argument("--heldout", action="store_true",
+                        help="shapes the benchmarks do not time (HELDOUT_GROUPED / _LAYERS)")
+    parser.add_argument("--planned", action="store_true",
+                        help="the planned launch alone against torch (no forms)")
     parser.add_argument("--only", action="append", default=[], metavar="LAYOUT|SCALING",
                         help="only these grouped layouts / FP8 scalings (repeatable)")
     parser.add_argument("--fast-accum", action="store_true",
@@ -176,15 +216,17 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("launch_forms: needs a CUDA device")
         return 1
-    forms = dict(args.form) or DEFAULT_FORMS[args.suite]
-    rows = (grouped_points(args.quick, forms, args.rounds, args.only)
+    forms = {} if args.planned else dict(args.form) or DEFAULT_FORMS[args.suite]
+    configs = HELDOUT_GROUPED if args.heldout else QUICK_GROUPED if args.quick else GROUPED
+    rows = (grouped_points(configs, forms, args.rounds, args.only)
             if args.suite == "grouped"
-            else fp8_points(forms, args.rounds, args.only, args.fast_accum))
+            else fp8_points(forms, args.rounds, args.only, args.fast_accum, args.heldout))
     names = ["planned", *forms]
     doc = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
            "cuda": torch.version.cuda, "gemmt": gemmt.build_info(), "suite": args.suite,
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "rounds": args.rounds, "forms": forms, "ratios": "torch time / gemmt time",
+           "rounds": args.rounds, "heldout": args.heldout, "forms": forms,
+           "ratios": "torch time / gemmt time",
            "summary": summary(rows, "layout" if args.suite == "grouped" else "mode", names),
            "rows": rows}
     for group, by_name in doc["summary"].items():

@@ -7,6 +7,7 @@
 #ifdef GEMMT_WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
 
+#include <limits>
 #include <vector>
 
 #include "common.h"
@@ -23,6 +24,13 @@ void check_hopper(const char* op, const at::Tensor& t) {
               ": the CUDA kernel needs a Hopper GPU (compute capability 9.0: wgmma, TMA and the "
               "FP8 tensor cores); got ",
               prop->name, " (compute capability ", prop->major, ".", prop->minor, ")");
+}
+
+// The group count as the kernel's int; a batch of stride-0 operands can hold more.
+int group_count(const char* op, int64_t groups) {
+  TORCH_CHECK(groups <= std::numeric_limits<int>::max(), op,
+              ": expected at most 2^31 - 1 groups, got ", groups);
+  return static_cast<int>(groups);
 }
 
 OutKind out_kind(at::ScalarType t) {
@@ -134,20 +142,20 @@ void grouped_mm_cuda_into(const char* op, const at::Tensor& a_in, const at::Tens
   switch (layout) {
     case GroupedLayout::k2d3d:
       x.split = GroupSplit::kRows;
-      x.groups = static_cast<int>(b.size(0));
+      x.groups = group_count(op, b.size(0));
       x.m = a.size(0), x.k = a.size(1), x.n = b.size(2);
       x.ldc = out.stride(0);
       break;
     case GroupedLayout::k3d3d:
       x.split = GroupSplit::kNone;
-      x.groups = static_cast<int>(a.size(0));
+      x.groups = group_count(op, a.size(0));
       x.m = a.size(1), x.k = a.size(2), x.n = b.size(2);
       x.c_sg = out.stride(0);
       x.ldc = out.stride(1);
       break;
     case GroupedLayout::k2d2d:
       x.split = GroupSplit::kDepth;
-      x.groups = static_cast<int>(offs->size(0));
+      x.groups = group_count(op, offs->size(0));
       x.m = a.size(0), x.k = a.size(1), x.n = b.size(1);
       x.c_sg = out.stride(0);
       x.ldc = out.stride(1);
@@ -232,7 +240,7 @@ void scaled_grouped_mm_cuda_into(const char* op, const at::Tensor& a_in, const a
   x.scale = ScaleKind::kRowCol;
   const bool rows = layout == GroupedLayout::k2d3d;
   x.split = rows ? GroupSplit::kRows : GroupSplit::kNone;
-  x.groups = static_cast<int>(b_in.size(0));
+  x.groups = group_count(op, b_in.size(0));
   x.m = a_in.size(rows ? 0 : 1), x.k = a_in.size(-1), x.n = b_in.size(2);
   x.c_sg = rows ? 0 : out.stride(0);
   x.ldc = out.stride(rows ? 0 : 1);
