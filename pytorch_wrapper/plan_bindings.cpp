@@ -435,6 +435,11 @@ void bind_plans(py::module_& m) {
       "row / column or tensor scales runs as (1: none).",
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("groups"), py::arg("split"),
       py::arg("sm_count"), py::arg("c_stageable") = true);
+  m.def("plan_fp8_tail_slices", &grouped_plan::fp8_tail_slices,
+        "The slices of K of one FP8 product's last round (kernels/plan/grouped_plan.cpp): units "
+        "(tiles, or tile pairs on CTA pairs) dealt over slots CTAs (pairs), k_blocks 128-deep "
+        "k-blocks; 1: no split.",
+        py::arg("units"), py::arg("slots"), py::arg("k_blocks"));
   m.def("plan_fp8_decode_split", &fp8_decode_plan::k_split,
         "The Hopper FP8 decode kernel's CTAs along K (kernels/plan/fp8_decode_plan.cpp) for an "
         "n x k weight on sm_count SMs, for its widened or its float8 form.",

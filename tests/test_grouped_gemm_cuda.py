@@ -687,6 +687,82 @@ def test_scaled_mm_k_slices(scaling: str, shape: tuple[int, int, int], slices: s
         assert rel_err(out, ref) <= 1.05 * rel_err(whole, ref) + 1e-6
 
 
+# ---- scaled_mm's last round cut along K (GroupedParams::tail_slices) ----
+
+@needs_hopper
+@pytest.mark.parametrize("scaling", ["tensor", "row", "block"])
+@pytest.mark.parametrize("fast", [False, True])
+@pytest.mark.parametrize("form", ["default", "tile128", "lone"])
+def test_scaled_mm_split_tail(scaling: str, fast: bool, form: str,
+                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A product with more tiles than a round of CTAs takes, its last round's tiles cut into
+    2-4 pieces along K (forced, and as planned), the last piece of each adding the others'
+    float32 sums before it stores C: against float64 and the uncut product (GEMMT_FP8_TAIL=0),
+    every element written (the allocator poisoned with NaN), the same bits on a second call
+    (the pieces are added in slice order). 2900 rows: a last tile of 84 rows, and on CTA pairs
+    a last pair with one tile; 9 k-blocks (the last one partial but with block scales), so 3
+    and 4 pieces come out uneven, and more pieces than a round has CTAs. Forms: the planner's
+    (the 192-wide tile on CTA pairs), lone CTAs (the one-set 128-wide tile; block scales keep
+    their pairs), and the two-set 128-wide tile, which like fast accumulation has no hand-over
+    and ignores the switch: it must give the uncut product."""
+    import torch.nn.functional as F
+    env = {"default": {}, "tile128": {"GEMMT_FP8_TILE": "128"},
+           "lone": {"GEMMT_FP8_CLUSTER": "1"}}[form]
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    m, n = 2900, 3584
+    k = 1152 if scaling == "block" else 1136
+    a, b, sa, sb = fp8_operands(m, n, k, scaling)
+    bias = torch.randn(n, device="cuda")
+    product = ref_scaled(a, b, sa, sb, scaling)
+    for dtype, use_bias, act in ((torch.bfloat16, False, "none"), (torch.float32, True, "silu")):
+        bias_c = bias.to(dtype) if use_bias else None
+        ref = product + (bias_c.double().cpu() if use_bias else 0.0)
+        ref = F.silu(ref) if act == "silu" else ref
+
+        def call() -> torch.Tensor:
+            torch.full((4 * m * n,), float("nan"), device="cuda")
+            return torch.ops.gemmt.scaled_mm(a, b, sa, sb, bias_c, dtype, act, fast)
+
+        monkeypatch.setenv("GEMMT_FP8_TAIL", "0")
+        whole = call().double().cpu()
+        rtol = 8e-3 if dtype == torch.bfloat16 else 1e-5
+        atol = (5e-3 if fast else 1e-4) * ref.abs().max().item()
+        for slices in ("2", "3", "4", None):
+            if slices is None:
+                monkeypatch.delenv("GEMMT_FP8_TAIL")
+            else:
+                monkeypatch.setenv("GEMMT_FP8_TAIL", slices)
+            first = call()
+            assert torch.equal(first, call()), (dtype, slices)
+            out = first.double().cpu()
+            assert torch.isfinite(out).all(), (dtype, slices)
+            slack = (whole - ref).abs() + rtol * ref.abs() + atol
+            bad = ((out - ref).abs() > slack).nonzero()
+            assert bad.numel() == 0, f"{slices}: {bad.shape[0]} off, first at {bad[:4].tolist()}"
+
+
+@needs_hopper
+def test_scaled_mm_split_tail_in_a_cuda_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The split tail's flags are reset inside the captured work: replays on new data equal
+    eager calls."""
+    monkeypatch.setenv("GEMMT_FP8_TAIL", "3")
+    m, n, k = 2900, 3584, 1152
+    a, b, sa, sb = fp8_operands(m, n, k, "row")
+    static_a = a.clone()
+    torch.ops.gemmt.scaled_mm(static_a, b, sa, sb, None, torch.bfloat16, "none", False)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = torch.ops.gemmt.scaled_mm(static_a, b, sa, sb, None, torch.bfloat16, "none", False)
+    for _ in range(2):
+        static_a.copy_(fp8_operands(m, n, k, "row")[0])  # new rows of a, the same scales
+        graph.replay()
+        torch.cuda.synchronize()
+        eager = torch.ops.gemmt.scaled_mm(static_a, b, sa, sb, None, torch.bfloat16, "none",
+                                          False)
+        assert torch.equal(out, eager)
+
+
 # ---- scaled_mm of 65-127 rows: A as two 64-row boxes, the second moved up (a_half) ----
 
 @needs_hopper

@@ -1287,6 +1287,34 @@ def test_grouped_plan_fp8_k_slices_bounds() -> None:
                 assert plan(m, n, k, 4, 0, 132)["fp8_k_slices"] == 1
 
 
+@pytest.mark.parametrize("units,slots,k_blocks,slices", [
+    (228, 66, 148, 2),     # 3000 x 3584 x 18944 on 192-wide pairs: 30 pairs left, two apiece
+    (540, 66, 48, 4),      # 5120 x 5120 x 6144: 12 pairs left, four pieces of 12 k-blocks
+    (66, 66, 64, 1),       # one round: nothing left over
+    (60, 66, 148, 1),      # fewer units than CTAs: no last round to cut
+    (132, 66, 64, 1),      # whole rounds
+    (100, 66, 64, 1),      # 34 left, more than half a round
+    (140, 132, 7, 1),      # a piece would hold fewer than four k-blocks
+    (140, 132, 11, 2),     # ... two pieces of at least four
+    (30 * 132 + 10, 132, 64, 1),  # 31 rounds: a split would save under 3%
+])
+def test_fp8_tail_slices(units: int, slots: int, k_blocks: int, slices: int) -> None:
+    assert _native.load().plan_fp8_tail_slices(units, slots, k_blocks) == slices
+
+
+def test_fp8_tail_slices_bounds() -> None:
+    # 1-4 pieces, each of at least four k-blocks; the pieces of the last round never need more
+    # CTAs than a round has.
+    plan = _native.load().plan_fp8_tail_slices
+    for slots in (33, 57, 66, 114, 132):
+        for units in range(1, 6 * slots, 7):
+            for k_blocks in (1, 4, 8, 16, 32, 148):
+                s = plan(units, slots, k_blocks)
+                assert 1 <= s <= 4
+                assert s == 1 or (units > slots and k_blocks // s >= 4
+                                  and (units % slots) * s <= slots)
+
+
 def test_grouped_plan_tile_bound_covers_every_split() -> None:
     lib = _native.load()
     # Rows split over 64 groups: each group may add a partial tile row, plus the rows past

@@ -82,6 +82,20 @@ int fp8_k_slices(const Shape& s, int sm_count) {
   return static_cast<int>(std::max<int64_t>(slices, 1));
 }
 
+int fp8_tail_slices(int64_t units, int64_t slots, int64_t k_blocks) {
+  if (slots < 1 || units <= slots) return 1;
+  constexpr int64_t kMaxSlices = 4;
+  constexpr int64_t kMinBlocksAPiece = 4;
+  constexpr double kMinSaving = 0.03;
+  const int64_t tail = units % slots;
+  if (tail == 0 || 2 * tail > slots) return 1;
+  const int64_t slices = std::min({kMaxSlices, slots / tail, k_blocks / kMinBlocksAPiece});
+  if (slices < 2) return 1;
+  const double rounds = static_cast<double>(ceil_div(units, slots));
+  if ((1.0 - 1.0 / static_cast<double>(slices)) / rounds < kMinSaving) return 1;
+  return static_cast<int>(slices);
+}
+
 bool staged_c(const Shape& s) {
   switch (s.split) {
     case kSplitDepth:

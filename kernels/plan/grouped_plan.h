@@ -76,6 +76,16 @@ int fp8_cluster(const Shape& s);
 // the partials' bytes costing more than the idle SMs.
 int fp8_k_slices(const Shape& s, int sm_count);
 
+// Slices of K for the units of one FP8 product's last round (a tail): `units` tiles (pairs of
+// tiles on CTA pairs) dealt over `slots` CTAs (pairs) leave units % slots of them to a last
+// round in which the other SMs idle; cut along K into s pieces, each CTA then takes one piece
+// and the last piece of a tile adds the others' float32 sums (a hand-over through L2) before
+// it stores C, so that round takes about 1/s of its time. 1 (no split) where the product fits
+// one round, where the tail fills more than half a round, where a piece would hold fewer than
+// four 128-deep k-blocks (k_blocks of the product), or where the rounds saved are under 3% of
+// the product's (a split costs its hand-overs and a flag reset before the launch); at most 4.
+int fp8_tail_slices(int64_t units, int64_t slots, int64_t k_blocks);
+
 // An upper bound on the tiles of the list with this width (exact without a split): a split
 // of rows or columns adds at most one partial tile per group, and one for the rows or
 // columns past the last offset, which are written as zeros.

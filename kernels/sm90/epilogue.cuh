@@ -687,10 +687,10 @@ __device__ __forceinline__ int sk_slot(int cluster, uint32_t rank) {
   return cluster * kCluster + static_cast<int>(rank);
 }
 
+// A slot's float4 q of consumer thread ct (0..255) lies at q * 256 + ct.
 template <int kAcc>
 __device__ __forceinline__ float4* sk_fragment(const Params& p, int slot) {
-  const int ct = static_cast<int>(threadIdx.x) - 128;  // consumer thread, 0..255
-  return reinterpret_cast<float4*>(p.partial + static_cast<int64_t>(slot) * (2 * 128 * kAcc)) + ct;
+  return reinterpret_cast<float4*>(p.partial + static_cast<int64_t>(slot) * (2 * 128 * kAcc));
 }
 
 // The flags, two per slot (one per consumer warpgroup), follow the slots of all the grid's
@@ -701,29 +701,33 @@ __device__ __forceinline__ int* sk_flag(const Params& p, int slot, int cw) {
   return reinterpret_cast<int*>(p.partial + slots * (2 * 128 * kAcc)) + 2 * slot + cw;
 }
 
+// A warpgroup's accumulators into `slot` (consumer thread ct's fragments), then its `flag`
+// raised once the whole warpgroup's stores are visible to the GPU. bar: a named barrier of
+// the warpgroup's 128 threads. (Also the grouped kernel's split tail: grouped_kernel.cuh.)
 template <int kAcc>
-__device__ __forceinline__ void sk_give(const Params& p, const float (&acc)[kAcc], int slot,
-                                        int cw) {
-  float4* dst = sk_fragment<kAcc>(p, slot);
+__device__ __forceinline__ void fixup_give(float4* slot, int ct, int* flag,
+                                           const float (&acc)[kAcc], uint32_t bar) {
+  float4* dst = slot + ct;
 #pragma unroll
   for (int q = 0; q < kAcc / 4; ++q) {
     __stcg(dst + q * 256, make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]));
   }
-  named_barrier_sync(1 + cw, 128);  // the warpgroup's stores are issued...
-  if ((threadIdx.x & 127) == 0) {
+  named_barrier_sync(bar, 128);  // the warpgroup's stores are issued...
+  if ((ct & 127) == 0) {
     __threadfence();  // ...and visible to the GPU before the flag
-    st_release_gpu(sk_flag<kAcc>(p, slot, cw), 1);
+    st_release_gpu(flag, 1);
   }
 }
 
+// Waits for `flag`, then adds `slot`'s fragments of consumer thread ct to acc.
 template <int kAcc>
-__device__ __forceinline__ void sk_take(const Params& p, float (&acc)[kAcc], int slot, int cw) {
-  if ((threadIdx.x & 127) == 0) {
-    const int* flag = sk_flag<kAcc>(p, slot, cw);
+__device__ __forceinline__ void fixup_take(const float4* slot, int ct, const int* flag,
+                                           float (&acc)[kAcc], uint32_t bar) {
+  if ((ct & 127) == 0) {
     while (ld_acquire_gpu(flag) == 0) __nanosleep(64);
   }
-  named_barrier_sync(1 + cw, 128);
-  const float4* src = sk_fragment<kAcc>(p, slot);
+  named_barrier_sync(bar, 128);
+  const float4* src = slot + ct;
   // Eight loads in flight per thread: the registers beside 128 accumulators allow no more.
   constexpr int kBatch = kAcc / 4 < 8 ? kAcc / 4 : 8;
 #pragma unroll
@@ -740,6 +744,19 @@ __device__ __forceinline__ void sk_take(const Params& p, float (&acc)[kAcc], int
       a[3] += v[j].w;
     }
   }
+}
+
+template <int kAcc>
+__device__ __forceinline__ void sk_give(const Params& p, const float (&acc)[kAcc], int slot,
+                                        int cw) {
+  fixup_give<kAcc>(sk_fragment<kAcc>(p, slot), static_cast<int>(threadIdx.x) - 128,
+                   sk_flag<kAcc>(p, slot, cw), acc, 1 + cw);
+}
+
+template <int kAcc>
+__device__ __forceinline__ void sk_take(const Params& p, float (&acc)[kAcc], int slot, int cw) {
+  fixup_take<kAcc>(sk_fragment<kAcc>(p, slot), static_cast<int>(threadIdx.x) - 128,
+                   sk_flag<kAcc>(p, slot, cw), acc, 1 + cw);
 }
 
 #endif  // GEMMT_SM90_DEVICE_CODE

@@ -302,8 +302,12 @@ int defer_store() {
   return env != nullptr && std::strcmp(env, "0") == 0 ? 0 : 1;
 }
 
+// Extents the kernel's 32-bit tile arithmetic takes: a tile origin plus its width (up to 256),
+// a depth rounded up to whole k-blocks, stay below 2^31.
+constexpr int64_t kMaxExtent = (int64_t{1} << 31) - 1024;
+
 bool fits_int(int64_t v) {
-  return v >= 0 && v < (int64_t{1} << 31);
+  return v >= 0 && v <= kMaxExtent;
 }
 
 // K cut into slices of whole k-blocks (count 1: not cut).
@@ -371,6 +375,94 @@ cudaError_t reduce_k_slices(const GroupedGemmArgs& x, const KSlices& ks, cudaStr
   return gemm_reduce_k_slices(r, static_cast<const float*>(x.workspace), ks.count, stream);
 }
 
+// One FP8 product's last round cut along K (GroupedParams::tail_slices). GEMMT_FP8_TAIL=0
+// runs it whole, =n cuts it into n slices wherever there is a last round short of a whole one
+// (read at each call, for A/B runs).
+struct TailSplit {
+  int slices = 1;
+  int first = 0;   // the first unit of the tail
+  int depth = 0;   // of K, a piece
+  int pieces = 0;  // tiles (pairs) in the tail
+};
+
+TailSplit tail_split(const GroupedGemmArgs& x, int64_t units, int64_t slots, bool sliced) {
+  if (!is_fp8_kind(x.kind) || x.groups != 1 || x.split != GroupSplit::kNone || sliced || x.k <= 0 ||
+      slots < 1 || units <= slots || units % slots == 0) {
+    return {};
+  }
+  const int64_t blocks = (x.k + 127) / 128;
+  int64_t want = grouped_plan::fp8_tail_slices(units, slots, blocks);
+  const char* env = std::getenv("GEMMT_FP8_TAIL");
+  if (env != nullptr && env[0] != '\0') want = std::min<int64_t>(std::atoi(env), blocks);
+  if (want <= 1) return {};
+  const int64_t per = (blocks + want - 1) / want;
+  TailSplit t;
+  t.slices = static_cast<int>((blocks + per - 1) / per);
+  if (t.slices <= 1) return {};
+  t.depth = static_cast<int>(per * 128);
+  t.pieces = static_cast<int>(units % slots);
+  t.first = static_cast<int>(units - t.pieces);
+  return t;
+}
+
+// The tail's workspace: a slot of float32 sums per giving piece and CTA, then two flags a slot.
+std::size_t tail_slots(const TailSplit& t, int cluster) {
+  return t.slices <= 1 ? 0
+                       : static_cast<std::size_t>(t.pieces) * (t.slices - 1) *
+                             static_cast<std::size_t>(cluster);
+}
+std::size_t tail_partial_bytes(const TailSplit& t, int cluster, int bn) {
+  return tail_slots(t, cluster) * 128 * static_cast<std::size_t>(bn) * sizeof(float);
+}
+std::size_t tail_bytes(const TailSplit& t, int cluster, int bn) {
+  return tail_partial_bytes(t, cluster, bn) + tail_slots(t, cluster) * 2 * sizeof(int);
+}
+
+// The launch as the plan shapes it: the instance's tile and CTAs, its units (tiles, or tile
+// pairs) and the CTAs (pairs) that take them, and how K is cut. with_workspace: only the cuts
+// whose workspace x brings (the launch), else every cut the plan makes (its workspace size).
+struct Geometry {
+  KSlices ks;
+  bool promote = false;
+  bool two_per_sm = false;
+  int cluster = 1;
+  PromotedTile pt{0, 128};
+  int bn = 128;
+  int64_t tiles_m = 0, tiles_n = 0;  // tiles_m counts pairs of tile rows on CTA pairs
+  int64_t units = 0, slots = 0;
+  TailSplit tail;
+};
+
+Geometry geometry(const GroupedGemmArgs& x, int sms, bool with_workspace) {
+  Geometry g;
+  g.promote = is_fp8_kind(x.kind) && (!x.fast_accum || x.scale == ScaleKind::kBlock);
+  g.ks = x.k == 0 ? KSlices{} : with_workspace ? k_slices_with_workspace(x, sms) : k_slices(x, sms);
+  const bool sliced = g.ks.count > 1;
+  grouped_plan::Shape shape = shape_of(x);
+  if (sliced) shape.groups = g.ks.count;
+  g.two_per_sm = two_ctas_per_sm(x);
+  g.cluster = fp8_cluster(x);
+  // The promoted FP8 tile as promoted_tile says; fast accumulation on lone CTAs 128 wide (its
+  // only instance).
+  g.pt = g.promote ? promoted_tile(x, g.cluster, sms) : PromotedTile{0, 128};
+  g.bn = g.promote                               ? g.pt.bn
+         : is_fp8_kind(x.kind) && g.cluster == 1 ? 128
+         : g.two_per_sm                          ? 128
+                                                 : tile_width_16bit(shape, sms);
+  g.tiles_m = (x.m + 128 * g.cluster - 1) / (128 * g.cluster);
+  g.tiles_n = (x.n + g.bn - 1) / g.bn;
+  const int64_t tiles = grouped_plan::max_tiles(shape, g.bn);
+  g.units = g.cluster == 1 ? tiles : g.tiles_m * g.tiles_n;
+  g.slots = static_cast<int64_t>(sms / g.cluster) * (g.two_per_sm ? 2 : 1);
+  // The one-set promoted loops carry the hand-over (grouped_kernel.cuh: kTail).
+  if (tiles > 0 && g.promote && g.pt.sets == 1) g.tail = tail_split(x, g.units, g.slots, sliced);
+  const bool room = x.workspace != nullptr &&
+                    x.workspace_bytes >= tail_bytes(g.tail, g.cluster, g.bn) &&
+                    reinterpret_cast<uintptr_t>(x.workspace) % 16 == 0;
+  if (with_workspace && !room) g.tail = TailSplit{};
+  return g;
+}
+
 }  // namespace
 
 std::size_t grouped_gemm_sm90_workspace_bytes(const GroupedGemmArgs& x) {
@@ -381,7 +473,8 @@ std::size_t grouped_gemm_sm90_workspace_bytes(const GroupedGemmArgs& x) {
     (void)cudaGetLastError();
     return 0;
   }
-  return partial_bytes(x, k_slices(x, sms));
+  const Geometry g = geometry(x, sms, false);
+  return std::max(partial_bytes(x, g.ks), tail_bytes(g.tail, g.cluster, g.bn));
 }
 
 bool grouped_gemm_sm90_supported(const GroupedGemmArgs& x, const char** why) {
@@ -391,7 +484,7 @@ bool grouped_gemm_sm90_supported(const GroupedGemmArgs& x, const char** why) {
     return false;
   }
   if (!fits_int(x.m) || !fits_int(x.n) || !fits_int(x.k) || x.groups < 1) {
-    *why = "extents must be below 2^31 and there must be at least one group";
+    *why = "extents (M, N and K) must be at most 2^31 - 1024 and there must be at least one group";
     return false;
   }
   if (x.split != GroupSplit::kNone && x.groups > kGroupedMaxGroups) {
@@ -463,21 +556,13 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   }
   int sms = 0;
   GEMMT_RETURN_IF_ERROR(sm_count_for(x, &sms));
-  const bool promote = is_fp8_kind(x.kind) && (!x.fast_accum || x.scale == ScaleKind::kBlock);
-  const KSlices ks = x.k == 0 ? KSlices{} : k_slices_with_workspace(x, sms);
+  const Geometry geo = geometry(x, sms, true);
+  const KSlices ks = geo.ks;
   const bool sliced = ks.count > 1;
-  grouped_plan::Shape shape = shape_of(x);
-  if (sliced) shape.groups = ks.count;
-  const bool two_per_sm = two_ctas_per_sm(x);
-  const int cluster = fp8_cluster(x);
-  // The promoted FP8 tile as promoted_tile says; fast accumulation on lone CTAs 128 wide (its
-  // only instance).
-  const PromotedTile pt = promote ? promoted_tile(x, cluster, sms) : PromotedTile{0, 128};
-  const int sets = pt.sets;
-  const int bn = promote                               ? pt.bn
-                 : is_fp8_kind(x.kind) && cluster == 1 ? 128
-                 : two_per_sm                          ? 128
-                                                       : tile_width_16bit(shape, sms);
+  const bool two_per_sm = geo.two_per_sm;
+  const int cluster = geo.cluster;
+  const int sets = geo.pt.sets;
+  const int bn = geo.bn;
 
   sm90::GroupedLaunch l{};
   OperandView a = a_view(y), b = b_view(y);
@@ -508,8 +593,8 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   p.n = static_cast<int>(x.n);
   p.k = static_cast<int>(x.k);
   // A pair's units are pairs of tile rows.
-  p.tiles_m = static_cast<int>((x.m + 128 * l.cluster - 1) / (128 * l.cluster));
-  p.tiles_n = static_cast<int>((x.n + bn - 1) / bn);
+  p.tiles_m = static_cast<int>(geo.tiles_m);
+  p.tiles_n = static_cast<int>(geo.tiles_n);
   p.c = x.c;
   p.c_sg = x.c_sg;
   p.ldc = x.ldc;
@@ -554,11 +639,22 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
                         : ring_stages(l.a_rows, bn, p.store_c != 0,
                                       p.split != static_cast<int>(GroupSplit::kNone),
                                       sm90::grouped_scale_bytes(l.block, x.b_block_cols));
-  const int64_t tiles = grouped_plan::max_tiles(shape, bn);
-  if (tiles == 0) return cudaSuccess;
-  const int64_t units = l.cluster == 1 ? tiles : (static_cast<int64_t>(p.tiles_m) * p.tiles_n);
-  const int64_t slots = static_cast<int64_t>(sms / l.cluster) * l.per_sm;
-  l.grid = static_cast<int>(std::min<int64_t>(units, slots)) * l.cluster;
+  if (geo.units == 0) return cudaSuccess;
+  l.grid = static_cast<int>(std::min<int64_t>(geo.units, geo.slots)) * l.cluster;
+  const TailSplit& tail = geo.tail;
+  p.tail_slices = tail.slices;
+  p.tail_first = tail.first;
+  p.tail_depth = tail.depth;
+  p.tail_partial = nullptr;
+  p.tail_flags = nullptr;
+  if (tail.slices > 1) {
+    auto* ws = static_cast<unsigned char*>(x.workspace);
+    p.tail_partial = reinterpret_cast<float*>(ws);
+    p.tail_flags = reinterpret_cast<int*>(ws + tail_partial_bytes(tail, cluster, bn));
+    *step = "the reset of the split tail's flags";
+    GEMMT_RETURN_IF_ERROR(
+        cudaMemsetAsync(p.tail_flags, 0, tail_slots(tail, cluster) * 2 * sizeof(int), stream));
+  }
   *step = "the launch of the kernel instance";
   GEMMT_RETURN_IF_ERROR(launch_instance(x.kind, l, stream));
   if (!sliced) return cudaSuccess;

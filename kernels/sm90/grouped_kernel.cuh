@@ -59,6 +59,9 @@ constexpr int gg_threads() {
   return kPerSm == 1 ? kGgThreads : kGgPairThreads;
 }
 constexpr int kGgBM = 128;
+// Named barriers 4 and 5: a consumer warpgroup's hand-over of a split tail's sums (1-3 zero
+// the K tails of a split of K).
+constexpr uint32_t kTailBarrier = 4;
 // The kernel's kBlock: FP8 block scales of A (1x128) with B's 128x128 ones, or with 128x1 ones
 // (a scale a column and k-block: the blockwise weight gradient). The producer warp copies each
 // k-block's scales into the ring beside it, so that the consumers read them from shared memory
@@ -103,6 +106,7 @@ struct GgUnit {
   int tm, tn;             // tile position within the group
   int begin;              // first row / column / k of the group's split range (0 unsplit)
   int rows, cols, depth;  // the group's extents
+  int slice, piece;       // a split tail's piece: its slice of K and its tile (-1: a whole tile)
 };
 
 #if defined(GEMMT_SM90_DEVICE_CODE)
@@ -203,7 +207,7 @@ __device__ __forceinline__ int gg_nth_unit(int i, int first, int stride, bool sn
 // Tile t of the whole list (false past the last). Within a group the tiles go down bands of
 // 8 tile rows, one column at a time (scheduler.cuh's raster), so that concurrent CTAs share
 // the group's B panel.
-template <int kBN>
+template <int kBN, bool kTail>
 __device__ __forceinline__ bool gg_unit(int t, const GgParams& p, const int* first_tile,
                                         const int* begin, GgUnit& u) {
   int lt = t;
@@ -212,14 +216,27 @@ __device__ __forceinline__ bool gg_unit(int t, const GgParams& p, const int* fir
   u.cols = p.n;
   u.depth = p.k;
   u.begin = 0;
+  u.slice = -1;
+  u.piece = 0;
   if (p.split == static_cast<int>(GroupSplit::kNone)) {
+    int whole = t;  // the tile of unit t
+    if (kTail && p.tail_slices > 1 && t >= p.tail_first) {
+      const int j = t - p.tail_first;
+      u.piece = j / p.tail_slices;
+      u.slice = j - u.piece * p.tail_slices;
+      whole = p.tail_first + u.piece;
+    }
     const int per = tiles_m * tiles_n;
-    if (t >= per * p.groups) return false;
-    u.g = t / per;
-    lt = t - u.g * per;
+    if (whole >= per * p.groups) return false;
+    u.g = whole / per;
+    lt = whole - u.g * per;
     if (p.k_slice > 0) {
       u.begin = u.g * p.k_slice;
       u.depth = min(p.k_slice, p.k - u.begin);
+    }
+    if (kTail && u.slice >= 0) {
+      u.begin = u.slice * p.tail_depth;
+      u.depth = min(p.tail_depth, p.k - u.begin);
     }
   } else if (p.split == static_cast<int>(GroupSplit::kDepth) && p.depth_order != 0) {
     // Every group has the same tiles; first_tile holds the groups deepest first
@@ -645,6 +662,10 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
   // set of partial sums (2 x 96 accumulators a thread).
   // kPromote: 1 one set of partial sums, 2 two in runs of four k-blocks.
   static_assert(kPromote >= 0 && kPromote <= 2, "kPromote: 0, 1 or 2 sets of partial sums");
+  // The split tail (GroupedParams::tail_slices) is built into the one-set promoted loops only:
+  // with its hand-over in them the two-set loop ran 17% slower even where no tail was split
+  // (H200, 4096 x 4096 outputs), and the host asks for it nowhere else.
+  constexpr bool kTail = kPromote == 1;
   static_assert(kPromote == 0 || kBN == 128 || (kBN == 192 && kPromote == 1),
                 "the promoted FP8 sum needs a second accumulator set");
   static_assert(kBN != 192 || kPromote == 1, "the 192-wide tile serves the promoted FP8 sum only");
@@ -699,7 +720,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
   const int unit_stride = static_cast<int>(gridDim.x) / kCluster;
   // This CTA's tile of unit t: a pair's units are tile pairs (p.tiles_m counts them).
   auto unit = [&](int t, GgUnit& u) {
-    if (!gg_unit<kBN>(t, p, first_tile, group_begin, u)) return false;
+    if (!gg_unit<kBN, kTail>(t, p, first_tile, group_begin, u)) return false;
     if constexpr (kCluster > 1) u.tm = u.tm * kCluster + static_cast<int>(rank);
     return true;
   };
@@ -729,7 +750,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
         const int b_col = (split_cols ? u.begin : 0) + u.tn * kBN;
         // A 3-D operand's third coordinate is the group; a 2-D one (split, or cut into
         // k-slices) has one matrix.
-        const bool depth_range = split_depth || p.k_slice > 0;
+        const bool depth_range = split_depth || p.k_slice > 0 || (kTail && u.slice >= 0);
         const int a_g = split_rows || depth_range ? 0 : u.g;
         const int b_g = split_cols || depth_range ? 0 : u.g;
         const int k_first = depth_range ? u.begin : 0;
@@ -1142,6 +1163,29 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
         wgmma_wait<0>();
         fence_accumulators(acc);
         if (num_kb > 0) release(prev_stage);
+      }
+      // A piece of a split tail (GroupedParams::tail_slices): all but the tile's last give
+      // their sums and are done; the last adds them, in slice order (the same sum at every
+      // run), and stores the tile.
+      if constexpr (kTail) {
+        if (u.slice >= 0) {
+          const int gives = p.tail_slices - 1;
+          auto slot = [&](int slice) {
+            return (u.piece * gives + slice) * kCluster + static_cast<int>(rank);
+          };
+          auto slot_sums = [&](int q) {
+            return reinterpret_cast<float4*>(p.tail_partial) + static_cast<int64_t>(q) * 32 * kBN;
+          };
+          if (u.slice < gives) {
+            fixup_give<Cfg::kAcc>(slot_sums(slot(u.slice)), tid,
+                                  p.tail_flags + 2 * slot(u.slice) + cw, acc, kTailBarrier + cw);
+            continue;
+          }
+          for (int j = 0; j < gives; ++j) {
+            fixup_take<Cfg::kAcc>(slot_sums(slot(j)), tid, p.tail_flags + 2 * slot(j) + cw, acc,
+                                  kTailBarrier + cw);
+          }
+        }
       }
       if constexpr (kDeferStore) {
         if (num_kb == 0) flush();

@@ -99,6 +99,16 @@ struct GroupedParams {
   // The two-set promoted FP8 loop: 1 stages a tile's C once the next tile's first k-block is
   // issued, 0 at the tile's end (the form of before, for A/B runs).
   int defer_store;
+  // One FP8 product's last round split along K (grouped_plan::fp8_tail_slices; the one-set
+  // promoted loops, grouped_kernel.cuh: kTail): units from
+  // tail_first on are pieces, tail_slices a tile, piece s taking K [s * tail_depth, ...) (a
+  // multiple of the stage's K). Each piece but a tile's last gives its float32 sums to a slot
+  // of tail_partial (2 x 128 x bn / 2 floats, per giving piece and CTA of a pair) and raises
+  // its warpgroup's flag in tail_flags (two a slot, zeroed before the launch); the last piece
+  // adds them in slice order and stores C. tail_slices 1: no split.
+  int tail_first, tail_slices, tail_depth;
+  float* tail_partial;
+  int* tail_flags;
 };
 
 struct GroupedLaunch {
