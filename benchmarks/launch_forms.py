@@ -153,12 +153,15 @@ def fp8_products(layers: list[tuple[int, int]], tokens: list[int], block_k: bool
 
 
 def fp8_points(forms: dict[str, dict[str, str]], rounds: int, only: list[str],
-               fast_accum: bool = False, heldout: bool = False) -> list[dict[str, Any]]:
+               fast_accum: bool = False, heldout: bool = False,
+               tokens: list[int] | None = None) -> list[dict[str, Any]]:
     """The FP8 suite's points, operands quantised by ``quantize_fp8`` in each scaling of
-    ``only`` (all where empty); both libraries asked for ``fast_accum``."""
+    ``only`` (all where empty); both libraries asked for ``fast_accum``; ``tokens`` in place
+    of the suite's token counts."""
     torch.manual_seed(0)
     rows = []
-    layers, tokens = (HELDOUT_LAYERS, HELDOUT_TOKENS) if heldout else (LAYERS, [FP8_TOKENS])
+    layers, counts = (HELDOUT_LAYERS, HELDOUT_TOKENS) if heldout else (LAYERS, [FP8_TOKENS])
+    tokens = tokens or counts
     for mode, (gran_a, gran_b) in FP8_MODES.items():
         if mode not in (only or DEFAULT_FP8_MODES):
             continue
@@ -206,6 +209,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="the quick grouped shapes")
     parser.add_argument("--heldout", action="store_true",
                         help="shapes the benchmarks do not time (HELDOUT_GROUPED / _LAYERS)")
+    parser.add_argument("--tokens", type=lambda t: [int(v) for v in t.split(",")],
+                        help="fp8: these token counts (comma separated) instead of the suite's")
     parser.add_argument("--planned", action="store_true",
                         help="the planned launch alone against torch (no forms)")
     parser.add_argument("--only", action="append", default=[], metavar="LAYOUT|SCALING",
@@ -220,7 +225,8 @@ def main() -> int:
     configs = HELDOUT_GROUPED if args.heldout else QUICK_GROUPED if args.quick else GROUPED
     rows = (grouped_points(configs, forms, args.rounds, args.only)
             if args.suite == "grouped"
-            else fp8_points(forms, args.rounds, args.only, args.fast_accum, args.heldout))
+            else fp8_points(forms, args.rounds, args.only, args.fast_accum, args.heldout,
+                            args.tokens))
     names = ["planned", *forms]
     doc = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
            "cuda": torch.version.cuda, "gemmt": gemmt.build_info(), "suite": args.suite,

@@ -1220,10 +1220,11 @@ def test_grouped_plan_two_ctas_only_without_staged_c(m: int, n: int, groups: int
 @pytest.mark.parametrize("m,n,k,tile,block_tile", [
     (8192, 28672, 8192, 192, 192),  # 109 / 73 waves: 192 wide, 0.4% more area at 11/10 the rate
     (8192, 4096, 4096, 192, 192),   # 16 / 11 waves: 3% more area, at 11/10 the rate
-    (4096, 4096, 4096, 128, 192),   # 8 / 6 waves: 12.5% more area, under 8/7 the rate
+    (4096, 4096, 4096, 192, 192),   # 8 / 5 1/3 rounds: the 192-wide tile's last cut in three
+    (4096, 4096, 512, 128, 192),    # 8 / 6 rounds: too few k-blocks to cut the last round
     (8192, 6144, 4096, 192, 192),   # 32 columns of 192 fill their waves
     (8192, 8192, 8192, 192, 192),
-    (256, 256, 4096, 128, 128),     # one wave either way: the narrower tile wastes nothing
+    (256, 256, 4096, 192, 192),     # one round either way: the 192-wide one cut in four along K
 ])
 def test_grouped_plan_promoted_fp8_tile(m: int, n: int, k: int, tile: int,
                                         block_tile: int) -> None:
@@ -1251,7 +1252,7 @@ def test_grouped_plan_promoted_fp8_group_tile(m: int, n: int, groups: int, split
 
 @pytest.mark.parametrize("m,cluster,tile", [
     (1, 1, 128), (64, 1, 128), (128, 1, 128),  # a pair's second CTA would have no rows
-    (129, 2, 128), (8192, 2, 192),             # pairs sharing B, the planner's promoted tile
+    (129, 2, 192), (8192, 2, 192),             # pairs sharing B, the planner's promoted tile
 ])
 def test_grouped_plan_fp8_cluster(m: int, cluster: int, tile: int) -> None:
     plan = _native.load().plan_grouped(m, 28672, 8192, 1, 0, 132)
@@ -1291,7 +1292,9 @@ def test_grouped_plan_fp8_k_slices_bounds() -> None:
     (228, 66, 148, 2),     # 3000 x 3584 x 18944 on 192-wide pairs: 30 pairs left, two apiece
     (540, 66, 48, 4),      # 5120 x 5120 x 6144: 12 pairs left, four pieces of 12 k-blocks
     (66, 66, 64, 1),       # one round: nothing left over
-    (60, 66, 148, 1),      # fewer units than CTAs: no last round to cut
+    (60, 66, 148, 1),      # fewer units than CTAs, but more than half of them
+    (19, 66, 148, 3),      # 200 x 3584 x 18944 on 192-wide pairs: one round, a third full
+    (27, 66, 40, 2),       # 200 x 5120 x 5120
     (132, 66, 64, 1),      # whole rounds
     (100, 66, 64, 1),      # 34 left, more than half a round
     (140, 132, 7, 1),      # a piece would hold fewer than four k-blocks
@@ -1303,16 +1306,15 @@ def test_fp8_tail_slices(units: int, slots: int, k_blocks: int, slices: int) -> 
 
 
 def test_fp8_tail_slices_bounds() -> None:
-    # 1-4 pieces, each of at least four k-blocks; the pieces of the last round never need more
-    # CTAs than a round has.
+    # 1-4 pieces, each of at least four k-blocks; the pieces of the last round (all units
+    # where they fill less than one) never need more CTAs than a round has.
     plan = _native.load().plan_fp8_tail_slices
     for slots in (33, 57, 66, 114, 132):
         for units in range(1, 6 * slots, 7):
             for k_blocks in (1, 4, 8, 16, 32, 148):
                 s = plan(units, slots, k_blocks)
                 assert 1 <= s <= 4
-                assert s == 1 or (units > slots and k_blocks // s >= 4
-                                  and (units % slots) * s <= slots)
+                assert s == 1 or (k_blocks // s >= 4 and (units % slots) * s <= slots)
 
 
 def test_grouped_plan_tile_bound_covers_every_split() -> None:

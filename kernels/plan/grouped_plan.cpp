@@ -43,16 +43,21 @@ int tile_width(const Shape& s, int sm_count) {
 
 int promoted_tile_width(const Shape& s, int sm_count, bool block_scales) {
   if (fp8_cluster(s) == 1) return 128;  // lone CTAs: their one instance
-  // Time ~ waves x width / rate, waves of CTA pairs (two tile rows a unit); the 192-wide tile
-  // (one set) at 11/10 of the 128-wide one's rate (two sets), 8/7 with block scales.
+  // Time ~ rounds x width / rate, rounds of CTA pairs (two tile rows a unit); the 192-wide tile
+  // (one set) at 11/10 of the 128-wide one's rate (two sets), 8/7 with block scales. The
+  // 192-wide tile's last round counts as the share of it its pieces take where it is cut
+  // along K (fp8_tail_slices; the two-set loop has no split tail).
   const int64_t slots = sm_count / 2 > 0 ? sm_count / 2 : 1;
   const int64_t pair_rows = ceil_div(ceil_div(s.m, kBM), 2);
-  auto waves_by_width = [&](int bn) {
+  auto rounds_by_width = [&](int bn, bool tail) {
     const int64_t units = pair_rows * ceil_div(s.n, bn);
-    return ceil_div(units, slots) * bn;
+    const int slices = tail ? fp8_tail_slices(units, slots, ceil_div(s.k, 128)) : 1;
+    const double rounds = slices > 1 ? static_cast<double>(units / slots) + 1.0 / slices
+                                     : static_cast<double>(ceil_div(units, slots));
+    return rounds * bn;
   };
-  const int64_t num = block_scales ? 8 : 11, den = block_scales ? 7 : 10;
-  return waves_by_width(128) * num < waves_by_width(192) * den ? 128 : 192;
+  const double num = block_scales ? 8 : 11, den = block_scales ? 7 : 10;
+  return rounds_by_width(128, false) * num < rounds_by_width(192, true) * den ? 128 : 192;
 }
 
 int promoted_group_tile_width(const Shape& s, int sm_count, bool block_scales) {
@@ -83,7 +88,7 @@ int fp8_k_slices(const Shape& s, int sm_count) {
 }
 
 int fp8_tail_slices(int64_t units, int64_t slots, int64_t k_blocks) {
-  if (slots < 1 || units <= slots) return 1;
+  if (slots < 1 || units < 1) return 1;
   constexpr int64_t kMaxSlices = 4;
   constexpr int64_t kMinBlocksAPiece = 4;
   constexpr double kMinSaving = 0.03;

@@ -49,8 +49,12 @@ int ctas_per_sm(const Shape& s, bool staged);
 // width, the 192-wide tile's counted at 10/11 (7/8 with block scales): it ran 1.09-1.11x the
 // 128-wide tile's rate where their waves come out even (1.13x with block scales; H200, 21 LLM
 // products at 8192 tokens: 192 alone 0.992 / 1.001 / 0.964 of torch._scaled_mm tensorwise /
-// rowwise / blockwise, 128 alone 0.916 / 0.927 / 0.859). 4096 x 4096 outputs keep 128 (2.8%
-// faster there) but with block scales. Lone CTAs (fp8_cluster) take 128 with one set.
+// rowwise / blockwise, 128 alone 0.916 / 0.927 / 0.859). The 192-wide tile's last round counts
+// as the share of it that its pieces take where fp8_tail_slices cuts it (the two-set loop has
+// no split tail): 4096 x 4096 outputs, which kept 128 (2.8% faster than 192 uncut), now take
+// 192 (tensorwise 0.92 -> 0.975 of torch._scaled_mm), and products of 129-256 rows, one round
+// of tile pairs, take 192 cut along K (200 tokens: median 0.69 -> 0.81 tensorwise, 0.90 ->
+// 1.13 rowwise). Lone CTAs (fp8_cluster) take 128 with one set.
 int promoted_tile_width(const Shape& s, int sm_count, bool block_scales = false);
 
 // The promoted FP8 tile's width for groups (a batch, or a split of rows; lone CTAs, one set of
@@ -78,10 +82,11 @@ int fp8_k_slices(const Shape& s, int sm_count);
 
 // Slices of K for the units of one FP8 product's last round (a tail): `units` tiles (pairs of
 // tiles on CTA pairs) dealt over `slots` CTAs (pairs) leave units % slots of them to a last
-// round in which the other SMs idle; cut along K into s pieces, each CTA then takes one piece
-// and the last piece of a tile adds the others' float32 sums (a hand-over through L2) before
-// it stores C, so that round takes about 1/s of its time. 1 (no split) where the product fits
-// one round, where the tail fills more than half a round, where a piece would hold fewer than
+// round in which the other SMs idle (all of them, where they fill less than one round: a
+// product of 129-256 rows has one tile pair a column block); cut along K into s pieces, each
+// CTA then takes one piece and the last piece of a tile adds the others' float32 sums (a
+// hand-over through L2) before it stores C, so that round takes about 1/s of its time. 1 (no
+// split) where the tail fills more than half a round, where a piece would hold fewer than
 // four 128-deep k-blocks (k_blocks of the product), or where the rounds saved are under 3% of
 // the product's (a split costs its hand-overs and a flag reset before the launch); at most 4.
 int fp8_tail_slices(int64_t units, int64_t slots, int64_t k_blocks);

@@ -375,9 +375,9 @@ cudaError_t reduce_k_slices(const GroupedGemmArgs& x, const KSlices& ks, cudaStr
   return gemm_reduce_k_slices(r, static_cast<const float*>(x.workspace), ks.count, stream);
 }
 
-// One FP8 product's last round cut along K (GroupedParams::tail_slices). GEMMT_FP8_TAIL=0
-// runs it whole, =n cuts it into n slices wherever there is a last round short of a whole one
-// (read at each call, for A/B runs).
+// One FP8 product's last round cut along K (GroupedParams::tail_slices; a product of less
+// than one round is all tail). GEMMT_FP8_TAIL=0 runs it whole, =n cuts it into n slices
+// wherever there is a last round short of a whole one (read at each call, for A/B runs).
 struct TailSplit {
   int slices = 1;
   int first = 0;   // the first unit of the tail
@@ -385,13 +385,17 @@ struct TailSplit {
   int pieces = 0;  // tiles (pairs) in the tail
 };
 
-TailSplit tail_split(const GroupedGemmArgs& x, int64_t units, int64_t slots, bool sliced) {
+TailSplit tail_split(const GroupedGemmArgs& x, int64_t units, int64_t slots, bool sliced,
+                     int cluster) {
   if (!is_fp8_kind(x.kind) || x.groups != 1 || x.split != GroupSplit::kNone || sliced || x.k <= 0 ||
-      slots < 1 || units <= slots || units % slots == 0) {
+      slots < 1 || units % slots == 0) {
     return {};
   }
   const int64_t blocks = (x.k + 127) / 128;
-  int64_t want = grouped_plan::fp8_tail_slices(units, slots, blocks);
+  // Lone CTAs of less than one round are few-row products, which fp8_k_slices cuts where it
+  // pays; the tail's cut of a whole round was measured on CTA pairs (129-256 rows) only.
+  int64_t want =
+      cluster == 1 && units <= slots ? 1 : grouped_plan::fp8_tail_slices(units, slots, blocks);
   const char* env = std::getenv("GEMMT_FP8_TAIL");
   if (env != nullptr && env[0] != '\0') want = std::min<int64_t>(std::atoi(env), blocks);
   if (want <= 1) return {};
@@ -455,7 +459,8 @@ Geometry geometry(const GroupedGemmArgs& x, int sms, bool with_workspace) {
   g.units = g.cluster == 1 ? tiles : g.tiles_m * g.tiles_n;
   g.slots = static_cast<int64_t>(sms / g.cluster) * (g.two_per_sm ? 2 : 1);
   // The one-set promoted loops carry the hand-over (grouped_kernel.cuh: kTail).
-  if (tiles > 0 && g.promote && g.pt.sets == 1) g.tail = tail_split(x, g.units, g.slots, sliced);
+  if (tiles > 0 && g.promote && g.pt.sets == 1)
+    g.tail = tail_split(x, g.units, g.slots, sliced, g.cluster);
   const bool room = x.workspace != nullptr &&
                     x.workspace_bytes >= tail_bytes(g.tail, g.cluster, g.bn) &&
                     reinterpret_cast<uintptr_t>(x.workspace) % 16 == 0;
@@ -640,8 +645,12 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
                                       p.split != static_cast<int>(GroupSplit::kNone),
                                       sm90::grouped_scale_bytes(l.block, x.b_block_cols));
   if (geo.units == 0) return cudaSuccess;
-  l.grid = static_cast<int>(std::min<int64_t>(geo.units, geo.slots)) * l.cluster;
   const TailSplit& tail = geo.tail;
+  // A cut tail's pieces are units too: a product of less than one round has more of them than
+  // tiles, each for a CTA of its own.
+  const int64_t work =
+      tail.slices > 1 ? tail.first + static_cast<int64_t>(tail.pieces) * tail.slices : geo.units;
+  l.grid = static_cast<int>(std::min<int64_t>(work, geo.slots)) * l.cluster;
   p.tail_slices = tail.slices;
   p.tail_first = tail.first;
   p.tail_depth = tail.depth;
