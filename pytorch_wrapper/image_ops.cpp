@@ -86,10 +86,17 @@ at::Tensor normalize_volume_meta(const at::Tensor& vol, double max_val) {
   return new_output(vol.sym_sizes(), vol.options().dtype(at::kFloat));
 }
 
-// The reference loop is already the fast one: a flat loop of conversions and divisions that
-// the compiler vectorises, one pass where torch's vol.float() / max_val makes two.
+// ATen's kernels in place: the conversion into the float32 output, then its division by
+// float32(max_val), correctly rounded as in the reference loop. The loop, one pass but built for
+// the baseline instruction set, divides four floats at a time; ATen's kernels dispatch to the
+// CPU's widest (AVX-512 here): 0.30 -> 0.15 ms on 2M elements, 112 -> 75 ms on 64M (2 threads;
+// torch's vol.float() / max_val 0.16 and 142 ms, its two passes into a new tensor each).
 at::Tensor normalize_volume_cpu(const at::Tensor& vol, double max_val) {
-  return normalize_volume_cpu_reference(vol, max_val);
+  at::Tensor out = normalize_volume_meta(vol, max_val);
+  check_cpu_reference(kNormalizeVolume, vol);
+  out.copy_(vol);
+  out.div_(at::Scalar(static_cast<float>(max_val)));
+  return out;
 }
 
 at::Tensor normalize_volume_cpu_reference(const at::Tensor& vol, double max_val) {
