@@ -316,6 +316,18 @@ struct KSlices {
   int depth = 0;
 };
 
+// K of `blocks` 128-deep k-blocks cut into at most `want` slices of whole k-blocks, all but the
+// last equally deep (count 1: not cut).
+KSlices cut_k(int64_t blocks, int64_t want) {
+  const int64_t count = std::min<int64_t>(want, blocks);
+  if (count <= 1) return {};
+  const int64_t per = (blocks + count - 1) / count;
+  KSlices ks;
+  ks.count = static_cast<int>((blocks + per - 1) / per);
+  ks.depth = static_cast<int>(per * 128);
+  return ks;
+}
+
 // The k-slices of a few-row FP8 product (grouped_plan::fp8_k_slices): one product with row /
 // column or tensor scales on lone CTAs (block scales are applied per k-block at the promotion
 // and keep their pairs). GEMMT_FP8_SPLITS=n asks for n slices where they can run (read at each
@@ -330,13 +342,7 @@ KSlices k_slices(const GroupedGemmArgs& x, int sms) {
   const char* env = std::getenv("GEMMT_FP8_SPLITS");
   if (env != nullptr && env[0] != '\0') want = std::atoi(env);
   if (want <= 0) want = grouped_plan::fp8_k_slices(shape_of(x), sms);
-  const int64_t blocks = (x.k + 127) / 128;
-  const int64_t count = std::min<int64_t>(want, blocks);
-  if (count <= 1) return ks;
-  const int64_t per = (blocks + count - 1) / count;
-  ks.count = static_cast<int>((blocks + per - 1) / per);
-  ks.depth = static_cast<int>(per * 128);
-  return ks;
+  return cut_k((x.k + 127) / 128, want);
 }
 
 std::size_t partial_bytes(const GroupedGemmArgs& x, const KSlices& ks) {
@@ -397,13 +403,12 @@ TailSplit tail_split(const GroupedGemmArgs& x, int64_t units, int64_t slots, boo
   int64_t want =
       cluster == 1 && units <= slots ? 1 : grouped_plan::fp8_tail_slices(units, slots, blocks);
   const char* env = std::getenv("GEMMT_FP8_TAIL");
-  if (env != nullptr && env[0] != '\0') want = std::min<int64_t>(std::atoi(env), blocks);
-  if (want <= 1) return {};
-  const int64_t per = (blocks + want - 1) / want;
+  if (env != nullptr && env[0] != '\0') want = std::atoi(env);
+  const KSlices cut = cut_k(blocks, want);
+  if (cut.count <= 1) return {};
   TailSplit t;
-  t.slices = static_cast<int>((blocks + per - 1) / per);
-  if (t.slices <= 1) return {};
-  t.depth = static_cast<int>(per * 128);
+  t.slices = cut.count;
+  t.depth = cut.depth;
   t.pieces = static_cast<int>(units % slots);
   t.first = static_cast<int>(units - t.pieces);
   return t;
