@@ -582,13 +582,17 @@ def test_scaled_mm_cuda_empty_contraction(m: int, activation: str) -> None:
 @pytest.mark.cuda
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build of gemmt")
 @pytest.mark.parametrize("granularity", gemmt.FP8_GRANULARITIES)
-@pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("shape", [(4100, 8200), (2053, 16512)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_quantize_cuda_many_tiles_per_cta(granularity: str, x_dtype: torch.dtype,
                                           shape: tuple[int, int]) -> None:
     # More tiles and batches than a resident grid has CTAs (every CTA walks several, its
-    # prefetch ring turning over), rows and columns both ragged, against the CPU reference.
+    # prefetch ring or its staged next tile turning over), rows and columns both ragged,
+    # against the CPU reference; then a view whose rows end in a partial chunk of 8 (read
+    # directly beside the staged whole ones).
     check_cuda_quantize(cuda_input(shape, x_dtype), granularity, E4M3)
+    rows, cols = shape
+    check_cuda_quantize(cuda_input((rows, cols + 8), x_dtype)[:, :cols - 5], granularity, E4M3)
 
 
 @pytest.mark.cuda

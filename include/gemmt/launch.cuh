@@ -68,6 +68,14 @@ inline cudaError_t current_device_l2_bytes(int* bytes) {
   });
 }
 
+// The most shared memory a CTA of the current device may opt in to, asked once per device.
+inline cudaError_t current_device_smem_optin(int* bytes) {
+  static std::atomic<int> cache[kMaxCachedDevices] = {};
+  return cached_per_device(cache, bytes, [](int device, int* value) {
+    return cudaDeviceGetAttribute(value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  });
+}
+
 // Raises the dynamic shared-memory limit of kKernel to `bytes`, with the driver call made
 // once per device rather than on every launch: the attribute belongs to the per-device
 // function object and stays set for the life of the context, and a product of a few
