@@ -302,14 +302,6 @@ int defer_store() {
   return env != nullptr && std::strcmp(env, "0") == 0 ? 0 : 1;
 }
 
-// FP8 row / column and tensor scales fetched into L1 at each tile's start
-// (GroupedParams::prefetch_scales); GEMMT_FP8_PREFETCH_SCALES=0 leaves them to the epilogue
-// (read at each call, for A/B runs).
-int prefetch_scales() {
-  const char* env = std::getenv("GEMMT_FP8_PREFETCH_SCALES");
-  return env != nullptr && std::strcmp(env, "0") == 0 ? 0 : 1;
-}
-
 // Extents the kernel's 32-bit tile arithmetic takes: a tile origin plus its width (up to 256),
 // a depth rounded up to whole k-blocks, stay below 2^31.
 constexpr int64_t kMaxExtent = (int64_t{1} << 31) - 1024;
@@ -650,7 +642,6 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   p.full_k_tail = full_k_tail();
   p.depth_order = depth_order();
   p.defer_store = defer_store();
-  p.prefetch_scales = prefetch_scales();
   std::memset(&l.c, 0, sizeof(l.c));
   // A C the driver will not map (strides past its limits) is written from registers.
   if (!two_per_sm && !sliced && use_staged_c(x) && encode_c_map(&l.c, x)) p.store_c = 1;

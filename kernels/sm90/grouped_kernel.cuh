@@ -410,32 +410,6 @@ struct GgScales {
     sb_s1 = p.sb_s1;
     pairs = !per_elem || (p.sb_s1 == 1 && reinterpret_cast<uintptr_t>(sb) % 8 == 0);
   }
-  // The lines load() and column_pairs() read for a tile whose first column is col0, fetched
-  // into L1 (a lane's rows, and one column in every kBN / 32 of the tile's): at a tile's start,
-  // so that its epilogue, after the last k-block, finds them there instead of waiting on L2
-  // or DRAM while the tensor cores idle.
-  template <int kBN>
-  __device__ __forceinline__ static void prefetch(const GgParams& p, int g, int row_base,
-                                                  int row_first, int rows, int col_base, int col0,
-                                                  int lane) {
-    if (p.scale != static_cast<int>(ScaleKind::kRowCol)) return;
-    const int64_t gs = min(g, p.groups - 1);
-    const float* const sa = p.sa + gs * p.sa_sg;
-    const float* const sbg = p.sb + gs * p.sb_sg;
-    if (p.sa_s0 == 0 && lane == 0) prefetch_l1(sa);
-    if (p.sb_s1 == 0 && lane == 0) prefetch_l1(sbg);
-    if (p.sa_s0 != 0) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = max(min(row_first + 8 * h, rows - 1), 0);
-        prefetch_l1(sa + static_cast<int64_t>(row_base + r) * p.sa_s0);
-      }
-    }
-    if (p.sb_s1 != 0) {
-      const int c = min(col0 + lane * (kBN / 32), p.n - 1);
-      prefetch_l1(sbg + static_cast<int64_t>(col_base + c) * p.sb_s1);
-    }
-  }
   // The column factors of a whole block's pairs c0 + 8 j, c0 + 8 j + 1 (pairs only), all
   // loaded before any is used so that their latencies overlap.
   template <int kPairs>
@@ -931,16 +905,6 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
          ++round) {
       const int num_kb = ceil_div_dev(u.depth, kBK);
       const bool split_depth = p.split == static_cast<int>(GroupSplit::kDepth);
-      if constexpr (is_fp8_kind(kKind) && !kBlock) {
-        if (p.prefetch_scales != 0) {
-          const bool split_rows = p.split == static_cast<int>(GroupSplit::kRows);
-          const bool split_cols = p.split == static_cast<int>(GroupSplit::kCols);
-          GgScales::prefetch<kBN>(p, u.g, split_rows ? u.begin : 0,
-                                  u.tm * kGgBM + half_row + warp_in_wg * 16 + (lane >> 2),
-                                  split_rows ? u.rows : p.m, split_cols ? u.begin : 0, u.tn * kBN,
-                                  lane);
-        }
-      }
       if constexpr (!kDeferStore) {
 #pragma unroll
         for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.f;

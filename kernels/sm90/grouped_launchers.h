@@ -99,10 +99,6 @@ struct GroupedParams {
   // The two-set promoted FP8 loop: 1 stages a tile's C once the next tile's first k-block is
   // issued, 0 at the tile's end (the form of before, for A/B runs).
   int defer_store;
-  // FP8 row / column and tensor scales: 1 fetches the factors a tile's epilogue reads into L1
-  // at the tile's start (GgScales::prefetch), 0 leaves them to the epilogue's loads (for A/B
-  // runs).
-  int prefetch_scales;
   // One FP8 product's last round split along K (grouped_plan::fp8_tail_slices; the one-set
   // promoted loops, grouped_kernel.cuh: kTail): units from
   // tail_first on are pieces, tail_slices a tile, piece s taking K [s * tail_depth, ...) (a
