@@ -587,9 +587,9 @@ def test_scaled_mm_cuda_empty_contraction(m: int, activation: str) -> None:
 def test_quantize_cuda_many_tiles_per_cta(granularity: str, x_dtype: torch.dtype,
                                           shape: tuple[int, int]) -> None:
     # More tiles and batches than a resident grid has CTAs (every CTA walks several, its
-    # prefetch ring or its staged next tile turning over), rows and columns both ragged,
-    # against the CPU reference; then a view whose rows end in a partial chunk of 8 (read
-    # directly beside the staged whole ones).
+    # prefetch ring turning over), rows and columns both ragged, against the CPU reference;
+    # then a view whose rows end in a partial chunk of 8 (read element by element beside the
+    # vector loads of the whole ones).
     check_cuda_quantize(cuda_input(shape, x_dtype), granularity, E4M3)
     rows, cols = shape
     check_cuda_quantize(cuda_input((rows, cols + 8), x_dtype)[:, :cols - 5], granularity, E4M3)

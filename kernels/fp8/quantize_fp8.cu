@@ -37,8 +37,6 @@
 #include <atomic>
 #include <cfloat>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "common/cluster.cuh"
@@ -976,24 +974,7 @@ struct TileParams {
   float* scale_t;
   unsigned int* row_amax;  // kAmaxOnly, kFromAmax: rows entries; kGlobal: the tensor amax
   unsigned int* col_amax;  // kAmaxOnly, kFromAmax: cols entries
-  bool stage_next;         // a resident grid that copies each CTA's next tile ahead (below)
 };
-
-// The staged form of the tile kernel (one scale a 128x128 tile of a 2-byte x, no transpose): a
-// grid of the CTAs resident at once, each walking the tiles and copying its next tile's chunks
-// (cp.async) into its threads' own slots of shared memory while it reduces and casts the
-// current one. A thread reads back only what it copied, so no barrier guards the slots. Launched
-// a CTA a tile, a CTA's loads began only once the one before it on the SM had left: staged,
-// 8192 x 8192, 4096 x 14336 and 16384 x 2048 ran 1.055-1.081x faster (H200); with fewer than
-// four tiles a CTA (2048 x 7168) the last round's imbalance cost 3%, so such grids stay
-// unstaged. The transposed forms gained nothing (bound by their instructions: two casts of
-// every element, the byte transpose), float32 lost 25-40% (64 KB of slots a CTA).
-template <typename T, TileMode kMode, bool kTranspose>
-constexpr bool tile_can_stage() {
-  return sizeof(T) == 2 && kMode == TileMode::kWhole && !kTranspose;
-}
-constexpr int kTileStageBytes = kTileRowsPerThread * kTileThreads * 16;
-constexpr int64_t kTileStageMinTilesACta = 4;
 
 // CTAs per SM the tile kernel is built for. Held in x's own bits, a tile of a 2-byte x leaves
 // room for a third CTA (40 registers a thread) where one multiplier covers the tile or no
@@ -1076,8 +1057,6 @@ __global__ void __launch_bounds__(kTileThreads, tile_min_blocks<T, kMode>())
   __shared__ float tile_part[kTileWarps];
   __shared__ __align__(16) unsigned int qt_tile[kTranspose ? kGroup : 1][kGroup / 4];
 
-  extern __shared__ __align__(16) unsigned char tile_stage[];
-
   const T* __restrict__ x = static_cast<const T*>(p.x);
   const int tx = threadIdx.x & 15;
   const int ty = threadIdx.x >> 4;
@@ -1087,34 +1066,6 @@ __global__ void __launch_bounds__(kTileThreads, tile_min_blocks<T, kMode>())
   constexpr bool e5m2 = kE5M2;
   const int64_t row_tiles = ceil_div(p.rows, kGroup);
   const int64_t col_tiles = ceil_div(p.cols, kGroup);
-  const int64_t tiles = row_tiles * col_tiles;
-
-  // Row i of the thread's chunks of a tile is staged where it is whole and x's rows are
-  // 16-byte aligned; the rest is read directly.
-  constexpr bool kCanStage = tile_can_stage<T, kMode, kTranspose>();
-  const bool stage = kCanStage && p.stage_next && p.vec_in;
-  auto staged = [&](int64_t r, int ncol) { return stage && r < p.rows && ncol == kChunk; };
-  auto slot = [&](int i) {
-    return smem_addr(tile_stage) + static_cast<uint32_t>((i * kTileThreads + threadIdx.x) * 16);
-  };
-  // Tile t's copies (32-bit arithmetic: the staged grid has fewer than 2^31 tiles).
-  auto stage_tile = [&](int64_t t) {
-    if constexpr (kCanStage) {
-      if (!stage || t >= tiles) return;
-      const uint32_t rb = static_cast<uint32_t>(t) / static_cast<uint32_t>(col_tiles);
-      const int64_t r0 = static_cast<int64_t>(rb) * kGroup;
-      const int64_t c =
-          (t - static_cast<int64_t>(rb) * col_tiles) * kGroup + static_cast<int64_t>(tx) * kChunk;
-      const int ncol = chunk_len(p.cols, c);
-#pragma unroll
-      for (int i = 0; i < kTileRowsPerThread; ++i) {
-        const int64_t r = r0 + ty * kTileRowsPerThread + i;
-        if (staged(r, ncol)) cp_async_16(slot(i), x + r * p.ld + c);
-      }
-      cp_async_commit();
-    }
-  };
-  stage_tile(blockIdx.x);
 
   float global_mult = 0.0f;
   if constexpr (kMode == TileMode::kGlobal) {
@@ -1129,6 +1080,7 @@ __global__ void __launch_bounds__(kTileThreads, tile_min_blocks<T, kMode>())
   // The second pass over x (the tensor amax, the row and column amaxes came first) walks the
   // tiles backwards, starting where the first pass ended: on what L2 still holds of x.
   constexpr bool kBackwards = kMode == TileMode::kGlobal || kMode == TileMode::kFromAmax;
+  const int64_t tiles = row_tiles * col_tiles;
   for (int64_t wf = blockIdx.x; wf < tiles; wf += gridDim.x) {
     const int64_t w = kBackwards ? tiles - 1 - wf : wf;
     const int64_t rb = w / col_tiles;
@@ -1141,17 +1093,11 @@ __global__ void __launch_bounds__(kTileThreads, tile_min_blocks<T, kMode>())
     Chunk<T> raw[kTileRowsPerThread];
     float rmax[kTileRowsPerThread];
     float cmax[kChunk];  // over the thread's 4 rows
-    if constexpr (kCanStage) {
-      if (stage) cp_async_wait<0>();
-    }
 #pragma unroll
     for (int i = 0; i < kTileRowsPerThread; ++i) {
       const int64_t r = r0 + ty * kTileRowsPerThread + i;
       const int n = r < p.rows ? ncol : 0;
-      if (staged(r, ncol)) {
-        const uint4 got = ld_shared_v4(slot(i));
-        raw[i].u[0] = got.x, raw[i].u[1] = got.y, raw[i].u[2] = got.z, raw[i].u[3] = got.w;
-      } else if (n > 0) {
+      if (n > 0) {
         load_chunk(x + r * p.ld + c, n, p.vec_in, raw[i]);
       } else {
         zero_chunk(raw[i]);
@@ -1162,9 +1108,6 @@ __global__ void __launch_bounds__(kTileThreads, tile_min_blocks<T, kMode>())
     float mult = global_mult;
     if constexpr (kMode == TileMode::kWhole) {
       float m = max_mag_chunks(raw);
-      // The next tile's copies go out once this one's chunks have been used: the slots are
-      // free again.
-      stage_tile(wf + gridDim.x);
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
       if (lane == 0) tile_part[warp] = m;
@@ -1365,41 +1308,11 @@ constexpr size_t align16(size_t n) {
   return (n + 15) / 16 * 16;
 }
 
-// The tile kernel's staged form where it can run; GEMMT_FP8_QUANT_STAGE=0 launches it a CTA a
-// tile, unstaged, as before (read at each call, for A/B runs).
-bool tile_stage_allowed() {
-  const char* env = std::getenv("GEMMT_FP8_QUANT_STAGE");
-  return env == nullptr || std::strcmp(env, "0") != 0;
-}
-
 template <TileMode kMode, bool kTranspose, typename T, bool kE5M2>
-cudaError_t launch_tiles(TileParams p, cudaStream_t stream) {
-  constexpr auto kernel = quantize_tiles_kernel<T, kMode, kTranspose, kE5M2>;
+cudaError_t launch_tiles(const TileParams& p, cudaStream_t stream) {
   const int64_t tiles = ceil_div(p.rows, kGroup) * ceil_div(p.cols, kGroup);
-  // The staged form (tile_can_stage) where x's rows allow it, the SM holds as many staged CTAs
-  // as the kernel is built for and each CTA has at least kTileStageMinTilesACta tiles; else a
-  // CTA a tile, unstaged.
-  p.stage_next = false;
-  unsigned int grid = grid_1d(tiles, 1);
-  int smem = 0;
-  if constexpr (tile_can_stage<T, kMode, kTranspose>()) {
-    int sms = 0, per_sm = 0, optin = 0;
-    GEMMT_RETURN_IF_ERROR(current_device_sm_count(&sms));
-    GEMMT_RETURN_IF_ERROR(current_device_smem_optin(&optin));
-    if (tile_stage_allowed() && p.vec_in && optin >= kTileStageBytes &&
-        tiles < (int64_t{1} << 31)) {
-      GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(kTileStageBytes));
-      GEMMT_RETURN_IF_ERROR(prefer_max_shared_carveout<kernel>());
-      GEMMT_RETURN_IF_ERROR(resident_blocks_per_sm<kernel>(kTileThreads, &per_sm, kTileStageBytes));
-      const int64_t ctas = static_cast<int64_t>(sms) * per_sm;
-      if (per_sm >= tile_min_blocks<T, kMode>() && tiles >= kTileStageMinTilesACta * ctas) {
-        p.stage_next = true;
-        smem = kTileStageBytes;
-        grid = grid_1d(tiles, 1, ctas);
-      }
-    }
-  }
-  kernel<<<grid, kTileThreads, smem, stream>>>(p);
+  quantize_tiles_kernel<T, kMode, kTranspose, kE5M2>
+      <<<grid_1d(tiles, 1), kTileThreads, 0, stream>>>(p);
   GEMMT_RETURN_LAUNCH_ERROR();
 }
 
