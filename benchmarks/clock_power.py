@@ -28,7 +28,7 @@ import torch
 
 import gemmt
 
-QUERY = ("clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.sw_power_cap")
+QUERY = "clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.sw_power_cap"
 FLOPS_A_CLOCK = {"fp8": 8192, "bf16": 4096}  # per SM, dense tensor cores (Hopper)
 
 
@@ -66,6 +66,7 @@ def sampled(fn: Callable[[], object], flops: float, kind: str, seconds: float) -
 
 
 def main() -> int:
+    """Runs every product under sampling and writes the record; 1 without a CUDA device."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--size", type=int, default=8192)
