@@ -416,6 +416,7 @@ void bind_plans(py::module_& m) {
         d["staged_c"] = staged;
         d["max_tiles"] = grouped_plan::max_tiles(s, bn);
         d["fp8_cluster"] = grouped_plan::fp8_cluster(s);
+        d["fp8_row_tile"] = grouped_plan::fp8_row_tile(s, sm_count);
         d["fp8_promoted_tile_n"] = grouped_plan::promoted_tile_width(s, sm_count);
         d["fp8_promoted_tile_n_block"] = grouped_plan::promoted_tile_width(s, sm_count, true);
         d["fp8_group_tile_n"] = grouped_plan::promoted_group_tile_width(s, sm_count);
@@ -428,8 +429,10 @@ void bind_plans(py::module_& m) {
       "memory (where it can be: c_stageable, false for a bias, an activation or a fused "
       "epilogue), and the bound on its tiles; split: 0 none, 1 rows, 2 columns, "
       "3 the contraction dimension (its extent the total of the groups'). fp8_cluster: CTAs a "
-      "cluster of an FP8 product (1 or 2); fp8_promoted_tile_n: the promoted FP8 tile's width "
-      "for one product of this shape (row / column or tensor scales; fp8_promoted_tile_n_block: "
+      "cluster of an FP8 product (1 or 2) of 128-row tiles; fp8_row_tile: the rows of its tiles "
+      "(64: pairs of 64-row tiles over more than 64 rows); fp8_promoted_tile_n: the promoted FP8 "
+      "tile's width for one product of this shape (row / column or tensor scales; "
+      "fp8_promoted_tile_n_block: "
       "with 128x128 block scales); fp8_group_tile_n(_block): the same for groups on lone CTAs; "
       "fp8_k_slices: the slices of K a few-row FP8 product with "
       "row / column or tensor scales runs as (1: none).",

@@ -222,3 +222,20 @@ def test_benchmark_script_needs_a_gpu(tmp_path: Path, name: str, args: list[str]
     assert done.returncode == 1 and f"{name}: needs a CUDA device" in done.stdout, done
     assert not list(tmp_path.iterdir())
 
+
+
+@pytest.mark.parametrize("count", [2, 3, 5])
+def test_timing_rounds_run_each_candidate_once_and_vary_its_predecessor(count: int) -> None:
+    """Each round times every candidate once; with three or more, no candidate always follows
+    the same other one (the kernel that ran before a call changes its time)."""
+    from gemmt._bench_kit import round_order
+    names = [f"c{i}" for i in range(count)]
+    orders = [round_order(names, r) for r in range(12)]
+    assert all(sorted(o) == names for o in orders)
+    assert orders == [round_order(names, r) for r in range(12)]  # the same at every run
+    if count == 2:
+        assert {o[0] for o in orders} == set(names)
+        return
+    for name in names:
+        before = {o[o.index(name) - 1] for o in orders if o.index(name) > 0}
+        assert len(before) >= 2

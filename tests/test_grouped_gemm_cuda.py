@@ -243,7 +243,8 @@ def ref_scaled(a, b, sa, sb, scaling: str) -> torch.Tensor:
 
 # The kernel forms an environment switch selects (read at each call): CTA pairs sharing B or
 # lone CTAs (the planner's: lone up to 128 rows; A's stages 64 rows deep up to 64, or forced to
-# 128), the promoted tile's width (the planner's, or forced), and C staged through shared memory
+# 128; tiles of 64 rows forced, in pairs or alone, or at most 64 rows with the warpgroups
+# sharing the k-blocks), the promoted tile's width (the planner's, or forced), and C staged through shared memory
 # and TMA stores with the scales applied first (the default where it can run) or written from
 # registers (the promoted 128-wide tile sums from two sets of partial sums, the 192-wide from
 # one).
@@ -254,7 +255,10 @@ FP8_FORMS = {"default": {}, "tile128": {"GEMMT_FP8_TILE": "128"},
              "tile128_registers": {"GEMMT_FP8_TILE": "128", "GEMMT_GROUPED_TMA_STORE": "0"},
              "pairs": {"GEMMT_FP8_CLUSTER": "2"}, "lone": {"GEMMT_FP8_CLUSTER": "1"},
              "lone_registers": {"GEMMT_FP8_CLUSTER": "1", "GEMMT_GROUPED_TMA_STORE": "0"},
-             "lone_a128": {"GEMMT_FP8_CLUSTER": "1", "GEMMT_FP8_A_ROWS": "128"}}
+             "lone_a128": {"GEMMT_FP8_CLUSTER": "1", "GEMMT_FP8_A_ROWS": "128"},
+             "rows64": {"GEMMT_FP8_A_ROWS": "64"},
+             "rows64_lone": {"GEMMT_FP8_A_ROWS": "64", "GEMMT_FP8_CLUSTER": "1"},
+             "wg_split": {"GEMMT_FP8_WG_SPLIT": "1"}}
 
 
 @needs_hopper
@@ -679,6 +683,67 @@ def test_scaled_mm_k_slices(scaling: str, shape: tuple[int, int, int], slices: s
         # the output type (the FP8 tensor cores' own sums carry more error than float32's, fast
         # accumulation more still); a slice's tile left out would be off by a fraction of the
         # element itself.
+        rtol = 8e-3 if dtype == torch.bfloat16 else 1e-5
+        atol = (5e-3 if fast else 1e-4) * ref.abs().max().item()
+        slack = (whole - ref).abs() + rtol * ref.abs() + atol
+        bad = ((out - ref).abs() > slack).nonzero()
+        assert bad.numel() == 0, f"{bad.shape[0]} elements off, first at {bad[:4].tolist()}"
+        assert rel_err(out, ref) <= 1.05 * rel_err(whole, ref) + 1e-6
+
+
+# ---- scaled_mm's tiles of 64 rows (grouped_plan::fp8_row_tile, GroupedParams::wg_split_k) ----
+
+@needs_hopper
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+@pytest.mark.parametrize("shape", [(200, 1000, 1136), (65, 264, 128), (96, 384, 256),
+                                   (129, 520, 3968), (300, 136, 384), (2900, 1000, 384),
+                                   (48, 1000, 1136)])
+@pytest.mark.parametrize("fast", [False, True])
+@pytest.mark.parametrize("form", ["planned", "pairs", "lone", "pairs_one_warpgroup"])
+def test_scaled_mm_row_tiles_of_64(scaling: str, shape: tuple[int, int, int], fast: bool,
+                                   form: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tiles of 64 rows whose k-blocks the two consumer warpgroups take in turn and whose sums
+    they add through shared memory, each storing half of the tile's columns: in CTA pairs that
+    share B (a pair's second tile past M on 65, 129 and 300 rows), on lone CTAs, and as the
+    planner has them, against float64 and the 128-row tiles on the same operands, with a bias
+    and an activation, every element written (the allocator poisoned with NaN), the same bits
+    on a second call. One, two, an odd number of k-blocks, K ending inside one, edge tiles of N,
+    several rounds of tiles (2900 rows), and 48 rows, where the warpgroups share a lone tile;
+    and 64-row tiles in pairs whose second warpgroup idles (the form of at most 64 rows)."""
+    import torch.nn.functional as F
+    env = {"planned": {}, "pairs": {"GEMMT_FP8_A_ROWS": "64"},
+           "lone": {"GEMMT_FP8_A_ROWS": "64", "GEMMT_FP8_CLUSTER": "1"},
+           "pairs_one_warpgroup": {"GEMMT_FP8_A_ROWS": "64", "GEMMT_FP8_WG_SPLIT": "0"}}[form]
+    m, n, k = shape
+    if m <= 64 and form != "pairs_one_warpgroup":
+        env = {**env, "GEMMT_FP8_WG_SPLIT": "1"}
+    a, b, sa, sb = fp8_operands(m, n, k, scaling)
+    bias = torch.randn(n, device="cuda")
+    product = ref_scaled(a, b, sa, sb, scaling)
+    for dtype, use_bias, act in ((torch.bfloat16, False, "none"), (torch.float32, True, "silu")):
+        bias_c = bias.to(dtype) if use_bias else None
+        ref = product + bias_c.double().cpu() if use_bias else product
+        ref = F.silu(ref) if act == "silu" else ref
+
+        def call() -> torch.Tensor:
+            return torch.ops.gemmt.scaled_mm(a, b, sa, sb, bias_c, dtype, act, fast)
+
+        monkeypatch.setenv("GEMMT_FP8_A_ROWS", "128")
+        monkeypatch.setenv("GEMMT_FP8_CLUSTER", "2" if m > 128 else "1")
+        monkeypatch.setenv("GEMMT_FP8_SPLITS", "1")
+        whole = call().double().cpu()
+        for name in ("GEMMT_FP8_A_ROWS", "GEMMT_FP8_CLUSTER", "GEMMT_FP8_SPLITS"):
+            monkeypatch.delenv(name)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        torch.full((8 * m * n,), float("nan"), device="cuda")
+        out = call()
+        again = call()
+        for name in env:
+            monkeypatch.delenv(name)
+        assert torch.equal(out, again)
+        out = out.double().cpu()
+        assert torch.isfinite(out).all()
         rtol = 8e-3 if dtype == torch.bfloat16 else 1e-5
         atol = (5e-3 if fast else 1e-4) * ref.abs().max().item()
         slack = (whole - ref).abs() + rtol * ref.abs() + atol

@@ -1259,6 +1259,23 @@ def test_grouped_plan_fp8_cluster(m: int, cluster: int, tile: int) -> None:
     assert plan["fp8_cluster"] == cluster and plan["fp8_promoted_tile_n"] == tile
 
 
+@pytest.mark.parametrize("m,n,k,rows", [
+    (1, 28672, 8192, 64), (64, 4096, 4096, 64),  # at most 64 rows: 64-row stages, lone CTAs
+    (200, 3072, 3072, 64),   # 96 tiles of 64 rows in one round; 128-row pairs would fill 48 SMs
+    (100, 5120, 5120, 128),  # 65-128 rows: lone 128-row tiles cut along K
+    (129, 3072, 3072, 64),   # 72 tiles of 64 rows, 48 of 128 rows in pairs
+    (256, 4096, 8192, 64),   # 128 tiles of 64 rows still one round
+    (200, 3584, 18944, 128),  # 148 k-blocks: 64-row tiles read too much of L2 a flop
+    (384, 3072, 3072, 128),  # 144 tiles of 64 rows: two rounds
+    (200, 18944, 3584, 128),  # 148 column blocks: the 128-row tiles already fill the SMs
+    (8192, 4096, 4096, 128),
+])
+def test_grouped_plan_fp8_row_tile(m: int, n: int, k: int, rows: int) -> None:
+    # grouped_plan.h: over 128 rows, 64-row tiles where one round of them holds every tile,
+    # the 128-row tiles would fill less than half of the 132 SMs, and K is at most 8192.
+    assert _native.load().plan_grouped(m, n, k, 1, 0, 132)["fp8_row_tile"] == rows
+
+
 @pytest.mark.parametrize("m,n,k,slices", [
     (64, 4096, 4096, 4),     # 32 tiles: four slices of 8 k-blocks on 128 SMs
     (128, 4096, 14336, 4),

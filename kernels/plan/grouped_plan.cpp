@@ -77,6 +77,15 @@ int fp8_cluster(const Shape& s) {
   return s.m <= kBM ? 1 : 2;
 }
 
+int fp8_row_tile(const Shape& s, int sm_count) {
+  if (s.m <= 64) return 64;
+  if (s.m <= kBM) return 128;  // lone 128-row tiles, cut along K (fp8_k_slices): as fast or faster
+  const int64_t tiles64 = ceil_div(s.m, 64) * ceil_div(s.n, 128);
+  const int64_t tiles128 = ceil_div(s.m, kBM) * ceil_div(s.n, 128);
+  constexpr int64_t kMaxDepth = 8192;
+  return tiles64 <= sm_count && 2 * tiles128 <= sm_count && s.k <= kMaxDepth ? 64 : 128;
+}
+
 int fp8_k_slices(const Shape& s, int sm_count) {
   if (fp8_cluster(s) != 1 || s.groups != 1 || s.split != 0 || sm_count < 1) return 1;
   constexpr int64_t kMaxSlices = 4;

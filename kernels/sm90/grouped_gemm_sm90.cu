@@ -203,11 +203,11 @@ struct PromotedTile {
   int sets;
   int bn;
 };
-PromotedTile promoted_tile(const GroupedGemmArgs& x, int cluster, int sms) {
+PromotedTile promoted_tile(const GroupedGemmArgs& x, int cluster, int a_rows, int sms) {
   const bool block = x.scale == ScaleKind::kBlock;
   const bool groups = x.groups > 1 || x.split != GroupSplit::kNone;
-  const PromotedTile narrow{cluster == 1 && !block ? 1 : 2, 128};
-  if ((block && x.b_block_cols) || (cluster == 1 && !groups)) return narrow;
+  const PromotedTile narrow{(cluster == 1 || a_rows == 64) && !block ? 1 : 2, 128};
+  if ((block && x.b_block_cols) || (cluster == 1 && !groups) || a_rows == 64) return narrow;
   const char* env = std::getenv("GEMMT_FP8_TILE");
   int width = 0;
   if (env != nullptr && std::strcmp(env, "192") == 0) width = 192;
@@ -219,35 +219,51 @@ PromotedTile promoted_tile(const GroupedGemmArgs& x, int cluster, int sms) {
   return width == 128 ? narrow : PromotedTile{1, 192};
 }
 
+// The rows of A a stage and a tile hold (grouped_plan::fp8_row_tile): 64 for one FP8 product
+// of few rows (row / column or tensor scales), whose ring then holds 8-9 stages instead of 6
+// (more of B in flight: the weight streams faster), else 128. GEMMT_FP8_A_ROWS=128 / 64 forces
+// either where 64 can run (read at each call, for A/B runs).
+int a_stage_rows(const GroupedGemmArgs& x, int sms) {
+  if (!is_fp8_kind(x.kind) || x.groups != 1 || x.split != GroupSplit::kNone ||
+      x.scale == ScaleKind::kBlock) {
+    return 128;
+  }
+  const char* env = std::getenv("GEMMT_FP8_A_ROWS");
+  if (env != nullptr && std::strcmp(env, "128") == 0) return 128;
+  if (env != nullptr && std::strcmp(env, "64") == 0) return 64;
+  return grouped_plan::fp8_row_tile(shape_of(x), sms);
+}
+
 // CTA pairs for FP8 where grouped_plan::fp8_cluster says (block scales: always, their
-// instances are pairs). GEMMT_FP8_CLUSTER=1 / 2 forces either (read at each call, for A/B
-// runs).
-int fp8_cluster(const GroupedGemmArgs& x) {
+// instances are pairs); 64-row tiles pair up over more than 64 rows. GEMMT_FP8_CLUSTER=1 / 2
+// forces either (read at each call, for A/B runs).
+int fp8_cluster(const GroupedGemmArgs& x, int sms) {
   if (!is_fp8_kind(x.kind)) return 1;
   if (x.split != GroupSplit::kNone || x.groups != 1) return 1;  // pairs share one product's B
   if (x.scale == ScaleKind::kBlock) return 2;
   const char* env = std::getenv("GEMMT_FP8_CLUSTER");
   if (env != nullptr && std::strcmp(env, "1") == 0) return 1;
   if (env != nullptr && std::strcmp(env, "2") == 0) return 2;
+  if (a_stage_rows(x, sms) == 64) return x.m > 64 ? 2 : 1;
   return grouped_plan::fp8_cluster(shape_of(x));
 }
-// The rows of A a stage holds: 64 for an FP8 product of at most 64 rows on lone CTAs, whose
-// ring then holds 9 stages instead of 6 (more of B in flight: the weight streams faster), else
-// 128. GEMMT_FP8_A_ROWS=128 keeps 128 (read at each call, for A/B runs).
-int a_stage_rows(const GroupedGemmArgs& x, int cluster) {
-  if (!is_fp8_kind(x.kind) || cluster != 1 || x.m > 64 || x.groups != 1 ||
-      x.split != GroupSplit::kNone) {
-    return 128;
-  }
-  const char* env = std::getenv("GEMMT_FP8_A_ROWS");
-  if (env != nullptr && std::strcmp(env, "128") == 0) return 128;
-  return 64;
+
+// GroupedParams::wg_split_k: 64-row tiles of a product of more than 64 rows deal their
+// k-blocks between the consumer warpgroups; over at most 64 rows the second warpgroup idles
+// (its ring one stage deeper: sharing ran 0.94-0.96x there, docs/fp8.md).
+// GEMMT_FP8_WG_SPLIT=1 / 0 forces either (read at each call, for A/B runs).
+int wg_split_k(const GroupedGemmArgs& x, int a_rows) {
+  if (a_rows != 64) return 0;
+  const char* env = std::getenv("GEMMT_FP8_WG_SPLIT");
+  if (env != nullptr && std::strcmp(env, "1") == 0) return 1;
+  if (env != nullptr && std::strcmp(env, "0") == 0) return 0;
+  return x.m > 64 ? 1 : 0;
 }
 
 // The ring's depth: as many stages as fit (sm90::grouped_ring_stages). GEMMT_GROUPED_STAGES=n
 // caps it (read at each call, for A/B runs).
-int ring_stages(int a_rows, int bn, bool staged_c, bool table, int scale_bytes) {
-  const int fit = sm90::grouped_ring_stages(a_rows, bn, staged_c, table, scale_bytes);
+int ring_stages(int a_rows, int bn, bool staged_c, bool table, int scale_bytes, bool exchange) {
+  const int fit = sm90::grouped_ring_stages(a_rows, bn, staged_c, table, scale_bytes, exchange);
   const char* env = std::getenv("GEMMT_GROUPED_STAGES");
   const int cap = env != nullptr ? std::atoi(env) : 0;
   return cap > 0 && cap < fit ? cap : fit;
@@ -335,7 +351,7 @@ KSlices cut_k(int64_t blocks, int64_t want) {
 KSlices k_slices(const GroupedGemmArgs& x, int sms) {
   KSlices ks;
   if (!is_fp8_kind(x.kind) || x.scale == ScaleKind::kBlock || x.split != GroupSplit::kNone ||
-      x.groups != 1 || x.k <= 0 || x.m == 0 || x.n == 0 || fp8_cluster(x) != 1) {
+      x.groups != 1 || x.k <= 0 || x.m == 0 || x.n == 0 || fp8_cluster(x, sms) != 1) {
     return ks;
   }
   int want = 0;
@@ -437,6 +453,8 @@ struct Geometry {
   int cluster = 1;
   PromotedTile pt{0, 128};
   int bn = 128;
+  int a_rows = 128;
+  int wg_split_k = 0;
   int64_t tiles_m = 0, tiles_n = 0;  // tiles_m counts pairs of tile rows on CTA pairs
   int64_t units = 0, slots = 0;
   TailSplit tail;
@@ -450,21 +468,28 @@ Geometry geometry(const GroupedGemmArgs& x, int sms, bool with_workspace) {
   grouped_plan::Shape shape = shape_of(x);
   if (sliced) shape.groups = g.ks.count;
   g.two_per_sm = two_ctas_per_sm(x);
-  g.cluster = fp8_cluster(x);
+  g.cluster = fp8_cluster(x, sms);
+  g.a_rows = is_fp8_kind(x.kind) ? a_stage_rows(x, sms) : 128;
   // The promoted FP8 tile as promoted_tile says; fast accumulation on lone CTAs 128 wide (its
   // only instance).
-  g.pt = g.promote ? promoted_tile(x, g.cluster, sms) : PromotedTile{0, 128};
-  g.bn = g.promote                               ? g.pt.bn
-         : is_fp8_kind(x.kind) && g.cluster == 1 ? 128
-         : g.two_per_sm                          ? 128
-                                                 : tile_width_16bit(shape, sms);
-  g.tiles_m = (x.m + 128 * g.cluster - 1) / (128 * g.cluster);
+  g.pt = g.promote ? promoted_tile(x, g.cluster, g.a_rows, sms) : PromotedTile{0, 128};
+  g.bn = g.promote                                                   ? g.pt.bn
+         : is_fp8_kind(x.kind) && (g.cluster == 1 || g.a_rows == 64) ? 128
+         : g.two_per_sm                                              ? 128
+                                                                     : tile_width_16bit(shape, sms);
+  const int64_t unit_rows = static_cast<int64_t>(g.a_rows) * g.cluster;
+  g.tiles_m = (x.m + unit_rows - 1) / unit_rows;
   g.tiles_n = (x.n + g.bn - 1) / g.bn;
-  const int64_t tiles = grouped_plan::max_tiles(shape, g.bn);
+  // One product of 64-row tiles: a unit (tile or pair) per tile row (pair) and column block,
+  // and per k-slice.
+  const int64_t tiles = g.a_rows == 64 ? g.tiles_m * g.tiles_n * (sliced ? g.ks.count : 1)
+                                       : grouped_plan::max_tiles(shape, g.bn);
   g.units = g.cluster == 1 ? tiles : g.tiles_m * g.tiles_n;
   g.slots = static_cast<int64_t>(sms / g.cluster) * (g.two_per_sm ? 2 : 1);
-  // The one-set promoted loops carry the hand-over (grouped_kernel.cuh: kTail).
-  if (tiles > 0 && g.promote && g.pt.sets == 1)
+  // The one-set promoted loops carry the hand-over (grouped_kernel.cuh: kTail), but not where
+  // the warpgroups share a tile's k-blocks.
+  g.wg_split_k = wg_split_k(x, g.a_rows);
+  if (tiles > 0 && g.promote && g.pt.sets == 1 && g.wg_split_k == 0)
     g.tail = tail_split(x, g.units, g.slots, sliced, g.cluster);
   const bool room = x.workspace != nullptr &&
                     x.workspace_bytes >= tail_bytes(g.tail, g.cluster, g.bn) &&
@@ -584,7 +609,7 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   l.block = x.scale == ScaleKind::kBlock;
   l.cluster = cluster;
   l.per_sm = two_per_sm ? 2 : 1;
-  l.a_rows = a_stage_rows(x, cluster);
+  l.a_rows = geo.a_rows;
   const int a_half = a_half_rows(y, cluster, l.a_rows, sliced);
   if (!encode_operand(&l.a, a, x.kind, a_half > 0 ? 64 : l.a_rows)) {
     *step = "encoding the tensor map of a";
@@ -597,6 +622,7 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   sm90::GroupedParams& p = l.p;
   p.split = static_cast<int>(x.split);
   p.a_half = a_half;
+  p.wg_split_k = geo.wg_split_k;
   p.groups = x.groups;
   p.offs = x.offs;
   p.m = static_cast<int>(x.m);
@@ -644,11 +670,14 @@ cudaError_t grouped_gemm_sm90(const GroupedGemmArgs& x, cudaStream_t stream,
   p.defer_store = defer_store();
   std::memset(&l.c, 0, sizeof(l.c));
   // A C the driver will not map (strides past its limits) is written from registers.
-  if (!two_per_sm && !sliced && use_staged_c(x) && encode_c_map(&l.c, x)) p.store_c = 1;
-  p.stages = two_per_sm ? sm90::kGroupedPairStages
-                        : ring_stages(l.a_rows, bn, p.store_c != 0,
-                                      p.split != static_cast<int>(GroupSplit::kNone),
-                                      sm90::grouped_scale_bytes(l.block, x.b_block_cols));
+  if (!two_per_sm && !sliced && p.wg_split_k == 0 && use_staged_c(x) && encode_c_map(&l.c, x)) {
+    p.store_c = 1;
+  }
+  p.stages = two_per_sm
+                 ? sm90::kGroupedPairStages
+                 : ring_stages(
+                       l.a_rows, bn, p.store_c != 0, p.split != static_cast<int>(GroupSplit::kNone),
+                       sm90::grouped_scale_bytes(l.block, x.b_block_cols), p.wg_split_k != 0);
   if (geo.units == 0) return cudaSuccess;
   const TailSplit& tail = geo.tail;
   // A cut tail's pieces are units too: a product of less than one round has more of them than

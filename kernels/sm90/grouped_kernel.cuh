@@ -62,6 +62,9 @@ constexpr int kGgBM = 128;
 // Named barriers 4 and 5: a consumer warpgroup's hand-over of a split tail's sums (1-3 zero
 // the K tails of a split of K).
 constexpr uint32_t kTailBarrier = 4;
+// Named barrier 6: the two consumer warpgroups' exchange of a 64-row tile's sums
+// (GroupedParams::wg_split_k).
+constexpr uint32_t kExchangeBarrier = 6;
 // The kernel's kBlock: FP8 block scales of A (1x128) with B's 128x128 ones, or with 128x1 ones
 // (a scale a column and k-block: the blockwise weight gradient). The producer warp copies each
 // k-block's scales into the ring beside it, so that the consumers read them from shared memory
@@ -74,9 +77,11 @@ constexpr int staged_scale_bytes(int block) {
   return sm90::grouped_scale_bytes(block != kBlockNone, block == kBlockCols);
 }
 
-// kARows: the rows of A a stage holds, 128, or 64 for products of at most 64 rows (FP8 on lone
-// CTAs), whose second consumer warpgroup has none: with half of A's bytes a stage the ring holds
-// 9 stages instead of 6, and half again as much of B is in flight.
+// kARows: the rows of A a stage and a tile hold, 128, or 64 for FP8 products of few rows: with
+// half of A's bytes a stage the ring holds 8-9 stages instead of 6, half again as much of B is
+// in flight, and a product of 65-256 rows has twice the tiles to spread over the SMs. The two
+// consumer warpgroups then take a tile's k-blocks in turn (GroupedParams::wg_split_k), or the
+// second one idles (a product of at most 64 rows, the form of before).
 template <int kKind, int kBN, int kARows = kGgBM>
 struct GgCfg {
   static_assert(kBN == 128 || kBN == 192 || kBN == 256,
@@ -90,8 +95,10 @@ struct GgCfg {
   static constexpr int kBBytes = kBN * 128;
   static constexpr int kAcc = kBN / 2;
   static constexpr int kCBytes = kARows * kBN * 2;
-  static constexpr int smem_bytes(int stages, bool staged_c, bool table, int scale_bytes = 0) {
-    return sm90::grouped_smem_bytes(kARows, kBN, stages, staged_c, table, scale_bytes);
+  static constexpr int kXBytes = sm90::grouped_exchange_bytes(kARows, kBN);
+  static constexpr int smem_bytes(int stages, bool staged_c, bool table, int scale_bytes = 0,
+                                  bool exchange = false) {
+    return sm90::grouped_smem_bytes(kARows, kBN, stages, staged_c, table, scale_bytes, exchange);
   }
   static_assert(smem_bytes(sm90::grouped_ring_stages(kARows, kBN, false, true), false, true) <=
                     sm90::kGroupedSmemLimit,
@@ -625,6 +632,46 @@ __device__ __forceinline__ void gg_store_staged(const CUtensorMap* map, uint32_t
   }
 }
 
+// The sums of a 64-row tile whose k-blocks the two consumer warpgroups shared
+// (GroupedParams::wg_split_k), into kept: warpgroup cw keeps half of the tile's columns (the
+// first warpgroup the first half, acc's first kAcc / 2 values), hands the other half to its
+// partner through xbuf and adds the partner's to its own. Thread t of either warpgroup holds
+// the same fragments, so the halves meet thread by thread, laid out a 16-byte word of every
+// thread after another so that a warp's accesses hit distinct banks. The buffer is free again
+// when this returns.
+template <int kAcc>
+__device__ __forceinline__ void gg_exchange_sums(const float (&acc)[kAcc], float (&kept)[kAcc / 2],
+                                                 uint32_t xbuf, int cw, int t) {
+  constexpr int kHalf = kAcc / 2;
+  constexpr uint32_t kHalfBytes = 128 * kHalf * 4;
+  auto run = [&](auto keeps_first) {
+    constexpr int kKeep = decltype(keeps_first)::value ? 0 : kHalf;
+    constexpr int kGive = kHalf - kKeep;
+    const uint32_t out = xbuf + cw * kHalfBytes, in = xbuf + (cw ^ 1) * kHalfBytes;
+#pragma unroll
+    for (int q = 0; q < kHalf / 4; ++q) {
+      const float* g = &acc[kGive + 4 * q];
+      st_shared_v4(out + (q * 128 + t) * 16, __float_as_uint(g[0]), __float_as_uint(g[1]),
+                   __float_as_uint(g[2]), __float_as_uint(g[3]));
+    }
+    named_barrier_sync(kExchangeBarrier, 256);
+#pragma unroll
+    for (int q = 0; q < kHalf / 4; ++q) {
+      const uint4 v = ld_shared_v4(in + (q * 128 + t) * 16);
+      kept[4 * q] = acc[kKeep + 4 * q] + __uint_as_float(v.x);
+      kept[4 * q + 1] = acc[kKeep + 4 * q + 1] + __uint_as_float(v.y);
+      kept[4 * q + 2] = acc[kKeep + 4 * q + 2] + __uint_as_float(v.z);
+      kept[4 * q + 3] = acc[kKeep + 4 * q + 3] + __uint_as_float(v.w);
+    }
+    named_barrier_sync(kExchangeBarrier, 256);
+  };
+  if (cw == 0) {
+    run(std::true_type{});
+  } else {
+    run(std::false_type{});
+  }
+}
+
 #endif  // GEMMT_SM90_DEVICE_CODE
 
 // kAMn / kBMn: M-major A, N-major B (16-bit kinds only). kPromote (1: one set of partial sums,
@@ -635,8 +682,9 @@ __device__ __forceinline__ void gg_store_staged(const CUtensorMap* map, uint32_t
 // of both CTAs have released it.
 // kPerSm == 2: two CTAs an SM (128-wide 16-bit tiles, a ring of at most kPairStages, consumer
 // registers halved), so that one CTA's epilogue and ramp-up run beside the other's products.
-// kARows == 64: A's stages hold 64 rows (GgCfg), for one product of at most 64 rows on lone CTAs;
-// the second consumer warpgroup only hands the stages back.
+// kARows == 64: A's stages and the tiles hold 64 rows (GgCfg), for one FP8 product of few rows,
+// on lone CTAs or pairs; the consumer warpgroups share each tile's k-blocks (p.wg_split_k), or
+// the second one only hands the stages back.
 template <int kKind, bool kAMn, bool kBMn, int kBN, int kPromote, int kBlock, int kCluster,
           int kPerSm = 1, int kARows = kGgBM>
 __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
@@ -645,8 +693,11 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
                              const __grid_constant__ CUtensorMap tma_c, const GgParams p) {
 #if defined(GEMMT_SM90_DEVICE_CODE)
   using Cfg = GgCfg<kKind, kBN, kARows>;
-  static_assert(kARows == kGgBM || (kCluster == 1 && kPerSm == 1 && !kAMn && kPromote < 2),
-                "64 rows of A: lone CTAs, K-major A, at most one set of partial sums");
+  static_assert(kARows == kGgBM ||
+                    (kCluster <= 2 && kPerSm == 1 && !kAMn && kPromote < 2 && kBlock == kBlockNone),
+                "64 rows of A: lone CTAs or pairs, K-major A, at most one set of partial sums, "
+                "no block scales");
+  constexpr bool kRows64 = kARows == 64;
   // C through shared memory and TMA (the host sets it for a 16-bit C with no bias or activation
   // and a mappable C; FP8 scales are applied in registers first, block scales at each
   // promotion). The ring is then p.stages deep, the staging after it. (Not with 128x1 scales of
@@ -654,6 +705,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
   constexpr bool kCanStage = kBlock != kBlockCols;
   constexpr int kScaleBytes = staged_scale_bytes(kBlock);  // a stage's block scales
   const bool staged_c = kCanStage && p.store_c != 0;
+  const bool wg_split_k = kRows64 && p.wg_split_k != 0;
   const int stages = p.stages;
   constexpr int kBK = Cfg::kBK;
   constexpr int kMnBox = 64 * 128;  // an MN-major box: 64 of M/N by 64 rows of K (16-bit)
@@ -679,7 +731,8 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
   const uint32_t smem_a = base;
   const uint32_t smem_b = base + stages * Cfg::kABytes;
   const uint32_t smem_c = smem_b + stages * Cfg::kBBytes;
-  const uint32_t smem_scales = smem_c + (staged_c ? Cfg::kCBytes : 0);
+  // C's staging, or the warpgroups' exchange of sums (wg_split_k), never both.
+  const uint32_t smem_scales = smem_c + (wg_split_k ? Cfg::kXBytes : staged_c ? Cfg::kCBytes : 0);
   const uint32_t bars = smem_scales + stages * kScaleBytes;
   int* const first_tile =
       reinterpret_cast<int*>(smem_raw + (bars + sm90::kGroupedBarrierBytes - smem_addr(smem_raw)));
@@ -698,7 +751,8 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
     for (int s = 0; s < stages; ++s) {
       // The producer warp's 32 cp.async arrivals (staged block scales) and its leader's.
       mbar_init(full_bar(s), kBlock ? 33 : 1);
-      mbar_init(empty_bar(s), kConsumerWarps * kCluster);
+      // With the k-blocks dealt between the warpgroups only one of them reads a stage.
+      mbar_init(empty_bar(s), (wg_split_k ? kConsumerWarps / 2 : kConsumerWarps) * kCluster);
     }
     fence_barrier_init();
   }
@@ -746,7 +800,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
         const bool split_rows = p.split == static_cast<int>(GroupSplit::kRows);
         const bool split_cols = p.split == static_cast<int>(GroupSplit::kCols);
         const bool split_depth = p.split == static_cast<int>(GroupSplit::kDepth);
-        const int a_row = (split_rows ? u.begin : 0) + u.tm * kGgBM;
+        const int a_row = (split_rows ? u.begin : 0) + u.tm * kARows;
         const int b_col = (split_cols ? u.begin : 0) + u.tn * kBN;
         // A 3-D operand's third coordinate is the group; a 2-D one (split, or cut into
         // k-slices) has one matrix.
@@ -815,7 +869,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
     // instructions a k-block, and the promoted FP8 loops were bound by their issue.
     const int cw = (warp - kConsumerBase / 32) >> 2;
     // The first row of this warpgroup's half of a tile (GroupedParams::a_half).
-    const int half_row = cw == 0 ? 0 : (p.a_half > 0 ? p.a_half : 64);
+    const int half_row = cw == 0 || kRows64 ? 0 : (p.a_half > 0 ? p.a_half : 64);
     constexpr uint32_t kAStep = (kAMn ? 16 * 128 : 32) >> 4;
     constexpr uint32_t kBStep = (kBMn ? 16 * 128 : 32) >> 4;
     constexpr uint32_t kALbo = kAMn ? kMnBox : 16;
@@ -832,7 +886,8 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
     // stage's lie its bytes / 16 further on (the 14-bit address field never carries: shared
     // memory ends below 256 KB).
     const uint64_t desc_hi = make_desc(0u, 0u, 1024);
-    const uint32_t a_lo0 = static_cast<uint32_t>(make_desc(smem_a, kALbo, 1024)) + cw * kAHalf;
+    const uint32_t a_lo0 =
+        static_cast<uint32_t>(make_desc(smem_a, kALbo, 1024)) + (kRows64 ? 0 : cw * kAHalf);
     const uint32_t b_lo0 = static_cast<uint32_t>(make_desc(smem_b, kBLbo, 1024));
     auto descs = [&](int s, uint64_t& da, uint64_t& db) {
       da = desc_hi | (a_lo0 + static_cast<uint32_t>(s) * (Cfg::kABytes >> 4));
@@ -848,7 +903,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
     auto stages_c = [&](const GgUnit& eu) {
       if constexpr (!kCanStage) return false;
       const bool split_rows = p.split == static_cast<int>(GroupSplit::kRows);
-      const int wrow = eu.tm * kGgBM + half_row + warp_in_wg * 16;
+      const int wrow = eu.tm * kARows + half_row + warp_in_wg * 16;
       return staged_c && (!split_rows || wrow + 16 <= eu.rows || eu.begin + eu.rows == p.m);
     };
     // This warp's lines of tile eu from acc through its staging buffer (stages_c), FP8 row /
@@ -856,7 +911,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
     auto store_staged = [&](const GgUnit& eu) {
       if constexpr (kCanStage) {
         const bool split_rows = p.split == static_cast<int>(GroupSplit::kRows);
-        const int wrow = eu.tm * kGgBM + half_row + warp_in_wg * 16;
+        const int wrow = eu.tm * kARows + half_row + warp_in_wg * 16;
         const uint32_t buf = smem_c + (cw * 4 + warp_in_wg) * (16 * kBN * 2);
         const int row = (split_rows ? eu.begin : 0) + wrow;
         const int batch = split_rows ? 0 : eu.g;
@@ -881,7 +936,7 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
       if (stages_c(eu)) {
         store_staged(eu);
       } else {
-        gg_store_any<is_fp8_kind(kKind) && !kBlock>(p, eu, acc, eu.tm * kGgBM + half_row,
+        gg_store_any<is_fp8_kind(kKind) && !kBlock>(p, eu, acc, eu.tm * kARows + half_row,
                                                     eu.tn * kBN, warp_in_wg, lane);
         fence_accumulators(acc);
       }
@@ -933,7 +988,8 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
       // together, and in the two-set loops, which the branch would make spill.)
       if constexpr (kPromote < 2) {
         const bool zeroes_tails = kAMn && kBMn && split_depth;
-        if (!zeroes_tails && ((kARows == 64 && cw == 1) || u.tm * kGgBM + half_row >= u.rows)) {
+        if (!zeroes_tails && !wg_split_k &&
+            ((kRows64 && cw == 1) || u.tm * kARows + half_row >= u.rows)) {
           for (int kb = 0; kb < num_kb; ++kb) {
             mbar_wait(full_bar(stage), phase);
             release(stage);
@@ -997,6 +1053,68 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
         }
         wgmma_commit();
       };
+      if constexpr (kRows64) {
+        if (wg_split_k) {
+          // A 64-row tile's k-blocks in turn, the even ones to the first warpgroup: each
+          // promotes its k-block while the other's products run. Each walks its own k-blocks
+          // and steps the ring's stage and phase past the other's, without a branch on the
+          // k-block in the loop (a branch there made ptxas serialise the products kept in
+          // flight across k-blocks, C7520). A pair's CTA whose rows lie past the product's end
+          // only hands back the stages of B it fetches for the other.
+          const bool idle = u.tm * kARows >= u.rows;
+          if (cw == 1 && num_kb > 0) advance();
+          auto skip_other = [&](int kb) {
+            advance();
+            if (kb + 1 < num_kb) advance();
+          };
+          if (idle) {
+            for (int kb = cw; kb < num_kb; kb += 2) {
+              mbar_wait(full_bar(stage), phase);
+              release(stage);
+              skip_other(kb);
+            }
+          } else if constexpr (kPromote == 1) {
+            for (int kb = cw; kb < num_kb; kb += 2) {
+              float part[Cfg::kAcc];
+              issue_partial(kb, part);
+              wgmma_wait<0>();
+              fence_accumulators(part);
+              release(stage);
+              promote(part, 1.f, 1.f);
+              skip_other(kb);
+            }
+          } else {
+            int held = -1;  // the stage the products in flight read
+            for (int kb = cw; kb < num_kb; kb += 2) {
+              uint64_t da, db;
+              stage_descs(da, db);
+              wgmma_fence();
+#pragma unroll
+              for (int kk = 0; kk < 4; ++kk) {
+                wgmma_step<kKind, 0, 0, kBN>(acc, da + kk * kAStep, db + kk * kBStep, 1u);
+              }
+              wgmma_commit();
+              if (kb > cw) {
+                wgmma_wait<1>();
+                release(held);
+              }
+              held = stage;
+              skip_other(kb);
+            }
+            wgmma_wait<0>();
+            fence_accumulators(acc);
+            if (held >= 0) release(held);
+          }
+          if (!idle) {
+            float kept[Cfg::kAcc / 2];
+            gg_exchange_sums(acc, kept, smem_c, cw, tid & 127);
+            gg_store_any<is_fp8_kind(kKind)>(p, u, kept, u.tm * kARows, u.tn * kBN + cw * (kBN / 2),
+                                             warp_in_wg, lane);
+            fence_accumulators(acc);
+          }
+          continue;
+        }
+      }
       if constexpr (kPromote == 1) {
         // One set of partial sums, waited for at each k-block: the two consumer warpgroups
         // drift apart, so one promotes while the other's products run (row / column and tensor

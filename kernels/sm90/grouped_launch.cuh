@@ -20,18 +20,20 @@ cudaError_t launch_grouped_instance(const sm90::GroupedLaunch& l, cudaStream_t s
   constexpr auto kernel =
       sm90_grouped_gemm_kernel<kKind, kAMn, kBMn, kBN, kPromote, kBlock, kCluster, kPerSm, kARows>;
   using Cfg = GgCfg<kKind, kBN, kARows>;
-  if (l.a_rows != kARows || (kARows == 64 && l.p.m > 64)) return cudaErrorInvalidValue;
-  // The ring's depth and the staging buffer are launch parameters; the kernel trusts them.
+  // The ring's depth, the staging buffer and the exchange are launch parameters; the kernel
+  // trusts them.
   const bool staged = l.p.store_c != 0;
+  const bool exchange = l.p.wg_split_k != 0;
+  if (l.a_rows != kARows || (exchange && (kARows != 64 || staged))) return cudaErrorInvalidValue;
   if (staged && (kPerSm != 1 || kBlock == kBlockCols)) return cudaErrorInvalidValue;
   const bool table = l.p.split != static_cast<int>(GroupSplit::kNone);
   constexpr int kScaleBytes = staged_scale_bytes(kBlock);
   if (l.block != (kBlock != kBlockNone)) return cudaErrorInvalidValue;
-  const int max_stages = kPerSm != 1
-                             ? sm90::kGroupedPairStages
-                             : sm90::grouped_ring_stages(kARows, kBN, staged, table, kScaleBytes);
+  const int max_stages =
+      kPerSm != 1 ? sm90::kGroupedPairStages
+                  : sm90::grouped_ring_stages(kARows, kBN, staged, table, kScaleBytes, exchange);
   if (l.p.stages < 1 || l.p.stages > max_stages) return cudaErrorInvalidValue;
-  const int smem = Cfg::smem_bytes(l.p.stages, staged, table, kScaleBytes);
+  const int smem = Cfg::smem_bytes(l.p.stages, staged, table, kScaleBytes, exchange);
   GEMMT_RETURN_IF_ERROR(allow_dynamic_smem<kernel>(smem));
   if constexpr (kPerSm != 1) GEMMT_RETURN_IF_ERROR(prefer_max_shared_carveout<kernel>());
   if constexpr (kCluster == 1) {
@@ -90,7 +92,8 @@ cudaError_t launch_grouped_16bit(const sm90::GroupedLaunch& l, cudaStream_t stre
 // 128x128 or 128x1 too, and 128x128 ones on lone CTAs for groups) or on the 192-wide tile from
 // one (with 128x128 block scales too, on pairs or, for groups, lone CTAs), fast accumulation on
 // the 256- or 128-wide one; and lone CTAs on the 128-wide tile, promoted from one set or not
-// (row / column or tensor scales: groups, or one product of at most 128 rows).
+// (row / column or tensor scales: groups, or one product of at most 128 rows); tiles of 64 rows
+// on lone CTAs or pairs, promoted from one set or not (one product of few rows).
 template <int kKind>
 cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t stream) {
   if (l.a_mn || l.b_mn || l.per_sm != 1) return cudaErrorInvalidValue;
@@ -134,6 +137,15 @@ cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t s
     return l.promote == 1
                ? launch_grouped_instance<kKind, false, false, 128, 1, kBlockNone, 1>(l, stream)
                : launch_grouped_instance<kKind, false, false, 128, 0, kBlockNone, 1>(l, stream);
+  }
+  if (l.a_rows == 64) {
+    // Pairs of 64-row tiles (a few rows' product), promoted from one set or not.
+    if (l.bn != 128 || l.promote > 1) return cudaErrorInvalidValue;
+    return l.promote == 1
+               ? launch_grouped_instance<kKind, false, false, 128, 1, kBlockNone, 2, 1, 64>(l,
+                                                                                            stream)
+               : launch_grouped_instance<kKind, false, false, 128, 0, kBlockNone, 2, 1, 64>(l,
+                                                                                            stream);
   }
   if (l.promote == 2) {
     return l.bn == 128

@@ -36,20 +36,31 @@ constexpr int grouped_scale_bytes(bool block, bool block_cols) {
   return !block ? 0 : block_cols ? kGroupedColsScaleBytes : kGroupedSquareScaleBytes;
 }
 
+// The hand-over of a 64-row tile whose k-blocks the two consumer warpgroups share
+// (GroupedParams::wg_split_k): each leaves the half of the tile's columns it does not store,
+// as float32 sums, to the other. It takes the room of staged C, which such tiles do not use.
+constexpr int grouped_exchange_bytes(int a_rows, int bn) {
+  return a_rows * bn * 4;
+}
+
 constexpr int grouped_smem_bytes(int a_rows, int bn, int stages, bool staged_c, bool table,
-                                 int scale_bytes = 0) {
-  return stages * ((a_rows + bn) * 128 + scale_bytes) + (staged_c ? a_rows * bn * 2 : 0) +
+                                 int scale_bytes = 0, bool exchange = false) {
+  return stages * ((a_rows + bn) * 128 + scale_bytes) +
+         (exchange   ? grouped_exchange_bytes(a_rows, bn)
+          : staged_c ? a_rows * bn * 2
+                     : 0) +
          kGroupedBarrierBytes + (table ? kGroupedTableBytes : 0) + 1024;
 }
 
 // The deepest ring that fits beside the rest: 6 stages on the 128 x 128 tile with the table, 7
 // without it (one product, or one cut into k-slices), 5 / 6 with C staged; 4 (3) on the 256-wide
-// tile, 5 (4) on the 192-wide one, 9 (8) with 64 rows of A, table or not.
+// tile, 5 (4) on the 192-wide one, 9 (8) with 64 rows of A, table or not, 8 with 64 rows of A
+// whose k-blocks the warpgroups share.
 constexpr int grouped_ring_stages(int a_rows, int bn, bool staged_c, bool table,
-                                  int scale_bytes = 0) {
+                                  int scale_bytes = 0, bool exchange = false) {
   int stages = kGroupedMaxRing;
-  while (stages > 1 &&
-         grouped_smem_bytes(a_rows, bn, stages, staged_c, table, scale_bytes) > kGroupedSmemLimit) {
+  while (stages > 1 && grouped_smem_bytes(a_rows, bn, stages, staged_c, table, scale_bytes,
+                                          exchange) > kGroupedSmemLimit) {
     --stages;
   }
   return stages;
@@ -58,7 +69,8 @@ static_assert(grouped_ring_stages(128, 128, false, true) == 6 &&
                   grouped_ring_stages(128, 128, false, false) == 7 &&
                   grouped_ring_stages(128, 128, true, false) == 6 &&
                   grouped_ring_stages(128, 256, true, true) == 3 &&
-                  grouped_ring_stages(64, 128, false, true) == 9,
+                  grouped_ring_stages(64, 128, false, true) == 9 &&
+                  grouped_ring_stages(64, 128, false, false, 0, true) == 8,
               "the ring depths the comment above states");
 
 // The kernel's parameters (include/gemmt/grouped_gemm.h has their meaning), with 32-bit
@@ -87,6 +99,11 @@ struct GroupedParams {
   // a_half = m - 64 rows below the first, so that no box crosses A's end; the rows the halves
   // share are computed and written twice, alike. 0: one box of the stage's rows.
   int a_half;
+  // 64 rows of A a stage (GroupedLaunch::a_rows): 1 deals each tile's k-blocks to the two
+  // consumer warpgroups in turn, which then add their sums through shared memory (the
+  // exchange after the ring) and store half of the tile's columns each; 0 leaves the second
+  // warpgroup idle.
+  int wg_split_k;
   int stages;   // the depth of the operand ring (grouped_ring_stages, or kGroupedPairStages)
   int store_c;  // 1: C leaves through shared memory and TMA stores (the map c), 16-bit kinds
   // A split of K (16-bit kinds): 1 zeroes the stage of a group's last k-block to its end, both
@@ -123,7 +140,8 @@ struct GroupedLaunch {
   bool block;   // FP8: with 1x128 / 128x128 (or 128x1) block scales, staged in the ring
   int cluster;  // 1, or 2: CTA pairs along M sharing B (FP8, one group)
   int per_sm;   // CTAs an SM: 1, or 2 (128-wide 16-bit tiles with K-major A)
-  int a_rows;   // rows of A a stage holds (the box of map a): 128, or 64 (FP8 lone CTAs, m <= 64)
+  int a_rows;   // rows of A a stage holds (the box of map a) and a tile's rows: 128, or 64
+                // (FP8 products of few rows, grouped_plan::fp8_row_tile)
 };
 
 // One per kind and tile width (16-bit) or operand pair (float8), each in its own translation
