@@ -641,6 +641,21 @@ def test_grouped_store_with_bias_or_float_out(act: str, monkeypatch: pytest.Monk
     check(out32, ref_grouped(a, b, offs, None, act), torch.bfloat16)
 
 
+def assert_as_close_as(out: torch.Tensor, whole: torch.Tensor, ref: torch.Tensor,
+                       dtype: torch.dtype, fast: bool) -> None:
+    """Each element of ``out`` as close to the float64 ``ref`` as the same product's in the
+    form compared with (``whole``), within a rounding of the output type (the FP8 tensor
+    cores' own sums carry more error than float32's, fast accumulation more still), and the
+    whole no further off: a tile or slice left out, or summed twice, is off by a fraction of
+    the element itself."""
+    rtol = 8e-3 if dtype == torch.bfloat16 else 1e-5
+    atol = (5e-3 if fast else 1e-4) * ref.abs().max().item()
+    slack = (whole - ref).abs() + rtol * ref.abs() + atol
+    bad = ((out - ref).abs() > slack).nonzero()
+    assert bad.numel() == 0, f"{bad.shape[0]} elements off, first at {bad[:4].tolist()}"
+    assert rel_err(out, ref) <= 1.05 * rel_err(whole, ref) + 1e-6
+
+
 # ---- scaled_mm's k-slices (few-row FP8 products: grouped_plan::fp8_k_slices) ----
 
 @needs_hopper
@@ -679,16 +694,7 @@ def test_scaled_mm_k_slices(scaling: str, shape: tuple[int, int, int], slices: s
         torch.full((8 * m * n,), float("nan"), device="cuda")
         out = call().double().cpu()
         assert torch.isfinite(out).all()
-        # Each element as close to the reference as the uncut product's, within a rounding of
-        # the output type (the FP8 tensor cores' own sums carry more error than float32's, fast
-        # accumulation more still); a slice's tile left out would be off by a fraction of the
-        # element itself.
-        rtol = 8e-3 if dtype == torch.bfloat16 else 1e-5
-        atol = (5e-3 if fast else 1e-4) * ref.abs().max().item()
-        slack = (whole - ref).abs() + rtol * ref.abs() + atol
-        bad = ((out - ref).abs() > slack).nonzero()
-        assert bad.numel() == 0, f"{bad.shape[0]} elements off, first at {bad[:4].tolist()}"
-        assert rel_err(out, ref) <= 1.05 * rel_err(whole, ref) + 1e-6
+        assert_as_close_as(out, whole, ref, dtype, fast)
 
 
 # ---- scaled_mm's tiles of 64 rows (grouped_plan::fp8_row_tile, GroupedParams::wg_split_k) ----
@@ -744,12 +750,7 @@ def test_scaled_mm_row_tiles_of_64(scaling: str, shape: tuple[int, int, int], fa
         assert torch.equal(out, again)
         out = out.double().cpu()
         assert torch.isfinite(out).all()
-        rtol = 8e-3 if dtype == torch.bfloat16 else 1e-5
-        atol = (5e-3 if fast else 1e-4) * ref.abs().max().item()
-        slack = (whole - ref).abs() + rtol * ref.abs() + atol
-        bad = ((out - ref).abs() > slack).nonzero()
-        assert bad.numel() == 0, f"{bad.shape[0]} elements off, first at {bad[:4].tolist()}"
-        assert rel_err(out, ref) <= 1.05 * rel_err(whole, ref) + 1e-6
+        assert_as_close_as(out, whole, ref, dtype, fast)
 
 
 # ---- scaled_mm's last round cut along K (GroupedParams::tail_slices) ----
