@@ -417,6 +417,7 @@ void bind_plans(py::module_& m) {
         d["max_tiles"] = grouped_plan::max_tiles(s, bn);
         d["fp8_cluster"] = grouped_plan::fp8_cluster(s);
         d["fp8_row_tile"] = grouped_plan::fp8_row_tile(s, sm_count);
+        d["fp8_row_tile_cluster"] = grouped_plan::fp8_row_tile_cluster(s);
         d["fp8_promoted_tile_n"] = grouped_plan::promoted_tile_width(s, sm_count);
         d["fp8_promoted_tile_n_block"] = grouped_plan::promoted_tile_width(s, sm_count, true);
         d["fp8_group_tile_n"] = grouped_plan::promoted_group_tile_width(s, sm_count);
@@ -430,7 +431,8 @@ void bind_plans(py::module_& m) {
       "epilogue), and the bound on its tiles; split: 0 none, 1 rows, 2 columns, "
       "3 the contraction dimension (its extent the total of the groups'). fp8_cluster: CTAs a "
       "cluster of an FP8 product (1 or 2) of 128-row tiles; fp8_row_tile: the rows of its tiles "
-      "(64: pairs of 64-row tiles over more than 64 rows); fp8_promoted_tile_n: the promoted FP8 "
+      "(64: clusters of 64-row tiles over more than 64 rows, fp8_row_tile_cluster CTAs each); "
+      "fp8_promoted_tile_n: the promoted FP8 "
       "tile's width for one product of this shape (row / column or tensor scales; "
       "fp8_promoted_tile_n_block: "
       "with 128x128 block scales); fp8_group_tile_n(_block): the same for groups on lone CTAs; "

@@ -258,7 +258,8 @@ FP8_FORMS = {"default": {}, "tile128": {"GEMMT_FP8_TILE": "128"},
              "lone_a128": {"GEMMT_FP8_CLUSTER": "1", "GEMMT_FP8_A_ROWS": "128"},
              "rows64": {"GEMMT_FP8_A_ROWS": "64"},
              "rows64_lone": {"GEMMT_FP8_A_ROWS": "64", "GEMMT_FP8_CLUSTER": "1"},
-             "wg_split": {"GEMMT_FP8_WG_SPLIT": "1"}}
+             "wg_split": {"GEMMT_FP8_WG_SPLIT": "1"},
+             "rows64_fours": {"GEMMT_FP8_A_ROWS": "64", "GEMMT_FP8_CLUSTER": "4"}}
 
 
 @needs_hopper
@@ -705,12 +706,13 @@ def test_scaled_mm_k_slices(scaling: str, shape: tuple[int, int, int], slices: s
                                    (129, 520, 3968), (300, 136, 384), (2900, 1000, 384),
                                    (48, 1000, 1136)])
 @pytest.mark.parametrize("fast", [False, True])
-@pytest.mark.parametrize("form", ["planned", "pairs", "lone", "pairs_one_warpgroup"])
+@pytest.mark.parametrize("form", ["planned", "pairs", "lone", "pairs_one_warpgroup", "fours"])
 def test_scaled_mm_row_tiles_of_64(scaling: str, shape: tuple[int, int, int], fast: bool,
                                    form: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Tiles of 64 rows whose k-blocks the two consumer warpgroups take in turn and whose sums
     they add through shared memory, each storing half of the tile's columns: in CTA pairs that
-    share B (a pair's second tile past M on 65, 129 and 300 rows), on lone CTAs, and as the
+    share B (a pair's second tile past M on 65, 129 and 300 rows), in clusters of four, on
+    lone CTAs, and as the
     planner has them, against float64 and the 128-row tiles on the same operands, with a bias
     and an activation, every element written (the allocator poisoned with NaN), the same bits
     on a second call. One, two, an odd number of k-blocks, K ending inside one, edge tiles of N,
@@ -719,7 +721,8 @@ def test_scaled_mm_row_tiles_of_64(scaling: str, shape: tuple[int, int, int], fa
     import torch.nn.functional as F
     env = {"planned": {}, "pairs": {"GEMMT_FP8_A_ROWS": "64"},
            "lone": {"GEMMT_FP8_A_ROWS": "64", "GEMMT_FP8_CLUSTER": "1"},
-           "pairs_one_warpgroup": {"GEMMT_FP8_A_ROWS": "64", "GEMMT_FP8_WG_SPLIT": "0"}}[form]
+           "pairs_one_warpgroup": {"GEMMT_FP8_A_ROWS": "64", "GEMMT_FP8_WG_SPLIT": "0"},
+           "fours": {"GEMMT_FP8_A_ROWS": "64", "GEMMT_FP8_CLUSTER": "4"}}[form]
     m, n, k = shape
     if m <= 64 and form != "pairs_one_warpgroup":
         env = {**env, "GEMMT_FP8_WG_SPLIT": "1"}

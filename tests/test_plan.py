@@ -1276,6 +1276,12 @@ def test_grouped_plan_fp8_row_tile(m: int, n: int, k: int, rows: int) -> None:
     assert _native.load().plan_grouped(m, n, k, 1, 0, 132)["fp8_row_tile"] == rows
 
 
+@pytest.mark.parametrize("m,cluster", [(1, 1), (64, 1), (65, 2), (128, 2), (129, 4), (256, 4)])
+def test_grouped_plan_fp8_row_tile_cluster(m: int, cluster: int) -> None:
+    # grouped_plan.h: 64-row tiles alone up to 64 rows, in pairs up to 128, in fours beyond.
+    assert _native.load().plan_grouped(m, 3072, 3072, 1, 0, 132)["fp8_row_tile_cluster"] == cluster
+
+
 @pytest.mark.parametrize("m,n,k,slices", [
     (64, 4096, 4096, 4),     # 32 tiles: four slices of 8 k-blocks on 128 SMs
     (128, 4096, 14336, 4),

@@ -86,6 +86,10 @@ int fp8_row_tile(const Shape& s, int sm_count) {
   return tiles64 <= sm_count && 2 * tiles128 <= sm_count && s.k <= kMaxDepth ? 64 : 128;
 }
 
+int fp8_row_tile_cluster(const Shape& s) {
+  return s.m <= 64 ? 1 : s.m <= kBM ? 2 : 4;
+}
+
 int fp8_k_slices(const Shape& s, int sm_count) {
   if (fp8_cluster(s) != 1 || s.groups != 1 || s.split != 0 || sm_count < 1) return 1;
   constexpr int64_t kMaxSlices = 4;

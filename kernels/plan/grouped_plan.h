@@ -85,6 +85,13 @@ int fp8_cluster(const Shape& s);
 // as 0.5x. The second warpgroup idle instead (GEMMT_FP8_WG_SPLIT=0): 0.86-0.97x the shared form.
 int fp8_row_tile(const Shape& s, int sm_count);
 
+// CTAs a cluster of 64-row FP8 tiles (fp8_row_tile 64), stacked along M and sharing each stage
+// of B by multicast: 1 up to 64 rows, 2 up to 128, 4 beyond (a quarter of B from L2 a CTA).
+// Measured on an H200 against pairs, each in its own process on the held-out widths at
+// 160-256 rows: 1.00-1.20x (160-200 x 3072 x 3072 tensorwise 0.63-0.72 -> 0.70-0.80 of
+// torch._scaled_mm; level at 256 rows, where both have four tiles).
+int fp8_row_tile_cluster(const Shape& s);
+
 // k-slices of an FP8 product on lone CTAs (fp8_cluster 1, row / column or tensor scales): its
 // 128 x 128 tiles of at most 128 rows leave most SMs idle (a 4096-wide weight has 32), so K is
 // cut into ranges of whole k-blocks, each written as float32 partial sums that a second pass

@@ -235,8 +235,9 @@ int a_stage_rows(const GroupedGemmArgs& x, int sms) {
 }
 
 // CTA pairs for FP8 where grouped_plan::fp8_cluster says (block scales: always, their
-// instances are pairs); 64-row tiles pair up over more than 64 rows. GEMMT_FP8_CLUSTER=1 / 2
-// forces either (read at each call, for A/B runs).
+// instances are pairs); 64-row tiles as grouped_plan::fp8_row_tile_cluster says.
+// GEMMT_FP8_CLUSTER=1 / 2 forces either, =4 clusters of four 64-row tiles where they run (read at
+// each call, for A/B runs).
 int fp8_cluster(const GroupedGemmArgs& x, int sms) {
   if (!is_fp8_kind(x.kind)) return 1;
   if (x.split != GroupSplit::kNone || x.groups != 1) return 1;  // pairs share one product's B
@@ -244,7 +245,8 @@ int fp8_cluster(const GroupedGemmArgs& x, int sms) {
   const char* env = std::getenv("GEMMT_FP8_CLUSTER");
   if (env != nullptr && std::strcmp(env, "1") == 0) return 1;
   if (env != nullptr && std::strcmp(env, "2") == 0) return 2;
-  if (a_stage_rows(x, sms) == 64) return x.m > 64 ? 2 : 1;
+  if (env != nullptr && std::strcmp(env, "4") == 0) return a_stage_rows(x, sms) == 64 ? 4 : 2;
+  if (a_stage_rows(x, sms) == 64) return grouped_plan::fp8_row_tile_cluster(shape_of(x));
   return grouped_plan::fp8_cluster(shape_of(x));
 }
 

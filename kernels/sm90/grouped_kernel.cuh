@@ -679,12 +679,12 @@ __device__ __forceinline__ void gg_exchange_sums(const float (&acc)[kAcc], float
 // scales, kBlockSquare or kBlockCols). kCluster == 2: CTA pairs
 // stacked along M (one group, no split) that share each B stage, each fetching half of it
 // for both by multicast, which halves B's L2 traffic; a stage is refilled once the consumers
-// of both CTAs have released it.
+// of both CTAs have released it. kCluster == 4 (64-row tiles): four CTAs, a quarter each.
 // kPerSm == 2: two CTAs an SM (128-wide 16-bit tiles, a ring of at most kPairStages, consumer
 // registers halved), so that one CTA's epilogue and ramp-up run beside the other's products.
 // kARows == 64: A's stages and the tiles hold 64 rows (GgCfg), for one FP8 product of few rows,
-// on lone CTAs or pairs; the consumer warpgroups share each tile's k-blocks (p.wg_split_k), or
-// the second one only hands the stages back.
+// on lone CTAs, pairs or clusters of four; the consumer warpgroups share each tile's k-blocks
+// (p.wg_split_k), or the second one only hands the stages back.
 template <int kKind, bool kAMn, bool kBMn, int kBN, int kPromote, int kBlock, int kCluster,
           int kPerSm = 1, int kARows = kGgBM>
 __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
@@ -693,11 +693,12 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
                              const __grid_constant__ CUtensorMap tma_c, const GgParams p) {
 #if defined(GEMMT_SM90_DEVICE_CODE)
   using Cfg = GgCfg<kKind, kBN, kARows>;
-  static_assert(kARows == kGgBM ||
-                    (kCluster <= 2 && kPerSm == 1 && !kAMn && kPromote < 2 && kBlock == kBlockNone),
+  static_assert(kARows == kGgBM || (kPerSm == 1 && !kAMn && kPromote < 2 && kBlock == kBlockNone),
                 "64 rows of A: lone CTAs or pairs, K-major A, at most one set of partial sums, "
                 "no block scales");
   constexpr bool kRows64 = kARows == 64;
+  static_assert(kCluster == 1 || kCluster == 2 || (kCluster == 4 && kRows64),
+                "clusters: pairs, or four 64-row tiles");
   // C through shared memory and TMA (the host sets it for a 16-bit C with no bias or activation
   // and a mappable C; FP8 scales are applied in registers first, block scales at each
   // promotion). The ring is then p.stages deep, the staging after it. (Not with 128x1 scales of
@@ -834,8 +835,9 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
             }
             if constexpr (kCluster > 1) {
               static_assert(!kBMn, "CTA pairs take a K-major B");
-              tma_load_3d_multicast(sb + rank * (Cfg::kBBytes / 2), &tma_b, fb, k0,
-                                    b_col + static_cast<int>(rank) * (kBN / 2), b_g, 0x3);
+              tma_load_3d_multicast(sb + rank * (Cfg::kBBytes / kCluster), &tma_b, fb, k0,
+                                    b_col + static_cast<int>(rank) * (kBN / kCluster), b_g,
+                                    (1u << kCluster) - 1u);
             } else if constexpr (!kBMn) {
               tma_load_3d(sb, &tma_b, fb, k0, b_col, b_g);
             } else {

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <type_traits>
 
 #include "gemmt/cuda_check.h"
 #include "gemmt/launch.cuh"
@@ -139,13 +140,19 @@ cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t s
                : launch_grouped_instance<kKind, false, false, 128, 0, kBlockNone, 1>(l, stream);
   }
   if (l.a_rows == 64) {
-    // Pairs of 64-row tiles (a few rows' product), promoted from one set or not.
+    // Pairs or clusters of four 64-row tiles (a few rows' product), promoted from one set or
+    // not.
     if (l.bn != 128 || l.promote > 1) return cudaErrorInvalidValue;
-    return l.promote == 1
-               ? launch_grouped_instance<kKind, false, false, 128, 1, kBlockNone, 2, 1, 64>(l,
-                                                                                            stream)
-               : launch_grouped_instance<kKind, false, false, 128, 0, kBlockNone, 2, 1, 64>(l,
-                                                                                            stream);
+    auto sized = [&](auto cluster) {
+      constexpr int kC = decltype(cluster)::value;
+      return l.promote == 1
+                 ? launch_grouped_instance<kKind, false, false, 128, 1, kBlockNone, kC, 1, 64>(
+                       l, stream)
+                 : launch_grouped_instance<kKind, false, false, 128, 0, kBlockNone, kC, 1, 64>(
+                       l, stream);
+    };
+    return l.cluster == 4 ? sized(std::integral_constant<int, 4>{})
+                          : sized(std::integral_constant<int, 2>{});
   }
   if (l.promote == 2) {
     return l.bn == 128
