@@ -694,8 +694,8 @@ __global__ void __launch_bounds__(gg_threads<kPerSm>(), kPerSm)
 #if defined(GEMMT_SM90_DEVICE_CODE)
   using Cfg = GgCfg<kKind, kBN, kARows>;
   static_assert(kARows == kGgBM || (kPerSm == 1 && !kAMn && kPromote < 2 && kBlock == kBlockNone),
-                "64 rows of A: lone CTAs or pairs, K-major A, at most one set of partial sums, "
-                "no block scales");
+                "64 rows of A: one CTA an SM, K-major A, at most one set of partial sums, no "
+                "block scales");
   constexpr bool kRows64 = kARows == 64;
   static_assert(kCluster == 1 || kCluster == 2 || (kCluster == 4 && kRows64),
                 "clusters: pairs, or four 64-row tiles");

@@ -138,7 +138,7 @@ struct GroupedLaunch {
   int promote;  // FP8 float32 sum of 128-deep partial products: 0 none, 1 one set of partial
                 // sums, 2 two in runs of four k-blocks
   bool block;   // FP8: with 1x128 / 128x128 (or 128x1) block scales, staged in the ring
-  int cluster;  // 1, or 2: CTA pairs along M sharing B (FP8, one group)
+  int cluster;  // 1, 2 (CTA pairs) or 4 (64-row tiles) along M sharing B (FP8, one group)
   int per_sm;   // CTAs an SM: 1, or 2 (128-wide 16-bit tiles with K-major A)
   int a_rows;   // rows of A a stage holds (the box of map a) and a tile's rows: 128, or 64
                 // (FP8 products of few rows, grouped_plan::fp8_row_tile)
