@@ -245,14 +245,15 @@ int fp8_cluster(const GroupedGemmArgs& x, int sms) {
   const char* env = std::getenv("GEMMT_FP8_CLUSTER");
   if (env != nullptr && std::strcmp(env, "1") == 0) return 1;
   if (env != nullptr && std::strcmp(env, "2") == 0) return 2;
-  if (env != nullptr && std::strcmp(env, "4") == 0) return a_stage_rows(x, sms) == 64 ? 4 : 2;
-  if (a_stage_rows(x, sms) == 64) return grouped_plan::fp8_row_tile_cluster(shape_of(x));
+  const bool rows64 = a_stage_rows(x, sms) == 64;
+  if (env != nullptr && std::strcmp(env, "4") == 0) return rows64 ? 4 : 2;
+  if (rows64) return grouped_plan::fp8_row_tile_cluster(shape_of(x));
   return grouped_plan::fp8_cluster(shape_of(x));
 }
 
 // GroupedParams::wg_split_k: 64-row tiles of a product of more than 64 rows deal their
 // k-blocks between the consumer warpgroups; over at most 64 rows the second warpgroup idles
-// (its ring one stage deeper: sharing ran 0.94-0.96x there, docs/fp8.md).
+// (its ring one stage deeper: sharing ran 0.94-0.96x there, docs/performance.md).
 // GEMMT_FP8_WG_SPLIT=1 / 0 forces either (read at each call, for A/B runs).
 int wg_split_k(const GroupedGemmArgs& x, int a_rows) {
   if (a_rows != 64) return 0;
@@ -457,7 +458,7 @@ struct Geometry {
   int bn = 128;
   int a_rows = 128;
   int wg_split_k = 0;
-  int64_t tiles_m = 0, tiles_n = 0;  // tiles_m counts pairs of tile rows on CTA pairs
+  int64_t tiles_m = 0, tiles_n = 0;  // tiles_m counts clusters' rows of tiles on clusters
   int64_t units = 0, slots = 0;
   TailSplit tail;
 };
@@ -482,8 +483,8 @@ Geometry geometry(const GroupedGemmArgs& x, int sms, bool with_workspace) {
   const int64_t unit_rows = static_cast<int64_t>(g.a_rows) * g.cluster;
   g.tiles_m = (x.m + unit_rows - 1) / unit_rows;
   g.tiles_n = (x.n + g.bn - 1) / g.bn;
-  // One product of 64-row tiles: a unit (tile or pair) per tile row (pair) and column block,
-  // and per k-slice.
+  // One product of 64-row tiles: a unit (tile or cluster) per row of tiles (of clusters) and
+  // column block, and per k-slice.
   const int64_t tiles = g.a_rows == 64 ? g.tiles_m * g.tiles_n * (sliced ? g.ks.count : 1)
                                        : grouped_plan::max_tiles(shape, g.bn);
   g.units = g.cluster == 1 ? tiles : g.tiles_m * g.tiles_n;

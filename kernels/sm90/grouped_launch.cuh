@@ -94,7 +94,8 @@ cudaError_t launch_grouped_16bit(const sm90::GroupedLaunch& l, cudaStream_t stre
 // one (with 128x128 block scales too, on pairs or, for groups, lone CTAs), fast accumulation on
 // the 256- or 128-wide one; and lone CTAs on the 128-wide tile, promoted from one set or not
 // (row / column or tensor scales: groups, or one product of at most 128 rows); tiles of 64 rows
-// on lone CTAs or pairs, promoted from one set or not (one product of few rows).
+// on lone CTAs, pairs or clusters of four, promoted from one set or not (one product of few
+// rows).
 template <int kKind>
 cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t stream) {
   if (l.a_mn || l.b_mn || l.per_sm != 1) return cudaErrorInvalidValue;
