@@ -5,7 +5,6 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
-#include <type_traits>
 
 #include "gemmt/cuda_check.h"
 #include "gemmt/launch.cuh"
@@ -64,11 +63,33 @@ cudaError_t launch_grouped_instance(const sm90::GroupedLaunch& l, cudaStream_t s
   }
 }
 
+// Tiles of 64 rows of K-major operands (one product) on lone CTAs, or in clusters of two or four
+// along M that share B: the instances of grouped_launch.cuh's 16-bit and FP8 kinds whose loop
+// has no promotion (kPromote 0) or one set of partial sums (1).
+template <int kKind, int kPromote>
+cudaError_t launch_grouped_rows64(const sm90::GroupedLaunch& l, cudaStream_t stream) {
+  if (l.a_mn || l.b_mn || l.bn != 128) return cudaErrorInvalidValue;
+  switch (l.cluster) {
+    case 1:
+      return launch_grouped_instance<kKind, false, false, 128, kPromote, kBlockNone, 1, 1, 64>(
+          l, stream);
+    case 2:
+      return launch_grouped_instance<kKind, false, false, 128, kPromote, kBlockNone, 2, 1, 64>(
+          l, stream);
+    case 4:
+      return launch_grouped_instance<kKind, false, false, 128, kPromote, kBlockNone, 4, 1, 64>(
+          l, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
 // The 16-bit instances of one kind and tile width: K-major A with either B, and the M-major A
 // with N-major B of a split of the contraction dimension (the per-group weight gradient).
+// (64-row tiles: grouped_instances_rows64_16bit.cu.)
 template <int kKind, int kBN>
 cudaError_t launch_grouped_16bit(const sm90::GroupedLaunch& l, cudaStream_t stream) {
-  if (l.promote != 0 || l.block || l.bn != kBN) return cudaErrorInvalidValue;
+  if (l.promote != 0 || l.block || l.bn != kBN || l.a_rows != 128) return cudaErrorInvalidValue;
   if constexpr (kBN == 128) {
     // Two CTAs an SM: K-major A (the forward and grad_input layouts).
     if (l.per_sm == 2 && !l.a_mn) {
@@ -130,11 +151,8 @@ cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t s
     // 64 rows deep for one product of at most 64 rows.
     if (l.bn != 128 || l.promote > 1) return cudaErrorInvalidValue;
     if (l.a_rows == 64) {
-      return l.promote == 1
-                 ? launch_grouped_instance<kKind, false, false, 128, 1, kBlockNone, 1, 1, 64>(
-                       l, stream)
-                 : launch_grouped_instance<kKind, false, false, 128, 0, kBlockNone, 1, 1, 64>(
-                       l, stream);
+      return l.promote == 1 ? launch_grouped_rows64<kKind, 1>(l, stream)
+                            : launch_grouped_rows64<kKind, 0>(l, stream);
     }
     return l.promote == 1
                ? launch_grouped_instance<kKind, false, false, 128, 1, kBlockNone, 1>(l, stream)
@@ -143,17 +161,9 @@ cudaError_t launch_grouped_fp8_kind(const sm90::GroupedLaunch& l, cudaStream_t s
   if (l.a_rows == 64) {
     // Pairs or clusters of four 64-row tiles (a few rows' product), promoted from one set or
     // not.
-    if (l.bn != 128 || l.promote > 1) return cudaErrorInvalidValue;
-    auto sized = [&](auto cluster) {
-      constexpr int kC = decltype(cluster)::value;
-      return l.promote == 1
-                 ? launch_grouped_instance<kKind, false, false, 128, 1, kBlockNone, kC, 1, 64>(
-                       l, stream)
-                 : launch_grouped_instance<kKind, false, false, 128, 0, kBlockNone, kC, 1, 64>(
-                       l, stream);
-    };
-    return l.cluster == 4 ? sized(std::integral_constant<int, 4>{})
-                          : sized(std::integral_constant<int, 2>{});
+    if (l.promote > 1) return cudaErrorInvalidValue;
+    return l.promote == 1 ? launch_grouped_rows64<kKind, 1>(l, stream)
+                          : launch_grouped_rows64<kKind, 0>(l, stream);
   }
   if (l.promote == 2) {
     return l.bn == 128
