@@ -475,54 +475,6 @@ def test_cuda_last_tile_moved_up(dtype: torch.dtype, x_layout: str,
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("cluster", ["1", "2", "4", "fit", "planned"])
-def test_cuda_rows64_tiles(dtype: torch.dtype, cluster: str,
-                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """Products of few rows (a batched decode) on the grouped kernel's 64-row tiles
-    (kernels/sm90/gemm_sm90.cu: rows64_cluster_for), lone or in clusters of two or four that
-    share the weight by multicast, the two consumer warpgroups adding their halves of K
-    through shared memory: through gemm and linear with bias and each activation, rows on and
-    off the tile, a cluster's last CTAs past the rows, K ending inside a k-block, one k-block,
-    widths off the tile. C poisoned first; every column within 4x torch's own error against
-    float64, the worst within 4x torch's worst; the same bits at a second call; and, forced,
-    the grouped kernel is what ran."""
-    props = torch.cuda.get_device_properties(0)
-    hopper = (props.major, props.minor) == (9, 0) and gemmt.build_info()["sm90a_kernels"]
-    if cluster != "planned":
-        if not hopper:
-            pytest.skip("the 64-row tiles are Hopper kernels")
-        monkeypatch.setenv("GEMMT_SM90_ROWS64", cluster)
-    cases = [(65, 4096, 1024), (72, 1000, 520), (100, 3072, 64), (128, 4096 + 200, 4096),
-             (129, 2048, 1000), (144, 4096, 1024), (200, 1000, 72), (241, 5120, 2048),
-             (256, 4096, 1024), (40, 4096, 1024), (300, 1024, 1024)]
-    for m, n, k in cases:
-        x = randn(m, k, device="cuda").to(dtype)
-        w = (randn(n, k, device="cuda") / k ** 0.5).to(dtype)
-        bias = randn(n, device="cuda").to(dtype)
-        ref = x.double() @ w.double().t()
-        theirs = _column_errors(torch.matmul(x, w.t()), ref)
-        c = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
-        gemmt.gemm(c, x, w.t())
-        ours = _column_errors(c, ref)
-        assert torch.isfinite(ours).all(), (m, n, k, cluster)
-        worst = (ours / theirs.clamp_min(1e-4)).max().item()
-        assert worst <= 4.0 and ours.max() <= 4 * theirs.max(), (m, n, k, cluster, worst)
-        again = torch.full_like(c, float("nan"))
-        gemmt.gemm(again, x, w.t())
-        assert torch.equal(c, again), (m, n, k, cluster)
-        for act, fn in (("relu", torch.relu), ("gelu", torch.nn.functional.gelu),
-                        ("silu", torch.nn.functional.silu)):
-            got = gemmt.linear(x, w, bias, act)
-            want = fn(ref + bias.double())
-            theirs_act = rel_err(fn(torch.nn.functional.linear(x, w, bias).float()), want)
-            assert rel_err(got, want) <= 4 * theirs_act + 1e-3, (m, n, k, cluster, act)
-        if cluster != "planned" and 64 < m <= 256:
-            names = _cuda_kernel_names(lambda: gemmt.gemm(c, x, w.t()))
-            assert any("grouped" in name for name in names), (m, n, k, cluster, names)
-
-
-@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_cuda_second_b_box_moved_back(dtype: torch.dtype) -> None:
     """A K-major B tile's second box, where it would cross the end of B, starts earlier and

@@ -67,11 +67,6 @@ struct GroupedGemmArgs {
   // every 128 of K (faster, less accurate for long K; torch._scaled_mm's use_fast_accum).
   bool fast_accum = false;
   int sm_count = 0;  // SMs the persistent grid may fill (0: all of the current device's)
-  // One 16-bit product of K-major operands (a dense product routed here, such as a batched
-  // decode): 64-row tiles, in clusters of this many CTAs (1, 2 or 4) stacked along M that
-  // share B by multicast, the two consumer warpgroups taking each tile's k-blocks in turn over
-  // more than 64 rows. 0: 128-row tiles, as the planner takes them. FP8 plans its own.
-  int rows64_cluster = 0;
   // Scratch for float32 partial sums (grouped_gemm_sm90_workspace_bytes; 16-byte aligned).
   // Without it, or smaller than asked, the product runs without k-slices.
   void* workspace = nullptr;

@@ -568,15 +568,6 @@ bool swap_for_batched_decode(const GemmArgs& args) {
   return problem_supported(sw, true);
 }
 
-int rows64_fit_cluster(int64_t m) {
-  return m <= 64 ? 1 : m <= 128 ? 2 : 4;
-}
-
-int rows64_cluster(const GemmArgs& args) {
-  (void)args;
-  return 0;
-}
-
 bool given_narrow_fills_the_gpu(const GemmArgs& args) {
   const Problem given = as_given(args);
   if (given.bn != kBNNarrow) return false;

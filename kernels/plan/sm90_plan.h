@@ -268,14 +268,6 @@ bool small_m_given_one_wave(const GemmArgs& args);
 // the product as given fills the GPU unsplit on the narrow tile (given_narrow_fills_the_gpu).
 bool swap_for_batched_decode(const GemmArgs& args);
 
-// Batched decode on the grouped kernel's 64-row tiles (kernels/sm90/gemm_sm90.cu:
-// rows64_cluster_for): the CTAs of a cluster stacked along the tokens, sharing each stage of the
-// weight by multicast. 0: the tree's own tiles; else the cluster's CTAs (1, 2 or 4).
-int rows64_cluster(const GemmArgs& args);
-// The cluster whose 64-row tiles cover m rows, so that the weight streams once: 1 up to 64
-// rows, 2 up to 128, 4 beyond (the most the instances have).
-int rows64_fit_cluster(int64_t m);
-
 // As given, the product runs on the narrow (64-wide) tile with units (tiles, or tiles x
 // k-slices within one wave) for at least kGivenNarrowMinFill of a wave: a weight of about
 // 4096 x 4096 at 129-192 tokens (2 x 64 tiles on 132 SMs), or 2048 x 4096 (2 x 32 tiles in two

@@ -20,7 +20,6 @@
 #include "gemmt/cuda_check.h"
 #include "gemmt/gemm.h"
 #include "gemmt/gemm_tc_hooks.h"
-#include "gemmt/grouped_gemm.h"
 #include "gemmt/launch.cuh"
 #include "gemmt/numeric.cuh"
 #include "plan/sm90_plan.h"
@@ -198,65 +197,7 @@ std::size_t gemm_sm90_workspace_bytes(const GemmArgs& args) {
   return workspace_bytes_with(args, 0, 0, Orientation::kAuto, kKernelsBuilt);
 }
 
-namespace {
-
-// A product of few rows (a batched decode) on the grouped kernel's 64-row tiles, whose
-// clusters along M share each stage of the weight by multicast: the CTAs of a cluster, a
-// cluster per column block, so the weight streams from memory once, and the two consumer
-// warpgroups of a CTA take the tile's k-blocks in turn (sm90_plan: rows64_cluster). The
-// grouped kernel applies bias and activation but not alpha, beta or a pre-activation output,
-// and reads K-major operands only. GEMMT_SM90_ROWS64=0 / 1 / 2 / 4 forces the tree's tiles or
-// this form with clusters of that many CTAs, =fit with the cluster that covers the rows
-// (rows64_fit_cluster; read at each call, for A/B runs).
-int rows64_cluster_for(const GemmArgs& args) {
-  const bool fits = (args.dtype == ScalarType::kBFloat16 || args.dtype == ScalarType::kFloat16) &&
-                    args.alpha == 1.0 && args.beta == 0.0 && args.epilogue.preact == nullptr &&
-                    !args.epilogue.bias_per_row && args.a_stride_k == 1 &&
-                    args.b_stride_k == 1 && args.m > 0 && args.n > 0 && args.k > 0;
-  if (!fits) return 0;
-  const char* env = std::getenv("GEMMT_SM90_ROWS64");
-  if (env != nullptr && env[0] != '\0') {
-    if (std::strcmp(env, "fit") == 0) return rows64_fit_cluster(args.m);
-    const int c = std::atoi(env);
-    return c == 1 || c == 2 || c == 4 ? c : 0;
-  }
-  return rows64_cluster(args);
-}
-
-GroupedGemmArgs rows64_args(const GemmArgs& args, int cluster) {
-  GroupedGemmArgs g;
-  g.kind = args.dtype == ScalarType::kFloat16 ? kF16 : kBF16;
-  g.out = args.dtype == ScalarType::kFloat16 ? OutKind::kF16 : OutKind::kBF16;
-  g.m = args.m;
-  g.n = args.n;
-  g.k = args.k;
-  g.a = args.a;
-  g.a_sm = args.a_stride_m;
-  g.a_sk = args.a_stride_k;
-  g.b = args.b;
-  g.b_sk = args.b_stride_k;
-  g.b_sn = args.b_stride_n;
-  g.c = args.c;
-  g.ldc = args.ldc;
-  g.bias = args.epilogue.bias;
-  g.act = args.epilogue.activation;
-  g.sm_count = args.sm_count;
-  g.rows64_cluster = cluster;
-  return g;
-}
-
-}  // namespace
-
 cudaError_t gemm_sm90_run(const GemmArgs& args, void* workspace, cudaStream_t stream) {
-  const int cluster = kKernelsBuilt ? rows64_cluster_for(args) : 0;
-  if (cluster > 0) {
-    const GroupedGemmArgs g = rows64_args(args, cluster);
-    const char* why = nullptr;
-    if (grouped_gemm_sm90_supported(g, &why)) {
-      GEMMT_RETURN_IF_ERROR(bind_current_context());
-      return grouped_gemm_sm90(g, stream);
-    }
-  }
   return run_with(args, 0, 0, Orientation::kAuto, workspace, stream);
 }
 

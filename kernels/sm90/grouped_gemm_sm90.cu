@@ -120,7 +120,6 @@ OperandView b_view(const GroupedGemmArgs& x) {
 
 // The translation unit holding the instance of this kind and tile width.
 cudaError_t launch_instance(int kind, const sm90::GroupedLaunch& l, cudaStream_t stream) {
-  if (!is_fp8_kind(kind) && l.a_rows == 64) return sm90::grouped_launch_rows64_16bit(kind, l, stream);
   switch (kind) {
     case kBF16:
       return l.bn == 256 ? sm90::grouped_launch_bf16_256(l, stream)
@@ -220,21 +219,15 @@ PromotedTile promoted_tile(const GroupedGemmArgs& x, int cluster, int a_rows, in
   return width == 128 ? narrow : PromotedTile{1, 192};
 }
 
-// A 16-bit product on 64-row tiles: asked for by the caller (GroupedGemmArgs::rows64_cluster),
-// one product of K-major operands, no split of K (the instances have neither M-major operands
-// nor k-slices).
-bool rows64_16bit(const GroupedGemmArgs& x) {
-  return !is_fp8_kind(x.kind) && x.rows64_cluster > 0 && x.groups == 1 &&
-         x.split == GroupSplit::kNone && k_major(a_view(x)) && k_major(b_view(x));
-}
-
 // The rows of A a stage and a tile hold (grouped_plan::fp8_row_tile): 64 for one FP8 product
 // of few rows (row / column or tensor scales), whose ring then holds 8-9 stages instead of 6
 // (more of B in flight: the weight streams faster), else 128. GEMMT_FP8_A_ROWS=128 / 64 forces
 // either where 64 can run (read at each call, for A/B runs).
 int a_stage_rows(const GroupedGemmArgs& x, int sms) {
-  if (x.groups != 1 || x.split != GroupSplit::kNone || x.scale == ScaleKind::kBlock) return 128;
-  if (!is_fp8_kind(x.kind)) return rows64_16bit(x) ? 64 : 128;
+  if (!is_fp8_kind(x.kind) || x.groups != 1 || x.split != GroupSplit::kNone ||
+      x.scale == ScaleKind::kBlock) {
+    return 128;
+  }
   const char* env = std::getenv("GEMMT_FP8_A_ROWS");
   if (env != nullptr && std::strcmp(env, "128") == 0) return 128;
   if (env != nullptr && std::strcmp(env, "64") == 0) return 64;
@@ -246,7 +239,6 @@ int a_stage_rows(const GroupedGemmArgs& x, int sms) {
 // GEMMT_FP8_CLUSTER=1 / 2 forces either, =4 clusters of four 64-row tiles where they run (read at
 // each call, for A/B runs).
 int fp8_cluster(const GroupedGemmArgs& x, int sms) {
-  if (rows64_16bit(x)) return x.rows64_cluster == 4 ? 4 : x.rows64_cluster == 2 ? 2 : 1;
   if (!is_fp8_kind(x.kind)) return 1;
   if (x.split != GroupSplit::kNone || x.groups != 1) return 1;  // pairs share one product's B
   if (x.scale == ScaleKind::kBlock) return 2;
@@ -478,14 +470,14 @@ Geometry geometry(const GroupedGemmArgs& x, int sms, bool with_workspace) {
   const bool sliced = g.ks.count > 1;
   grouped_plan::Shape shape = shape_of(x);
   if (sliced) shape.groups = g.ks.count;
-  g.a_rows = a_stage_rows(x, sms);
-  g.two_per_sm = g.a_rows == 128 && two_ctas_per_sm(x);
+  g.two_per_sm = two_ctas_per_sm(x);
   g.cluster = fp8_cluster(x, sms);
+  g.a_rows = is_fp8_kind(x.kind) ? a_stage_rows(x, sms) : 128;
   // The promoted FP8 tile as promoted_tile says; fast accumulation on lone CTAs 128 wide (its
   // only instance).
   g.pt = g.promote ? promoted_tile(x, g.cluster, g.a_rows, sms) : PromotedTile{0, 128};
   g.bn = g.promote                                                   ? g.pt.bn
-         : g.a_rows == 64 || (is_fp8_kind(x.kind) && g.cluster == 1) ? 128
+         : is_fp8_kind(x.kind) && (g.cluster == 1 || g.a_rows == 64) ? 128
          : g.two_per_sm                                              ? 128
                                                                      : tile_width_16bit(shape, sms);
   const int64_t unit_rows = static_cast<int64_t>(g.a_rows) * g.cluster;

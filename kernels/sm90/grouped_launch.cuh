@@ -63,9 +63,9 @@ cudaError_t launch_grouped_instance(const sm90::GroupedLaunch& l, cudaStream_t s
   }
 }
 
-// Tiles of 64 rows of K-major operands (one product) on lone CTAs, or in clusters of two or four
-// along M that share B: the instances of grouped_launch.cuh's 16-bit and FP8 kinds whose loop
-// has no promotion (kPromote 0) or one set of partial sums (1).
+// Tiles of 64 rows of K-major operands (one FP8 product of few rows) on lone CTAs, or in
+// clusters of two or four along M that share B; the loop without promotion (kPromote 0) or with
+// one set of partial sums (1).
 template <int kKind, int kPromote>
 cudaError_t launch_grouped_rows64(const sm90::GroupedLaunch& l, cudaStream_t stream) {
   if (l.a_mn || l.b_mn || l.bn != 128) return cudaErrorInvalidValue;
@@ -86,7 +86,6 @@ cudaError_t launch_grouped_rows64(const sm90::GroupedLaunch& l, cudaStream_t str
 
 // The 16-bit instances of one kind and tile width: K-major A with either B, and the M-major A
 // with N-major B of a split of the contraction dimension (the per-group weight gradient).
-// (64-row tiles: grouped_instances_rows64_16bit.cu.)
 template <int kKind, int kBN>
 cudaError_t launch_grouped_16bit(const sm90::GroupedLaunch& l, cudaStream_t stream) {
   if (l.promote != 0 || l.block || l.bn != kBN || l.a_rows != 128) return cudaErrorInvalidValue;

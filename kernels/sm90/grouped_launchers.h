@@ -150,10 +150,6 @@ cudaError_t grouped_launch_bf16_128(const GroupedLaunch& l, cudaStream_t stream)
 cudaError_t grouped_launch_bf16_256(const GroupedLaunch& l, cudaStream_t stream);
 cudaError_t grouped_launch_f16_128(const GroupedLaunch& l, cudaStream_t stream);
 cudaError_t grouped_launch_f16_256(const GroupedLaunch& l, cudaStream_t stream);
-// 16-bit products on 64-row tiles (GroupedGemmArgs::rows64_cluster), `kind` kBF16 or kF16:
-// a translation unit of the module itself, not of a group compiled on first use, since dense
-// products of the Hopper GEMM family run on them.
-cudaError_t grouped_launch_rows64_16bit(int kind, const GroupedLaunch& l, cudaStream_t stream);
 cudaError_t grouped_launch_e4m3(const GroupedLaunch& l, cudaStream_t stream);
 cudaError_t grouped_launch_e5m2_e4m3(const GroupedLaunch& l, cudaStream_t stream);
 cudaError_t grouped_launch_e4m3_e5m2(const GroupedLaunch& l, cudaStream_t stream);
