@@ -3,11 +3,16 @@
 (``torch._grouped_mm``), from ``torch.profiler``.
 
     python benchmarks/profile_moe_layer.py --out <folder> [--config mixtral|qwen3_30b]
-        [--tokens 4096] [--steps 5]
+        [--tokens 4096] [--steps 5] [--forward] [--model-decode]
 
 Writes ``profile_moe_layer_<config>_<tokens>.json`` under ``--out``: per side the step's time
 (CUDA events, median of the steps), the kernels' summed time a step, and each kernel's time a
-step and launches a step, longest first.
+step and launches a step, longest first. ``--forward`` profiles the forward alone (no
+gradients; ``..._forward.json``); ``--model-decode`` the decode step of ``python -m gemmt bench
+moe``'s transformers model of that configuration (``--tokens`` sequences of one token, no
+cache) with gemmt's and the ``grouped_mm`` experts implementation
+(``profile_moe_model_decode_<config>_<tokens>.json``). Each also gives the expert weights'
+bytes over the step's time, the rate a weight-streaming step would need.
 """
 
 from __future__ import annotations
@@ -38,6 +43,42 @@ def step_fn(moe: gemmt.nn.MoE, layer: Callable[[gemmt.nn.MoE, torch.Tensor], tor
             p.grad = None
         layer(moe, x).backward(g)
     return run
+
+
+def forward_fn(moe: gemmt.nn.MoE, layer: Callable[[gemmt.nn.MoE, torch.Tensor], torch.Tensor],
+               x: torch.Tensor) -> Callable[[], None]:
+    """One forward of ``layer`` without gradients."""
+    def run() -> None:
+        with torch.no_grad():
+            layer(moe, x)
+    return run
+
+
+def model_decode_fns(config: str, sequences: int) -> tuple[dict[str, Callable[[], None]], int]:
+    """The transformers model of ``bench moe`` for ``config``: its decode step (``sequences``
+    sequences of one token, no cache) under gemmt's and the grouped_mm experts implementation,
+    and the bytes of its expert weights."""
+    import transformers as tf
+
+    import gemmt.moe
+    from gemmt.bench_moe import _build_model, _model_builders
+
+    if not gemmt.moe.register_transformers():
+        raise RuntimeError("transformers has no experts registry")
+    name = {"mixtral": "mixtral_like", "qwen3_30b": "qwen3_moe_like"}[config]
+    build = dict(_model_builders(tf, False))[name]
+    model = _build_model(build, "cuda").eval()
+    ids = torch.randint(0, model.config.vocab_size, (sequences, 1), device="cuda")
+    expert_bytes = sum(p.numel() * p.element_size() for n, p in model.named_parameters()
+                       if "experts" in n)
+
+    def side(impl: str) -> Callable[[], None]:
+        def run() -> None:
+            model.set_experts_implementation(impl)
+            with torch.no_grad():
+                model(ids, use_cache=False)
+        return run
+    return {"gemmt": side("gemmt"), "grouped_mm": side("grouped_mm")}, expert_bytes
 
 
 def kernels_of(fn: Callable[[], None], steps: int) -> dict[str, Any]:
@@ -80,26 +121,43 @@ def main() -> int:
     parser.add_argument("--config", default="mixtral", choices=[c[0] for c in LAYERS])
     parser.add_argument("--tokens", type=int, default=4096)
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--forward", action="store_true", help="the forward alone")
+    parser.add_argument("--model-decode", action="store_true",
+                        help="the transformers model's decode step instead of the layer")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("profile_moe_layer: needs a CUDA device")
         return 1
     name, hidden, inter, experts, top_k = next(c for c in LAYERS if c[0] == args.config)
     torch.manual_seed(0)
-    moe = gemmt.nn.MoE(hidden, inter, experts, top_k, device="cuda", dtype=torch.bfloat16)
-    x = torch.randn(args.tokens, hidden, device="cuda", dtype=torch.bfloat16,
-                    requires_grad=True)
-    g = torch.randn(args.tokens, hidden, device="cuda", dtype=torch.bfloat16)
-    sides = {"gemmt": step_fn(moe, lambda m, t: m(t), x, g),
-             "torch": step_fn(moe, torch_moe, x, g)}
-    doc = {**environment(),
-           "config": {"name": name, "hidden": hidden, "intermediate": inter,
-                      "experts": experts, "top_k": top_k, "tokens": args.tokens},
-           "steps": args.steps, **{s: kernels_of(fn, args.steps) for s, fn in sides.items()}}
+    config = {"name": name, "hidden": hidden, "intermediate": inter, "experts": experts,
+              "top_k": top_k, "tokens": args.tokens}
+    if args.model_decode:
+        sides, expert_bytes = model_decode_fns(name, args.tokens)
+        out_name = f"profile_moe_model_decode_{name}_{args.tokens}"
+    else:
+        moe = gemmt.nn.MoE(hidden, inter, experts, top_k, device="cuda", dtype=torch.bfloat16)
+        expert_bytes = sum(p.numel() * p.element_size() for n, p in moe.named_parameters()
+                           if "proj" in n)
+        x = torch.randn(args.tokens, hidden, device="cuda", dtype=torch.bfloat16,
+                        requires_grad=not args.forward)
+        if args.forward:
+            sides = {"gemmt": forward_fn(moe, lambda m, t: m(t), x),
+                     "torch": forward_fn(moe, torch_moe, x)}
+        else:
+            g = torch.randn(args.tokens, hidden, device="cuda", dtype=torch.bfloat16)
+            sides = {"gemmt": step_fn(moe, lambda m, t: m(t), x, g),
+                     "torch": step_fn(moe, torch_moe, x, g)}
+        out_name = f"profile_moe_layer_{name}_{args.tokens}" + ("_forward" if args.forward else "")
+    doc = {**environment(), "config": config, "steps": args.steps,
+           "forward_only": args.forward or args.model_decode, "expert_bytes": expert_bytes,
+           **{s: kernels_of(fn, args.steps) for s, fn in sides.items()}}
     for s in sides:
-        top = ", ".join(f"{r['kernel'][:50]} {r['ms']:.3f}" for r in doc[s]["kernels"][:6])
-        print(f"{s}: step {doc[s]['step_ms']:.3f} ms, kernels {doc[s]['kernels_ms']:.3f} ms: {top}")
-    write_json(doc, args.out, f"profile_moe_layer_{name}_{args.tokens}")
+        doc[s]["expert_tb_per_s"] = expert_bytes / (doc[s]["step_ms"] * 1e-3) / 1e12
+        top = ", ".join(f"{r['kernel'][:50]} {r['ms']:.3f}" for r in doc[s]["kernels"][:8])
+        print(f"{s}: step {doc[s]['step_ms']:.3f} ms, kernels {doc[s]['kernels_ms']:.3f} ms, "
+              f"expert bytes / step {doc[s]['expert_tb_per_s']:.2f} TB/s: {top}")
+    write_json(doc, args.out, out_name)
     return 0
 
 

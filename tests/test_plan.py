@@ -1175,7 +1175,15 @@ def test_device_info_reads_the_gpu_once_per_device() -> None:
     (4096, 128, 4096, 1, 0, 128),      # an output of 128 columns
     (64 * 256, 7168, 2048, 64, 1, 256),  # 64 experts of 256 tokens, 7168 wide
     (64 * 256, 2048, 7168, 64, 1, 256),  # the same 2048 wide: C staged, one CTA, 256 wide
-    (128 * 2, 768, 2048, 128, 1, 128),   # 128 experts of 2 tokens
+    # Groups that stream their weights (at most 32 rows a group on average): each takes a
+    # row of tiles, so the 256-wide tile's 32 KB stages fill the SMs (grouped_plan.h).
+    (128 * 2, 768, 2048, 128, 1, 256),   # 128 experts of 2 tokens: 384 wide tiles
+    (8 * 8, 28672, 4096, 8, 1, 256),     # Mixtral-like gate/up at decode (8 rows a group)
+    (8 * 8, 4096, 14336, 8, 1, 256),     # its down product: 128 wide tiles, 97% of the SMs
+    (4 * 8, 4096, 14336, 4, 1, 128),     # 4 experts: 64 wide tiles, half the SMs
+    (60 * 8, 1408, 2048, 60, 1, 128),    # 1408 columns: 256-wide tiles compute 9% more
+    (64 * 64, 1024, 2048, 64, 1, 128),   # 64 rows a group: counted as one product, 128 tiles
+    (64 * 32, 2880, 2880, 64, 1, 256),   # 32 rows a group, 2880 columns (4% more at 256)
 ])
 def test_grouped_plan_tile_width(m: int, n: int, k: int, groups: int, split: int,
                                  tile: int) -> None:

@@ -17,9 +17,26 @@ struct Shape {
 };
 
 // 128 or 256. The 256-wide tile reads A once for twice the columns, so it wins wherever its
-// tiles still fill every SM; narrower outputs, and lists with too few tiles (small experts,
-// decode), take 128 so that more SMs stream the weights.
+// tiles still fill every SM; narrower outputs, and lists with too few tiles (one decode
+// product, a few wide experts), take 128 so that more SMs stream the weights. A split of rows
+// is counted as its total rows, except where the groups stream their weights
+// (streams_small_groups): there each group takes a row of tiles of its own
+// (split_tiles_estimate), and 256 wins once its tiles fill 95% of the SMs, since a stage of it
+// holds 32 KB of the weight (four stages, 128 KB in flight a CTA, against 96 KB in the 128-wide
+// tile's six); but not where it computes 5% more columns than the 128-wide tile. Measured on
+// an H200 against torch._grouped_mm (each form in the same rounds, bench moe's and held-out
+// experts, 2-32 rows a group, forward and grad_input): on the 34 points where this changed the
+// choice, median 1.256 -> 1.334 (worst 1.047 -> 1.092); 1408-column outputs on 256-wide tiles
+// ran 1.04-1.16 against 1.19-1.22 (so they keep 128); with 64 rows a group 256 won at half of
+// the points (so such groups are counted as before). The expert layers' decode forward,
+// kernels only: Mixtral-like at 32 tokens 0.978 -> 0.746 ms with both products 256 wide
+// (2.9 -> 3.8 TB/s of weight), Qwen3-MoE-like 0.287 -> 0.259 ms.
 int tile_width(const Shape& s, int sm_count);
+// A split of rows whose groups average at most 32 rows: products that stream their weights.
+bool streams_small_groups(const Shape& s);
+// The tiles of a split of rows at width bn, each group taking a row of tiles of its own (at
+// least the total rows' count; it assumes every group has rows, and errs towards more).
+int64_t split_tiles_estimate(const Shape& s, int bn);
 
 // Whether C leaves a one-CTA tile through shared memory and TMA stores, where both epilogues
 // can run (a 16-bit C with nothing to apply, 16-byte multiples). Staged stores run on while
