@@ -25,12 +25,12 @@ struct Shape {
 // holds 32 KB of the weight (four stages, 128 KB in flight a CTA, against 96 KB in the 128-wide
 // tile's six); but not where it computes 5% more columns than the 128-wide tile. Measured on
 // an H200 against torch._grouped_mm (each form in the same rounds, bench moe's and held-out
-// experts, 2-32 rows a group, forward and grad_input): on the 34 points where this changed the
-// choice, median 1.256 -> 1.334 (worst 1.047 -> 1.092); 1408-column outputs on 256-wide tiles
-// ran 1.04-1.16 against 1.19-1.22 (so they keep 128); with 64 rows a group 256 won at half of
-// the points (so such groups are counted as before). The expert layers' decode forward,
-// kernels only: Mixtral-like at 32 tokens 0.978 -> 0.746 ms with both products 256 wide
-// (2.9 -> 3.8 TB/s of weight), Qwen3-MoE-like 0.287 -> 0.259 ms.
+// experts, 2-32 rows a group, forward and grad_input): on the 32 points where this changed the
+// choice, median 1.244 -> 1.336 (bench moe's experts) and 1.319 -> 1.348 (held-out ones);
+// 1408-column outputs on 256-wide tiles ran 1.04-1.16 against 1.19-1.22 (so they keep 128);
+// with 64 rows a group 256 won at half of the points (so such groups are counted as before).
+// The expert layers' decode forward, kernels only: Mixtral-like at 32 tokens 1.005 -> 0.772 ms
+// (2.8 -> 3.7 TB/s of weight), Qwen3-MoE-like 0.328 -> 0.299 ms.
 int tile_width(const Shape& s, int sm_count);
 // A split of rows whose groups average at most 32 rows: products that stream their weights.
 bool streams_small_groups(const Shape& s);
