@@ -432,10 +432,9 @@ void bind_plans(py::module_& m) {
       "3 the contraction dimension (its extent the total of the groups'). fp8_cluster: CTAs a "
       "cluster of an FP8 product (1 or 2) of 128-row tiles; fp8_row_tile: the rows of its tiles "
       "(64: clusters of 64-row tiles over more than 64 rows, fp8_row_tile_cluster CTAs each); "
-      "fp8_promoted_tile_n: the promoted FP8 "
-      "tile's width for one product of this shape (row / column or tensor scales; "
-      "fp8_promoted_tile_n_block: "
-      "with 128x128 block scales); fp8_group_tile_n(_block): the same for groups on lone CTAs; "
+      "fp8_promoted_tile_n: the promoted FP8 tile's width for one product of this shape (row / "
+      "column or tensor scales; fp8_promoted_tile_n_block: with 128x128 block scales); "
+      "fp8_group_tile_n(_block): the same for groups on lone CTAs; "
       "fp8_k_slices: the slices of K a few-row FP8 product with "
       "row / column or tensor scales runs as (1: none).",
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("groups"), py::arg("split"),

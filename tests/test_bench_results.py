@@ -223,7 +223,6 @@ def test_benchmark_script_needs_a_gpu(tmp_path: Path, name: str, args: list[str]
     assert not list(tmp_path.iterdir())
 
 
-
 @pytest.mark.parametrize("count", [2, 3, 5])
 def test_timing_rounds_run_each_candidate_once_and_vary_its_predecessor(count: int) -> None:
     """Each round times every candidate once; with three or more, no candidate always follows

@@ -241,12 +241,12 @@ def ref_scaled(a, b, sa, sb, scaling: str) -> torch.Tensor:
     return (A * SA) @ (B * SB)
 
 
-# The kernel forms an environment switch selects (read at each call): CTA pairs sharing B or
-# lone CTAs (the planner's: lone up to 128 rows; A's stages 64 rows deep up to 64, or forced to
-# 128; tiles of 64 rows forced, in pairs or alone, or at most 64 rows with the warpgroups
-# sharing the k-blocks), the promoted tile's width (the planner's, or forced), and C staged through shared memory
-# and TMA stores with the scales applied first (the default where it can run) or written from
-# registers (the promoted 128-wide tile sums from two sets of partial sums, the 192-wide from
+# The kernel forms an environment switch selects (read at each call): CTA pairs sharing B or lone
+# CTAs (the planner's: lone up to 128 rows; A's stages 64 rows deep up to 64, or forced to 128;
+# tiles of 64 rows forced, in pairs or alone, or at most 64 rows with the warpgroups sharing the
+# k-blocks), the promoted tile's width (the planner's, or forced), and C staged through shared
+# memory and TMA stores with the scales applied first (the default where it can run) or written
+# from registers (the promoted 128-wide tile sums from two sets of partial sums, the 192-wide from
 # one).
 FP8_FORMS = {"default": {}, "tile128": {"GEMMT_FP8_TILE": "128"},
              "tile192": {"GEMMT_FP8_TILE": "192"},
@@ -709,15 +709,14 @@ def test_scaled_mm_k_slices(scaling: str, shape: tuple[int, int, int], slices: s
 @pytest.mark.parametrize("form", ["planned", "pairs", "lone", "pairs_one_warpgroup", "fours"])
 def test_scaled_mm_row_tiles_of_64(scaling: str, shape: tuple[int, int, int], fast: bool,
                                    form: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tiles of 64 rows whose k-blocks the two consumer warpgroups take in turn and whose sums
-    they add through shared memory, each storing half of the tile's columns: in CTA pairs that
-    share B (a pair's second tile past M on 65, 129 and 300 rows), in clusters of four, on
-    lone CTAs, and as the
-    planner has them, against float64 and the 128-row tiles on the same operands, with a bias
-    and an activation, every element written (the allocator poisoned with NaN), the same bits
+    """Tiles of 64 rows whose k-blocks the two consumer warpgroups take in turn and whose sums they
+    add through shared memory, each storing half of the tile's columns: in CTA pairs that share B
+    (a pair's second tile past M on 65, 129 and 300 rows), in clusters of four, on lone CTAs, and
+    as the planner has them, against float64 and the 128-row tiles on the same operands, with a
+    bias and an activation, every element written (the allocator poisoned with NaN), the same bits
     on a second call. One, two, an odd number of k-blocks, K ending inside one, edge tiles of N,
-    several rounds of tiles (2900 rows), and 48 rows, where the warpgroups share a lone tile;
-    and 64-row tiles in pairs whose second warpgroup idles (the form of at most 64 rows)."""
+    several rounds of tiles (2900 rows), and 48 rows, where the warpgroups share a lone tile; and
+    64-row tiles in pairs whose second warpgroup idles (the form of at most 64 rows)."""
     import torch.nn.functional as F
     env = {"planned": {}, "pairs": {"GEMMT_FP8_A_ROWS": "64"},
            "lone": {"GEMMT_FP8_A_ROWS": "64", "GEMMT_FP8_CLUSTER": "1"},

@@ -87,20 +87,19 @@ int promoted_group_tile_width(const Shape& s, int sm_count, bool block_scales = 
 // 0.41-0.55x torch._scaled_mm, twice the time the weight's bytes take; H200).
 int fp8_cluster(const Shape& s);
 
-// The rows of an FP8 product's tiles (one product, row / column or tensor scales): 64 or 128.
-// 64 up to 64 rows (lone CTAs, the second consumer warpgroup idle), 128 for 65-128 rows (lone
-// CTAs cut along K: fp8_k_slices). Beyond, 64-row tiles in clusters that share B
-// (fp8_row_tile_cluster), whose two
-// consumer warpgroups take each tile's k-blocks in turn, where one round of them holds every
-// tile, the 128-row tile pairs would fill less than half the SMs, and K is at most 8192: a
-// product of 129-256 rows on a weight of a few thousand columns, whose 128-row pairs are cut
-// along K to fill the SMs (fp8_tail_slices) and wait on the pieces' hand-over. Measured on an
-// H200 (each form in its own process against torch._scaled_mm, twice): 160-256 rows x 3072 x
-// 3072, in pairs 1.22-1.37x the 128-row pairs (tensorwise 0.51-0.57 -> 0.62-0.75 of torch, rowwise
-// 0.70-0.72 -> 0.88-0.99); 100-128 rows 0.93-1.01x the lone 128-row tiles, so they keep them.
-// A 64-row tile reads nearly twice the bytes from L2 a flop of the 128 x 192 pair: two rounds
-// (160 x 5120 x 5120, 200 x 5120 x 5120) ran 0.70-0.80x, deep products (K 14336-27648) as low
-// as 0.5x. The second warpgroup idle instead (GEMMT_FP8_WG_SPLIT=0): 0.86-0.97x the shared form.
+// The rows of an FP8 product's tiles (one product, row / column or tensor scales): 64 or 128. 64 up
+// to 64 rows (lone CTAs, the second consumer warpgroup idle), 128 for 65-128 rows (lone CTAs cut
+// along K: fp8_k_slices). Beyond, 64-row tiles in clusters that share B (fp8_row_tile_cluster),
+// whose two consumer warpgroups take each tile's k-blocks in turn, where one round of them holds
+// every tile, the 128-row tile pairs would fill less than half the SMs, and K is at most 8192: a
+// product of 129-256 rows on a weight of a few thousand columns, whose 128-row pairs are cut along
+// K to fill the SMs (fp8_tail_slices) and wait on the pieces' hand-over. Measured on an H200 (each
+// form in its own process against torch._scaled_mm, twice): 160-256 rows x 3072 x 3072, in pairs
+// 1.22-1.37x the 128-row pairs (tensorwise 0.51-0.57 -> 0.62-0.75 of torch, rowwise 0.70-0.72 ->
+// 0.88-0.99); 100-128 rows 0.93-1.01x the lone 128-row tiles, so they keep them. A 64-row tile
+// reads nearly twice the bytes from L2 a flop of the 128 x 192 pair: two rounds (160 x 5120 x 5120,
+// 200 x 5120 x 5120) ran 0.70-0.80x, deep products (K 14336-27648) as low as 0.5x. The second
+// warpgroup idle instead (GEMMT_FP8_WG_SPLIT=0): 0.86-0.97x the shared form.
 int fp8_row_tile(const Shape& s, int sm_count);
 
 // CTAs a cluster of 64-row FP8 tiles (fp8_row_tile 64), stacked along M and sharing each stage
