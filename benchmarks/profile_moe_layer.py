@@ -11,7 +11,8 @@ step and launches a step, longest first. ``--forward`` profiles the forward alon
 gradients; ``..._forward.json``); ``--model-decode`` the decode step of ``python -m gemmt bench
 moe``'s transformers model of that configuration (``--tokens`` sequences of one token, no
 cache) with gemmt's and the ``grouped_mm`` experts implementation
-(``profile_moe_model_decode_<config>_<tokens>.json``). Each also gives the expert weights'
+(``profile_moe_model_decode_<config>_<tokens>.json``), with the host's operators by self CPU
+time a step. Each also gives the expert weights'
 bytes over the step's time, the rate a weight-streaming step would need.
 """
 
@@ -81,8 +82,21 @@ def model_decode_fns(config: str, sequences: int) -> tuple[dict[str, Callable[[]
     return {"gemmt": side("gemmt"), "grouped_mm": side("grouped_mm")}, expert_bytes
 
 
-def kernels_of(fn: Callable[[], None], steps: int) -> dict[str, Any]:
-    """``fn``'s step time (median of ``steps``, after warm-up) and its kernels' time a step."""
+def host_ops(fn: Callable[[], None], steps: int) -> list[dict[str, Any]]:
+    """The host's side of ``fn``: the operators with the most self CPU time a step (the
+    profiler's own cost inflates each; their shares are what to read)."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:30]
+    return [{"op": e.key[:120], "self_cpu_ms": e.self_cpu_time_total / 1e3 / steps,
+             "calls": e.count / steps} for e in rows]
+
+
+def kernels_of(fn: Callable[[], None], steps: int, host: bool = False) -> dict[str, Any]:
+    """``fn``'s step time (median of ``steps``, after warm-up) and its kernels' time a step;
+    with ``host``, also :func:`host_ops`."""
     step_ms = median_ms(fn, "cuda", reps=steps, budget_s=float("inf"))
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
@@ -96,8 +110,10 @@ def kernels_of(fn: Callable[[], None], steps: int) -> dict[str, Any]:
             calls[e.name] += 1
     rows = sorted(({"kernel": n[:160], "ms": us[n] / 1e3 / steps, "launches": calls[n] / steps}
                    for n in us), key=lambda r: -r["ms"])
-    return {"step_ms": step_ms, "kernels_ms": sum(r["ms"] for r in rows),
-            "kernels": rows}
+    doc = {"step_ms": step_ms, "kernels_ms": sum(r["ms"] for r in rows), "kernels": rows}
+    if host:
+        doc["host_ops"] = host_ops(fn, steps)
+    return doc
 
 
 def environment() -> dict[str, Any]:
@@ -151,12 +167,14 @@ def main() -> int:
         out_name = f"profile_moe_layer_{name}_{args.tokens}" + ("_forward" if args.forward else "")
     doc = {**environment(), "config": config, "steps": args.steps,
            "forward_only": args.forward or args.model_decode, "expert_bytes": expert_bytes,
-           **{s: kernels_of(fn, args.steps) for s, fn in sides.items()}}
+           **{s: kernels_of(fn, args.steps, host=args.model_decode) for s, fn in sides.items()}}
     for s in sides:
         doc[s]["expert_tb_per_s"] = expert_bytes / (doc[s]["step_ms"] * 1e-3) / 1e12
         top = ", ".join(f"{r['kernel'][:50]} {r['ms']:.3f}" for r in doc[s]["kernels"][:8])
         print(f"{s}: step {doc[s]['step_ms']:.3f} ms, kernels {doc[s]['kernels_ms']:.3f} ms, "
               f"expert bytes / step {doc[s]['expert_tb_per_s']:.2f} TB/s: {top}")
+        for r in doc[s].get("host_ops", [])[:15]:
+            print(f"  host {r['op'][:60]:60s} {r['self_cpu_ms']:.3f} ms x{r['calls']:.0f}")
     write_json(doc, args.out, out_name)
     return 0
 

@@ -472,6 +472,9 @@ def test_smoke_runs_on_the_gpu(tmp_path: Path) -> None:
                 assert r["logits_within_tolerance"] is True, r
     assert {r["section"] for r in fp8["records"]} == set(bench_fp8.SECTIONS) - (
         set() if _HAS_TRANSFORMERS else {"model"})
+    # On CUDA the step also runs compiled, as torchao's side does.
+    assert {f"gemmt_{x}_compiled" for x in bench_fp8.TORCHAO_RECIPES} <= {
+        r["variant"] for r in fp8["records"] if r["section"] == "train"}
     moe = _doc(tmp_path, "moe")
     for r in moe["records"]:
         if r["section"] == "scaled_block":
@@ -482,6 +485,24 @@ def test_smoke_runs_on_the_gpu(tmp_path: Path) -> None:
         assert r["gemmt_error"] is None and _finite_positive(r["gemmt_vs_torch"]), r
         if r["section"] == "grouped":
             assert r["gemmt_rel_diff_vs_loop"] < 1e-2, r
+
+
+@pytest.mark.cuda
+def test_moe_models_decode_graph_on_the_gpu(tmp_path: Path) -> None:
+    # The decode step captured in a CUDA graph: gemmt's experts and grouped_mm's capture
+    # (neither reads the routing back to the host) and both are timed.
+    pytest.importorskip("transformers")
+    assert bench_moe.run(tmp_path, smoke=True, sections="models", device="cuda") == 0
+    graphed = [r for r in _doc(tmp_path, "moe")["records"]
+               if r["section"] == "models" and r["phase"] == "decode_graph"]
+    assert {(r["model"], r["impl"]) for r in graphed} == {
+        (m, i) for m in ("mixtral_like", "qwen3_moe_like")
+        for i in ("gemmt", "grouped_mm", "batched_mm")}
+    for r in graphed:
+        if r["impl"] in ("gemmt", "grouped_mm"):
+            assert r["error"] is None and _finite_positive(r["ms"]), r
+        if r["impl"] == "grouped_mm":
+            assert _finite_positive(r["gemmt_vs_impl"]), r
 
 
 def test_demo_runs_the_fp8_and_moe_ops_against_torch() -> None:

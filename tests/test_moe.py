@@ -967,6 +967,40 @@ def test_moe_routing_cuda_runs_without_host_sync_and_in_a_cuda_graph() -> None:
     _assert_same_routing(captured, moe_route(fresh, 4))
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("tokens,hidden,inter,experts,top_k",
+                         [(32, 256, 384, 8, 2), (32, 128, 64, 64, 8), (200, 256, 128, 16, 4)])
+def test_moe_layer_decode_runs_without_host_sync_and_in_a_cuda_graph(
+        tokens: int, hidden: int, inter: int, experts: int, top_k: int) -> None:
+    # A decode server captures its step in a graph: the layer's forward may not read the routing
+    # back to the host, and a replay on new tokens (so a new routing) must give what a call does.
+    torch.manual_seed(0)
+    moe = gemmt.nn.MoE(hidden, inter, experts, top_k, device="cuda", dtype=torch.bfloat16)
+    static = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            moe(static)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            moe(static)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = moe(static)
+        fresh = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+        static.copy_(fresh)
+        captured.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        expected = moe(fresh)
+    assert torch.equal(captured, expected)
+
+
 # The expert layer on CUDA needs grouped_mm's CUDA kernel as well.
 
 def _experts_cuda_vs_cpu(x: torch.Tensor, wgu: torch.Tensor, wd: torch.Tensor, r: Any,

@@ -22,8 +22,9 @@ Sections (``--only``, comma separated; all by default):
   are set against a device copy's bandwidth (bytes read plus written, far past the L2).
 * ``train``: one forward + backward step (no optimizer) of four MLP blocks
   (4096 -> 14336 -> 4096, SiLU, residual; 8192 tokens; bf16 master weights): bf16 eager,
-  ``gemmt.nn.convert_to_float8`` per recipe, and torchao's ``Float8Linear`` (tensorwise and
-  rowwise recipes, under ``torch.compile``) when torchao imports.
+  ``gemmt.nn.convert_to_float8`` per recipe, eager and (tensorwise, rowwise, on CUDA) under
+  ``torch.compile``, and torchao's ``Float8Linear`` (tensorwise and rowwise recipes, under
+  ``torch.compile``) when torchao imports.
 * ``model``: a Llama-shaped ``transformers.LlamaForCausalLM`` (hidden 4096, intermediate
   14336, 4 layers, 32 heads, 8 KV heads, vocabulary 32000, bf16, random weights from seed 0)
   converted by ``gemmt.nn.convert_to_float8`` per recipe (tensorwise, rowwise; every
@@ -413,6 +414,12 @@ def run_train(device: str, shape: dict[str, int], timing: dict[str, Any]
     for recipe in TRAIN_RECIPES:
         builders[f"gemmt_{recipe}"] = lambda recipe=recipe: gemmt.nn.convert_to_float8(
             copy.deepcopy(base), recipe=recipe)
+    # Compiled as torchao's side is: inductor fuses the SiLU, its backward and the residual
+    # adds around gemmt's ops, which it calls as they are (on CUDA only: the CPU runs the
+    # smoke size, where a C++ compilation would only cost time).
+    for recipe in TORCHAO_RECIPES if device == "cuda" else ():
+        builders[f"gemmt_{recipe}_compiled"] = lambda recipe=recipe: torch.compile(
+            gemmt.nn.convert_to_float8(copy.deepcopy(base), recipe=recipe))
     try:
         import torchao.float8  # noqa: F401
         torchao_absent = None

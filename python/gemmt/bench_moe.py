@@ -36,7 +36,10 @@ Sections (``--only``, comma separated; all by default):
   random bf16 weights, run with ``set_experts_implementation("gemmt")`` (after
   ``gemmt.moe.register_transformers()``) against "grouped_mm", "eager" and, for decode,
   "batched_mm": prefill (2 x 2048 tokens), decode (32 sequences x 1 token, no cache) and a
-  training step (2 x 2048 tokens, loss and backward). Host time included.
+  training step (2 x 2048 tokens, loss and backward), host time included; and on CUDA
+  ``decode_graph``, the same decode step captured in a CUDA graph per implementation and
+  replayed, as a serving loop runs it (the "eager" implementation reads the routing back to the
+  host, which a graph cannot hold, so it is left out there).
 
 Timing: CUDA events, warm-up, medians over rounds alternating between the candidates (see
 :mod:`gemmt._bench_kit`); random data. Ratios are the other's time over gemmt's (above 1:
@@ -99,9 +102,11 @@ COPY_BYTES = 1 << 30
 # Model phases: (name, batch, sequence, implementations compared with gemmt)
 PHASES = [("prefill", 2, 2048, ("grouped_mm", "eager")),
           ("decode", 32, 1, ("grouped_mm", "eager", "batched_mm")),
+          ("decode_graph", 32, 1, ("grouped_mm", "batched_mm")),
           ("train", 2, 2048, ("grouped_mm", "eager"))]
 SMOKE_PHASES = [("prefill", 2, 16, ("grouped_mm", "eager")),
                 ("decode", 4, 1, ("grouped_mm", "eager", "batched_mm")),
+                ("decode_graph", 4, 1, ("grouped_mm", "batched_mm")),
                 ("train", 2, 16, ("grouped_mm", "eager"))]
 MODEL_VOCAB = 32000
 
@@ -572,6 +577,8 @@ def run_models(device: str, smoke: bool, timing: dict[str, Any]) -> list[dict[st
             continue
         vocab = model.config.vocab_size
         for phase, batch, seq, others in phases:
+            if phase == "decode_graph" and device != "cuda":
+                continue
             ids = torch.randint(0, vocab, (batch, seq), device=device)
             impls = ("gemmt", *others)
 
@@ -586,9 +593,19 @@ def run_models(device: str, smoke: bool, timing: dict[str, Any]) -> list[dict[st
                 with torch.no_grad():
                     return model(ids, use_cache=False).logits
 
-            def first(impl: str) -> Any:
+            # decode_graph: the decode step captured in a CUDA graph per implementation and
+            # replayed, as a serving loop runs it: the host's share of each step is gone.
+            replays: dict[str, kit.Replay] = {}
+
+            def first(impl: str, phase: str = phase) -> Any:
                 model.set_experts_implementation(impl)
-                return run()
+                out = run()
+                if phase == "decode_graph":
+                    replays[impl] = kit.Replay([run])
+                return out
+
+            def timed(impl: str) -> Callable[[], Any]:
+                return replays[impl].graph.replay if impl in replays else run
 
             outs: dict[str, Any] = {}
             errs: dict[str, str] = {}
@@ -608,7 +625,8 @@ def run_models(device: str, smoke: bool, timing: dict[str, Any]) -> list[dict[st
                     try:
                         model.set_experts_implementation(impl)
                         blocks[impl].append(kit.interleaved_ms(
-                            {impl: run}, device, **{**timing, "warmup": 1, "queued": False})[impl])
+                            {impl: timed(impl)}, device,
+                            **{**timing, "warmup": 1, "queued": False})[impl])
                     except Exception as exc:  # noqa: BLE001
                         errs.setdefault(impl, kit.error_text(exc))
             ms = {impl: (sorted(v)[len(v) // 2] if v and impl not in errs else None)
@@ -626,6 +644,7 @@ def run_models(device: str, smoke: bool, timing: dict[str, Any]) -> list[dict[st
                     logits_rel_diff_vs_eager=diff,
                     loss=(float(outs[impl]) if phase == "train" and impl in outs else None),
                     error=errs.get(impl)))
+            replays.clear()
         del model
         if device == "cuda":
             torch.cuda.empty_cache()
