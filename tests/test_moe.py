@@ -928,6 +928,12 @@ def test_moe_permute_cuda_edge_cases() -> None:
     same(torch.randint(0, 6, (2048,)), 6)  # 1-D ids
     same(torch.randint(0, 256, (131072, 8)), 256)  # 2^20 slots: many chunks
     same(torch.randint(0, 5000, (4096, 8)), 5000)  # more experts than a scan tile
+    # One chunk of slots (at most 1024) over fewer than 4096 experts takes one block for the
+    # count, the scan and the scatter; these sit on both sides of those bounds.
+    same(torch.randint(0, 64, (1024,)), 64)
+    same(torch.randint(0, 64, (1025,)), 64)
+    same(torch.randint(0, 4096, (300, 3)), 4096)
+    same(torch.full((32, 8), 5), 4095)
 
 
 @pytest.mark.cuda
@@ -938,6 +944,16 @@ def test_moe_permute_cuda_out_of_range_ids_stay_in_bounds() -> None:
     order, offs = moe_permute(ids.cuda(), 4)
     assert order.tolist() == [2, 5, 0, 4, 7, 1, 3, 6]
     assert offs.tolist() == [2, 4, 5, 5]
+    # The same on the one-block path's far side and on the chunked path.
+    for slots, experts in ((1000, 4095), (1000, 4096), (5000, 16)):
+        flat = torch.randint(-3, experts + 3, (slots,))
+        valid = (flat >= 0) & (flat < experts)
+        key = torch.where(valid, flat, experts)  # out-of-range slots last, in slot order
+        expected = torch.sort(key, stable=True).indices
+        order, offs = moe_permute(flat.cuda(), experts)
+        assert torch.equal(order.cpu(), expected), (slots, experts)
+        counts = torch.bincount(flat[valid], minlength=experts)
+        assert torch.equal(offs.cpu(), counts.cumsum(0).to(torch.int32)), (slots, experts)
 
 
 @pytest.mark.cuda

@@ -9,7 +9,8 @@
 //      after the earlier slots of its expert (lanes that share an expert find each other with
 //      __match_any_sync and rank by lane).
 // The same walk order in steps 1 and 3 makes the sort stable: one expert's slots keep their
-// (token, k) order, as the CPU reference's stable sort keeps them. Ids outside
+// (token, k) order, as the CPU reference's stable sort keeps them. One chunk over few experts
+// (a decode step) takes one block for the three steps (moe_permute_small_kernel). Ids outside
 // [0, num_experts) fall into one more bucket after the last expert: they are never written out
 // of bounds, and their slots end up past offsets[num_experts - 1].
 #include <cstdint>
@@ -126,17 +127,14 @@ __global__ void __launch_bounds__(kScanThreads)
   }
 }
 
+// One warp places slots [begin, end) in order, row[bucket] holding where the bucket's next
+// slot goes (global or shared memory).
 template <typename I>
-__global__ void __launch_bounds__(kWarp)
-    moe_scatter_kernel(const I* __restrict__ ids, std::int64_t slots, std::int64_t chunk,
-                       std::int64_t experts, int* __restrict__ next,
-                       std::int64_t* __restrict__ order) {
-  const int lane = threadIdx.x;
-  const int buckets = static_cast<int>(experts) + 1;
-  int* row = next + static_cast<std::int64_t>(blockIdx.x) * buckets;
+__device__ __forceinline__ void scatter_walk(const I* __restrict__ ids, std::int64_t begin,
+                                             std::int64_t end, std::int64_t experts, int* row,
+                                             std::int64_t* __restrict__ order) {
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
   const unsigned lanes_below = (1u << lane) - 1u;
-  const std::int64_t begin = static_cast<std::int64_t>(blockIdx.x) * chunk;
-  const std::int64_t end = begin + chunk < slots ? begin + chunk : slots;
   for (std::int64_t base = begin; base < end; base += kWarp) {
     const std::int64_t i = base + lane;
     const int key = i < end ? bucket_of(ids, i, experts) : -1;
@@ -153,9 +151,62 @@ __global__ void __launch_bounds__(kWarp)
 }
 
 template <typename I>
+__global__ void __launch_bounds__(kWarp)
+    moe_scatter_kernel(const I* __restrict__ ids, std::int64_t slots, std::int64_t chunk,
+                       std::int64_t experts, int* __restrict__ next,
+                       std::int64_t* __restrict__ order) {
+  const int buckets = static_cast<int>(experts) + 1;
+  int* row = next + static_cast<std::int64_t>(blockIdx.x) * buckets;
+  const std::int64_t begin = static_cast<std::int64_t>(blockIdx.x) * chunk;
+  const std::int64_t end = begin + chunk < slots ? begin + chunk : slots;
+  scatter_walk(ids, begin, end, experts, row, order);
+}
+
+// One chunk of slots and at most kSmallBuckets buckets (a decode step's routing): the three
+// steps in one block, the counts in shared memory. A step's three launches were three times
+// the work's own time on the step's critical path.
+constexpr int kSmallBuckets = 4096;
+
+template <typename I>
+__global__ void __launch_bounds__(kScanThreads)
+    moe_permute_small_kernel(const I* __restrict__ ids, std::int64_t slots, std::int64_t experts,
+                             std::int64_t* __restrict__ order, std::int32_t* __restrict__ offsets) {
+  __shared__ int next[kSmallBuckets];
+  __shared__ int warp_sums[kWarp];
+  __shared__ int tile_end;
+  const int buckets = static_cast<int>(experts) + 1;
+  for (int b = static_cast<int>(threadIdx.x); b < buckets; b += kScanThreads) next[b] = 0;
+  __syncthreads();
+  // A count does not depend on the order in which the slots are seen.
+  for (std::int64_t i = threadIdx.x; i < slots; i += kScanThreads) {
+    atomicAdd(&next[bucket_of(ids, i, experts)], 1);
+  }
+  __syncthreads();
+  int carry = 0;
+  for (int tile = 0; tile < buckets; tile += kScanThreads) {
+    const int b = tile + static_cast<int>(threadIdx.x);
+    const int total = b < buckets ? next[b] : 0;
+    const int end = carry + block_inclusive_sum(total, warp_sums);
+    if (b < buckets) {
+      next[b] = end - total;
+      if (b < experts) offsets[b] = end;
+    }
+    if (threadIdx.x == kScanThreads - 1) tile_end = end;
+    __syncthreads();
+    carry = tile_end;
+    __syncthreads();
+  }
+  if (threadIdx.x < kWarp) scatter_walk(ids, 0, slots, experts, next, order);
+}
+
+template <typename I>
 cudaError_t permute(const I* ids, std::int64_t slots, std::int64_t experts, int* scratch,
                     std::int64_t* order, std::int32_t* offsets, cudaStream_t stream) {
   const std::int64_t chunk = chunk_length(slots), chunks = chunk_count(slots);
+  if (chunks <= 1 && experts < kSmallBuckets) {
+    moe_permute_small_kernel<I><<<1, kScanThreads, 0, stream>>>(ids, slots, experts, order, offsets);
+    return cudaGetLastError();
+  }
   if (chunks > 0) {
     moe_count_kernel<I>
         <<<static_cast<unsigned>(chunks), kWarp, 0, stream>>>(ids, slots, chunk, experts, scratch);
