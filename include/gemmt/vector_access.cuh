@@ -66,4 +66,26 @@ __device__ __forceinline__ void store_pack(T* p, const Pack<T, N>& pack) {
   *reinterpret_cast<Raw*>(p) = raw;
 }
 
+// V elements as one access: a pack where V > 1, one element (V == 1) for data whose rows are
+// not aligned for packs, so that one kernel body serves both.
+template <typename T, int V>
+__device__ __forceinline__ Pack<T, V> load_elems(const T* p) {
+  if constexpr (V == 1) {
+    Pack<T, 1> out;
+    out.v[0] = *p;
+    return out;
+  } else {
+    return load_pack<T, V>(p);
+  }
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void store_elems(T* p, const Pack<T, V>& x) {
+  if constexpr (V == 1) {
+    *p = x.v[0];
+  } else {
+    store_pack<T, V>(p, x);
+  }
+}
+
 }  // namespace gemmt

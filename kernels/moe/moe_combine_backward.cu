@@ -30,38 +30,6 @@ constexpr int kMinBlocks = sizeof(opmath_t<T>) == 8 ? 2 : 4;
 // registers. top_k beyond it takes more passes (grad_out re-read, from cache).
 constexpr int kSlotChunk = 8;
 
-// V elements moved as one access: a 16-byte pack, or one element (V = 1) when the rows are
-// not 16-byte aligned.
-template <typename T, int V>
-struct Vec {
-  T v[V];
-};
-
-template <typename T, int V>
-__device__ __forceinline__ Vec<T, V> load_vec(const T* p) {
-  Vec<T, V> out;
-  if constexpr (V == 1) {
-    out.v[0] = *p;
-  } else {
-    const Pack<T, V> pk = load_pack<T, V>(p);
-#pragma unroll
-    for (int i = 0; i < V; ++i) out.v[i] = pk.v[i];
-  }
-  return out;
-}
-
-template <typename T, int V>
-__device__ __forceinline__ void store_vec(T* p, const Vec<T, V>& x) {
-  if constexpr (V == 1) {
-    *p = x.v[0];
-  } else {
-    Pack<T, V> pk;
-#pragma unroll
-    for (int i = 0; i < V; ++i) pk.v[i] = x.v[i];
-    store_pack<T, V>(p, pk);
-  }
-}
-
 template <typename A>
 __device__ __forceinline__ A warp_sum(A v) {
 #pragma unroll
@@ -105,7 +73,7 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks<T>)
         }
       }
       for (std::int64_t c = lane; c < packs; c += 32) {
-        const Vec<T, V> g = load_vec<T, V>(g_row + c * V);
+        const Pack<T, V> g = load_elems<T, V>(g_row + c * V);
         A gf[V];
 #pragma unroll
         for (int i = 0; i < V; ++i) gf[i] = to_opmath(g.v[i]);
@@ -113,15 +81,15 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks<T>)
         for (int j = 0; j < kSlotChunk; ++j) {
           if (p[j] < 0) continue;
           if (grad_w != nullptr) {
-            const Vec<T, V> yv = load_vec<T, V>(y + p[j] * y_stride + c * V);
+            const Pack<T, V> yv = load_elems<T, V>(y + p[j] * y_stride + c * V);
 #pragma unroll
             for (int i = 0; i < V; ++i) dot[j] = fma_rn(gf[i], to_opmath(yv.v[i]), dot[j]);
           }
           if (grad_y != nullptr) {
-            Vec<T, V> r;
+            Pack<T, V> r;
 #pragma unroll
             for (int i = 0; i < V; ++i) r.v[i] = from_opmath<T>(mul_rn(gf[i], w[j]));
-            store_vec<T, V>(grad_y + p[j] * cols + c * V, r);
+            store_elems<T, V>(grad_y + p[j] * cols + c * V, r);
           }
         }
       }
