@@ -48,25 +48,6 @@ __device__ __forceinline__ void swiglu_grads(F g, F x, F u, F* dg, F* du) {
 // the halves of a fused gate/up product are read, and its gradient's halves written, in
 // place. kElems elements a thread: 16-byte packs when every row is aligned whole packs, one
 // element otherwise.
-// A pack of kElems elements; a single element is a plain access (there is no 2-byte raw
-// vector to move a 16-bit one through).
-template <typename T, int kElems>
-__device__ __forceinline__ Pack<T, kElems> load_elems(const T* p) {
-  if constexpr (kElems == 1) {
-    return Pack<T, 1>{{*p}};
-  } else {
-    return load_pack<T, kElems>(p);
-  }
-}
-template <typename T, int kElems>
-__device__ __forceinline__ void store_elems(T* p, const Pack<T, kElems>& v) {
-  if constexpr (kElems == 1) {
-    *p = v.v[0];
-  } else {
-    store_pack<T, kElems>(p, v);
-  }
-}
-
 template <typename T, int kElems>
 __global__ void __launch_bounds__(256)
     swiglu_backward_kernel(SwigluBackwardRows rows, std::int64_t packs_per_row) {
