@@ -118,7 +118,7 @@ def kernels_of(fn: Callable[[], None], steps: int, host: bool = False) -> dict[s
 
 def environment() -> dict[str, Any]:
     """The GPU, the versions and the date a profile was taken with."""
-    return {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+    return {"gpu": torch.cuda.get_device_name(), "torch_version": torch.__version__,
             "cuda": torch.version.cuda, "gemmt": gemmt.build_info(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
