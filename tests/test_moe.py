@@ -1035,7 +1035,7 @@ def _experts_cuda_vs_cpu(x: torch.Tensor, wgu: torch.Tensor, wd: torch.Tensor, r
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_moe_experts_cuda_matches_cpu(dtype: torch.dtype) -> None:
-    # top_k 10 takes two chunks of the combine's slots; hidden 12 its one-element path.
+    # top_k 10 takes several chunks of the combine's slots; hidden 12 its one-element path.
     for tokens, hidden, inter, experts, top_k in ((29, 12, 10, 6, 2), (257, 64, 32, 16, 4),
                                                    (1, 16, 8, 8, 8), (33, 40, 24, 16, 10)):
         x, wgu, wd, logits = _experts_inputs(tokens, hidden, inter, experts, top_k, dtype)

@@ -2,11 +2,11 @@
 // y[inverse[t * top_k + k]], y being the down product's rows in expert order. A thread makes V
 // consecutive elements of an output row (a 16-byte pack where the rows allow it, else one), its
 // token's slots read a chunk at a time with every row load of the chunk issued before the sums
-// (a decode step's combine waited on one row at a time). The sum runs in float32 (float64 for
-// float64) in k order with pinned roundings (no fused multiply-add), and is rounded once to
-// the output dtype, as the CPU reference's float32 index_add is. Without weights it is a plain
-// sum of the top_k rows: the backward of the gather (each token's gradient gathered from its
-// slots' rows).
+// (element by element and one slot after the other, the combine ran at a fifth of the copy). The
+// sum runs in float32 (float64 for float64) in k order with pinned roundings (no fused
+// multiply-add), and is rounded once to the output dtype, as the CPU reference's float32 index_add
+// is. Without weights it is a plain sum of the top_k rows: the backward of the gather (each token's
+// gradient gathered from its slots' rows).
 #include <cstdint>
 
 #include <cuda_runtime.h>
@@ -22,10 +22,14 @@ namespace {
 
 constexpr int kBlock = 256;
 // Slots whose rows a thread loads before it adds them.
-constexpr int kSlotChunk = 8;
+constexpr int kSlotChunk = 4;
+// Four blocks an SM (64 registers a thread): with two slots a token a warp has few loads in
+// flight, so the SM needs the warps. Eight rows a chunk took 122 registers in bfloat16 (two
+// blocks an SM) and ran up to twice as long at 4096 tokens (H200).
+constexpr int kMinBlocks = 4;
 
 template <typename T, int V>
-__global__ void __launch_bounds__(kBlock)
+__global__ void __launch_bounds__(kBlock, kMinBlocks)
     moe_combine_kernel(const T* __restrict__ y, std::int64_t y_rows, std::int64_t y_row_stride,
                        std::int64_t cols, const opmath_t<T>* __restrict__ weights,
                        const std::int64_t* __restrict__ inverse, std::int64_t tokens,
