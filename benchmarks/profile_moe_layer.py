@@ -12,8 +12,8 @@ gradients; ``..._forward.json``); ``--model-decode`` the decode step of ``python
 moe``'s transformers model of that configuration (``--tokens`` sequences of one token, no
 cache) with gemmt's and the ``grouped_mm`` experts implementation
 (``profile_moe_model_decode_<config>_<tokens>.json``), with the host's operators by self CPU
-time a step. Each also gives the expert weights'
-bytes over the step's time, the rate a weight-streaming step would need.
+time a step. Each also gives the expert weights' bytes over the step's time, the rate a
+weight-streaming step would need.
 """
 
 from __future__ import annotations

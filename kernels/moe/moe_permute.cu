@@ -206,7 +206,7 @@ cudaError_t permute(const I* ids, std::int64_t slots, std::int64_t experts, int*
   if (chunks <= 1 && experts < kSmallBuckets) {
     moe_permute_small_kernel<I>
         <<<1, kScanThreads, 0, stream>>>(ids, slots, experts, order, offsets);
-    return cudaGetLastError();
+    GEMMT_RETURN_LAUNCH_ERROR();
   }
   if (chunks > 0) {
     moe_count_kernel<I>
